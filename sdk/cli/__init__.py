@@ -1,0 +1,1 @@
+"""The ``edgekit`` command line: a thin layer over :mod:`edgekit.api`."""
