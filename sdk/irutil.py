@@ -1,0 +1,95 @@
+"""Small helpers over ``onnx_ir`` shared by the passes, the quantizer and the converters."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+
+import numpy as np
+import onnx_ir as ir
+
+
+def const_array(value: ir.Value | None) -> np.ndarray | None:
+    """The constant behind ``value`` (an initializer) as a numpy array, or None."""
+    if value is None or value.const_value is None:
+        return None
+    return value.const_value.numpy()
+
+
+def is_const(value: ir.Value | None) -> bool:
+    return value is not None and value.const_value is not None
+
+
+class NameScope:
+    """Hands out value and node names that are unique in one graph."""
+
+    def __init__(self, graph: ir.Graph):
+        self.used: set[str] = set()
+        for node in graph.all_nodes() if hasattr(graph, "all_nodes") else graph:
+            if node.name:
+                self.used.add(node.name)
+            for v in itertools.chain(node.inputs, node.outputs):
+                if v is not None and v.name:
+                    self.used.add(v.name)
+        for v in itertools.chain(graph.inputs, graph.outputs, graph.initializers.values()):
+            if v.name:
+                self.used.add(v.name)
+
+    def fresh(self, base: str) -> str:
+        name = base
+        for i in itertools.count(1):
+            if name not in self.used:
+                break
+            name = f"{base}_{i}"
+        self.used.add(name)
+        return name
+
+
+def add_initializer(graph: ir.Graph, names: NameScope, base: str, array: np.ndarray) -> ir.Value:
+    name = names.fresh(base)
+    value = ir.Value(name=name, const_value=ir.tensor(np.ascontiguousarray(array), name=name))
+    value.shape = ir.Shape(array.shape)
+    value.dtype = value.const_value.dtype
+    graph.register_initializer(value)
+    return value
+
+
+def only_consumer(value: ir.Value) -> ir.Node | None:
+    """The single node that reads ``value`` (once), or None when there are several or it is a graph output."""
+    if value.is_graph_output():
+        return None
+    uses = list(value.uses())
+    if len(uses) != 1:
+        return None
+    return uses[0].node
+
+
+def replace_value(old: ir.Value, new: ir.Value) -> None:
+    """Make every reader of ``old`` read ``new``, keeping graph output names stable."""
+    if old.is_graph_output():
+        graph = old.graph
+        assert graph is not None
+        name = old.name
+        old.name = None
+        new.name = name
+    ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
+
+
+def static_shape(value: ir.Value) -> tuple[int, ...] | None:
+    if value.shape is None:
+        return None
+    dims = []
+    for d in value.shape:
+        if not isinstance(d, int):
+            return None
+        dims.append(d)
+    return tuple(dims)
+
+
+def remove_nodes(graph: ir.Graph, nodes: Iterable[ir.Node]) -> None:
+    graph.remove(list(nodes), safe=False)
+
+
+def attr(node: ir.Node, name: str, default=None):
+    a = node.attributes.get(name)
+    return default if a is None else a.value

@@ -1,0 +1,250 @@
+"""Loading ONNX models: validate, upgrade the opset, fix dynamic dims, clean the graph.
+
+``load_model`` is what every command starts with. It reads the file with ``onnx`` (so a corrupt file is reported
+as such), upgrades old opsets with ``onnx.version_converter``, fixes dynamic input dimensions, runs shape
+inference, and then runs the graph-preparation pipeline of :mod:`edgekit.passes` on the ``onnx_ir`` graph.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import onnx
+import onnx_ir as ir
+from edgekit.errors import ModelError, OutputError
+from google.protobuf.message import DecodeError
+
+log = logging.getLogger("edgekit")
+
+#: The opset every loaded model is brought to (QDQ below 19 fails in the onnx reference evaluator).
+TARGET_OPSET = 19
+#: The oldest opset the version converter can bring up reliably.
+MIN_OPSET = 7
+QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
+
+
+def read_proto(path: str | os.PathLike[str]) -> onnx.ModelProto:
+    """Read and parse an ONNX file, with one clear error for each way it can be wrong."""
+    p = Path(path)
+    if not p.exists():
+        raise ModelError(f"model file not found: {p}")
+    if not p.is_file():
+        raise ModelError(f"model path is not a file: {p}")
+    data = p.read_bytes()
+    if not data:
+        raise ModelError(f"model file is empty: {p}")
+    try:
+        proto = onnx.load_model_from_string(data)
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        raise ModelError(f"not an ONNX model (corrupt protobuf): {p}: {exc}") from None
+    if not proto.HasField("graph") or not proto.graph.node:
+        raise ModelError(f"not an ONNX model (no graph): {p}")
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
+        try:
+            onnx.load_external_data_for_model(proto, str(p.parent))
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"model {p}: cannot read its external weights: {exc}") from None
+    return proto
+
+
+def default_opset(proto: onnx.ModelProto) -> int:
+    for imp in proto.opset_import:
+        if imp.domain in ("", "ai.onnx"):
+            return imp.version
+    raise ModelError("model imports no version of the default ONNX opset")
+
+
+def upgrade_opset(proto: onnx.ModelProto, target: int = TARGET_OPSET) -> onnx.ModelProto:
+    """Bring the default-domain opset to ``target`` (newer models are kept as they are)."""
+    version = default_opset(proto)
+    latest = onnx.defs.onnx_opset_version()
+    if version < MIN_OPSET or version > latest:
+        raise ModelError(f"unsupported opset {version}: edgekit loads opsets {MIN_OPSET} to {latest}")
+    if version >= target:
+        return proto
+    try:
+        upgraded = onnx.version_converter.convert_version(proto, target)
+    except Exception as exc:  # the converter raises bare RuntimeErrors and ValidationErrors
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"cannot upgrade the model from opset {version} to {target}: {first}") from None
+    log.info("upgraded the model from opset %d to %d", version, target)
+    return upgraded
+
+
+def _graph_inputs(proto: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    initializers = {t.name for t in proto.graph.initializer}
+    return [i for i in proto.graph.input if i.name not in initializers]
+
+
+def fix_input_shapes(
+    proto: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]] | None = None
+) -> list[str]:
+    """Give every graph input a static shape; returns messages about what was assumed.
+
+    A dynamic first dimension defaults to 1 (the batch); any other dynamic dimension needs ``input_shapes``.
+    """
+    input_shapes = dict(input_shapes or {})
+    inputs = _graph_inputs(proto)
+    names = [i.name for i in inputs]
+    unknown = sorted(set(input_shapes) - set(names))
+    if unknown:
+        raise ModelError(f"--input-shape names unknown input(s) {unknown}; the model's inputs are {names}")
+    messages: list[str] = []
+    for value in inputs:
+        tensor_type = value.type.tensor_type
+        dims = tensor_type.shape.dim
+        current = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in dims]
+        if value.name in input_shapes:
+            shape = input_shapes[value.name]
+            if tensor_type.HasField("shape") and len(shape) != len(dims):
+                raise ModelError(
+                    f"--input-shape {value.name}={','.join(map(str, shape))} has rank {len(shape)}, "
+                    f"the model's input has rank {len(dims)} {current}"
+                )
+            for d, fixed in zip(dims, shape, strict=True):
+                if d.HasField("dim_value") and d.dim_value not in (0, fixed):
+                    raise ModelError(
+                        f"--input-shape {value.name}: dimension {fixed} contradicts the model's {current}"
+                    )
+            del dims[:]
+            for fixed in shape:
+                tensor_type.shape.dim.add().dim_value = fixed
+            continue
+        if not tensor_type.HasField("shape"):
+            raise ModelError(f"input {value.name!r} has no shape; pass --input-shape {value.name}=D0,D1,...")
+        dynamic = [i for i, d in enumerate(dims) if not d.HasField("dim_value") or d.dim_value <= 0]
+        if dynamic == [0]:
+            dims[0].Clear()
+            dims[0].dim_value = 1
+            messages.append(
+                f"input {value.name!r}: dynamic batch dimension set to 1 (use --input-shape to change)"
+            )
+        elif dynamic:
+            raise ModelError(
+                f"input {value.name!r} has dynamic dimensions {current}; "
+                f"pass --input-shape {value.name}="
+                + ",".join("N" if i in dynamic else str(d) for i, d in enumerate(current))
+            )
+    return messages
+
+
+def _clear_stale_shapes(proto: onnx.ModelProto) -> None:
+    """Drop intermediate shape annotations and dynamic output dims so inference recomputes them."""
+    del proto.graph.value_info[:]
+    for out in proto.graph.output:
+        if out.type.tensor_type.HasField("shape"):
+            out.type.tensor_type.ClearField("shape")
+
+
+def infer_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
+    try:
+        return onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True, data_prop=True)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"shape inference failed: {first}") from None
+
+
+def load_model(
+    path: str | os.PathLike[str],
+    input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+    *,
+    prepare: bool = True,
+    messages: list[str] | None = None,
+) -> ir.Model:
+    """Load an ONNX file as an ``onnx_ir.Model`` ready for quantization and conversion.
+
+    Quantized (QDQ) models are loaded the same way; ``prepare`` runs the cleaning passes, which leave Q/DQ nodes
+    and their constant inputs alone.
+    """
+    proto = read_proto(path)
+    return load_proto(proto, input_shapes, prepare=prepare, messages=messages)
+
+
+def load_proto(
+    proto: onnx.ModelProto,
+    input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+    *,
+    prepare: bool = True,
+    messages: list[str] | None = None,
+) -> ir.Model:
+    """:func:`load_model` for a model already in memory."""
+    from edgekit import passes  # local import: passes imports this module's helpers
+
+    proto = upgrade_opset(proto)
+    # Initializers that are not graph inputs need IR version >= 4; opset 19 pairs with IR version 9.
+    proto.ir_version = max(proto.ir_version, 9)
+    # Old exporters list initializers as graph inputs too; they are weights, not inputs.
+    initializers = {t.name for t in proto.graph.initializer}
+    kept = [i for i in proto.graph.input if i.name not in initializers]
+    del proto.graph.input[:]
+    proto.graph.input.extend(kept)
+    notes = fix_input_shapes(proto, input_shapes)
+    for note in notes:
+        log.warning(note)
+    if messages is not None:
+        messages.extend(notes)
+    _clear_stale_shapes(proto)
+    proto = infer_shapes(proto)
+    try:
+        model = ir.from_proto(proto)
+    except Exception as exc:
+        raise ModelError(f"cannot read the model's graph: {exc}") from None
+    if prepare:
+        model = passes.prepare(model)
+    return model
+
+
+def to_proto(model: ir.Model) -> onnx.ModelProto:
+    return ir.to_proto(model)
+
+
+def is_quantized(model: ir.Model | onnx.ModelProto) -> bool:
+    if isinstance(model, onnx.ModelProto):
+        return any(n.op_type in QDQ_OPS for n in model.graph.node)
+    return any(n.op_type in QDQ_OPS for n in model.graph)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if not folder.is_dir():
+        raise OutputError(f"cannot write {target}: folder {folder} does not exist")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise OutputError(f"cannot write {target}: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, target)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise OutputError(f"cannot write {target}: {exc.strerror}") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def check_writable(path: str | os.PathLike[str]) -> Path:
+    """Fail early (before long work) when ``path`` cannot be written."""
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise OutputError(f"output path {target} is a directory")
+    if not folder.is_dir():
+        raise OutputError(f"cannot write {target}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise OutputError(f"cannot write {target}: folder {folder} is not writable")
+    return target
+
+
+def save_model(model: ir.Model | onnx.ModelProto, path: str | os.PathLike[str]) -> Path:
+    """Serialize a model and write it atomically."""
+    proto = model if isinstance(model, onnx.ModelProto) else to_proto(model)
+    return atomic_write_bytes(path, proto.SerializeToString())

@@ -1,0 +1,351 @@
+"""Graph-preparation passes run on every loaded model, in one readable pipeline (:func:`prepare`).
+
+Each pass is an ``onnx_ir`` in-place pass: ``pass_(model) -> PassResult``. They leave QuantizeLinear and
+DequantizeLinear nodes (and the constants they read) alone, so a QDQ model survives loading unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+from edgekit.errors import ModelError
+from edgekit.irutil import NameScope, add_initializer, attr, const_array, only_consumer, replace_value
+from onnx_ir.passes.common import (
+    LiftConstantsToInitializersPass,
+    RemoveUnusedNodesPass,
+    ShapeInferencePass,
+    TopologicalSortPass,
+)
+
+log = logging.getLogger("edgekit")
+
+#: Ops never folded even when every input is constant (their output is not a function of the inputs, or
+#: folding them would dequantize a quantized weight).
+_NO_FOLD = frozenset(
+    {
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "RandomNormal",
+        "RandomUniform",
+        "RandomNormalLike",
+        "RandomUniformLike",
+        "Multinomial",
+        "Bernoulli",
+    }
+)
+#: A folded constant larger than this stays a computation.
+_FOLD_LIMIT_BYTES = 64 << 20
+
+
+class DropNoOpsPass(ir.passes.InPlacePass):
+    """Remove Identity and inference-time Dropout: their output is their input."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for node in list(model.graph):
+            if node.op_type == "Identity" or (
+                node.op_type == "Dropout" and (len(node.outputs) < 2 or not node.outputs[1].uses())
+            ):
+                source, out = node.inputs[0], node.outputs[0]
+                if source is None or (
+                    out.is_graph_output() and (source.is_graph_output() or source.is_graph_input())
+                ):
+                    continue
+                replace_value(out, source)
+                model.graph.remove(node, safe=True)
+                modified = True
+        return ir.passes.PassResult(model, modified)
+
+
+class ConstantFoldPass(ir.passes.InPlacePass):
+    """Evaluate nodes whose inputs are all constant (with the onnx reference evaluator), and Shape/Size of
+    statically shaped tensors, replacing them by initializers."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        graph = model.graph
+        names = NameScope(graph)
+        opset = model.opset_imports.get("", 19)
+        modified = False
+        for node in list(graph):
+            if node.domain not in ("", "ai.onnx") or node.op_type in _NO_FOLD or node.attributes.get("body"):
+                continue
+            arrays = self._fold(node, opset)
+            if arrays is None:
+                continue
+            for out, array in zip(node.outputs, arrays, strict=True):
+                new = add_initializer(graph, names, out.name or "folded", array)
+                replace_value(out, new)
+            graph.remove(node, safe=True)
+            modified = True
+        return ir.passes.PassResult(model, modified)
+
+    @staticmethod
+    def _fold(node: ir.Node, opset: int) -> list[np.ndarray] | None:
+        if node.op_type in ("Shape", "Size") and node.inputs[0] is not None:
+            shape = node.inputs[0].shape
+            if shape is None or not all(isinstance(d, int) for d in shape):
+                return None
+            dims = np.array(list(shape), dtype=np.int64)
+            if node.op_type == "Size":
+                return [np.array(int(np.prod(dims)), dtype=np.int64)]
+            rank = len(dims)
+            start = attr(node, "start", 0)
+            end = attr(node, "end", rank)
+            return [dims[slice(start, end)]]
+        inputs = [v for v in node.inputs if v is not None]
+        if not inputs or any(v.const_value is None for v in inputs):
+            return None
+        if sum(v.const_value.nbytes for v in inputs) > _FOLD_LIMIT_BYTES:
+            return None
+        proto_node = ir.serde.serialize_node(node)
+        feeds = {}
+        renamed = []
+        for i, v in enumerate(node.inputs):
+            if v is None:
+                renamed.append("")
+                continue
+            key = f"in{i}"
+            feeds[key] = v.const_value.numpy()
+            renamed.append(key)
+        del proto_node.input[:]
+        proto_node.input.extend(renamed)
+        out_names = [f"out{i}" for i in range(len(node.outputs))]
+        del proto_node.output[:]
+        proto_node.output.extend(out_names)
+        try:
+            from onnx.reference import ReferenceEvaluator
+
+            evaluator = ReferenceEvaluator(
+                onnx.helper.make_model(
+                    onnx.helper.make_graph(
+                        [proto_node],
+                        "fold",
+                        [
+                            onnx.helper.make_tensor_value_info(
+                                k, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape
+                            )
+                            for k, a in feeds.items()
+                        ],
+                        [onnx.helper.make_value_info(o, onnx.TypeProto()) for o in out_names],
+                    ),
+                    opset_imports=[onnx.helper.make_opsetid("", opset)],
+                )
+            )
+            results = evaluator.run(None, feeds)
+        except Exception as exc:  # an op the evaluator cannot run stays a computation
+            log.debug("not folding %s (%s): %s", node.name, node.op_type, exc)
+            return None
+        arrays = [np.asarray(r) for r in results]
+        if sum(a.nbytes for a in arrays) > _FOLD_LIMIT_BYTES:
+            return None
+        return arrays
+
+
+def _bias_of(node: ir.Node, channels: int, dtype: np.dtype) -> np.ndarray | None:
+    if len(node.inputs) > 2 and node.inputs[2] is not None:
+        bias = const_array(node.inputs[2])
+        if bias is None:
+            return None
+        return np.broadcast_to(bias.reshape(-1), (channels,)).astype(dtype)
+    return np.zeros(channels, dtype=dtype)
+
+
+def _set_weight_bias(
+    graph: ir.Graph, names: NameScope, node: ir.Node, weight: np.ndarray, bias: np.ndarray
+) -> None:
+    w = add_initializer(graph, names, (node.inputs[1].name or "W") + "_folded", weight)
+    b = add_initializer(graph, names, (node.name or node.op_type) + "_bias", bias)
+    node.replace_input_with(1, w)
+    if len(node.inputs) > 2:
+        node.replace_input_with(2, b)
+    else:
+        node.resize_inputs(3)
+        node.replace_input_with(2, b)
+
+
+def _conv_like_weight(node: ir.Node) -> tuple[np.ndarray, int] | None:
+    """The constant weight of a Conv/Gemm node and its output-channel axis."""
+    if node.op_type not in ("Conv", "Gemm") or len(node.inputs) < 2:
+        return None
+    weight = const_array(node.inputs[1])
+    if weight is None:
+        return None
+    if node.op_type == "Gemm":
+        if attr(node, "transA", 0) or attr(node, "alpha", 1.0) != 1.0 or attr(node, "beta", 1.0) != 1.0:
+            return None
+        return weight, 0 if attr(node, "transB", 0) else 1
+    return weight, 0
+
+
+class FoldBatchNormPass(ir.passes.InPlacePass):
+    """Fold an inference BatchNormalization into the Conv or Gemm before it (when it is the only reader)."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        graph, names, modified = model.graph, NameScope(model.graph), False
+        for bn in list(graph):
+            if (
+                bn.op_type != "BatchNormalization"
+                or len(bn.outputs) > 1
+                and any(o.uses() for o in bn.outputs[1:])
+            ):
+                continue
+            src = bn.inputs[0].producer() if bn.inputs[0] is not None else None
+            if src is None or only_consumer(bn.inputs[0]) is not bn:
+                continue
+            found = _conv_like_weight(src)
+            params = [const_array(v) for v in bn.inputs[1:5]]
+            if found is None or any(p is None for p in params):
+                continue
+            weight, axis = found
+            gamma, beta, mean, var = (p.astype(np.float64) for p in params)
+            eps = attr(bn, "epsilon", 1e-5)
+            factor = gamma / np.sqrt(var + eps)
+            channels = weight.shape[axis]
+            bias = _bias_of(src, channels, np.float64)
+            if bias is None or factor.shape[0] != channels:
+                continue
+            shape = [1] * weight.ndim
+            shape[axis] = channels
+            new_w = (weight.astype(np.float64) * factor.reshape(shape)).astype(weight.dtype)
+            new_b = ((bias - mean) * factor + beta).astype(weight.dtype)
+            _set_weight_bias(graph, names, src, new_w, new_b)
+            replace_value(bn.outputs[0], src.outputs[0])
+            graph.remove(bn, safe=True)
+            modified = True
+        return ir.passes.PassResult(model, modified)
+
+
+class FuseBiasAddPass(ir.passes.InPlacePass):
+    """Conv followed by Add of a per-channel constant ([C,1,1] or [1,C,1,1]) becomes the Conv's bias; likewise a
+    Gemm followed by Add of a [N] or [1,N] constant (exporters such as CNTK write biases this way)."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        graph, names, modified = model.graph, NameScope(model.graph), False
+        for add in list(graph):
+            if add.op_type != "Add":
+                continue
+            for data_idx in (0, 1):
+                data, const = add.inputs[data_idx], add.inputs[1 - data_idx]
+                addend = const_array(const)
+                src = data.producer() if data is not None else None
+                if addend is None or src is None or only_consumer(data) is not add:
+                    continue
+                found = _conv_like_weight(src)
+                if found is None:
+                    continue
+                weight, axis = found
+                channels = weight.shape[axis]
+                out_rank = len(data.shape) if data.shape is not None else None
+                if not _is_channel_vector(addend, channels, out_rank, channel_dim=1):
+                    continue
+                bias = _bias_of(src, channels, weight.dtype)
+                if bias is None:
+                    continue
+                _set_weight_bias(graph, names, src, weight, bias + addend.reshape(-1).astype(weight.dtype))
+                replace_value(add.outputs[0], src.outputs[0])
+                graph.remove(add, safe=True)
+                modified = True
+                break
+        return ir.passes.PassResult(model, modified)
+
+
+def _is_channel_vector(addend: np.ndarray, channels: int, out_rank: int | None, channel_dim: int) -> bool:
+    if addend.size != channels or out_rank is None:
+        return addend.size == 1 and False
+    shape = list(addend.shape)
+    # Right-align against the output: the only non-1 dim must land on the channel axis.
+    if len(shape) > out_rank:
+        return False
+    padded = [1] * (out_rank - len(shape)) + shape
+    non_one = [i for i, d in enumerate(padded) if d != 1]
+    return non_one == [channel_dim] or (channels == 1 and not non_one)
+
+
+class MatMulAddToGemmPass(ir.passes.InPlacePass):
+    """MatMul of a 2-D activation by a constant 2-D weight, followed by Add of a constant bias, becomes one Gemm
+    with a 1-D bias (a [1,N] bias is flattened: integer kernels take 1-D biases)."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        graph, names, modified = model.graph, NameScope(model.graph), False
+        for mm in list(graph):
+            if mm.op_type != "MatMul":
+                continue
+            a, b = mm.inputs
+            weight = const_array(b)
+            if weight is None or weight.ndim != 2 or a.shape is None or len(a.shape) != 2:
+                continue
+            add = only_consumer(mm.outputs[0])
+            gemm_inputs = [a, b]
+            if add is not None and add.op_type == "Add":
+                other = add.inputs[1] if add.inputs[0] is mm.outputs[0] else add.inputs[0]
+                bias = const_array(other)
+                if bias is not None and _is_channel_vector(bias, weight.shape[1], 2, channel_dim=1):
+                    gemm_inputs.append(
+                        add_initializer(
+                            graph,
+                            names,
+                            (other.name or "bias") + "_1d",
+                            bias.reshape(-1).astype(weight.dtype),
+                        )
+                    )
+                else:
+                    add = None
+            else:
+                add = None
+            gemm = ir.node("Gemm", gemm_inputs, name=names.fresh((mm.name or "MatMul") + "_gemm"))
+            graph.insert_before(mm, gemm)
+            gemm.outputs[0].dtype = mm.outputs[0].dtype
+            gemm.outputs[0].shape = mm.outputs[0].shape
+            last = add if add is not None else mm
+            replace_value(last.outputs[0], gemm.outputs[0])
+            graph.remove([n for n in (add, mm) if n is not None], safe=True)
+            modified = True
+        return ir.passes.PassResult(model, modified)
+
+
+class CheckStaticShapesPass(ir.passes.InPlacePass):
+    """Every tensor must have a static shape after preparation (the targets need them)."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        for node in model.graph:
+            for out in node.outputs:
+                if out.shape is not None and not all(isinstance(d, int) for d in out.shape):
+                    raise ModelError(
+                        f"tensor {out.name!r} (output of {node.op_type} {node.name!r}) has dynamic shape "
+                        f"{list(out.shape)}; fix the model's input shapes with --input-shape"
+                    )
+        return ir.passes.PassResult(model, False)
+
+
+def prepare(model: ir.Model) -> ir.Model:
+    """The graph-preparation pipeline, top to bottom."""
+    pipeline = ir.passes.PassManager(
+        [
+            LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
+            DropNoOpsPass(),
+            ConstantFoldPass(),
+            FoldBatchNormPass(),
+            FuseBiasAddPass(),
+            MatMulAddToGemmPass(),
+            RemoveUnusedNodesPass(),
+            TopologicalSortPass(),
+            ShapeInferencePass(),
+            ConstantFoldPass(),  # shapes now known everywhere: fold shape sub-graphs
+            RemoveUnusedNodesPass(),
+            ShapeInferencePass(),
+            CheckStaticShapesPass(),
+        ],
+        steps=1,
+    )
+    try:
+        return pipeline(model).model
+    except ModelError:
+        raise
+    except ir.passes.PassError as exc:
+        cause = exc.__cause__ or exc
+        if isinstance(cause, ModelError):
+            raise cause from None
+        raise ModelError(f"cannot prepare the model's graph: {cause}") from None
