@@ -1,0 +1,423 @@
+"""The ``intel-vpu`` target: OpenVINO IR (``model.xml`` + ``model.bin``) for Intel VPUs, NPUs and CPUs.
+
+Float models become an IR with FP16-compressed weights (what VPUs need). QDQ models (from
+``edgekit quantize``, uint8 activations) become an INT8 IR: OpenVINO's ONNX frontend turns every
+activation QuantizeLinear/DequantizeLinear pair into a 256-level FakeQuantize, which this target
+checks pair by pair, and the CPU plugin's runtime model must execute the convolutions in u8/i8.
+Layers that stay float are reported in the manifest.
+
+Before writing, the saved IR is compiled on the CPU (f32 inference precision), run on the verify
+samples, and compared with the source ONNX model run on the host; the figures go into the manifest.
+Where an NPU plugin is present the IR is also compiled for it and the blob exported into the bundle.
+
+OpenVINO is imported lazily: importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import tempfile
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, Requirement, write_bundle
+from edgekit.errors import TargetError
+from edgekit.targets.base import (
+    PackageOptions,
+    Problem,
+    Target,
+    compare_outputs,
+    complete_provenance,
+    default_verify_samples,
+    io_specs,
+    register_target,
+    static_dims,
+)
+
+log = logging.getLogger("edgekit")
+
+#: The CPU plugin computes in bf16 on capable CPUs unless told otherwise (~1e-3 drift).
+CPU_F32 = {"INFERENCE_PRECISION_HINT": "f32"}
+#: Runtime-model layer types that do arithmetic worth reporting (not data movement or constants).
+_BOOKKEEPING_LAYERS = frozenset(
+    {"Input", "Output", "Const", "Reorder", "Reshape", "Transpose", "Concatenation"}
+)
+_COMPUTE_LAYERS = frozenset({"Convolution", "FullyConnected", "MatMul", "Deconvolution", "GroupConvolution"})
+_INT_PRECISIONS = frozenset({"u8", "i8"})
+NPU_BLOB = "model.npu.blob"
+
+
+@dataclass(frozen=True)
+class IntelVpuOptions:
+    """Options of the ``intel-vpu`` target.
+
+    ``fp16_tolerance``: the largest error of the fp16 IR against the fp32 ONNX model, relative to the
+    output's value range. ``int8_tolerance``: the same for the INT8 IR against the QDQ model.
+    ``compile_npu``: compile and export a blob when an NPU plugin is present.
+    """
+
+    compress_to_fp16: bool = True
+    fp16_tolerance: float = 1e-2
+    int8_tolerance: float = 2e-2
+    compile_npu: bool = True
+
+
+@dataclass(frozen=True)
+class _Converted:
+    xml: Path
+    bin: Path
+    ov_model: Any  # openvino.Model, read back from the saved IR
+
+
+def _ov():
+    import openvino
+
+    return openvino
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for line in lines:  # OpenVINO puts the useful part after a "Check ... failed at" header
+        if "No conversion rule" in line or "is not supported" in line:
+            return line.lstrip("- ")
+    return lines[-1] if lines else type(exc).__name__
+
+
+@register_target
+class IntelVpuTarget(Target):
+    name = "intel-vpu"
+    runtime = "openvino"
+    activation_dtype = "uint8"
+    description = "Intel VPU/NPU (and CPU) via OpenVINO IR: FP16 weights for float models, INT8 from QDQ"
+    device_hints = ("NPU", "MYRIAD", "CPU")
+    options_type = IntelVpuOptions
+
+    # ------------------------------------------------------------------------------------------ check
+
+    def check(self, model: ir.Model) -> list[Problem]:
+        problems = _static_input_problems(model)
+        problems += _activation_dtype_problems(model)
+        if problems and any(p.severity == "error" for p in problems):
+            return problems
+        ov = _ov()
+        with tempfile.TemporaryDirectory(prefix="edgekit-ov-") as tmp:
+            path = _write_onnx(model, Path(tmp))
+            frontend = ov.frontend.FrontEndManager().load_by_framework("onnx")
+            try:
+                partial = frontend.convert_partially(frontend.load(str(path)))
+            except Exception as exc:
+                return [
+                    *problems,
+                    Problem("error", None, None, f"OpenVINO cannot read the model: {_first_line(exc)}"),
+                ]
+        names = _onnx_node_names(model)
+        unconverted = [op for op in partial.get_ordered_ops() if "FrameworkNode" in op.get_type_name()]
+        for op in unconverted:
+            attrs = op.get_attributes()
+            op_type = attrs.get("ONNX_META_type", op.get_type_name())
+            domain = attrs.get("ONNX_META_domain", "")
+            shown = f"{domain}.{op_type}" if domain else op_type
+            node = names.get(op.get_friendly_name(), op.get_friendly_name())
+            problems.append(
+                Problem("error", op_type, node, f"OpenVINO's ONNX frontend has no conversion for {shown}")
+            )
+        if unconverted:
+            return problems
+        supported = _ov().Core().query_model(partial, "CPU")
+        for op in partial.get_ordered_ops():
+            if op.get_friendly_name() not in supported and op.get_type_name() not in ("Parameter", "Result"):
+                node = names.get(op.get_friendly_name(), op.get_friendly_name())
+                problems.append(
+                    Problem(
+                        "error",
+                        op.get_type_name(),
+                        node,
+                        "the OpenVINO CPU plugin cannot execute it (query_model)",
+                    )
+                )
+        for out in partial.outputs:
+            if not out.get_partial_shape().is_static:
+                problems.append(
+                    Problem(
+                        "error",
+                        None,
+                        out.get_any_name(),
+                        f"output has a dynamic shape {out.get_partial_shape()}; VPUs and NPUs need static shapes",
+                    )
+                )
+        return problems
+
+    # ---------------------------------------------------------------------------------------- package
+
+    def package(self, model: ir.Model, out_dir: Path, options: PackageOptions) -> Path:
+        from edgekit.model import is_quantized, to_proto
+
+        opts: IntelVpuOptions = self.target_options(options)
+        hint = self.check_device_hint(options.device_hint)
+        self.raise_on_errors(self.check(model))
+        quantized = is_quantized(model)
+        proto = to_proto(model)
+        samples = tuple(options.verify_samples) or default_verify_samples(model)
+        ov = _ov()
+        core = ov.Core()
+        with tempfile.TemporaryDirectory(prefix="edgekit-ir-") as tmp:
+            converted = _convert(proto, Path(tmp), compress=opts.compress_to_fp16 and not quantized)
+            report: dict[str, Any] = {
+                "precision": "int8" if quantized else ("fp16" if opts.compress_to_fp16 else "fp32")
+            }
+            compiled = _compile_cpu(core, converted.ov_model)
+            if quantized:
+                report["int8"] = _check_int8(proto, converted.ov_model, compiled)
+            tolerance = opts.int8_tolerance if quantized else opts.fp16_tolerance
+            report.update(_verify(proto, compiled, samples, tolerance))
+            files: dict[str, bytes | Path] = {"model.xml": converted.xml, "model.bin": converted.bin}
+            roles = {"model.bin": "weights"}
+            report["npu"] = _npu_blob(core, converted.ov_model, opts, files, roles)
+            log.info("intel-vpu: %s", report["npu"]["note"])
+            inputs, outputs = io_specs(model, layout="NCHW")
+            manifest = Manifest(
+                format_version=FORMAT_VERSION,
+                target=self.name,
+                runtime=self.runtime,
+                model_files=(),
+                requirements=(Requirement("openvino", _openvino_min_version(ov.get_version())),),
+                inputs=inputs,
+                outputs=outputs,
+                preprocessing=dict(options.preprocessing),
+                provenance=complete_provenance(model, options.provenance),
+                verification=report,
+                device_hint=hint,
+            )
+            return write_bundle(out_dir, manifest, files, archive=options.archive, roles=roles)
+
+
+# ---------------------------------------------------------------------------------------------------
+# checks
+
+
+def _static_input_problems(model: ir.Model) -> list[Problem]:
+    problems = []
+    for value in model.graph.inputs:
+        if static_dims(value) is None:
+            problems.append(
+                Problem(
+                    "error",
+                    None,
+                    value.name,
+                    f"input has a dynamic shape {value.shape}; VPUs and NPUs need static shapes "
+                    f"(pass --input-shape {value.name}=D0,D1,...)",
+                )
+            )
+    return problems
+
+
+def _activation_dtype_problems(model: ir.Model) -> list[Problem]:
+    """QDQ activations in int8: OpenVINO's int8 path expects uint8 activations (SqueezeNet lost 12 pp)."""
+    for node in model.graph:
+        if node.op_type != "QuantizeLinear" or len(node.inputs) < 3 or node.inputs[2] is None:
+            continue
+        if node.inputs[2].dtype == ir.DataType.INT8:
+            return [
+                Problem(
+                    "warning",
+                    "QuantizeLinear",
+                    node.name,
+                    "activations are quantized to int8; OpenVINO's int8 kernels expect uint8 activations "
+                    "(quantize with activations=uint8 for intel-vpu)",
+                )
+            ]
+    return []
+
+
+def _onnx_node_names(model: ir.Model) -> dict[str, str]:
+    """OpenVINO friendly names (ONNX node names or first output names) -> ONNX node names."""
+    names: dict[str, str] = {}
+    for node in model.graph:
+        label = node.name or (node.outputs[0].name if node.outputs else "") or ""
+        for out in node.outputs:
+            if out.name:
+                names[out.name] = label
+        if node.name:
+            names[node.name] = label
+    return names
+
+
+def _activation_qdq_outputs(proto: onnx.ModelProto) -> list[str]:
+    """Output names of every DequantizeLinear fed by a QuantizeLinear (an activation Q/DQ pair)."""
+    q_outputs = {n.output[0] for n in proto.graph.node if n.op_type == "QuantizeLinear"}
+    return [
+        n.output[0] for n in proto.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in q_outputs
+    ]
+
+
+def _check_int8(proto: onnx.ModelProto, ov_model: Any, compiled: Any) -> dict[str, Any]:
+    """FakeQuantize(256) where every Q/DQ pair was; u8/i8 convolutions in the CPU runtime model."""
+    fq_outputs: set[str] = set()
+    levels: Counter[int] = Counter()
+    for op in ov_model.get_ordered_ops():
+        if op.get_type_name() == "FakeQuantize":
+            levels[int(op.get_attributes()["levels"])] += 1
+            fq_outputs.update(op.output(0).get_names())
+    pairs = _activation_qdq_outputs(proto)
+    missing = [name for name in pairs if name not in fq_outputs]
+    if missing:
+        raise TargetError(
+            f"intel-vpu: {len(missing)} of {len(pairs)} Q/DQ pairs did not become a FakeQuantize "
+            f"(first: {missing[0]!r}); the INT8 IR would not be quantized there"
+        )
+    if set(levels) - {256}:
+        raise TargetError(f"intel-vpu: FakeQuantize with levels {sorted(levels)}; expected 256 only")
+    compute: list[dict[str, str]] = []
+    float_layers: Counter[str] = Counter()
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        rt = op.get_rt_info()
+        layer = rt["layerType"].astype(str)
+        precision = rt["runtimePrecision"].astype(str)
+        if layer in _COMPUTE_LAYERS:
+            compute.append(
+                {
+                    "layer": rt["originalLayersNames"].astype(str).split(",")[0],
+                    "type": layer,
+                    "precision": precision,
+                }
+            )
+        if precision not in _INT_PRECISIONS and layer not in _BOOKKEEPING_LAYERS:
+            float_layers[layer] += 1
+    int8_compute = [c for c in compute if c["precision"] in _INT_PRECISIONS]
+    if compute and not int8_compute:
+        raise TargetError(
+            "intel-vpu: OpenVINO's CPU plugin runs none of the convolutions in u8/i8; the INT8 IR is not int8 "
+            "(quantize with uint8 activations)"
+        )
+    return {
+        "qdq_pairs": len(pairs),
+        "fake_quantize": int(sum(levels.values())),
+        "fake_quantize_levels": sorted(levels),
+        "compute_layers": len(compute),
+        "int8_compute_layers": len(int8_compute),
+        "float_compute_layers": [c["layer"] for c in compute if c["precision"] not in _INT_PRECISIONS],
+        "float_layers": dict(sorted(float_layers.items())),
+        "execution_precisions": dict(Counter(c["precision"] for c in compute)),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------
+# conversion, compilation, verification
+
+
+def _write_onnx(model: ir.Model | onnx.ModelProto, folder: Path) -> Path:
+    proto = model if isinstance(model, onnx.ModelProto) else ir.to_proto(model)
+    path = folder / "source.onnx"
+    path.write_bytes(proto.SerializeToString())
+    return path
+
+
+def _convert(proto: onnx.ModelProto, folder: Path, compress: bool) -> _Converted:
+    ov = _ov()
+    path = _write_onnx(proto, folder)
+    try:
+        ov_model = ov.convert_model(str(path))
+    except Exception as exc:
+        raise TargetError(f"intel-vpu: OpenVINO cannot convert the model: {_first_line(exc)}") from None
+    xml = folder / "model.xml"
+    ov.save_model(ov_model, str(xml), compress_to_fp16=compress)
+    return _Converted(xml=xml, bin=xml.with_suffix(".bin"), ov_model=ov.Core().read_model(str(xml)))
+
+
+def _compile_cpu(core: Any, ov_model: Any) -> Any:
+    try:
+        return core.compile_model(ov_model, "CPU", CPU_F32)
+    except Exception as exc:
+        raise TargetError(
+            f"intel-vpu: the OpenVINO CPU plugin cannot compile the IR: {_first_line(exc)}"
+        ) from None
+
+
+def run_compiled(compiled: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run a compiled OpenVINO model on one sample; outputs by tensor name."""
+    request = compiled.create_infer_request()
+    inputs = {}
+    for port in compiled.inputs:
+        name = next((n for n in port.get_names() if n in feeds), None)
+        if name is None:
+            raise TargetError(f"verification sample lacks input {port.get_any_name()!r}")
+        inputs[port] = np.ascontiguousarray(feeds[name])
+    results = request.infer(inputs)
+    out: dict[str, np.ndarray] = {}
+    for port in compiled.outputs:
+        for name in port.get_names():
+            out[name] = np.array(results[port], copy=True)
+    return out
+
+
+def _verify(
+    proto: onnx.ModelProto, compiled: Any, samples: Sequence[Mapping[str, np.ndarray]], tolerance: float
+) -> dict[str, Any]:
+    from edgekit.runtime import HostRunner
+
+    host = HostRunner(proto)
+    reference = [host.run(s) for s in samples]
+    actual = []
+    for sample in samples:
+        got = run_compiled(compiled, sample)
+        missing = [n for n in host.output_names if n not in got]
+        if missing:
+            raise TargetError(f"intel-vpu: the IR lost the output(s) {missing}")
+        actual.append({n: got[n] for n in host.output_names})
+    figures = compare_outputs(reference, actual)
+    worst = max((o["max_rel_error"] for o in figures["outputs"].values()), default=0.0)
+    if worst > tolerance:
+        raise TargetError(
+            f"intel-vpu: verification failed: the IR differs from the source model by {worst:.3g} of the "
+            f"output range on {len(samples)} sample(s) (tolerance {tolerance:g})"
+        )
+    return {
+        "reference": "source ONNX model on the host (OpenVINO CPU, f32)",
+        "device": "CPU (INFERENCE_PRECISION_HINT f32)",
+        "tolerance": tolerance,
+        "max_rel_error": worst,
+        "passed": True,
+        **figures,
+    }
+
+
+def _npu_blob(
+    core: Any, ov_model: Any, opts: IntelVpuOptions, files: dict[str, bytes | Path], roles: dict[str, str]
+) -> dict[str, Any]:
+    devices = list(core.available_devices)
+    npu = next((d for d in devices if d.startswith("NPU")), None)
+    if npu is None:
+        return {
+            "compiled": False,
+            "note": f"no NPU plugin on this host (devices: {', '.join(devices)}); packaged the IR only",
+        }
+    if not opts.compile_npu:
+        return {
+            "compiled": False,
+            "note": "NPU present; blob export disabled by options; packaged the IR only",
+        }
+    files[NPU_BLOB] = export_blob(core, ov_model, npu)
+    roles[NPU_BLOB] = "compiled"
+    return {"compiled": True, "note": f"compiled for {npu} and exported {NPU_BLOB}", "device": npu}
+
+
+def export_blob(core: Any, ov_model: Any, device: str) -> bytes:
+    """Compile ``ov_model`` for ``device`` and export the compiled blob (``core.import_model`` reads it)."""
+    try:
+        return bytes(core.compile_model(ov_model, device).export_model())
+    except Exception as exc:
+        raise TargetError(f"intel-vpu: compiling for {device} failed: {_first_line(exc)}") from None
+
+
+def _openvino_min_version(full: str) -> str:
+    """``2026.4.1-22982-...`` -> ``2026.4``: IR and blobs are read by this release line or newer."""
+    match = re.match(r"(\d+)\.(\d+)", full)
+    return f"{match.group(1)}.{match.group(2)}" if match else full
