@@ -15,7 +15,7 @@ import math
 import zipfile
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
@@ -539,6 +539,7 @@ class _ImageFolderSource(_Source):
                 f"{where}: cannot tell the image size from input {self.spec.name!r} {_fmt_shape(shape)}; give a size"
             )
         self.size: tuple[int, int] = (int(size[0]), int(size[1]))
+        self.preprocess = replace(pre, size=self.size)  # recorded with the size actually used
         out = (1, pre.channels, *self.size) if pre.layout == "NCHW" else (1, *self.size, pre.channels)
         if not _shape_matches(out, shape) and math.prod(out) != math.prod(shape):
             raise DataError(
@@ -582,7 +583,7 @@ class _ImageFolderSource(_Source):
             yield Sample({self.spec.name: self.decode(path)}, label, name)
 
     def details(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"labels_from": self.labels_from, "size": list(self.size)}
+        out: dict[str, Any] = {"labels_from": self.labels_from}
         if self.classes:
             out["classes"] = len(self.classes)
         return out

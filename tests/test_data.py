@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
+import os
 import tracemalloc
 from pathlib import Path
 
@@ -186,7 +188,8 @@ def test_image_folder_labels_csv_resize_and_normalize(tmp_path: Path) -> None:
         np.testing.assert_allclose(got[0], ref.transpose(2, 0, 1), rtol=1e-6, atol=1e-6)
     info = ds.describe()
     assert info["kind"] == "images" and info["labels_from"] == "labels.csv"
-    assert ImagePreprocess.from_json(info["preprocessing"]) == pre
+    # The size used (the model's, as none was given) is recorded.
+    assert ImagePreprocess.from_json(info["preprocessing"]) == dataclasses.replace(pre, size=(16, 16))
 
 
 def test_labels_csv_without_header(tmp_path: Path) -> None:
@@ -403,3 +406,23 @@ def test_from_json_rejects_unknown_keys_and_bad_text() -> None:
         ImagePreprocess.from_json({"colour": "RGB"})
     with pytest.raises(DataError, match="not valid JSON"):
         ImagePreprocess.from_json("{")
+
+
+@pytest.mark.shared
+@pytest.mark.skipif(
+    os.environ.get("EDGEKIT_SHARED") != "1", reason="needs ../shared; opt in with EDGEKIT_SHARED=1"
+)
+def test_shared_imagenet_sample_with_squeezenet_preprocessing() -> None:
+    import onnxruntime as ort
+
+    shared = Path(__file__).resolve().parents[2] / "shared"
+    session = ort.InferenceSession(
+        str(shared / "models" / "squeezenet1.1-fp32.onnx"), providers=["CPUExecutionProvider"]
+    )
+    pre = ImagePreprocess(color="BGR", mean=(104.0, 117.0, 123.0))  # as in ../shared/README.md
+    ds = open_dataset(
+        shared / "data" / "imagenet-sample-200", [InputSpec("data_0", (1, 3, 224, 224), np.float32)], pre
+    )
+    assert len(ds) == 200 and ds.has_labels
+    correct = sum(int(session.run(None, s.inputs)[0].argmax() == s.label) for s in ds)
+    assert correct / 200 >= 0.55  # the README: roughly 60 % top-1 in fp32 with this preprocessing
