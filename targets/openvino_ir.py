@@ -15,6 +15,7 @@ OpenVINO is imported lazily: importing this module costs nothing.
 
 from __future__ import annotations
 
+import io
 import logging
 import re
 import tempfile
@@ -107,53 +108,8 @@ class IntelVpuTarget(Target):
         problems += _activation_dtype_problems(model)
         if problems and any(p.severity == "error" for p in problems):
             return problems
-        ov = _ov()
         with tempfile.TemporaryDirectory(prefix="edgekit-ov-") as tmp:
-            path = _write_onnx(model, Path(tmp))
-            frontend = ov.frontend.FrontEndManager().load_by_framework("onnx")
-            try:
-                partial = frontend.convert_partially(frontend.load(str(path)))
-            except Exception as exc:
-                return [
-                    *problems,
-                    Problem("error", None, None, f"OpenVINO cannot read the model: {_first_line(exc)}"),
-                ]
-        names = _onnx_node_names(model)
-        unconverted = [op for op in partial.get_ordered_ops() if "FrameworkNode" in op.get_type_name()]
-        for op in unconverted:
-            attrs = op.get_attributes()
-            op_type = attrs.get("ONNX_META_type", op.get_type_name())
-            domain = attrs.get("ONNX_META_domain", "")
-            shown = f"{domain}.{op_type}" if domain else op_type
-            node = names.get(op.get_friendly_name(), op.get_friendly_name())
-            problems.append(
-                Problem("error", op_type, node, f"OpenVINO's ONNX frontend has no conversion for {shown}")
-            )
-        if unconverted:
-            return problems
-        supported = _ov().Core().query_model(partial, "CPU")
-        for op in partial.get_ordered_ops():
-            if op.get_friendly_name() not in supported and op.get_type_name() not in ("Parameter", "Result"):
-                node = names.get(op.get_friendly_name(), op.get_friendly_name())
-                problems.append(
-                    Problem(
-                        "error",
-                        op.get_type_name(),
-                        node,
-                        "the OpenVINO CPU plugin cannot execute it (query_model)",
-                    )
-                )
-        for out in partial.outputs:
-            if not out.get_partial_shape().is_static:
-                problems.append(
-                    Problem(
-                        "error",
-                        None,
-                        out.get_any_name(),
-                        f"output has a dynamic shape {out.get_partial_shape()}; VPUs and NPUs need static shapes",
-                    )
-                )
-        return problems
+            return problems + _openvino_problems(model, _write_onnx(model, Path(tmp)))
 
     # ---------------------------------------------------------------------------------------- package
 
@@ -235,6 +191,44 @@ def _activation_dtype_problems(model: ir.Model) -> list[Problem]:
                 )
             ]
     return []
+
+
+def _openvino_problems(model: ir.Model, path: Path) -> list[Problem]:
+    """Ops OpenVINO's ONNX frontend cannot convert, ops the CPU plugin cannot run, dynamic outputs."""
+    frontend = _ov().frontend.FrontEndManager().load_by_framework("onnx")
+    try:
+        input_model = frontend.load(str(path))  # must outlive the partial model's framework nodes
+        partial = frontend.convert_partially(input_model)
+    except Exception as exc:
+        return [Problem("error", None, None, f"OpenVINO cannot read the model: {_first_line(exc)}")]
+    names = _onnx_node_names(model)
+    problems = []
+    for op in partial.get_ordered_ops():
+        if "FrameworkNode" not in op.get_type_name():
+            continue
+        attrs = op.get_attributes()
+        op_type = attrs.get("ONNX_META_type", op.get_type_name())
+        domain = attrs.get("ONNX_META_domain", "")
+        shown = f"{domain}.{op_type}" if domain else op_type
+        node = names.get(op.get_friendly_name(), op.get_friendly_name())
+        problems.append(
+            Problem("error", op_type, node, f"OpenVINO's ONNX frontend has no conversion for {shown}")
+        )
+    if problems:
+        return problems
+    supported = _ov().Core().query_model(partial, "CPU")
+    for op in partial.get_ordered_ops():
+        if op.get_friendly_name() not in supported and op.get_type_name() not in ("Parameter", "Result"):
+            node = names.get(op.get_friendly_name(), op.get_friendly_name())
+            message = "the OpenVINO CPU plugin cannot execute it (query_model)"
+            problems.append(Problem("error", op.get_type_name(), node, message))
+    for out in partial.outputs:
+        shape = out.get_partial_shape()
+        if not shape.is_static:
+            message = f"output has a dynamic shape {shape}; VPUs and NPUs need static shapes"
+            problems.append(Problem("error", None, out.get_any_name(), message))
+    del partial, input_model
+    return problems
 
 
 def _onnx_node_names(model: ir.Model) -> dict[str, str]:
@@ -412,7 +406,9 @@ def _npu_blob(
 def export_blob(core: Any, ov_model: Any, device: str) -> bytes:
     """Compile ``ov_model`` for ``device`` and export the compiled blob (``core.import_model`` reads it)."""
     try:
-        return bytes(core.compile_model(ov_model, device).export_model())
+        stream = io.BytesIO()
+        core.compile_model(ov_model, device).export_model(stream)
+        return stream.getvalue()
     except Exception as exc:
         raise TargetError(f"intel-vpu: compiling for {device} failed: {_first_line(exc)}") from None
 

@@ -1,0 +1,296 @@
+"""The target registry and the ``intel-vpu`` target (OpenVINO IR), checked against onnxruntime."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime as ort
+import openvino as ov
+import pytest
+from cnn_models import qdq_with_onnxruntime, tiny_cnn, with_unsupported_op
+from edgekit.device_agents.bundle import read_bundle
+from edgekit.errors import TargetError
+from edgekit.model import load_proto
+from edgekit.targets import base
+from edgekit.targets.base import PackageOptions, Problem, Target, get_target, register_target, target_names
+from edgekit.targets.openvino_ir import IntelVpuOptions, IntelVpuTarget, export_blob
+
+
+def prepared(model: onnx.ModelProto) -> ir.Model:
+    """``load_proto`` on a copy (it edits the proto it is given in place)."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return load_proto(copy)
+
+
+def ort_run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x})[0]
+
+
+def ov_compile(bundle_dir: Path):
+    core = ov.Core()
+    return core.compile_model(
+        core.read_model(str(bundle_dir / "model.xml")), "CPU", {"INFERENCE_PRECISION_HINT": "f32"}
+    )
+
+
+def inputs(count: int, seed: int = 42) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((1, 3, 16, 16)).astype(np.float32) for _ in range(count)]
+
+
+@pytest.fixture(scope="module")
+def float_model() -> onnx.ModelProto:
+    return tiny_cnn()
+
+
+@pytest.fixture(scope="module")
+def qdq_model(tmp_path_factory: pytest.TempPathFactory, float_model: onnx.ModelProto) -> onnx.ModelProto:
+    return qdq_with_onnxruntime(float_model, tmp_path_factory.mktemp("qdq"), activations="uint8")
+
+
+@pytest.fixture(scope="module")
+def fp16_bundle(tmp_path_factory: pytest.TempPathFactory, float_model: onnx.ModelProto) -> Path:
+    out = tmp_path_factory.mktemp("fp16") / "bundle"
+    options = PackageOptions(
+        device_hint="myriad",
+        preprocessing={"mean": [0.5]},
+        provenance={"source_sha256": "cd" * 32, "calibration_samples": None},
+    )
+    return get_target("intel-vpu").package(prepared(float_model), out, options)
+
+
+@pytest.fixture(scope="module")
+def int8_bundle(tmp_path_factory: pytest.TempPathFactory, qdq_model: onnx.ModelProto) -> Path:
+    out = tmp_path_factory.mktemp("int8") / "bundle"
+    return get_target("intel-vpu").package(prepared(qdq_model), out, PackageOptions(device_hint="NPU"))
+
+
+# --------------------------------------------------------------------------------------- registry
+
+
+def test_registry_lists_and_builds_targets() -> None:
+    assert "intel-vpu" in target_names()
+    target = get_target("intel-vpu")
+    assert isinstance(target, IntelVpuTarget)
+    assert (target.runtime, target.activation_dtype) == ("openvino", "uint8")
+
+
+def test_unknown_target_names_the_supported_ones() -> None:
+    with pytest.raises(TargetError, match=r"unknown target 'tpu'; supported targets: .*intel-vpu"):
+        get_target("tpu")
+
+
+def test_duplicate_registration_is_rejected() -> None:
+    class Other(Target):
+        name = "intel-vpu"
+        runtime = "openvino"
+        activation_dtype = "uint8"
+
+        def check(self, model: ir.Model) -> list[Problem]:
+            return []
+
+        def package(self, model: ir.Model, out_dir: Path, options: PackageOptions) -> Path:
+            return out_dir
+
+    with pytest.raises(ValueError, match="already registered by IntelVpuTarget"):
+        register_target(Other)
+    assert base._REGISTRY["intel-vpu"] is IntelVpuTarget
+
+
+def test_target_options_and_device_hint_are_validated() -> None:
+    target = get_target("intel-vpu")
+    assert target.target_options(PackageOptions()) == IntelVpuOptions()
+    with pytest.raises(TargetError, match="expects options of type IntelVpuOptions"):
+        target.target_options(PackageOptions(target_options={"fp16": True}))
+    assert target.check_device_hint("npu") == "NPU"
+    with pytest.raises(TargetError, match="does not take --device-hint 'GPU'; accepted: NPU, MYRIAD, CPU"):
+        target.check_device_hint("GPU")
+
+
+# --------------------------------------------------------------------------------------- checks
+
+
+def test_check_accepts_a_plain_cnn(float_model: onnx.ModelProto) -> None:
+    assert get_target("intel-vpu").check(prepared(float_model)) == []
+
+
+def test_check_reports_an_op_openvino_cannot_convert(float_model: onnx.ModelProto) -> None:
+    problems = get_target("intel-vpu").check(prepared(with_unsupported_op(float_model)))
+    assert [(p.severity, p.op_type, p.node) for p in problems] == [("error", "Det", "my_det")]
+    assert "no conversion for Det" in problems[0].message
+
+
+def test_check_reports_dynamic_inputs() -> None:
+    model = ir.from_proto(tiny_cnn(batch="N"))  # not through load_model, which would fix the batch
+    problems = get_target("intel-vpu").check(model)
+    assert len(problems) == 1 and problems[0].node == "x" and "--input-shape x=" in problems[0].message
+
+
+def test_check_warns_about_int8_activations(tmp_path: Path, float_model: onnx.ModelProto) -> None:
+    qdq = qdq_with_onnxruntime(float_model, tmp_path, activations="int8")
+    problems = get_target("intel-vpu").check(prepared(qdq))
+    assert [p.severity for p in problems] == ["warning"]
+    assert "expect uint8 activations" in problems[0].message
+
+
+def test_unsupported_model_fails_packaging_and_leaves_nothing(
+    tmp_path: Path, float_model: onnx.ModelProto
+) -> None:
+    with pytest.raises(TargetError, match=r"cannot take this model: Det 'my_det'"):
+        get_target("intel-vpu").package(
+            prepared(with_unsupported_op(float_model)), tmp_path / "b", PackageOptions()
+        )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failed_verification_leaves_nothing(tmp_path: Path, float_model: onnx.ModelProto) -> None:
+    strict = PackageOptions(target_options=IntelVpuOptions(fp16_tolerance=0.0))  # fp16 weights always differ
+    with pytest.raises(TargetError, match="verification failed"):
+        get_target("intel-vpu").package(prepared(float_model), tmp_path / "b", strict)
+    assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------------------- fp16 IR
+
+
+def test_fp16_ir_weights_are_fp16(fp16_bundle: Path, float_model: onnx.ModelProto) -> None:
+    xml = (fp16_bundle / "model.xml").read_text()
+    assert 'element_type="f16"' in xml
+    weight_bytes = sum(t.ByteSize() for t in float_model.graph.initializer)
+    assert (fp16_bundle / "model.bin").stat().st_size <= 0.6 * weight_bytes
+
+
+def test_fp16_ir_matches_onnx(fp16_bundle: Path, float_model: onnx.ModelProto) -> None:
+    compiled = ov_compile(fp16_bundle)
+    for x in inputs(8):
+        ref = ort_run(float_model, x)
+        got = compiled({"x": x})[compiled.output(0)]
+        assert np.abs(got - ref).max() <= 1e-2 * (ref.max() - ref.min())
+        assert got.argmax() == ref.argmax()
+
+
+def test_fp16_manifest_fields(fp16_bundle: Path) -> None:
+    loaded = read_bundle(fp16_bundle)
+    m = loaded.manifest
+    assert (m.target, m.runtime, m.device_hint) == ("intel-vpu", "openvino", "MYRIAD")
+    assert [(f.path, f.role) for f in m.model_files] == [("model.xml", "model"), ("model.bin", "weights")]
+    assert m.requirements[0].package == "openvino" and m.requirements[0].min_version.count(".") == 1
+    assert [(t.name, t.shape, t.dtype, t.layout) for t in m.inputs] == [
+        ("x", (1, 3, 16, 16), "float32", "NCHW")
+    ]
+    assert [(t.name, t.shape, t.dtype) for t in m.outputs] == [("y", (1, 10), "float32")]
+    assert m.preprocessing == {"mean": [0.5]}
+    assert m.provenance["source_sha256"] == "cd" * 32 and m.provenance["edgekit_version"]
+    v = m.verification
+    assert v["precision"] == "fp16" and v["passed"] is True and v["samples"] == 3
+    assert 0 < v["outputs"]["y"]["max_rel_error"] <= v["tolerance"] == 1e-2
+    if "NPU" not in ov.Core().available_devices:
+        assert v["npu"]["compiled"] is False and "no NPU plugin" in v["npu"]["note"]
+
+
+def test_verify_samples_are_used(tmp_path: Path, float_model: onnx.ModelProto) -> None:
+    samples = tuple({"x": x} for x in inputs(5, seed=7))
+    out = get_target("intel-vpu").package(
+        prepared(float_model), tmp_path / "b", PackageOptions(verify_samples=samples)
+    )
+    assert json.loads((out / "manifest.json").read_text())["verification"]["samples"] == 5
+
+
+def test_archive_bundle(tmp_path: Path, float_model: onnx.ModelProto) -> None:
+    out = get_target("intel-vpu").package(prepared(float_model), tmp_path / "b", PackageOptions(archive=True))
+    assert out == tmp_path / "b.tar.gz"
+    with read_bundle(out) as loaded:
+        assert loaded.primary_path.name == "model.xml" and loaded.path("model.bin").is_file()
+
+
+# --------------------------------------------------------------------------------------- int8 IR
+
+
+def test_int8_ir_has_fake_quantize_where_the_qdq_pairs_were(
+    int8_bundle: Path, qdq_model: onnx.ModelProto
+) -> None:
+    model = ov.Core().read_model(str(int8_bundle / "model.xml"))
+    fq = [op for op in model.get_ordered_ops() if op.get_type_name() == "FakeQuantize"]
+    assert {op.get_attributes()["levels"] for op in fq} == {256}
+    q_outputs = {n.output[0] for n in qdq_model.graph.node if n.op_type == "QuantizeLinear"}
+    pairs = {
+        n.output[0]
+        for n in qdq_model.graph.node
+        if n.op_type == "DequantizeLinear" and n.input[0] in q_outputs
+    }
+    assert pairs and pairs <= set().union(*(op.output(0).get_names() for op in fq))
+    report = read_bundle(int8_bundle).manifest.verification["int8"]
+    assert report["qdq_pairs"] == len(pairs) and report["fake_quantize"] == len(fq)
+
+
+def test_int8_ir_runs_integer_convolutions(int8_bundle: Path) -> None:
+    runtime = ov_compile(int8_bundle).get_runtime_model()
+    precisions = Counter(
+        op.get_rt_info()["runtimePrecision"].astype(str)
+        for op in runtime.get_ordered_ops()
+        if op.get_rt_info()["layerType"].astype(str) in ("Convolution", "FullyConnected")
+    )
+    assert sum(precisions.values()) == 3 and set(precisions) <= {"u8", "i8"}
+    report = read_bundle(int8_bundle).manifest.verification["int8"]
+    assert report["int8_compute_layers"] == 3 and report["float_compute_layers"] == []
+    assert "Softmax" in report["float_layers"]  # what stayed float is reported
+
+
+def test_int8_ir_agrees_with_the_qdq_model(int8_bundle: Path, qdq_model: onnx.ModelProto) -> None:
+    compiled = ov_compile(int8_bundle)
+    out_scale = next(
+        onnx.numpy_helper.to_array(t)
+        for t in qdq_model.graph.initializer
+        if t.name
+        == next(
+            n.input[1] for n in qdq_model.graph.node if n.op_type == "DequantizeLinear" and n.output[0] == "y"
+        )
+    )
+    agree = 0
+    xs = inputs(20)
+    for x in xs:
+        ref = ort_run(qdq_model, x)
+        got = compiled({"x": x})[compiled.output(0)]
+        assert np.abs(got - ref).max() <= 3 * float(out_scale) + 1e-6  # within 3 output quantization steps
+        agree += int(got.argmax() == ref.argmax())
+    assert agree >= 19
+    v = read_bundle(int8_bundle).manifest.verification
+    assert (
+        v["precision"] == "int8"
+        and v["passed"] is True
+        and v["tolerance"] == IntelVpuOptions().int8_tolerance
+    )
+
+
+def test_int8_bin_is_smaller_than_fp16(int8_bundle: Path, fp16_bundle: Path) -> None:
+    assert (int8_bundle / "model.bin").stat().st_size < (fp16_bundle / "model.bin").stat().st_size
+
+
+# --------------------------------------------------------------------------------------- NPU blob path
+
+
+def test_exported_blob_imports_and_runs(fp16_bundle: Path) -> None:
+    """The NPU code path (compile + export) exercised on the CPU plugin, the device this host has."""
+    core = ov.Core()
+    model = core.read_model(str(fp16_bundle / "model.xml"))
+    blob = export_blob(core, model, "CPU")
+    assert len(blob) > 0
+    imported = core.import_model(blob, "CPU")
+    direct = core.compile_model(model, "CPU")
+    x = inputs(1)[0]
+    np.testing.assert_allclose(
+        imported({"x": x})[imported.output(0)], direct({"x": x})[direct.output(0)], rtol=1e-5
+    )
+
+
+def test_options_dataclass_is_frozen() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        IntelVpuOptions().fp16_tolerance = 1.0  # type: ignore[misc]
