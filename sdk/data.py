@@ -144,6 +144,33 @@ class InputSpec:
         object.__setattr__(self, "dtype", np.dtype(self.dtype))
 
 
+def input_specs(model: Any) -> list[InputSpec]:
+    """The inputs of an ``onnx.ModelProto`` or ``onnx_ir.Model`` (initializers excluded); dynamic dims are -1."""
+    import onnx
+    import onnx_ir as ir
+
+    if isinstance(model, onnx.ModelProto):
+        model = ir.from_proto(model)
+    if not isinstance(model, ir.Model):
+        raise TypeError(f"expected an onnx.ModelProto or onnx_ir.Model, got {type(model).__name__}")
+    weights = set(model.graph.initializers)
+    specs = []
+    for value in model.graph.inputs:
+        if value.name in weights:
+            continue
+        if value.dtype is None or value.shape is None:
+            raise DataError(f"model input {value.name!r} has no tensor type or shape")
+        try:
+            dtype = np.dtype(value.dtype.numpy())
+        except TypeError:
+            raise DataError(
+                f"model input {value.name!r} has type {value.dtype.name}, which data cannot feed"
+            ) from None
+        shape = tuple(d if isinstance(d, int) else -1 for d in value.shape)
+        specs.append(InputSpec(value.name, shape, dtype))
+    return specs
+
+
 @dataclass(frozen=True)
 class Sample:
     """One sample: model inputs (batch dim included), its label if the data set has labels, a name."""

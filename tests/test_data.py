@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from edgekit.data import ImagePreprocess, InputSpec, Sample, open_dataset
+from edgekit.data import ImagePreprocess, InputSpec, Sample, input_specs, open_dataset
 from edgekit.errors import DataError
 from PIL import Image
 
@@ -272,6 +272,37 @@ def test_image_folder_is_decoded_one_at_a_time(tmp_path: Path) -> None:
     assert next(it).name == "0.png" and next(it).name == "1.png"  # the broken file is not read yet
     with pytest.raises(DataError, match=r"2\.png: cannot decode image"):
         next(it)
+
+
+def test_input_specs_from_onnx_models(tmp_path: Path) -> None:
+    import onnx_ir as ir
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["a", "w"], ["y"]),
+            helper.make_node("Cast", ["ids"], ["c"], to=TensorProto.FLOAT),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("a", TensorProto.FLOAT, ["batch", 4]),
+            helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 3]),
+            helper.make_tensor_value_info("w", TensorProto.FLOAT, [4]),  # an initializer listed as an input
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("c", TensorProto.FLOAT, None),
+        ],
+        [numpy_helper.from_array(np.ones(4, np.float32), "w")],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    expected = [InputSpec("a", (-1, 4), np.float32), InputSpec("ids", (1, 3), np.int64)]
+    assert input_specs(proto) == expected
+    assert input_specs(ir.from_proto(proto)) == expected
+    # A dynamic batch dim accepts per-sample arrays with or without it.
+    np.savez(tmp_path / "d.npz", a=np.ones((2, 4)), ids=np.zeros((2, 1, 3), np.int32))
+    sample = next(iter(open_dataset(tmp_path / "d.npz", input_specs(proto))))
+    assert sample.inputs["a"].shape == (1, 4) and sample.inputs["ids"].dtype == np.int64
 
 
 def test_preprocess_json_round_trip() -> None:
