@@ -47,6 +47,12 @@ class VersionMismatch(AgentError):
     code = "version_mismatch"
 
 
+class InputError(AgentError):
+    """Host-side: arguments to the client that cannot be sent (wrong shapes, dtypes, missing files)."""
+
+    code = "input_error"
+
+
 class RemoteError(AgentError):
     """A typed error the agent reported for one request (it keeps serving afterwards).
 

@@ -1,0 +1,298 @@
+"""Byte links (TCP socket, serial port, pty file descriptor) and the sender-side reliability layer.
+
+A :class:`Link` moves bytes and nothing else: ``write(data)``, ``read(timeout) -> bytes`` (``b""``
+when nothing arrived in time) and ``close()``; a closed or failed link raises :class:`LinkError`.
+``byte_time`` is the seconds one byte takes on the wire (``10 / baud`` for 8N1 serial, 0 for TCP)
+so that timeouts grow with frame sizes on slow lines.
+
+:class:`Requester` is the host side of the request/reply exchange (stop-and-wait, one request in
+flight): it sends a request frame and waits for ACK, RESULT or ERROR with the request's seq. With no
+answer within ``ack_timeout`` plus the frame's transmission time it retransmits the frame; once
+acked, it polls with a small POLL frame instead, so a long request (BENCH, LOAD) only costs a few
+bytes of liveness checks and a lost reply is fetched again from the agent's cache. After
+``retries`` unanswered transmissions in a row it raises :class:`LinkTimeout`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import select
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import LinkError, LinkTimeout, ProtocolError, VersionMismatch, from_code
+from .protocol import (
+    DEFAULT_MAX_PAYLOAD,
+    PROTOCOL_VERSION,
+    Frame,
+    FrameDecoder,
+    MsgType,
+    decode_message,
+    encode_frame,
+    encode_message,
+)
+
+READ_SIZE = 256 * 1024
+
+
+class Link:
+    """A bidirectional byte stream."""
+
+    byte_time: float = 0.0
+    description: str = "link"
+
+    def write(self, data: bytes) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def read(self, timeout: float) -> bytes:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def close(self) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class SocketLink(Link):
+    def __init__(self, sock: socket.socket, description: str = "tcp"):
+        self.sock = sock
+        self.description = description
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    @classmethod
+    def connect(cls, host: str, port: int, timeout: float) -> SocketLink:
+        try:
+            sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError as exc:
+            raise LinkError(f"cannot connect to tcp://{host}:{port}: {exc.strerror or exc}") from None
+        return cls(sock, f"tcp://{host}:{port}")
+
+    def write(self, data: bytes) -> None:
+        try:
+            self.sock.settimeout(None)
+            self.sock.sendall(data)
+        except OSError as exc:
+            raise LinkError(f"{self.description}: send failed: {exc.strerror or exc}") from None
+
+    def read(self, timeout: float) -> bytes:
+        try:
+            self.sock.settimeout(max(timeout, 0.0))
+            data = self.sock.recv(READ_SIZE)
+        except (socket.timeout, BlockingIOError):  # noqa: UP041 - Python 3.9
+            return b""
+        except OSError as exc:
+            raise LinkError(f"{self.description}: receive failed: {exc.strerror or exc}") from None
+        if not data:
+            raise LinkError(f"{self.description}: connection closed by the peer")
+        return data
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+class FdLink(Link):
+    """A raw file descriptor, e.g. the master side of a pseudo-terminal pair."""
+
+    def __init__(self, fd: int, description: str = "pty", byte_time: float = 0.0, owns_fd: bool = True):
+        self.fd = fd
+        self.description = description
+        self.byte_time = byte_time
+        self.owns_fd = owns_fd
+        self._closed = False
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        try:
+            while view:
+                _, writable, _ = select.select([], [self.fd], [], 30.0)
+                if not writable:
+                    raise LinkError(f"{self.description}: write stalled for 30 s")
+                n = os.write(self.fd, view)
+                view = view[n:]
+        except (OSError, ValueError) as exc:
+            raise LinkError(f"{self.description}: write failed: {exc}") from None
+
+    def read(self, timeout: float) -> bytes:
+        try:
+            readable, _, _ = select.select([self.fd], [], [], max(timeout, 0.0))
+            if not readable:
+                return b""
+            data = os.read(self.fd, READ_SIZE)
+        except (OSError, ValueError) as exc:
+            raise LinkError(f"{self.description}: closed ({exc})") from None
+        if not data:
+            raise LinkError(f"{self.description}: closed by the peer")
+        return data
+
+    def close(self) -> None:
+        if self.owns_fd and not self._closed:
+            self._closed = True
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+
+
+class SerialLink(Link):
+    """A serial port through pyserial (imported here, only when a serial link is used).
+
+    pyserial discards pending input when it opens a port, so whatever the peer sent before is lost:
+    the requester's retransmitted HELLO is the handshake that gets both ends in step.
+    """
+
+    def __init__(self, device: str, baud: int):
+        try:
+            import serial
+        except ImportError:
+            raise LinkError("serial links need pyserial: pip install pyserial") from None
+        self.description = f"serial://{device}?baud={baud}"
+        self.byte_time = 10.0 / baud
+        try:
+            self.port = serial.Serial(device, baudrate=baud, timeout=0, write_timeout=None)
+        except (serial.SerialException, OSError, ValueError) as exc:
+            raise LinkError(f"cannot open serial port {device}: {exc}") from None
+        self._serial_error: Any = serial.SerialException
+
+    def write(self, data: bytes) -> None:
+        try:
+            self.port.write(data)
+        except (self._serial_error, OSError) as exc:
+            raise LinkError(f"{self.description}: write failed: {exc}") from None
+
+    def read(self, timeout: float) -> bytes:
+        try:
+            fileno = self.port.fileno()
+            readable, _, _ = select.select([fileno], [], [], max(timeout, 0.0))
+            if not readable:
+                return b""
+            data = self.port.read(max(self.port.in_waiting, 1))
+        except (self._serial_error, OSError, ValueError) as exc:
+            raise LinkError(f"{self.description}: read failed: {exc}") from None
+        return bytes(data)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.port.close()
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Sender-side timing: wait ``ack_timeout`` s (plus the frame's transmission time) for an answer,
+    retransmit up to ``retries`` times in a row, then give up with LinkTimeout."""
+
+    ack_timeout: float = 1.0
+    retries: int = 8
+
+
+@dataclass(frozen=True)
+class Reply:
+    header: dict[str, Any]
+    blobs: list[memoryview]
+
+
+class Requester:
+    """Host side of the exchange: one request in flight, ack + retransmission + timeouts."""
+
+    def __init__(self, link: Link, policy: RetryPolicy, max_payload: int = DEFAULT_MAX_PAYLOAD):
+        self.link = link
+        self.policy = policy
+        self.decoder = FrameDecoder(max_payload=max_payload + 64 * 1024)
+        self.seq = random.getrandbits(32)
+        self.retransmissions = 0
+
+    def next_seq(self) -> int:
+        self.seq = (self.seq + 1) & 0xFFFFFFFF
+        return self.seq
+
+    def call(
+        self,
+        msg_type: MsgType,
+        header: dict[str, Any] | None = None,
+        payload: bytes | None = None,
+        *,
+        ack_timeout: float | None = None,
+        retries: int | None = None,
+    ) -> Reply:
+        """Send one request and return its RESULT; an ERROR reply raises the matching AgentError."""
+        if payload is None:
+            payload = encode_message(header or {})
+        seq = self.next_seq()
+        frame = encode_frame(msg_type, seq, payload)
+        poll = encode_frame(MsgType.POLL, seq)
+        base = self.policy.ack_timeout if ack_timeout is None else ack_timeout
+        max_misses = self.policy.retries if retries is None else retries
+        what = MsgType(msg_type).name
+        acked = False
+        misses = 0
+        self.link.write(frame)
+        wait = base + 1.2 * len(frame) * self.link.byte_time
+        deadline = time.monotonic() + wait
+        while True:
+            remaining = deadline - time.monotonic()
+            data = self.link.read(remaining) if remaining > 0 else b""
+            if data:
+                # bytes arriving show the line is alive (a long reply may be streaming in)
+                deadline = max(deadline, time.monotonic() + base + len(data) * self.link.byte_time)
+                for reply in self.decoder.feed(data):
+                    result = self._handle(reply, seq, what)
+                    if result is None:
+                        continue
+                    if result == "ack":
+                        acked, misses = True, 0
+                        deadline = time.monotonic() + base
+                    elif result == "nack":
+                        acked = False
+                        deadline = time.monotonic()  # resend the full request now
+                    else:
+                        return result
+                continue
+            if time.monotonic() < deadline:
+                continue
+            misses += 1
+            if misses > max_misses:
+                raise LinkTimeout(
+                    f"{self.link.description}: no answer to {what} after {misses} attempts "
+                    f"({'acknowledged, then silent' if acked else 'never acknowledged'})"
+                )
+            self.retransmissions += 1
+            out = poll if acked else frame
+            self.link.write(out)
+            deadline = time.monotonic() + base + 1.2 * len(out) * self.link.byte_time
+
+    def _handle(self, frame: Frame, seq: int, what: str) -> Reply | str | None:
+        if frame.version != PROTOCOL_VERSION:
+            raise VersionMismatch(
+                f"the agent speaks protocol version {frame.version}, this host speaks {PROTOCOL_VERSION}; "
+                "use an agent built by the same edgekit (edgekit agent build)"
+            )
+        if frame.seq != seq:
+            return None  # stale reply or echo of an earlier exchange
+        if frame.type == MsgType.ACK:
+            return "ack"
+        if frame.type == MsgType.NACK:
+            return "nack"
+        if frame.type not in (MsgType.RESULT, MsgType.ERROR):
+            return None
+        header, blobs = decode_message(frame.payload)
+        if frame.type == MsgType.ERROR:
+            code = header.get("code", "agent_error")
+            message = header.get("message", "unknown error")
+            raise from_code(str(code), f"{what}: {message}")
+        return Reply(header, blobs)
+
+
+__all__ = [
+    "FdLink",
+    "Link",
+    "LinkError",
+    "ProtocolError",
+    "Reply",
+    "Requester",
+    "RetryPolicy",
+    "SerialLink",
+    "SocketLink",
+]
