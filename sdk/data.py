@@ -15,6 +15,7 @@ import math
 import zipfile
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import closing
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
@@ -655,11 +656,17 @@ class Dataset:
         remaining = len(self)
         if remaining == 0:
             return
-        for sample in self._source.samples():
-            yield sample
-            remaining -= 1
-            if remaining == 0:
-                return
+        with closing(self._source.samples()) as samples:
+            for sample in samples:
+                for name, array in sample.inputs.items():
+                    if array.dtype.kind == "f" and not np.isfinite(array).all():
+                        raise DataError(
+                            f"{self.path}: sample {sample.name} input {name!r} contains NaN or infinity"
+                        )
+                yield sample
+                remaining -= 1
+                if remaining == 0:
+                    return
 
     @property
     def has_labels(self) -> bool:

@@ -382,6 +382,16 @@ def test_labels_count_mismatch_and_bad_labels(tmp_path: Path) -> None:
     assert "different sample counts" in msg
 
 
+def test_non_finite_values_name_the_sample(tmp_path: Path) -> None:
+    x = np.zeros((4, 1, 8, 8), np.float32)
+    x[2, 0, 3, 3] = np.nan
+    np.save(tmp_path / "n.npy", x)
+    ds = open_dataset(tmp_path / "n.npy", [DIGIT])
+    assert len(list(open_dataset(tmp_path / "n.npy", [DIGIT], limit=2))) == 2
+    with pytest.raises(DataError, match=r"sample n\.npy\[2\] input 'x' contains NaN or infinity"):
+        list(ds)
+
+
 def test_labels_csv_problems(tmp_path: Path) -> None:
     _write_image(tmp_path / "a.png", 16, 16)
     (tmp_path / "labels.csv").write_text("file,label\na.png,1\nmissing.png,2\n")
