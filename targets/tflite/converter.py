@@ -1,0 +1,221 @@
+"""ONNX -> TFLite: translate op by op, then one readable, ordered pipeline of passes.
+
+graph = translate(model)                  # one converter per ONNX op, explicit NCHW<->NHWC transposes
+fold_constant_transposes                  # transposed/reshaped weights become constants
+cancel_transposes                         # sink transposes through layout-agnostic ops, fold pairs
+flatten_into_fully_connected              # NCHW flatten before a dense layer -> permuted weights
+transposes_to_reshapes                    # transposes moving only unit dims are reshapes
+fuse_activations                          # RELU/RELU6 into the preceding conv/fc/add/pool
+quantize_kernels                          # DQ -> op -> Q becomes the integer kernel
+integer_io (nnapi)                        # int8/uint8 graph inputs and outputs
+finalize                                  # dead ops, topological order, I/O names
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+from edgekit.errors import ModelError
+from edgekit.targets.tflite import fusion, layout, quantized, writer
+from edgekit.targets.tflite.context import Context, permute, to_nchw_perm, to_nhwc_perm
+from edgekit.targets.tflite.graph import Graph, Tensor
+from edgekit.targets.tflite.registry import call, lookup
+
+IoDtype = Literal["float32", "int8", "uint8"]
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    """How to convert.
+
+    ``keep_io_layout``: keep ONNX's NCHW layout for image (rank-4) inputs/outputs (one transpose at each
+    edge) instead of NHWC. ``io_dtype``: "float32" keeps float inputs/outputs (QUANTIZE/DEQUANTIZE at the
+    edges of a quantized model); "int8"/"uint8" make them integer (fully integer models only).
+    ``target``: the target name used in messages.
+    """
+
+    keep_io_layout: bool = False
+    io_dtype: IoDtype = "float32"
+    target: str = "arm-cpu"
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """A model input or output as the .tflite file has it."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    layout: str | None  # "NHWC" / "NCHW" for image tensors
+    onnx_to_tflite_perm: tuple[int, ...] | None  # transpose the ONNX tensor by this to get the TFLite one
+    scale: float | None = None
+    zero_point: int | None = None
+
+    def to_tflite(self, array: np.ndarray) -> np.ndarray:
+        return np.transpose(array, self.onnx_to_tflite_perm) if self.onnx_to_tflite_perm else array
+
+    def to_onnx(self, array: np.ndarray) -> np.ndarray:
+        if not self.onnx_to_tflite_perm:
+            return array
+        return np.transpose(array, np.argsort(self.onnx_to_tflite_perm))
+
+
+@dataclass
+class ConversionResult:
+    data: bytes
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+    op_counts: dict[str, int]
+    notes: list[str] = field(default_factory=list)
+    float_ops: list[str] = field(default_factory=list)  # ops that stayed float in a quantized model
+
+    def save(self, path) -> None:
+        writer.write(self.data, path)
+
+
+Pass = Callable[[Graph], Graph]
+
+
+def _pipeline(options: ConvertOptions) -> list[Pass]:
+    return [
+        layout.fold_constant_transposes,
+        layout.cancel_transposes,
+        fusion.flatten_into_fully_connected,
+        layout.transposes_to_reshapes,
+        fusion.fuse_activations,
+        quantized.quantize_kernels,
+        quantized.integer_io(options.io_dtype, options.target),
+        finalize,
+    ]
+
+
+def convert(
+    model: ir.Model | onnx.ModelProto, options: ConvertOptions = ConvertOptions()
+) -> ConversionResult:
+    """Convert an ONNX model (static shapes, opset >= 7) to a TFLite flatbuffer."""
+    if isinstance(model, onnx.ModelProto):
+        model = ir.from_proto(model)
+    graph = translate(model, options)
+    for run in _pipeline(options):
+        graph = run(graph)
+    data = writer.serialize(graph)
+    return ConversionResult(
+        data=data,
+        inputs=[_info(graph, t) for t in graph.inputs],
+        outputs=[_info(graph, t) for t in graph.outputs],
+        op_counts=graph.op_counts(),
+        notes=list(graph.notes),
+        float_ops=quantized.float_ops(graph),
+    )
+
+
+def _info(graph: Graph, t: Tensor) -> TensorInfo:
+    perm = graph.io_perms.get(t.name)
+    layout_name = None if perm is None and t.rank != 4 else ("NHWC" if perm else "NCHW")
+    q = t.quant
+    return TensorInfo(
+        name=t.name,
+        shape=t.shape,
+        dtype=str(t.dtype),
+        layout=layout_name,
+        onnx_to_tflite_perm=perm,
+        scale=float(q.scale[0]) if q is not None else None,
+        zero_point=int(q.zero_point[0]) if q is not None else None,
+    )
+
+
+# -- translation -----------------------------------------------------------------------------------
+def translate(model: ir.Model, options: ConvertOptions) -> Graph:
+    """One converter per ONNX node; ONNX layouts inside, explicit transposes at NHWC kernels."""
+    opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 0))
+    graph = Graph()
+    ctx = Context(graph, opset, options.target)
+    onnx_graph = model.graph
+    initializers = set(onnx_graph.initializers)
+    for value in onnx_graph.inputs:
+        if value.name in initializers:
+            continue
+        shape = ctx.shape(value)
+        dtype = value.dtype.numpy() if value.dtype is not None else np.float32
+        if len(shape) == 4 and not options.keep_io_layout and dtype == np.float32:
+            perm = to_nhwc_perm(4)
+            t = graph.tensor(value.name, permute(shape, perm), dtype)
+            graph.io_perms[t.name] = perm
+            graph.inputs.append(t)
+            ctx.bind(value, ctx.transpose(t, to_nchw_perm(4)))
+        else:
+            t = graph.tensor(value.name, shape, dtype)
+            graph.inputs.append(t)
+            ctx.bind(value, t)
+    for node in onnx_graph:
+        ctx.node = node
+        if not _fold(ctx, node):
+            call(lookup(node, opset, options.target), ctx, node, options.target)
+    ctx.node = None
+    for value in onnx_graph.outputs:
+        if ctx.is_const(value) and value.name not in {t.name for t in graph.inputs}:
+            raise ModelError(f"output {value.name!r} is a constant; TFLite models cannot output constants")
+        t = ctx.tensor(value)
+        if t.rank == 4 and not options.keep_io_layout and t.dtype == np.float32:
+            perm = to_nhwc_perm(4)
+            t = ctx.transpose(t, perm)
+            graph.io_perms[value.name] = perm
+        graph.outputs.append(t)
+        graph.output_names.append(value.name)
+    return graph
+
+
+def _fold(ctx: Context, node: ir.Node) -> bool:
+    """Evaluate nodes whose inputs are all constants (shape sub-graphs, Constant nodes)."""
+    if node.domain not in ("", "ai.onnx") or node.op_type == "DequantizeLinear":
+        return False
+    if node.op_type == "Shape":
+        shape = ctx.shape(node.inputs[0])
+        start = node.attributes.get_int("start", 0)
+        end = node.attributes.get_int("end", len(shape))
+        ctx.set_const(node.outputs[0], np.asarray(shape[start:end], dtype=np.int64))
+        return True
+    if node.op_type == "Size":
+        ctx.set_const(node.outputs[0], np.asarray(int(np.prod(ctx.shape(node.inputs[0]))), dtype=np.int64))
+        return True
+    inputs = [v for v in node.inputs if v is not None and v.name]
+    if not all(ctx.is_const(v) for v in inputs):
+        return False
+    from onnx.reference import ReferenceEvaluator
+
+    proto = ir.serde.serialize_node(node)
+    evaluator = ReferenceEvaluator(proto, opsets={"": ctx.opset})
+    results = evaluator.run(None, {v.name: ctx.const(v) for v in inputs})
+    for value, result in zip(node.outputs, results, strict=False):
+        ctx.set_const(value, np.asarray(result))
+    return True
+
+
+# -- the last pass ---------------------------------------------------------------------------------
+def finalize(graph: Graph) -> Graph:
+    """Drop dead ops, order the ops, give the outputs their ONNX names."""
+    graph.remove_dead()
+    graph.toposort()
+    for t in graph.outputs:
+        if t.is_const:
+            raise ModelError(f"output {t.name!r} folds to a constant; TFLite models cannot output constants")
+    taken = {}
+    for op in graph.ops:
+        for t in [*op.inputs, *op.outputs]:
+            if t is not None:
+                taken[t.name] = t
+    for t, name in zip(graph.outputs, graph.output_names, strict=True):
+        other = taken.get(name)
+        if other is not None and other is not t:
+            other.name = graph.unique_name(name + "_internal")
+            taken[other.name] = other
+        if t.name != name:
+            taken.pop(t.name, None)
+            t.name = name
+            taken[name] = t
+    return graph

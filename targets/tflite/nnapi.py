@@ -1,0 +1,599 @@
+"""Would the TFLite NNAPI delegate take each operator of a .tflite model, and in how many partitions?
+
+``check_nnapi(tflite_bytes, feature_level)`` applies the delegate's per-op rules (``nnapi_ops``) to
+every operator of the primary subgraph, then partitions the graph the way TFLite does for a delegate
+(``PartitionGraphIntoIndependentNodeSubsets`` in ``tensorflow/lite/graph_info.cc``, greedy mode, as
+``PreviewDelegatePartitioning`` uses it) and keeps the ``max_delegated_partitions`` largest delegated
+partitions (``StatefulNnApiDelegate::LimitDelegatedPartitions``; the delegate's default is 3).
+
+Feature levels follow Android's NNAPI numbering: 1 = Android API 27 (NNAPI 1.0), 2 = API 28 (1.1),
+3 = API 29 (1.2), 4 = API 30 (1.3), 5 = API 31, 6 = API 33, 7 = API 34, 8 = API 35. See docs/nnapi.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from edgekit.errors import ModelError, TargetError
+
+FEATURE_LEVELS: dict[int, tuple[int, str]] = {
+    1: (27, "NNAPI 1.0"),
+    2: (28, "NNAPI 1.1"),
+    3: (29, "NNAPI 1.2"),
+    4: (30, "NNAPI 1.3"),
+    5: (31, "feature level 5"),
+    6: (33, "feature level 6"),
+    7: (34, "feature level 7"),
+    8: (35, "feature level 8"),
+}
+DEFAULT_FEATURE_LEVEL = 4
+DEFAULT_MAX_PARTITIONS = 3  # StatefulNnApiDelegate::Options::max_number_delegated_partitions
+
+_FLOAT_TYPES = ("float32", "float16", "float64", "bfloat16")
+
+
+# --- the model as the rules see it, and the rule registry ---------------------------------------
+
+NNAPI_1_1 = 2  # kMinSdkVersionForNNAPI11, Android API 28
+NNAPI_1_2 = 3  # kMinSdkVersionForNNAPI12, Android API 29
+NNAPI_1_3 = 4  # kMinSdkVersionForNNAPI13, Android API 30
+FEATURE_LEVEL_6 = 6  # kNNAPIRuntimeFeatureLevel6
+FEATURE_LEVEL_7 = 7  # kNNAPIRuntimeFeatureLevel7
+
+FLOAT = ("float32",)
+QUANT8 = ("uint8", "int8")
+FLOAT_OR_QUANT8 = ("float32", "uint8", "int8")
+_NNAPI_TENSOR_TYPES = ("float32", "float16", "uint8", "int8", "int32", "bool", "int16")
+
+
+@dataclass(frozen=True)
+class TensorView:
+    """What the rules need to know about one tensor of the model."""
+
+    index: int
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    signature: tuple[int, ...] | None
+    constant: bool
+    scales: tuple[float, ...] = ()
+    zero_points: tuple[int, ...] = ()
+    axis: int = 0
+    data: np.ndarray | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def per_channel(self) -> bool:
+        return len(self.scales) > 1
+
+    @property
+    def scale(self) -> float:
+        """TFLite's legacy per-tensor scale (0 for per-channel or unquantized tensors)."""
+        return self.scales[0] if len(self.scales) == 1 else 0.0
+
+    @property
+    def zero_point(self) -> int:
+        return self.zero_points[0] if len(self.zero_points) == 1 else 0
+
+    @property
+    def dynamic(self) -> bool:
+        return self.signature is not None and any(d < 0 for d in self.signature)
+
+    def values(self) -> np.ndarray | None:
+        """The constant's values (None for non-constant tensors)."""
+        return None if self.data is None else self.data.reshape(self.shape)
+
+
+@dataclass(frozen=True)
+class OpView:
+    """One operator of the execution plan."""
+
+    index: int
+    name: str
+    version: int
+    inputs: tuple[TensorView | None, ...]  # None: an omitted optional input (-1)
+    outputs: tuple[TensorView, ...]
+    options: object | None = field(default=None, compare=False, repr=False)
+    custom_code: str | None = None
+
+    def input(self, i: int) -> TensorView | None:
+        return self.inputs[i] if i < len(self.inputs) else None
+
+    def opt(self, name: str, default: object = 0) -> object:
+        """A builtin option (the schema default when the op has no options table)."""
+        return default if self.options is None else getattr(self.options, name, default)
+
+
+class Check:
+    """Collects the reasons one op is refused at one feature level."""
+
+    def __init__(self, op: OpView, level: int, rule_name: str = "") -> None:
+        self.op = op
+        self.level = level
+        self.reasons: list[str] = []
+        self.rule_name = rule_name
+
+    def expect(self, condition: bool, reason: str) -> bool:
+        if not condition and reason not in self.reasons:
+            self.reasons.append(reason)
+        return condition
+
+    def max_version(self, highest: int) -> bool:
+        return self.expect(
+            self.op.version <= highest,
+            f"op version {self.op.version} is above {highest}, the highest the delegate maps",
+        )
+
+    def min_level(self, level: int) -> bool:
+        return self.expect(
+            self.level >= level,
+            f"needs NNAPI feature level >= {level}, target is {self.level}",
+        )
+
+    def dtype_in(self, tensor: TensorView | None, allowed: Sequence[str], role: str = "input") -> bool:
+        if tensor is None:
+            return self.expect(False, f"{role} is missing")
+        return self.expect(
+            tensor.dtype in allowed, f"{role} dtype {tensor.dtype} not in [{', '.join(allowed)}]"
+        )
+
+    def input0_in(self, allowed: Sequence[str]) -> bool:
+        return self.dtype_in(self.op.input(0), allowed)
+
+    def constant(self, i: int, what: str) -> bool:
+        tensor = self.op.input(i)
+        return self.expect(tensor is not None and tensor.constant, f"{what} (input {i}) must be constant")
+
+    def ranks_at_most(self, highest: int, inputs: Sequence[int] = (0, 1)) -> bool:
+        ranks = [t.rank for t in (self.op.input(i) for i in inputs) if t is not None]
+        return self.expect(all(r <= highest for r in ranks), f"input rank {max(ranks)} > {highest}")
+
+    def no_activation(self) -> bool:
+        act = self.op.opt("fusedActivationFunction", 0)
+        return self.expect(act == 0, f"fused activation {_ACTIVATIONS.get(act, act)} is not supported here")
+
+
+Rule = Callable[[Check], None]
+RULES: dict[str, Rule] = {}
+
+
+def rule(*op_names: str) -> Callable[[Rule], Rule]:
+    """Register ``fn`` as the rule of the given builtin ops; a second rule for an op is an error."""
+
+    def register(fn: Rule) -> Rule:
+        for name in op_names:
+            if name in RULES:
+                raise ValueError(f"duplicate NNAPI rule for {name}")
+            RULES[name] = fn
+        return fn
+
+    return register
+
+
+_ACTIVATIONS = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
+
+
+def is_hybrid(op: OpView, weights_index: int = 1) -> bool:
+    """Float activations with quantized weights (IsHybridOperator)."""
+    x, w = op.input(0), op.input(weights_index)
+    return x is not None and w is not None and x.dtype == "float32" and w.dtype in QUANT8
+
+
+# --- operand rules: how the delegate builds NNAPI operands (AddOpsAndTensors / AddTensor) ---------
+
+# NeedInt8Conversion: below level 4 the delegate rewrites int8 operands of these ops (when input 0
+# is int8) as TENSOR_QUANT8_ASYMM with zero point + 128. Any other int8 operand becomes
+# TENSOR_QUANT8_SYMM, which NNAPI operations do not accept as data, so building the model fails.
+# fmt: off
+INT8_CONVERTED_OPS = frozenset((
+    "ADD", "ARG_MAX", "ARG_MIN", "AVERAGE_POOL_2D", "BATCH_TO_SPACE_ND", "CONCATENATION", "EQUAL",
+    "EXPAND_DIMS", "GATHER", "GREATER", "GREATER_EQUAL", "HARD_SWISH", "L2_NORMALIZATION", "LEAKY_RELU",
+    "LESS", "LESS_EQUAL", "LOGISTIC", "MAXIMUM", "MAX_POOL_2D", "MEAN", "MINIMUM", "MUL", "NOT_EQUAL",
+    "PAD", "PADV2", "PRELU", "REDUCE_MAX", "REDUCE_MIN", "RELU", "RELU_N1_TO_1", "RELU6",
+    "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR", "RESHAPE", "SLICE", "SOFTMAX", "SPACE_TO_BATCH_ND",
+    "SPACE_TO_DEPTH", "DEPTH_TO_SPACE", "STRIDED_SLICE", "SUB", "TANH", "TILE", "TOPK_V2", "TRANSPOSE",
+))
+# fmt: on
+
+# NNAPI takes TENSOR_QUANT8_SYMM_PER_CHANNEL (feature level >= 3) only as these filters, on this axis
+# (NeuralNetworksTypes.h: CONV_2D and TRANSPOSE_CONV_2D channelDim 0, DEPTHWISE_CONV_2D channelDim 3;
+# FULLY_CONNECTED weights are per-tensor only).
+PER_CHANNEL_FILTERS = {("CONV_2D", 1): 0, ("DEPTHWISE_CONV_2D", 1): 3, ("TRANSPOSE_CONV", 1): 0}
+
+# Inputs the delegate passes as converted scalars instead of NNAPI tensors (int64 allowed there).
+_SCALAR_INPUTS = {("ARG_MAX", 1), ("ARG_MIN", 1), ("FILL", 0), ("FILL", 1)}
+
+
+def _int8_converted(op: OpView) -> bool:
+    x = op.input(2 if op.name == "TRANSPOSE_CONV" else 1 if op.name == "SELECT" else 0)
+    if x is None or x.dtype != "int8":
+        return False
+    if op.name in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"):
+        w = op.input(1)
+        return w is not None and w.dtype in QUANT8 and bool(w.scales)
+    return op.name in INT8_CONVERTED_OPS or op.name in ("TRANSPOSE_CONV", "SELECT")
+
+
+def operand_rules(c: Check) -> None:
+    """Operand checks the delegate does while building the NNAPI model, after ``Validate``."""
+    op = c.op
+    tensors = [(i, t, "input") for i, t in enumerate(op.inputs) if t is not None]
+    tensors += [(i, t, "output") for i, t in enumerate(op.outputs)]
+    # Fused activations are passed to NNAPI as a FuseCode: NONE, RELU, RELU1 or RELU6 only.
+    act = op.opt("fusedActivationFunction", 0)
+    c.expect(act in (0, 1, 2, 3), f"fused activation {_ACTIVATIONS.get(act, act)} has no NNAPI FuseCode")
+    for i, t, role in tensors:
+        if (op.name, i) in _SCALAR_INPUTS and role == "input":
+            continue
+        c.expect(
+            t.dtype in _NNAPI_TENSOR_TYPES, f"{role} '{t.name}' dtype {t.dtype} has no NNAPI operand type"
+        )
+        if t.dtype == "int8" and t.per_channel:
+            axis = PER_CHANNEL_FILTERS.get((op.name, i)) if role == "input" else None
+            if axis is None:
+                c.expect(
+                    False, f"per-channel quantized {role} '{t.name}' is not allowed on {op.name} in NNAPI"
+                )
+            else:
+                c.expect(
+                    t.axis == axis,
+                    f"per-channel weights '{t.name}' on axis {t.axis}, NNAPI needs axis {axis}",
+                )
+                c.expect(c.level >= NNAPI_1_2, "per-channel quantized weights need feature level >= 3")
+                c.expect(not any(t.zero_points), f"per-channel weights '{t.name}' must have zero points 0")
+    if c.level < NNAPI_1_3 and not _int8_converted(op) and not is_hybrid(op) and op.name != "DEQUANTIZE":
+        int8 = [t.name for _, t, _ in tensors if t.dtype == "int8" and not t.per_channel]
+        c.expect(
+            not int8,
+            f"int8 operand '{int8[0] if int8 else ''}' needs TENSOR_QUANT8_ASYMM_SIGNED (feature level >= 4); "
+            f"below it the delegate converts int8 to uint8 only for a fixed list of ops",
+        )
+
+
+# --- the report ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OpDecision:
+    """The delegate's decision for one operator."""
+
+    index: int
+    op: str
+    version: int
+    supported: bool
+    reasons: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+    delegated: bool = False  # in one of the partitions the delegate actually takes
+
+    def to_json(self) -> dict:
+        return {
+            "index": self.index,
+            "op": self.op,
+            "version": self.version,
+            "supported": self.supported,
+            "delegated": self.delegated,
+            "reasons": list(self.reasons),
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class NnapiReport:
+    """Per-op decisions and the partitioning for one model at one feature level."""
+
+    feature_level: int
+    android_api: int
+    ops: tuple[OpDecision, ...]
+    partitions: int  # delegable partitions before the delegate's partition limit
+    delegated_partitions: int  # partitions the delegate takes (at most max_partitions)
+    max_partitions: int
+
+    @property
+    def delegated_ops(self) -> int:
+        return sum(op.delegated for op in self.ops)
+
+    @property
+    def unsupported(self) -> tuple[OpDecision, ...]:
+        return tuple(op for op in self.ops if not op.supported)
+
+    @property
+    def fully_delegated(self) -> bool:
+        return bool(self.ops) and self.delegated_ops == len(self.ops)
+
+    @property
+    def summary(self) -> str:
+        api, name = FEATURE_LEVELS[self.feature_level]
+        head = (
+            f"NNAPI feature level {self.feature_level} (Android API {api}, {name}): "
+            f"{self.delegated_ops}/{len(self.ops)} ops delegated in {self.delegated_partitions} partition(s)"
+        )
+        if self.partitions > self.delegated_partitions:
+            head += f" ({self.partitions} delegable, the delegate takes the {self.max_partitions} largest)"
+        if not self.unsupported:
+            return head
+        kinds = sorted({op.op for op in self.unsupported})
+        return f"{head}; {len(self.unsupported)} op(s) stay on the CPU: {', '.join(kinds)}"
+
+    def to_json(self) -> dict:
+        """The content of ``nnapi_compatibility.json``."""
+        api, name = FEATURE_LEVELS[self.feature_level]
+        return {
+            "feature_level": self.feature_level,
+            "android_api": api,
+            "nnapi": name,
+            "ops": [op.to_json() for op in self.ops],
+            "op_count": len(self.ops),
+            "supported_ops": len(self.ops) - len(self.unsupported),
+            "delegated_ops": self.delegated_ops,
+            "partitions": self.partitions,
+            "delegated_partitions": self.delegated_partitions,
+            "max_delegated_partitions": self.max_partitions,
+            "fully_delegated": self.fully_delegated,
+            "unsupported": [f"#{op.index} {op.op}: {'; '.join(op.reasons)}" for op in self.unsupported],
+            "summary": self.summary,
+        }
+
+
+@dataclass(frozen=True)
+class _Graph:
+    tensors: tuple[TensorView, ...]
+    ops: tuple[OpView, ...]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    op_io: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]  # raw tensor indices per op
+
+
+def check_nnapi(
+    tflite_bytes: bytes,
+    feature_level: int = DEFAULT_FEATURE_LEVEL,
+    *,
+    max_partitions: int = DEFAULT_MAX_PARTITIONS,
+) -> NnapiReport:
+    """Decide, for every operator, whether the TFLite NNAPI delegate takes it, and why not."""
+    if feature_level not in FEATURE_LEVELS:
+        raise TargetError(f"NNAPI feature level must be one of 1..8, got {feature_level}")
+    graph = _parse(tflite_bytes)
+    checks = []
+    for op in graph.ops:
+        rule = _rules().get(op.name)
+        check = Check(op, feature_level)
+        if rule is None:
+            what = f"custom op {op.custom_code!r}" if op.name == "CUSTOM" else op.name
+            check.expect(False, f"{what} is not an operation the NNAPI delegate maps")
+        else:
+            rule(check)
+            operand_rules(check)
+        checks.append(check)
+    supported = [not c.reasons for c in checks]
+    subsets = _partition(graph, supported)
+    delegable = [s for s in subsets if supported[s[0]]]
+    taken = _limit_partitions(delegable, max_partitions)
+    delegated_nodes = {i for s in taken for i in s}
+    if len(taken) < len(delegable):  # the delegate re-partitions the reduced node set
+        taken = [
+            s
+            for s in _partition(graph, [i in delegated_nodes for i in range(len(graph.ops))])
+            if s[0] in delegated_nodes
+        ]
+    decisions = tuple(
+        OpDecision(
+            index=op.index,
+            op=_display_name(op),
+            version=op.version,
+            supported=supported[op.index],
+            reasons=tuple(checks[op.index].reasons),
+            notes=_notes(op),
+            delegated=op.index in delegated_nodes,
+        )
+        for op in graph.ops
+    )
+    return NnapiReport(
+        feature_level=feature_level,
+        android_api=FEATURE_LEVELS[feature_level][0],
+        ops=decisions,
+        partitions=len(delegable),
+        delegated_partitions=len(taken),
+        max_partitions=max_partitions,
+    )
+
+
+def _rules() -> dict[str, Rule]:
+    """The per-op rule table (the rules module registers itself into RULES when imported)."""
+    from edgekit.targets.tflite import nnapi_ops  # noqa: F401 - imported for its registrations
+
+    return RULES
+
+
+def is_fully_integer(tflite_bytes: bytes) -> list[str]:
+    """The places where a float tensor is used between the model's inputs and outputs (empty: none)."""
+    graph = _parse(tflite_bytes)
+    found = []
+    for i in graph.inputs:
+        t = graph.tensors[i]
+        if t.dtype in _FLOAT_TYPES:
+            found.append(f"model input '{t.name}' is {t.dtype}")
+    for op in graph.ops:
+        for role, tensors in (("input", op.inputs), ("output", op.outputs)):
+            for t in tensors:
+                if t is not None and t.dtype in _FLOAT_TYPES:
+                    found.append(f"#{op.index} {op.name}: {role} '{t.name}' is {t.dtype}")
+    for i in graph.outputs:
+        t = graph.tensors[i]
+        if t.dtype in _FLOAT_TYPES:
+            found.append(f"model output '{t.name}' is {t.dtype}")
+    return found
+
+
+def render_summary(report: NnapiReport, *, only_unsupported: bool = False):
+    """A rich Table of the decisions, for the CLI (rich is imported here, not at module import)."""
+    from rich.table import Table
+
+    table = Table(title=report.summary, title_justify="left", show_lines=False)
+    table.add_column("#", justify="right")
+    table.add_column("op")
+    table.add_column("v", justify="right")
+    table.add_column("NNAPI")
+    table.add_column("why not / notes")
+    for op in report.ops:
+        if only_unsupported and op.supported:
+            continue
+        status = (
+            "[green]yes[/]"
+            if op.delegated
+            else "[yellow]supported, not taken[/]"
+            if op.supported
+            else "[red]no[/]"
+        )
+        table.add_row(str(op.index), op.op, str(op.version), status, "; ".join(op.reasons + op.notes))
+    return table
+
+
+# --- parsing ----------------------------------------------------------------------------------
+
+
+def _parse(tflite_bytes: bytes) -> _Graph:
+    from ai_edge_litert import schema_py_generated as schema
+
+    data = bytes(tflite_bytes)
+    if len(data) < 8 or data[4:8] != b"TFL3":
+        raise ModelError("not a TFLite model: the flatbuffer file identifier 'TFL3' is missing")
+    try:
+        model = schema.ModelT.InitFromPackedBuf(data, 0)
+    except Exception as exc:  # a damaged flatbuffer raises anything from struct/index errors
+        raise ModelError(f"cannot parse the TFLite flatbuffer: {type(exc).__name__}: {exc}") from None
+    if not model.subgraphs:
+        raise ModelError("the TFLite model has no subgraph")
+    sub = model.subgraphs[0]
+    type_names = {v: k.lower() for k, v in vars(schema.TensorType).items() if not k.startswith("_")}
+    op_names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    tensors = tuple(_tensor(i, t, model.buffers or [], type_names) for i, t in enumerate(sub.tensors or []))
+    ops = []
+    op_io = []
+    for index, o in enumerate(sub.operators or []):
+        codes = model.operatorCodes or []
+        if o.opcodeIndex >= len(codes):
+            raise ModelError(f"operator #{index} refers to a missing operator code {o.opcodeIndex}")
+        code = codes[o.opcodeIndex]
+        builtin = max(code.builtinCode, code.deprecatedBuiltinCode)
+        ins = tuple(int(i) for i in (o.inputs if o.inputs is not None else ()))
+        outs = tuple(int(i) for i in (o.outputs if o.outputs is not None else ()))
+        if any(i >= len(tensors) for i in ins + outs) or any(i < 0 for i in outs):
+            raise ModelError(f"operator #{index} refers to a tensor that does not exist")
+        custom = code.customCode.decode() if isinstance(code.customCode, bytes) else code.customCode
+        ops.append(
+            OpView(
+                index=index,
+                name=op_names.get(builtin, f"BUILTIN_{builtin}"),
+                version=int(code.version or 1),
+                inputs=tuple(None if i < 0 else tensors[i] for i in ins),
+                outputs=tuple(tensors[i] for i in outs),
+                options=o.builtinOptions,
+                custom_code=custom,
+            )
+        )
+        op_io.append((ins, outs))
+    return _Graph(
+        tensors=tensors,
+        ops=tuple(ops),
+        inputs=tuple(int(i) for i in (sub.inputs if sub.inputs is not None else ())),
+        outputs=tuple(int(i) for i in (sub.outputs if sub.outputs is not None else ())),
+        op_io=tuple(op_io),
+    )
+
+
+_NUMPY_TYPES = {"float32": np.float32, "float16": np.float16, "int32": np.int32, "int64": np.int64,
+                "uint8": np.uint8, "int8": np.int8, "int16": np.int16, "bool": np.bool_}  # fmt: skip
+
+
+def _tensor(index: int, t, buffers: Sequence, type_names: dict[int, str]) -> TensorView:
+    dtype = type_names.get(t.type, f"type{t.type}")
+    raw = buffers[t.buffer].data if 0 < t.buffer < len(buffers) else None
+    external = 0 < t.buffer < len(buffers) and (buffers[t.buffer].offset or 0) > 1
+    data = None
+    if raw is not None and len(raw) and dtype in _NUMPY_TYPES:
+        data = np.frombuffer(np.asarray(raw, dtype=np.uint8).tobytes(), dtype=_NUMPY_TYPES[dtype])
+    q = t.quantization
+    scales = tuple(float(s) for s in (q.scale if q is not None and q.scale is not None else ()))
+    zps = tuple(int(z) for z in (q.zeroPoint if q is not None and q.zeroPoint is not None else ()))
+    name = t.name.decode() if isinstance(t.name, bytes) else (t.name or f"tensor{index}")
+    shape = tuple(int(d) for d in (t.shape if t.shape is not None else ()))
+    signature = None if t.shapeSignature is None else tuple(int(d) for d in t.shapeSignature)
+    return TensorView(
+        index=index,
+        name=name,
+        dtype=dtype,
+        shape=shape,
+        signature=signature,
+        constant=(raw is not None and len(raw) > 0) or external,
+        scales=scales,
+        zero_points=zps,
+        axis=int(q.quantizedDimension) if q is not None else 0,
+        data=data if data is not None and data.size == int(np.prod(shape, dtype=np.int64)) else None,
+    )
+
+
+def _display_name(op: OpView) -> str:
+    return f"CUSTOM:{op.custom_code}" if op.name == "CUSTOM" else op.name
+
+
+def _notes(op: OpView) -> tuple[str, ...]:
+    """Facts that do not stop delegation but change what the delegate compiles."""
+    notes = []
+    for t in (*op.inputs, *op.outputs):
+        if t is not None and not t.constant and t.dynamic:
+            notes.append(
+                f"'{t.name}' has a dynamic dimension (shape_signature {list(t.signature)}); "
+                f"with allow_dynamic_dimensions off (the default) the delegate compiles it for shape {list(t.shape)}"
+            )
+    return tuple(dict.fromkeys(notes))
+
+
+# --- partitioning -----------------------------------------------------------------------------
+
+
+def _partition(graph: _Graph, delegated: Sequence[bool]) -> list[list[int]]:
+    """Node subsets of equal delegation status, as TFLite's greedy graph partitioner forms them.
+
+    Each epoch starts with the first ready node in execution order, which fixes the epoch's type; it
+    then keeps sweeping the nodes in order, adding every ready node of the same type, until none is
+    added. A node is ready when all its input tensors are model inputs, constants or outputs of
+    nodes already placed.
+    """
+    produced = {t for _, outs in graph.op_io for t in outs}
+    ready = {i for i in range(len(graph.tensors)) if i not in produced}
+    placed = [False] * len(graph.ops)
+    subsets: list[list[int]] = []
+    while not all(placed):
+        subset: list[int] = []
+        kind: bool | None = None
+        progress = True
+        while progress:
+            progress = False
+            for n, (ins, outs) in enumerate(graph.op_io):
+                if placed[n] or any(i >= 0 and i not in ready for i in ins):
+                    continue
+                if kind is None:
+                    kind = delegated[n]
+                if delegated[n] != kind:
+                    continue
+                placed[n] = True
+                subset.append(n)
+                ready.update(outs)
+                progress = True
+        if not subset:  # a cycle or a dangling input: the rest can never be scheduled
+            break
+        subsets.append(subset)
+    return subsets
+
+
+def _limit_partitions(partitions: list[list[int]], max_partitions: int) -> list[list[int]]:
+    """The delegate keeps the largest ``max_partitions`` partitions (all when the limit is <= 0)."""
+    if max_partitions <= 0 or len(partitions) <= max_partitions:
+        return partitions
+    ranked = sorted(partitions, key=len, reverse=True)[:max_partitions]
+    return sorted(ranked, key=lambda s: s[0])

@@ -1,0 +1,390 @@
+"""Converters for convolutions, pooling and matrix products (NCHW in ONNX, NHWC in TFLite)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import onnx_ir as ir
+from edgekit.targets.tflite.context import NCHW_TO_NHWC, NHWC_TO_NCHW, Context, permute
+from edgekit.targets.tflite.graph import Tensor
+from edgekit.targets.tflite.registry import converter
+from edgekit.targets.tflite.schema import fb
+
+_PADDING = {"SAME": fb.Padding.SAME, "VALID": fb.Padding.VALID}
+
+
+def _decode(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _same_pads(size: int, kernel: int, stride: int, dilation: int) -> tuple[int, int]:
+    """TFLite's SAME padding (extra padding at the end, like ONNX SAME_UPPER)."""
+    out = -(-size // stride)
+    total = max((out - 1) * stride + (kernel - 1) * dilation + 1 - size, 0)
+    return total // 2, total - total // 2
+
+
+def _explicit_pads(
+    spatial: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    auto_pad: str,
+    pads: Sequence[int] | None,
+) -> list[tuple[int, int]]:
+    n = len(spatial)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        result = []
+        for i in range(n):
+            before, after = _same_pads(spatial[i], kernel[i], strides[i], dilations[i])
+            result.append((after, before) if auto_pad == "SAME_LOWER" else (before, after))
+        return result
+    if auto_pad == "VALID" or pads is None:
+        return [(0, 0)] * n
+    return [(int(pads[i]), int(pads[i + n])) for i in range(n)]
+
+
+def _padding_mode(
+    spatial: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: list[tuple[int, int]],
+) -> str | None:
+    """ "VALID" or "SAME" when the explicit pads are exactly that, else None (an explicit PAD is needed)."""
+    if all(p == (0, 0) for p in pads):
+        return "VALID"
+    if all(pads[i] == _same_pads(spatial[i], kernel[i], strides[i], dilations[i]) for i in range(len(pads))):
+        return "SAME"
+    return None
+
+
+def _pad_nhwc(ctx: Context, x: Tensor, pads: list[tuple[int, int]], value: float | None = None) -> Tensor:
+    """Explicit spatial padding of an NHWC tensor (zeros, or ``value`` through PADV2)."""
+    paddings = np.array([(0, 0), *pads, (0, 0)], dtype=np.int32)
+    shape = tuple(d + int(b) + int(a) for d, (b, a) in zip(x.shape, paddings, strict=True))
+    out = ctx.tmp("pad", shape, x.dtype)
+    if value is None:
+        ctx.op("PAD", [x, ctx.graph.const("paddings", paddings)], [out], fb.PadOptionsT())
+    else:
+        fill = ctx.graph.const("pad_value", np.array(value, dtype=x.dtype))
+        ctx.op("PADV2", [x, ctx.graph.const("paddings", paddings), fill], [out], fb.PadV2OptionsT())
+    return out
+
+
+def _bias(ctx: Context, value: ir.Value | None, channels: int) -> Tensor:
+    if value is None or not value.name:
+        return ctx.graph.const("bias", np.zeros(channels, np.float32))
+    return ctx.weight(value)
+
+
+@converter("Conv", since=1)
+def conv(
+    ctx: Context,
+    node: ir.Node,
+    *,
+    auto_pad: str = "NOTSET",
+    dilations: Sequence[int] | None = None,
+    group: int = 1,
+    kernel_shape: Sequence[int] | None = None,
+    pads: Sequence[int] | None = None,
+    strides: Sequence[int] | None = None,
+) -> None:
+    x_value, w_value = node.inputs[0], node.inputs[1]
+    b_value = node.inputs[2] if len(node.inputs) > 2 else None
+    x_shape = ctx.shape(x_value)
+    w = ctx.require_const(w_value, "Conv weights")
+    if len(x_shape) != 4:
+        raise ctx.error(f"only 2-D convolutions are supported (input rank {len(x_shape)})")
+    out_channels, in_per_group, kh, kw = w.shape
+    strides = list(strides or (1, 1))
+    dilations = list(dilations or (1, 1))
+    spatial = x_shape[2:]
+    explicit = _explicit_pads(spatial, (kh, kw), strides, dilations, _decode(auto_pad), pads)
+    mode = _padding_mode(spatial, (kh, kw), strides, dilations, explicit)
+
+    x = ctx.transpose(ctx.tensor(x_value), NCHW_TO_NHWC)
+    if mode is None:
+        x = _pad_nhwc(ctx, x, explicit)
+        mode = "VALID"
+    y_value = node.outputs[0]
+    y_shape = ctx.shape(y_value)
+    y_nhwc = ctx.tmp("conv_nhwc", permute(y_shape, NCHW_TO_NHWC))
+    bias = _bias(ctx, b_value, out_channels)
+    in_channels = x_shape[1]
+    if group == in_channels and in_per_group == 1 and group > 1:
+        opts = fb.DepthwiseConv2DOptionsT()
+        opts.depthMultiplier = out_channels // in_channels
+        code, weights = "DEPTHWISE_CONV_2D", ctx.weight(w_value, perm=(1, 2, 3, 0))
+    else:
+        opts = fb.Conv2DOptionsT()
+        code, weights = "CONV_2D", ctx.weight(w_value, perm=(0, 2, 3, 1))
+    opts.padding = _PADDING[mode]
+    opts.strideH, opts.strideW = strides
+    opts.dilationHFactor, opts.dilationWFactor = dilations
+    ctx.op(code, [x, weights, bias], [y_nhwc], opts)
+    ctx.transpose(y_nhwc, NHWC_TO_NCHW, out=ctx.output(y_value))
+
+
+@converter("ConvTranspose", since=1)
+def conv_transpose(
+    ctx: Context,
+    node: ir.Node,
+    *,
+    auto_pad: str = "NOTSET",
+    dilations: Sequence[int] | None = None,
+    group: int = 1,
+    kernel_shape: Sequence[int] | None = None,
+    output_padding: Sequence[int] | None = None,
+    output_shape: Sequence[int] | None = None,
+    pads: Sequence[int] | None = None,
+    strides: Sequence[int] | None = None,
+) -> None:
+    x_value, w_value = node.inputs[0], node.inputs[1]
+    b_value = node.inputs[2] if len(node.inputs) > 2 else None
+    x_shape = ctx.shape(x_value)
+    w = ctx.require_const(w_value, "ConvTranspose weights")
+    if len(x_shape) != 4:
+        raise ctx.error(f"only 2-D transposed convolutions are supported (input rank {len(x_shape)})")
+    if group != 1:
+        raise ctx.error(f"group={group} is not supported (TRANSPOSE_CONV has no groups)")
+    if dilations is not None and any(d != 1 for d in dilations):
+        raise ctx.error(f"dilations {list(dilations)} are not supported (TRANSPOSE_CONV has no dilation)")
+    _, out_channels, kh, kw = w.shape
+    strides = list(strides or (1, 1))
+    y_value = node.outputs[0]
+    y_shape = ctx.shape(y_value)
+    full = [(x_shape[2 + i] - 1) * strides[i] + (kh, kw)[i] for i in range(2)]
+    # ONNX output = full - pads_begin - pads_end + output_padding: crop the full (VALID) result.
+    begin = []
+    for i in range(2):
+        extra = full[i] - y_shape[2 + i]
+        if _decode(auto_pad) == "SAME_UPPER" or (_decode(auto_pad) == "NOTSET" and output_shape is not None):
+            start = extra // 2
+        elif _decode(auto_pad) == "SAME_LOWER":
+            start = extra - extra // 2
+        else:
+            start = int(pads[i]) if pads is not None else 0
+        if extra < 0 or start < 0 or start > extra:
+            raise ctx.error("output_padding beyond the padding is not supported")
+        begin.append(start)
+    x = ctx.transpose(ctx.tensor(x_value), NCHW_TO_NHWC)
+    full_shape = (y_shape[0], full[0], full[1], out_channels)
+    opts = fb.TransposeConvOptionsT()
+    opts.padding = fb.Padding.VALID
+    opts.strideH, opts.strideW = strides
+    weights = ctx.weight(w_value, perm=(1, 2, 3, 0))
+    bias = _bias(ctx, b_value, out_channels)
+    y_full = ctx.tmp("tconv_nhwc", full_shape)
+    out_shape = ctx.graph.const("output_shape", full_shape, np.int32)
+    ctx.op("TRANSPOSE_CONV", [out_shape, weights, x, bias], [y_full], opts)
+    target = permute(y_shape, NCHW_TO_NHWC)
+    if target != full_shape:
+        cropped = ctx.tmp("crop", target)
+        starts = ctx.graph.const("begin", [0, begin[0], begin[1], 0], np.int32)
+        ctx.op(
+            "SLICE",
+            [y_full, starts, ctx.graph.const("size", target, np.int32)],
+            [cropped],
+            fb.SliceOptionsT(),
+        )
+        y_full = cropped
+    ctx.transpose(y_full, NHWC_TO_NCHW, out=ctx.output(y_value))
+
+
+def _pool(
+    ctx: Context,
+    node: ir.Node,
+    code: str,
+    kernel_shape: Sequence[int],
+    strides: Sequence[int] | None,
+    pads: Sequence[int] | None,
+    auto_pad: str,
+    ceil_mode: int,
+    dilations: Sequence[int] | None,
+    count_include_pad: int = 0,
+) -> None:
+    x_value, y_value = node.inputs[0], node.outputs[0]
+    x_shape = ctx.shape(x_value)
+    if len(x_shape) != 4:
+        raise ctx.error(f"only 2-D pooling is supported (input rank {len(x_shape)})")
+    if dilations is not None and any(d != 1 for d in dilations):
+        raise ctx.error(f"pooling dilations {list(dilations)} are not supported")
+    kernel = list(kernel_shape)
+    strides = list(strides or (1, 1))
+    spatial = x_shape[2:]
+    y_shape = ctx.shape(y_value)
+    explicit = _explicit_pads(spatial, kernel, strides, (1, 1), _decode(auto_pad), pads)
+    # ceil_mode (or any output size bigger than VALID gives) needs extra padding at the end.
+    for i in range(2):
+        need = (y_shape[2 + i] - 1) * strides[i] + kernel[i] - spatial[i] - explicit[i][0]
+        if need > explicit[i][1]:
+            if code == "AVERAGE_POOL_2D":
+                raise ctx.error("ceil_mode with AveragePool is not supported")
+            explicit[i] = (explicit[i][0], need)
+    mode = _padding_mode(spatial, kernel, strides, (1, 1), explicit)
+    if code == "AVERAGE_POOL_2D" and mode == "SAME" and count_include_pad:
+        mode = None  # TFLite's SAME average excludes the padding; pad with zeros explicitly
+    if code == "AVERAGE_POOL_2D" and mode is None and not count_include_pad:
+        raise ctx.error("AveragePool with padding that is not TFLite's SAME needs count_include_pad=1")
+    x = ctx.transpose(ctx.tensor(x_value), NCHW_TO_NHWC)
+    if mode is None:
+        x = _pad_nhwc(
+            ctx, x, explicit, value=None if code == "AVERAGE_POOL_2D" else float(np.finfo(np.float32).min)
+        )
+        mode = "VALID"
+    opts = fb.Pool2DOptionsT()
+    opts.padding = _PADDING[mode]
+    opts.strideH, opts.strideW = strides
+    opts.filterHeight, opts.filterWidth = kernel
+    y_nhwc = ctx.tmp("pool_nhwc", permute(y_shape, NCHW_TO_NHWC))
+    ctx.op(code, [x], [y_nhwc], opts)
+    ctx.transpose(y_nhwc, NHWC_TO_NCHW, out=ctx.output(y_value))
+
+
+@converter("MaxPool", since=1)
+def max_pool(
+    ctx: Context,
+    node: ir.Node,
+    *,
+    kernel_shape: Sequence[int],
+    strides: Sequence[int] | None = None,
+    pads: Sequence[int] | None = None,
+    auto_pad: str = "NOTSET",
+    ceil_mode: int = 0,
+    dilations: Sequence[int] | None = None,
+    storage_order: int = 0,
+) -> None:
+    if len(node.outputs) > 1 and node.outputs[1].name:
+        raise ctx.error("the Indices output of MaxPool is not supported")
+    _pool(ctx, node, "MAX_POOL_2D", kernel_shape, strides, pads, auto_pad, ceil_mode, dilations)
+
+
+@converter("AveragePool", since=1)
+def average_pool(
+    ctx: Context,
+    node: ir.Node,
+    *,
+    kernel_shape: Sequence[int],
+    strides: Sequence[int] | None = None,
+    pads: Sequence[int] | None = None,
+    auto_pad: str = "NOTSET",
+    ceil_mode: int = 0,
+    count_include_pad: int = 0,
+    dilations: Sequence[int] | None = None,
+) -> None:
+    _pool(
+        ctx,
+        node,
+        "AVERAGE_POOL_2D",
+        kernel_shape,
+        strides,
+        pads,
+        auto_pad,
+        ceil_mode,
+        dilations,
+        count_include_pad,
+    )
+
+
+def _global_pool(ctx: Context, node: ir.Node, code: str) -> None:
+    x_value = node.inputs[0]
+    rank = ctx.rank(x_value)
+    axes = ctx.graph.const("axes", list(range(2, rank)), np.int32)
+    opts = fb.ReducerOptionsT()
+    opts.keepDims = True
+    ctx.op(code, [ctx.tensor(x_value), axes], [ctx.output(node.outputs[0])], opts)
+
+
+@converter("GlobalAveragePool", since=1)
+def global_average_pool(ctx: Context, node: ir.Node) -> None:
+    _global_pool(ctx, node, "MEAN")
+
+
+@converter("GlobalMaxPool", since=1)
+def global_max_pool(ctx: Context, node: ir.Node) -> None:
+    _global_pool(ctx, node, "REDUCE_MAX")
+
+
+def _fully_connected(ctx: Context, a: Tensor, weights: Tensor, bias: Tensor | None, out: Tensor) -> None:
+    opts = fb.FullyConnectedOptionsT()
+    opts.keepNumDims = a.rank > 2
+    ctx.op("FULLY_CONNECTED", [a, weights, bias], [out], opts)
+
+
+def _batch_matmul(
+    ctx: Context, a: Tensor, b: Tensor, out: Tensor, adj_x: bool = False, adj_y: bool = False
+) -> None:
+    opts = fb.BatchMatMulOptionsT()
+    opts.adjX, opts.adjY = adj_x, adj_y
+    ctx.op("BATCH_MATMUL", [a, b], [out], opts)
+
+
+@converter("MatMul", since=1)
+def matmul(ctx: Context, node: ir.Node) -> None:
+    a_value, b_value = node.inputs
+    y = ctx.output(node.outputs[0])
+    b = ctx.const(b_value)
+    if b is not None and b.ndim == 2 and not ctx.is_const(a_value) and ctx.rank(a_value) >= 2:
+        _fully_connected(ctx, ctx.tensor(a_value), ctx.weight(b_value, perm=(1, 0)), None, y)
+        return
+    a_t, b_t = ctx.tensor(a_value), ctx.tensor(b_value)
+    if a_t.rank < 2 or b_t.rank < 2:
+        raise ctx.error("MatMul with 1-D operands is not supported")
+    _batch_matmul(ctx, a_t, b_t, y)
+
+
+@converter("Gemm", since=1)
+def gemm(
+    ctx: Context,
+    node: ir.Node,
+    *,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    transA: int = 0,
+    transB: int = 0,  # noqa: N803
+) -> None:
+    a_value, b_value = node.inputs[0], node.inputs[1]
+    c_value = (
+        node.inputs[2]
+        if len(node.inputs) > 2 and node.inputs[2] is not None and node.inputs[2].name
+        else None
+    )
+    y_value = node.outputs[0]
+    y_shape = ctx.shape(y_value)
+    n = y_shape[1]
+    a = ctx.tensor(a_value)
+    if transA:
+        a = ctx.transpose(a, (1, 0))
+    c = ctx.const(c_value)
+    fold_bias = c_value is None or (c is not None and c.size in (1, n) and (c.ndim < 2 or c.shape[0] == 1))
+    if ctx.is_const(b_value):
+        weights = ctx.weight(b_value, perm=None if transB else (1, 0))
+        if alpha != 1.0:
+            weights.data = (weights.data * np.float32(alpha)).astype(np.float32)
+            if weights.qparams is not None:
+                weights.qparams.scale = weights.qparams.scale * np.float32(alpha)
+        bias = None
+        if c_value is not None and fold_bias:
+            bias = ctx.graph.const(
+                c_value.name, np.broadcast_to(np.float32(beta) * c.reshape(-1), (n,)).astype(np.float32)
+            )
+            if beta == 1.0 and c.ndim == 1 and c.shape == (n,):
+                bias = ctx.weight(c_value)
+        mm = ctx.output(y_value) if c_value is None or fold_bias else ctx.tmp("matmul", y_shape)
+        _fully_connected(ctx, a, weights, bias, mm)
+    else:
+        fold_bias = c_value is None
+        mm = ctx.output(y_value) if fold_bias else ctx.tmp("matmul", y_shape)
+        product = mm if alpha == 1.0 else ctx.tmp("product", y_shape)
+        _batch_matmul(ctx, a, ctx.tensor(b_value), product, adj_y=bool(transB))
+        if alpha != 1.0:
+            ctx.op("MUL", [product, ctx.graph.const("alpha", np.float32(alpha))], [mm], fb.MulOptionsT())
+    if not fold_bias:
+        c_t = ctx.tensor(c_value)
+        if beta != 1.0:
+            c_t = ctx.graph.const(
+                "beta_c", np.float32(beta) * ctx.require_const(c_value, "Gemm C with beta != 1")
+            )
+        ctx.op("ADD", [mm, c_t], [ctx.output(y_value)], fb.AddOptionsT())

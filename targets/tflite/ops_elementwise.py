@@ -1,0 +1,252 @@
+"""Converters for element-wise ops: arithmetic with broadcasting, activations, Erf/Gelu."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+from edgekit.targets.tflite.context import Context
+from edgekit.targets.tflite.graph import Tensor
+from edgekit.targets.tflite.registry import converter
+from edgekit.targets.tflite.schema import fb
+
+_BINARY = {"Add": "ADD", "Sub": "SUB", "Mul": "MUL", "Div": "DIV", "Pow": "POW"}
+_UNARY = {
+    "Relu": ("RELU", None),
+    "Sigmoid": ("LOGISTIC", None),
+    "Tanh": ("TANH", None),
+    "Exp": ("EXP", fb.ExpOptionsT),
+    "Log": ("LOG", None),
+    "Sqrt": ("SQRT", None),
+    "Abs": ("ABS", fb.AbsOptionsT),
+    "Neg": ("NEG", fb.NegOptionsT),
+    "HardSwish": ("HARD_SWISH", fb.HardSwishOptionsT),
+    "Floor": ("FLOOR", None),
+    "Ceil": ("CEIL", None),
+    "Sin": ("SIN", None),
+    "Cos": ("COS", fb.CosOptionsT),
+}
+
+
+def _options(cls: type | None) -> object | None:
+    return cls() if cls is not None else None
+
+
+_BINARY_OPTIONS = {
+    "ADD": fb.AddOptionsT,
+    "SUB": fb.SubOptionsT,
+    "MUL": fb.MulOptionsT,
+    "DIV": fb.DivOptionsT,
+    "POW": fb.PowOptionsT,
+    "MAXIMUM": fb.MaximumMinimumOptionsT,
+    "MINIMUM": fb.MaximumMinimumOptionsT,
+}
+
+
+def binary(ctx: Context, code: str, a: Tensor, b: Tensor, out: Tensor) -> Tensor:
+    """Emit a broadcasting binary op."""
+    ctx.op(code, [a, b], [out], _options(_BINARY_OPTIONS.get(code)))
+    return out
+
+
+def _scalar(ctx: Context, value: float, dtype: np.dtype = np.float32) -> Tensor:
+    return ctx.graph.const("c", np.array(value, dtype=dtype))
+
+
+def _register_binary(op_type: str, code: str) -> None:
+    def convert(ctx: Context, node: ir.Node) -> None:
+        a_value, b_value = node.inputs
+        b = ctx.const(b_value)
+        y = ctx.output(node.outputs[0])
+        x = ctx.tensor(a_value)
+        if code == "POW" and b is not None and b.size == 1 and float(b.reshape(-1)[0]) in (0.5, 1.0, 2.0):
+            exponent = float(b.reshape(-1)[0])
+            if exponent == 2.0:
+                ctx.op("MUL", [x, x], [y], fb.MulOptionsT())
+            elif exponent == 0.5:
+                ctx.op("SQRT", [x], [y])
+            else:
+                ctx.reshape(x, y.shape, out=y)
+            return
+        binary(ctx, code, x, ctx.tensor(b_value), y)
+
+    convert.__name__ = f"convert_{op_type.lower()}"
+    converter(op_type, since=1)(convert)
+
+
+for _op_type, _code in _BINARY.items():
+    _register_binary(_op_type, _code)
+
+
+def _register_unary(op_type: str, code: str, cls: type | None) -> None:
+    def convert(ctx: Context, node: ir.Node) -> None:
+        ctx.op(code, [ctx.tensor(node.inputs[0])], [ctx.output(node.outputs[0])], _options(cls))
+
+    convert.__name__ = f"convert_{op_type.lower()}"
+    converter(op_type, since=1)(convert)
+
+
+for _op_type, (_code, _cls) in _UNARY.items():
+    _register_unary(_op_type, _code, _cls)
+
+
+def _variadic(ctx: Context, node: ir.Node, code: str) -> None:
+    inputs = [ctx.tensor(v) for v in node.inputs]
+    y_value = node.outputs[0]
+    if len(inputs) == 1:
+        ctx.reshape(inputs[0], ctx.shape(y_value), out=ctx.output(y_value))
+        return
+    acc = inputs[0]
+    for i, t in enumerate(inputs[1:], start=2):
+        last = i == len(inputs)
+        out = ctx.output(y_value) if last else ctx.tmp(code.lower(), np.broadcast_shapes(acc.shape, t.shape))
+        acc = binary(ctx, code, acc, t, out)
+
+
+@converter("Max", since=1)
+def max_(ctx: Context, node: ir.Node) -> None:
+    _variadic(ctx, node, "MAXIMUM")
+
+
+@converter("Min", since=1)
+def min_(ctx: Context, node: ir.Node) -> None:
+    _variadic(ctx, node, "MINIMUM")
+
+
+@converter("Sum", since=1)
+def sum_(ctx: Context, node: ir.Node) -> None:
+    _variadic(ctx, node, "ADD")
+
+
+@converter("Reciprocal", since=1)
+def reciprocal(ctx: Context, node: ir.Node) -> None:
+    x = ctx.tensor(node.inputs[0])
+    binary(ctx, "DIV", _scalar(ctx, 1.0, x.dtype), x, ctx.output(node.outputs[0]))
+
+
+def _clip(ctx: Context, node: ir.Node, low: float | None, high: float | None) -> None:
+    x = ctx.tensor(node.inputs[0])
+    y = ctx.output(node.outputs[0])
+    fused = {(0.0, None): "RELU", (0.0, 6.0): "RELU6", (-1.0, 1.0): "RELU_N1_TO_1", (0.0, 1.0): "RELU_0_TO_1"}
+    key = (low, high)
+    if key in fused:
+        ctx.op(fused[key], [x], [y])
+        return
+    if low is not None:
+        clipped = y if high is None else ctx.tmp("clip_low", x.shape, x.dtype)
+        x = binary(ctx, "MAXIMUM", x, _scalar(ctx, low, x.dtype), clipped)
+    if high is not None:
+        binary(ctx, "MINIMUM", x, _scalar(ctx, high, x.dtype), y)
+    if low is None and high is None:
+        ctx.reshape(x, y.shape, out=y)
+
+
+def _bound(value: float | None) -> float | None:
+    if value is None or not np.isfinite(value) or abs(value) >= float(np.finfo(np.float32).max):
+        return None
+    return float(value)
+
+
+@converter("Clip", since=1)
+def clip_v1(
+    ctx: Context, node: ir.Node, *, min: float = -3.4028234663852886e38, max: float = 3.4028234663852886e38
+) -> None:  # noqa: A002
+    _clip(ctx, node, _bound(min), _bound(max))
+
+
+@converter("Clip", since=11)
+def clip_v11(ctx: Context, node: ir.Node) -> None:
+    bounds = []
+    for i in (1, 2):
+        value = (
+            node.inputs[i]
+            if len(node.inputs) > i and node.inputs[i] is not None and node.inputs[i].name
+            else None
+        )
+        array = ctx.require_const(value, "Clip bounds") if value is not None else None
+        bounds.append(_bound(float(array)) if array is not None else None)
+    _clip(ctx, node, bounds[0], bounds[1])
+
+
+@converter("LeakyRelu", since=1)
+def leaky_relu(ctx: Context, node: ir.Node, *, alpha: float = 0.01) -> None:
+    opts = fb.LeakyReluOptionsT()
+    opts.alpha = float(alpha)
+    ctx.op("LEAKY_RELU", [ctx.tensor(node.inputs[0])], [ctx.output(node.outputs[0])], opts)
+
+
+@converter("PRelu", since=1)
+def prelu(ctx: Context, node: ir.Node) -> None:
+    x_value, slope_value = node.inputs
+    x = ctx.tensor(x_value)
+    slope = ctx.tensor(slope_value)
+    if slope.is_const and slope.rank < x.rank:
+        # Broadcast against the full rank so layout passes can permute it like the input.
+        full = (1,) * (x.rank - slope.rank) + slope.shape
+        slope = ctx.graph.const(slope.name, slope.data.reshape(full))
+    ctx.op("PRELU", [x, slope], [ctx.output(node.outputs[0])])
+
+
+@converter("Elu", since=1)
+def elu(ctx: Context, node: ir.Node, *, alpha: float = 1.0) -> None:
+    x = ctx.tensor(node.inputs[0])
+    y = ctx.output(node.outputs[0])
+    if alpha == 1.0:
+        ctx.op("ELU", [x], [y])
+        return
+    # alpha * (exp(min(x, 0)) - 1) + relu(x)
+    neg = binary(ctx, "MINIMUM", x, _scalar(ctx, 0.0), ctx.tmp("neg", x.shape))
+    exp = ctx.tmp("exp", x.shape)
+    ctx.op("EXP", [neg], [exp], fb.ExpOptionsT())
+    em1 = binary(ctx, "SUB", exp, _scalar(ctx, 1.0), ctx.tmp("em1", x.shape))
+    scaled = binary(ctx, "MUL", em1, _scalar(ctx, alpha), ctx.tmp("scaled", x.shape))
+    pos = ctx.tmp("pos", x.shape)
+    ctx.op("RELU", [x], [pos])
+    binary(ctx, "ADD", pos, scaled, y)
+
+
+@converter("HardSigmoid", since=1)
+def hard_sigmoid(ctx: Context, node: ir.Node, *, alpha: float = 0.2, beta: float = 0.5) -> None:
+    x = ctx.tensor(node.inputs[0])
+    scaled = binary(ctx, "MUL", x, _scalar(ctx, alpha), ctx.tmp("scaled", x.shape))
+    shifted = binary(ctx, "ADD", scaled, _scalar(ctx, beta), ctx.tmp("shifted", x.shape))
+    ctx.op("RELU_0_TO_1", [shifted], [ctx.output(node.outputs[0])])
+
+
+@converter("Gelu", since=20)
+def gelu(ctx: Context, node: ir.Node, *, approximate: str = "none") -> None:
+    opts = fb.GeluOptionsT()
+    opts.approximate = (approximate.decode() if isinstance(approximate, bytes) else approximate) == "tanh"
+    ctx.op("GELU", [ctx.tensor(node.inputs[0])], [ctx.output(node.outputs[0])], opts)
+
+
+# Abramowitz & Stegun 7.1.26 (max abs error 1.5e-7): erf(x) = sign(x) (1 - t P(t) exp(-x^2)), t = 1/(1+p|x|)
+_ERF_P = 0.3275911
+_ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+
+
+@converter("Erf", since=1)
+def erf(ctx: Context, node: ir.Node) -> None:
+    x = ctx.tensor(node.inputs[0])
+    shape = x.shape
+
+    def t(hint: str) -> Tensor:
+        return ctx.tmp(hint, shape)
+
+    ax = t("abs")
+    ctx.op("ABS", [x], [ax], fb.AbsOptionsT())
+    denom = binary(
+        ctx, "ADD", binary(ctx, "MUL", ax, _scalar(ctx, _ERF_P), t("px")), _scalar(ctx, 1.0), t("den")
+    )
+    tt = binary(ctx, "DIV", _scalar(ctx, 1.0), denom, t("t"))
+    poly = binary(ctx, "MUL", tt, _scalar(ctx, _ERF_A[4]), t("p"))
+    for coef in reversed(_ERF_A[:4]):
+        poly = binary(ctx, "MUL", binary(ctx, "ADD", poly, _scalar(ctx, coef), t("p")), tt, t("p"))
+    sq = binary(ctx, "MUL", x, x, t("sq"))
+    neg_sq = t("neg_sq")
+    ctx.op("NEG", [sq], [neg_sq], fb.NegOptionsT())
+    ex = t("exp")
+    ctx.op("EXP", [neg_sq], [ex], fb.ExpOptionsT())
+    one_minus = binary(ctx, "SUB", _scalar(ctx, 1.0), binary(ctx, "MUL", poly, ex, t("pe")), t("om"))
+    sign = t("sign")
+    ctx.op("SIGN", [x], [sign])
+    binary(ctx, "MUL", sign, one_minus, ctx.output(node.outputs[0]))

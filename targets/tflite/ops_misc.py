@@ -1,0 +1,318 @@
+"""Converters for Softmax, reductions, LayerNormalization, Resize and QuantizeLinear/DequantizeLinear."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import onnx_ir as ir
+from edgekit.targets.tflite.context import NCHW_TO_NHWC, NHWC_TO_NCHW, Context, permute
+from edgekit.targets.tflite.graph import Quant, Tensor
+from edgekit.targets.tflite.ops_elementwise import binary
+from edgekit.targets.tflite.registry import converter
+from edgekit.targets.tflite.schema import fb
+
+
+def _optional(node: ir.Node, index: int) -> ir.Value | None:
+    if len(node.inputs) > index and node.inputs[index] is not None and node.inputs[index].name:
+        return node.inputs[index]
+    return None
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+# -- Softmax ---------------------------------------------------------------------------------------
+def _softmax_last_axis(ctx: Context, code: str, x: Tensor, out: Tensor) -> None:
+    if code == "SOFTMAX":
+        opts = fb.SoftmaxOptionsT()
+        opts.beta = 1.0
+        ctx.op("SOFTMAX", [x], [out], opts)
+    else:
+        ctx.op("LOG_SOFTMAX", [x], [out], fb.LogSoftmaxOptionsT())
+
+
+def _softmax(ctx: Context, node: ir.Node, code: str, axis: int, flatten: bool) -> None:
+    x = ctx.tensor(node.inputs[0])
+    y = ctx.output(node.outputs[0])
+    rank = x.rank
+    axis = axis + rank if axis < 0 else axis
+    if flatten and axis != rank - 1:
+        # Before opset 13 the input is coerced to 2-D [prod(dims[:axis]), prod(dims[axis:])].
+        outer = int(np.prod(x.shape[:axis], dtype=np.int64))
+        inner = int(np.prod(x.shape[axis:], dtype=np.int64))
+        flat = ctx.reshape(x, (outer, inner))
+        result = ctx.tmp("softmax2d", flat.shape)
+        _softmax_last_axis(ctx, code, flat, result)
+        ctx.reshape(result, y.shape, out=y)
+        return
+    if axis == rank - 1:
+        _softmax_last_axis(ctx, code, x, y)
+        return
+    perm = [*range(axis), *range(axis + 1, rank), axis]
+    moved = ctx.transpose(x, perm)
+    result = ctx.tmp("softmax_t", moved.shape)
+    _softmax_last_axis(ctx, code, moved, result)
+    ctx.transpose(result, [perm.index(i) for i in range(rank)], out=y)
+
+
+@converter("Softmax", since=1)
+def softmax_v1(ctx: Context, node: ir.Node, *, axis: int = 1) -> None:
+    _softmax(ctx, node, "SOFTMAX", axis, flatten=True)
+
+
+@converter("Softmax", since=13)
+def softmax_v13(ctx: Context, node: ir.Node, *, axis: int = -1) -> None:
+    _softmax(ctx, node, "SOFTMAX", axis, flatten=False)
+
+
+@converter("LogSoftmax", since=1)
+def log_softmax_v1(ctx: Context, node: ir.Node, *, axis: int = 1) -> None:
+    _softmax(ctx, node, "LOG_SOFTMAX", axis, flatten=True)
+
+
+@converter("LogSoftmax", since=13)
+def log_softmax_v13(ctx: Context, node: ir.Node, *, axis: int = -1) -> None:
+    _softmax(ctx, node, "LOG_SOFTMAX", axis, flatten=False)
+
+
+# -- reductions ------------------------------------------------------------------------------------
+_REDUCE = {
+    "ReduceMean": "MEAN",
+    "ReduceMax": "REDUCE_MAX",
+    "ReduceMin": "REDUCE_MIN",
+    "ReduceSum": "SUM",
+    "ReduceProd": "REDUCE_PROD",
+}
+
+
+def _reduce(
+    ctx: Context,
+    node: ir.Node,
+    code: str,
+    axes: Sequence[int] | None,
+    keepdims: int,
+    noop_with_empty_axes: int,
+) -> None:
+    x = ctx.tensor(node.inputs[0])
+    y = ctx.output(node.outputs[0])
+    if axes is None or len(axes) == 0:
+        if noop_with_empty_axes:
+            ctx.reshape(x, y.shape, out=y)
+            return
+        axes = range(x.rank)
+    axes = sorted({a + x.rank if a < 0 else a for a in axes})
+    opts = fb.ReducerOptionsT()
+    opts.keepDims = bool(keepdims)
+    ctx.op(code, [x, ctx.graph.const("axes", axes, np.int32)], [y], opts)
+
+
+def _register_reduce(op_type: str, code: str, axes_input_since: int) -> None:
+    def with_attribute(
+        ctx: Context, node: ir.Node, *, axes: Sequence[int] | None = None, keepdims: int = 1
+    ) -> None:
+        _reduce(ctx, node, code, axes, keepdims, 0)
+
+    def with_input(ctx: Context, node: ir.Node, *, keepdims: int = 1, noop_with_empty_axes: int = 0) -> None:
+        axes_value = _optional(node, 1)
+        axes = (
+            None
+            if axes_value is None
+            else [int(a) for a in ctx.require_const(axes_value, "axes").reshape(-1)]
+        )
+        _reduce(ctx, node, code, axes, keepdims, noop_with_empty_axes)
+
+    converter(op_type, since=1)(with_attribute)
+    converter(op_type, since=axes_input_since)(with_input)
+
+
+for _op_type, _code in _REDUCE.items():
+    _register_reduce(_op_type, _code, 13 if _op_type == "ReduceSum" else 18)
+
+
+# -- LayerNormalization ----------------------------------------------------------------------------
+@converter("LayerNormalization", since=17)
+def layer_normalization(
+    ctx: Context, node: ir.Node, *, axis: int = -1, epsilon: float = 1e-5, stash_type: int = 1
+) -> None:
+    if any(v.name and v.uses() for v in node.outputs[1:]):
+        raise ctx.error("the Mean / InvStdDev outputs of LayerNormalization are not supported")
+    x = ctx.tensor(node.inputs[0])
+    rank = x.rank
+    axis = axis + rank if axis < 0 else axis
+    axes = ctx.graph.const("axes", list(range(axis, rank)), np.int32)
+    reduced = tuple(d if i < axis else 1 for i, d in enumerate(x.shape))
+    keep = fb.ReducerOptionsT()
+    keep.keepDims = True
+    mean = ctx.tmp("mean", reduced)
+    ctx.op("MEAN", [x, axes], [mean], keep)
+    centered = binary(ctx, "SUB", x, mean, ctx.tmp("centered", x.shape))
+    squared = binary(ctx, "MUL", centered, centered, ctx.tmp("squared", x.shape))
+    var = ctx.tmp("var", reduced)
+    keep2 = fb.ReducerOptionsT()
+    keep2.keepDims = True
+    ctx.op("MEAN", [squared, axes], [var], keep2)
+    var_eps = binary(
+        ctx, "ADD", var, ctx.graph.const("eps", np.float32(epsilon)), ctx.tmp("var_eps", reduced)
+    )
+    rstd = ctx.tmp("rstd", reduced)
+    ctx.op("RSQRT", [var_eps], [rstd])
+    normed = binary(ctx, "MUL", centered, rstd, ctx.tmp("normed", x.shape))
+    scale_value, bias_value = node.inputs[1], _optional(node, 2)
+    y = ctx.output(node.outputs[0])
+    scaled = binary(
+        ctx, "MUL", normed, ctx.tensor(scale_value), y if bias_value is None else ctx.tmp("scaled", x.shape)
+    )
+    if bias_value is not None:
+        binary(ctx, "ADD", scaled, ctx.tensor(bias_value), y)
+
+
+# -- Resize ----------------------------------------------------------------------------------------
+def _resize(ctx: Context, node: ir.Node, mode: str, coordinate_mode: str, nearest_mode: str) -> None:
+    x_value, y_value = node.inputs[0], node.outputs[0]
+    x_shape, y_shape = ctx.shape(x_value), ctx.shape(y_value)
+    if len(x_shape) != 4 or x_shape[:2] != y_shape[:2]:
+        raise ctx.error("only spatial resizing of NCHW tensors is supported")
+    if coordinate_mode == "pytorch_half_pixel" and all(d > 1 for d in y_shape[2:]):
+        coordinate_mode = "half_pixel"
+    if mode == "nearest":
+        flags = {
+            ("asymmetric", "floor"): (False, False),
+            ("half_pixel", "round_prefer_ceil"): (False, True),
+            ("tf_half_pixel_for_nn", "floor"): (False, True),
+            ("align_corners", "round_prefer_ceil"): (True, False),
+        }
+        code, opts = "RESIZE_NEAREST_NEIGHBOR", fb.ResizeNearestNeighborOptionsT()
+        key = (coordinate_mode, nearest_mode)
+        # With integer upscaling factors and asymmetric coordinates every rounding mode agrees.
+        exact = all(y % x == 0 for x, y in zip(x_shape[2:], y_shape[2:], strict=True))
+        if coordinate_mode == "asymmetric" and exact:
+            key = ("asymmetric", "floor")
+    elif mode == "linear":
+        flags = {
+            ("asymmetric", ""): (False, False),
+            ("half_pixel", ""): (False, True),
+            ("align_corners", ""): (True, False),
+        }
+        code, opts = "RESIZE_BILINEAR", fb.ResizeBilinearOptionsT()
+        key = (coordinate_mode, "")
+    else:
+        raise ctx.error(f"Resize mode {mode!r} is not supported (nearest, linear are)")
+    if key not in flags:
+        raise ctx.error(
+            f"Resize {mode} with coordinate_transformation_mode={coordinate_mode!r}"
+            + (f" nearest_mode={nearest_mode!r}" if mode == "nearest" else "")
+            + " has no TFLite equivalent"
+        )
+    opts.alignCorners, opts.halfPixelCenters = flags[key]
+    x = ctx.transpose(ctx.tensor(x_value), NCHW_TO_NHWC)
+    y_nhwc = ctx.tmp("resize_nhwc", permute(y_shape, NCHW_TO_NHWC))
+    ctx.op(code, [x, ctx.graph.const("size", y_shape[2:], np.int32)], [y_nhwc], opts)
+    ctx.transpose(y_nhwc, NHWC_TO_NCHW, out=ctx.output(y_value))
+
+
+@converter("Upsample", since=9)
+def upsample(ctx: Context, node: ir.Node, *, mode: str = "nearest") -> None:
+    _resize(ctx, node, _text(mode), "asymmetric", "floor")
+
+
+@converter("Resize", since=10)
+def resize_v10(ctx: Context, node: ir.Node, *, mode: str = "nearest") -> None:
+    _resize(ctx, node, _text(mode), "asymmetric", "floor")
+
+
+@converter("Resize", since=11)
+def resize_v11(
+    ctx: Context,
+    node: ir.Node,
+    *,
+    mode: str = "nearest",
+    coordinate_transformation_mode: str = "half_pixel",
+    nearest_mode: str = "round_prefer_floor",
+    cubic_coeff_a: float = -0.75,
+    exclude_outside: int = 0,
+    extrapolation_value: float = 0.0,
+    antialias: int = 0,
+    axes: Sequence[int] | None = None,
+    keep_aspect_ratio_policy: str = "stretch",
+) -> None:
+    if antialias:
+        raise ctx.error("antialias is not supported")
+    _resize(ctx, node, _text(mode), _text(coordinate_transformation_mode), _text(nearest_mode))
+
+
+# -- QuantizeLinear / DequantizeLinear ---------------------------------------------------------------
+def _qparams(ctx: Context, node: ir.Node, axis: int, rank: int) -> tuple[Quant, np.dtype]:
+    """Scale/zero point of a Q/DQ node, as int8 params (uint8 zero points shift by -128)."""
+    scale = ctx.require_const(node.inputs[1], "quantization scale").astype(np.float32)
+    zp_value = _optional(node, 2)
+    zp = (
+        ctx.require_const(zp_value, "zero point") if zp_value is not None else np.zeros(scale.shape, np.uint8)
+    )
+    dtype = zp.dtype
+    zp = zp.astype(np.int64)
+    if dtype == np.uint8:
+        zp = zp - 128
+    elif dtype not in (np.int8, np.int32):
+        raise ctx.error(f"quantization to {dtype} is not supported (int8, uint8, int32 are)")
+    axis = axis + rank if axis < 0 else axis
+    return Quant(
+        scale.reshape(-1),
+        np.broadcast_to(zp.reshape(-1), scale.reshape(-1).shape),
+        axis if scale.size > 1 else 0,
+    ), dtype
+
+
+def _int8(dtype: np.dtype) -> np.dtype:
+    return np.dtype(np.int8) if dtype == np.uint8 else np.dtype(dtype)
+
+
+@converter("QuantizeLinear", since=10)
+def quantize_linear(
+    ctx: Context,
+    node: ir.Node,
+    *,
+    axis: int = 1,
+    saturate: int = 1,
+    block_size: int = 0,
+    output_dtype: int = 0,
+    precision: int = 0,
+) -> None:
+    if block_size:
+        raise ctx.error("blocked quantization is not supported")
+    x_value = node.inputs[0]
+    quant, dtype = _qparams(ctx, node, axis, ctx.rank(x_value))
+    if not quant.per_tensor:
+        raise ctx.error("per-axis quantization of activations is not supported")
+    out = ctx.output(node.outputs[0], dtype=_int8(dtype))
+    out.quant = quant
+    ctx.op("QUANTIZE", [ctx.tensor(x_value)], [out])
+
+
+@converter("DequantizeLinear", since=10)
+def dequantize_linear(
+    ctx: Context, node: ir.Node, *, axis: int = 1, block_size: int = 0, output_dtype: int = 0
+) -> None:
+    if block_size:
+        raise ctx.error("blocked quantization is not supported")
+    x_value, y_value = node.inputs[0], node.outputs[0]
+    rank = ctx.rank(x_value)
+    quant, dtype = _qparams(ctx, node, axis, rank)
+    q = ctx.const(x_value)
+    if q is not None:  # integer weights: a float constant that remembers its integer form
+        shape = [1] * rank
+        if not quant.per_tensor:
+            shape[quant.axis] = -1
+        qdata = q.astype(np.int64) - (128 if q.dtype == np.uint8 else 0)
+        real = (qdata - quant.zero_point.reshape(shape)) * quant.scale.reshape(shape).astype(np.float64)
+        ctx.set_const(y_value, real.astype(np.float32), quantized=(qdata.astype(_int8(dtype)), quant))
+        return
+    x = ctx.tensor(x_value)
+    if x.quant is None:
+        x.quant = quant
+    elif not x.quant.same_as(quant):
+        raise ctx.error(
+            f"DequantizeLinear params ({quant.describe()}) differ from its input's ({x.quant.describe()})"
+        )
+    ctx.op("DEQUANTIZE", [x], [ctx.output(y_value, dtype=np.float32)])

@@ -1,0 +1,261 @@
+"""Converters for shape and data-movement ops: Reshape, Transpose, Concat, Split, Slice, Pad, Gather..."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import onnx_ir as ir
+from edgekit.targets.tflite.context import Context
+from edgekit.targets.tflite.registry import converter
+from edgekit.targets.tflite.schema import fb
+
+
+def _optional(node: ir.Node, index: int) -> ir.Value | None:
+    if len(node.inputs) > index and node.inputs[index] is not None and node.inputs[index].name:
+        return node.inputs[index]
+    return None
+
+
+def _axis(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis
+
+
+def _to_output_shape(ctx: Context, node: ir.Node) -> None:
+    """Reshape, Flatten, Squeeze, Unsqueeze: all a RESHAPE to the (inferred, static) output shape."""
+    y_value = node.outputs[0]
+    ctx.reshape(ctx.tensor(node.inputs[0]), ctx.shape(y_value), out=ctx.output(y_value))
+
+
+@converter("Reshape", since=1)
+def reshape(ctx: Context, node: ir.Node, *, allowzero: int = 0, shape: Sequence[int] | None = None) -> None:
+    _to_output_shape(ctx, node)
+
+
+@converter("Flatten", since=1)
+def flatten(ctx: Context, node: ir.Node, *, axis: int = 1) -> None:
+    _to_output_shape(ctx, node)
+
+
+@converter("Squeeze", since=1)
+def squeeze(ctx: Context, node: ir.Node, *, axes: Sequence[int] | None = None) -> None:
+    _to_output_shape(ctx, node)
+
+
+@converter("Unsqueeze", since=1)
+def unsqueeze(ctx: Context, node: ir.Node, *, axes: Sequence[int] | None = None) -> None:
+    _to_output_shape(ctx, node)
+
+
+@converter("Identity", since=1)
+def identity(ctx: Context, node: ir.Node) -> None:
+    ctx.bind(node.outputs[0], ctx.tensor(node.inputs[0]))
+
+
+@converter("Dropout", since=1)
+def dropout(ctx: Context, node: ir.Node, *, ratio: float = 0.5, seed: int = 0, is_test: int = 0) -> None:
+    if len(node.outputs) > 1 and node.outputs[1].name and node.outputs[1].uses():
+        raise ctx.error("the mask output of Dropout is not supported")
+    ctx.bind(node.outputs[0], ctx.tensor(node.inputs[0]))
+
+
+@converter("Cast", since=1)
+def cast(ctx: Context, node: ir.Node, *, to: int, saturate: int = 1, round_mode: str = "up") -> None:
+    x = ctx.tensor(node.inputs[0])
+    y = ctx.output(node.outputs[0])
+    if x.dtype == y.dtype:
+        ctx.bind(node.outputs[0], x)
+        return
+    ctx.op("CAST", [x], [y])
+
+
+@converter("Transpose", since=1)
+def transpose(ctx: Context, node: ir.Node, *, perm: Sequence[int] | None = None) -> None:
+    x = ctx.tensor(node.inputs[0])
+    perm = list(perm) if perm is not None else list(reversed(range(x.rank)))
+    ctx.transpose(x, perm, out=ctx.output(node.outputs[0]))
+
+
+@converter("Concat", since=1)
+def concat(ctx: Context, node: ir.Node, *, axis: int = 1) -> None:
+    inputs = [ctx.tensor(v) for v in node.inputs if v is not None and v.name]
+    y = ctx.output(node.outputs[0])
+    opts = fb.ConcatenationOptionsT()
+    opts.axis = _axis(axis, y.rank)
+    ctx.op("CONCATENATION", inputs, [y], opts)
+
+
+def _split(ctx: Context, node: ir.Node, axis: int) -> None:
+    x = ctx.tensor(node.inputs[0])
+    axis = _axis(axis, x.rank)
+    outputs = [ctx.output(v) for v in node.outputs]
+    sizes = [t.shape[axis] for t in outputs]
+    opts = fb.SplitVOptionsT()
+    opts.numSplits = len(outputs)
+    size_splits = ctx.graph.const("size_splits", sizes, np.int32)
+    ctx.op("SPLIT_V", [x, size_splits, ctx.graph.const("axis", np.int32(axis))], outputs, opts)
+
+
+@converter("Split", since=1)
+def split(
+    ctx: Context,
+    node: ir.Node,
+    *,
+    axis: int = 0,
+    split: Sequence[int] | None = None,
+    num_outputs: int | None = None,
+) -> None:
+    _split(ctx, node, axis)
+
+
+def _slice(
+    ctx: Context,
+    node: ir.Node,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    axes: np.ndarray | None,
+    steps: np.ndarray | None,
+) -> None:
+    x = ctx.tensor(node.inputs[0])
+    y = ctx.output(node.outputs[0])
+    rank = x.rank
+    axes = [_axis(int(a), rank) for a in (axes if axes is not None else range(len(starts)))]
+    steps = [int(s) for s in (steps if steps is not None else [1] * len(axes))]
+    begin, end, stride = [0] * rank, list(x.shape), [1] * rank
+    end_mask = 0
+    for a, s, e, st in zip(axes, starts, ends, steps, strict=True):
+        b, e2, st2 = slice(int(max(min(s, 2**62), -(2**62))), int(max(min(e, 2**62), -(2**62))), st).indices(
+            x.shape[a]
+        )
+        begin[a], end[a], stride[a] = b, e2, st2
+        if e2 < 0:  # a negative step running past index 0: "to the start", not "from the end"
+            end_mask |= 1 << a
+    if all(s == 1 for s in stride):
+        size = [max(e - b, 0) for b, e in zip(begin, end, strict=True)]
+        inputs = [x, ctx.graph.const("begin", begin, np.int32), ctx.graph.const("size", size, np.int32)]
+        ctx.op("SLICE", inputs, [y], fb.SliceOptionsT())
+        return
+    opts = fb.StridedSliceOptionsT()
+    opts.endMask = end_mask
+    inputs = [
+        x,
+        *(ctx.graph.const(n, v, np.int32) for n, v in (("begin", begin), ("end", end), ("strides", stride))),
+    ]
+    ctx.op("STRIDED_SLICE", inputs, [y], opts)
+
+
+@converter("Slice", since=1)
+def slice_v1(
+    ctx: Context,
+    node: ir.Node,
+    *,
+    starts: Sequence[int],
+    ends: Sequence[int],
+    axes: Sequence[int] | None = None,
+) -> None:
+    _slice(ctx, node, np.asarray(starts), np.asarray(ends), None if axes is None else np.asarray(axes), None)
+
+
+@converter("Slice", since=10)
+def slice_v10(ctx: Context, node: ir.Node) -> None:
+    starts = ctx.require_const(node.inputs[1], "Slice starts")
+    ends = ctx.require_const(node.inputs[2], "Slice ends")
+    axes = _optional(node, 3)
+    steps = _optional(node, 4)
+    _slice(
+        ctx,
+        node,
+        starts,
+        ends,
+        None if axes is None else ctx.require_const(axes, "Slice axes"),
+        None if steps is None else ctx.require_const(steps, "Slice steps"),
+    )
+
+
+def _pad(
+    ctx: Context, node: ir.Node, mode: str, pads: np.ndarray, value: float, axes: np.ndarray | None
+) -> None:
+    x = ctx.tensor(node.inputs[0])
+    y = ctx.output(node.outputs[0])
+    rank = x.rank
+    axes_list = [_axis(int(a), rank) for a in axes] if axes is not None else list(range(rank))
+    n = len(axes_list)
+    paddings = np.zeros((rank, 2), dtype=np.int32)
+    for i, a in enumerate(axes_list):
+        paddings[a] = (int(pads[i]), int(pads[i + n]))
+    if (paddings < 0).any():
+        raise ctx.error("negative pads (cropping) are not supported")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    pad_const = ctx.graph.const("paddings", paddings)
+    if mode == "constant":
+        if value == 0.0:
+            ctx.op("PAD", [x, pad_const], [y], fb.PadOptionsT())
+        else:
+            ctx.op(
+                "PADV2",
+                [x, pad_const, ctx.graph.const("value", np.array(value, x.dtype))],
+                [y],
+                fb.PadV2OptionsT(),
+            )
+    elif mode == "reflect":
+        opts = fb.MirrorPadOptionsT()
+        opts.mode = fb.MirrorPadMode.REFLECT
+        ctx.op("MIRROR_PAD", [x, pad_const], [y], opts)
+    else:
+        raise ctx.error(f"Pad mode {mode!r} is not supported (constant, reflect are)")
+
+
+@converter("Pad", since=1)
+def pad_v2(
+    ctx: Context,
+    node: ir.Node,
+    *,
+    mode: str = "constant",
+    pads: Sequence[int] = (),
+    paddings: Sequence[int] = (),
+    value: float = 0.0,
+) -> None:
+    _pad(ctx, node, mode, np.asarray(list(pads) or list(paddings)), float(value), None)
+
+
+@converter("Pad", since=11)
+def pad_v11(ctx: Context, node: ir.Node, *, mode: str = "constant") -> None:
+    pads = ctx.require_const(node.inputs[1], "Pad pads")
+    value_in = _optional(node, 2)
+    value = float(ctx.require_const(value_in, "Pad constant_value")) if value_in is not None else 0.0
+    axes_in = _optional(node, 3)
+    axes = ctx.require_const(axes_in, "Pad axes") if axes_in is not None else None
+    _pad(ctx, node, mode, pads, value, axes)
+
+
+@converter("Gather", since=1)
+def gather(ctx: Context, node: ir.Node, *, axis: int = 0) -> None:
+    data_value, indices_value = node.inputs
+    data = ctx.tensor(data_value)
+    axis = _axis(axis, data.rank)
+    indices = ctx.const(indices_value)
+    if indices is not None:
+        indices = np.where(indices < 0, indices + data.shape[axis], indices).astype(np.int32)
+        index_tensor = ctx.graph.const(indices_value.name, indices)
+    else:
+        index_tensor = ctx.tensor(indices_value)
+    opts = fb.GatherOptionsT()
+    opts.axis = axis
+    ctx.op("GATHER", [data, index_tensor], [ctx.output(node.outputs[0])], opts)
+
+
+@converter("Expand", since=8)
+def expand(ctx: Context, node: ir.Node) -> None:
+    x = ctx.tensor(node.inputs[0])
+    y = ctx.output(node.outputs[0])
+    ctx.op("BROADCAST_TO", [x, ctx.graph.const("shape", y.shape, np.int32)], [y])
+
+
+@converter("Tile", since=6)
+def tile(ctx: Context, node: ir.Node) -> None:
+    repeats = ctx.require_const(node.inputs[1], "Tile repeats")
+    ctx.op(
+        "TILE",
+        [ctx.tensor(node.inputs[0]), ctx.graph.const("multiples", repeats, np.int32)],
+        [ctx.output(node.outputs[0])],
+    )

@@ -1,0 +1,293 @@
+"""Quantized models: each DEQUANTIZE -> op -> QUANTIZE pattern becomes TFLite's integer kernel.
+
+The ONNX QDQ model's Q/DQ nodes are translated as QUANTIZE/DEQUANTIZE ops around float ops. This pass
+replaces a float op whose inputs all come from DEQUANTIZE (or are constants) and whose output goes to
+QUANTIZE by the integer kernel on the quantized tensors, with the same scales and zero points. Where
+TFLite's kernel needs something the QDQ model does not give (equal input/output scales, the fixed
+Softmax/Logistic output scale), a requantize (int8 -> int8 QUANTIZE) is inserted and a note recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from edgekit.errors import TargetError
+from edgekit.targets.tflite.graph import Graph, Op, Quant, Tensor
+
+# Op -> axis of its per-channel weights (input 1) in TFLite's layout.
+_WEIGHT_AXIS = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 0, "TRANSPOSE_CONV": 0}
+_BIAS_INDEX = {"CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "TRANSPOSE_CONV": 3}
+_INPUT_INDEX = {"TRANSPOSE_CONV": 2}
+# Kernels whose int8 version needs the output scale/zero point equal to the input's.
+_SAME_SCALE = {
+    "MAX_POOL_2D", "AVERAGE_POOL_2D", "RESHAPE", "SQUEEZE", "TRANSPOSE", "GATHER", "SLICE", "STRIDED_SLICE",
+    "PAD", "PADV2", "MIRROR_PAD", "SPLIT_V", "CONCATENATION", "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR",
+    "BROADCAST_TO", "TILE", "REDUCE_MAX", "REDUCE_MIN",
+}  # fmt: skip
+# Kernels whose int8 output has fixed parameters (scale, zero point).
+_FIXED_OUTPUT = {
+    "SOFTMAX": (1.0 / 256, -128),
+    "LOGISTIC": (1.0 / 256, -128),
+    "TANH": (1.0 / 128, 0),
+    "LOG_SOFTMAX": (16.0 / 256, 127),
+}
+_FREE = {
+    "CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "BATCH_MATMUL", "ADD", "SUB", "MUL",
+    "MAXIMUM", "MINIMUM", "MEAN", "SUM", "RELU", "RELU6", "RELU_N1_TO_1", "LEAKY_RELU", "PRELU", "HARD_SWISH",
+    "GELU",
+}  # fmt: skip
+INTEGER_KERNELS = _FREE | _SAME_SCALE | set(_FIXED_OUTPUT)
+
+
+def _is_float(t: Tensor | None) -> bool:
+    return t is not None and t.dtype == np.float32
+
+
+def _requantize(graph: Graph, x: Tensor, quant: Quant, origin: str, index: int) -> Tensor:
+    out = Tensor(graph.unique_name(x.name + "/requant"), x.shape, np.int8, quant=quant)
+    graph.ops.insert(index, Op("QUANTIZE", [x], [out], None, origin))
+    return out
+
+
+def _quantize_const(graph: Graph, t: Tensor, axis: int | None, symmetric: bool) -> Tensor:
+    """An int8 constant for a float constant: its integer weights when it has compatible ones."""
+    q = t.qparams
+    usable = t.qdata is not None and q is not None and t.qdata.dtype == np.int8
+    if (
+        usable
+        and (q.per_tensor or (axis is not None and q.axis == axis))
+        and not (symmetric and q.zero_point.any())
+    ):
+        return Tensor(graph.unique_name(t.name + "/q"), t.shape, np.int8, data=t.qdata, quant=q)
+    data = t.data.astype(np.float64)
+    if axis is None or data.ndim == 0:
+        lo, hi = min(float(data.min()), 0.0), max(float(data.max()), 0.0)
+        if symmetric:
+            scale = max(abs(lo), abs(hi)) / 127 or 1.0
+            zp = 0
+        else:
+            scale = (hi - lo) / 255 or 1.0
+            zp = int(np.clip(round(-128 - lo / scale), -128, 127))
+        qdata = np.clip(np.rint(data / scale) + zp, -128, 127).astype(np.int8)
+        return Tensor(
+            graph.unique_name(t.name + "/q"), t.shape, np.int8, data=qdata, quant=Quant([scale], [zp])
+        )
+    reduce = tuple(i for i in range(data.ndim) if i != axis)
+    scales = np.maximum(np.abs(data).max(axis=reduce), 1e-12) / 127
+    shape = [1] * data.ndim
+    shape[axis] = -1
+    qdata = np.clip(np.rint(data / scales.reshape(shape)), -127, 127).astype(np.int8)
+    quant = Quant(scales.astype(np.float32), np.zeros(scales.size, np.int64), axis)
+    return Tensor(graph.unique_name(t.name + "/q"), t.shape, np.int8, data=qdata, quant=quant)
+
+
+def _quantize_bias(graph: Graph, bias: Tensor, x: Quant, w: Quant) -> Tensor:
+    scale = x.scale.astype(np.float64)[0] * w.scale.astype(np.float64)
+    scale = np.broadcast_to(scale, bias.shape) if scale.size == 1 else scale
+    qdata = np.clip(np.rint(bias.data.astype(np.float64) / scale), -(2**31), 2**31 - 1).astype(np.int32)
+    quant = Quant(scale.astype(np.float32), np.zeros(scale.size, np.int64), 0)
+    return Tensor(graph.unique_name(bias.name + "/q"), bias.shape, np.int32, data=qdata, quant=quant)
+
+
+def _integer_inputs(graph: Graph, op: Op, producers: dict[int, Op]) -> list[Tensor | None] | None:
+    """The op's inputs on the integer side, or None when an input is float computed at run time."""
+    result: list[Tensor | None] = []
+    data_index = _INPUT_INDEX.get(op.code, 0)
+    for i, t in enumerate(op.inputs):
+        if t is None or not _is_float(t):
+            result.append(t)  # optional input, or an int32 parameter (axes, shape, perm...)
+            continue
+        if not t.is_const:
+            prod = producers.get(id(t))
+            if prod is None or prod.code != "DEQUANTIZE" or prod.inputs[0].dtype != np.int8:
+                return None
+            result.append(prod.inputs[0])
+            continue
+        if op.code in _WEIGHT_AXIS and i == 1:
+            result.append(_quantize_const(graph, t, _WEIGHT_AXIS[op.code], symmetric=True))
+        elif op.code in _BIAS_INDEX and i == _BIAS_INDEX[op.code]:
+            result.append(t)  # quantized below, once the input and weight scales are known
+        else:
+            result.append(_quantize_const(graph, t, None, symmetric=op.code == "BATCH_MATMUL"))
+    if op.code in _BIAS_INDEX:
+        b = _BIAS_INDEX[op.code]
+        x, w = result[data_index], result[1]
+        if x is None or x.quant is None or w is None or w.quant is None:
+            return None
+        if len(result) > b and result[b] is not None:
+            result[b] = _quantize_bias(graph, op.inputs[b], x.quant, w.quant)
+    return result
+
+
+def _output_quant(out: Tensor, consumers: dict[int, list[Op]], graph: Graph) -> Tensor | None:
+    """The QUANTIZE consumer's output that the integer op can write directly, if any."""
+    for user in consumers.get(id(out), []):
+        if user.code == "QUANTIZE" and user.outputs[0].dtype == np.int8 and user.outputs[0].quant is not None:
+            return user.outputs[0]
+    return None
+
+
+def quantize_kernels(graph: Graph) -> Graph:
+    """Replace DEQUANTIZE -> float op -> QUANTIZE by the integer kernel (see the module docstring)."""
+    _fold_dequantize_quantize(graph)
+    for op in list(graph.ops):
+        if op.code not in INTEGER_KERNELS or op not in graph.ops:
+            continue
+        producers, consumers = graph.producers(), graph.consumers()
+        if not any(_is_float(t) for t in op.outputs):
+            continue
+        qouts = [_output_quant(out, consumers, graph) for out in op.outputs]
+        if any(q is None for q in qouts):
+            continue
+        inputs = _integer_inputs(graph, op, producers)
+        if inputs is None:
+            continue
+        _rewrite(graph, op, inputs, qouts, consumers)
+    _fold_dequantize_quantize(graph)
+    graph.remove_dead()
+    return graph
+
+
+def _rewrite(
+    graph: Graph, op: Op, inputs: list[Tensor | None], qouts: list[Tensor], consumers: dict[int, list[Op]]
+) -> None:
+    index = graph.ops.index(op)
+    if op.code in _SAME_SCALE:
+        target = qouts[0].quant
+        for i, t in enumerate(inputs):
+            if t is not None and t.dtype == np.int8 and not t.is_const and not t.quant.same_as(target):
+                inputs[i] = _requantize(graph, t, target, op.origin, index)
+                index += 1
+                graph.notes.append(
+                    f"requantize inserted before {op.code} ({op.origin}): input {t.quant.describe()} -> output {target.describe()}"
+                )
+            elif t is not None and t.is_const and t.dtype == np.int8 and not t.quant.same_as(target):
+                real = (t.data.astype(np.float64) - t.quant.zero_point[0]) * t.quant.scale[0]
+                qdata = np.clip(np.rint(real / target.scale[0]) + target.zero_point[0], -128, 127).astype(
+                    np.int8
+                )
+                inputs[i] = Tensor(
+                    graph.unique_name(t.name + "/rq"), t.shape, np.int8, data=qdata, quant=target
+                )
+    new_outputs = []
+    for out, qout in zip(op.outputs, qouts, strict=True):
+        fixed = _FIXED_OUTPUT.get(op.code)
+        if fixed is not None and not qout.quant.same_as(Quant([fixed[0]], [fixed[1]])):
+            direct = Tensor(
+                graph.unique_name(out.name + "/fixed"),
+                out.shape,
+                np.int8,
+                quant=Quant([fixed[0]], [fixed[1]]),
+            )
+            graph.ops.insert(index + 1, Op("QUANTIZE", [direct], [qout], None, op.origin))
+            graph.notes.append(
+                f"requantize inserted after {op.code} ({op.origin}): fixed output scale {fixed[0]:.6g} zp {fixed[1]} "
+                f"-> {qout.quant.describe()}"
+            )
+            new_outputs.append(direct)
+        else:
+            new_outputs.append(qout)
+        # Consumers of the float output: QUANTIZE ones read the integer output, others a DEQUANTIZE.
+        the_q = next(u for u in consumers.get(id(out), []) if u.code == "QUANTIZE" and u.outputs[0] is qout)
+        graph.ops.remove(the_q)
+        if graph.is_graph_output(out) or any(u is not the_q for u in consumers.get(id(out), [])):
+            graph.ops.insert(graph.ops.index(op) + 1, Op("DEQUANTIZE", [qout], [out], None, op.origin))
+    op.inputs = inputs
+    op.outputs = new_outputs
+
+
+def _fold_dequantize_quantize(graph: Graph) -> None:
+    """QUANTIZE(DEQUANTIZE(q)) -> q when the parameters agree, else one int8 -> int8 requantize."""
+    producers = graph.producers()
+    for op in list(graph.ops):
+        if op.code != "QUANTIZE" or op.outputs[0].dtype != np.int8:
+            continue
+        prod = producers.get(id(op.inputs[0]))
+        if prod is None or prod.code != "DEQUANTIZE" or prod.inputs[0].dtype != np.int8:
+            continue
+        source = prod.inputs[0]
+        if source.quant.same_as(op.outputs[0].quant) and not graph.is_graph_output(op.outputs[0]):
+            graph.replace_uses(op.outputs[0], source)
+            graph.ops.remove(op)
+        else:
+            op.inputs = [source]
+    graph.remove_dead()
+
+
+def float_ops(graph: Graph) -> list[str]:
+    """Ops computing in float in a model that has quantized tensors (empty for a float model)."""
+    if not any(t.quant is not None for op in graph.ops for t in op.outputs):
+        return []
+    result = []
+    for op in graph.ops:
+        if op.code in ("QUANTIZE", "DEQUANTIZE"):
+            continue
+        if any(_is_float(t) and not t.is_const for t in [*op.inputs, *op.outputs]):
+            result.append(f"{op.code} ({op.origin})")
+    return result
+
+
+def integer_io(io_dtype: str, target: str) -> Callable[[Graph], Graph]:
+    """A pass making the graph's inputs and outputs int8/uint8 (no float tensor left anywhere)."""
+
+    def run(graph: Graph) -> Graph:
+        if io_dtype == "float32":
+            return graph
+        graph.remove_dead()
+        consumers = graph.consumers()
+        producers = graph.producers()
+        blockers = (
+            float_ops(graph)
+            if any(t.quant is not None for op in graph.ops for t in op.outputs)
+            else ["(no quantized tensors)"]
+        )
+        for t in graph.inputs:
+            users = consumers.get(id(t), [])
+            if _is_float(t) and (not users or any(u.code != "QUANTIZE" for u in users)):
+                blockers.append(f"input {t.name!r} is used as float")
+        for t in graph.outputs:
+            prod = producers.get(id(t))
+            if _is_float(t) and (prod is None or prod.code != "DEQUANTIZE"):
+                blockers.append(f"output {t.name!r} is computed in float")
+        if blockers:
+            raise TargetError(
+                f"cannot make the model fully integer for {target}: these stay float: {', '.join(dict.fromkeys(blockers))}"
+            )
+        for i, t in enumerate(list(graph.inputs)):
+            if not _is_float(t):
+                continue
+            users = consumers[id(t)]
+            first = users[0].outputs[0]
+            new_input = _io_tensor(graph, t.name, first, io_dtype)
+            graph.inputs[i] = new_input
+            for user in users:
+                user.inputs = [new_input]
+            if io_dtype == "int8" and all(u.outputs[0].quant.same_as(new_input.quant) for u in users):
+                for user in users:
+                    graph.replace_uses(user.outputs[0], new_input)
+                    graph.ops.remove(user)
+        for i, t in enumerate(list(graph.outputs)):
+            if not _is_float(t):
+                continue
+            dq = producers[id(t)]
+            source = dq.inputs[0]
+            if io_dtype == "int8":
+                graph.outputs[i] = source
+            else:
+                out = _io_tensor(graph, t.name + "_u8", source, io_dtype)
+                graph.ops.append(Op("QUANTIZE", [source], [out], None, dq.origin))
+                graph.outputs[i] = out
+        graph.remove_dead()
+        graph.io_perms.update({})
+        return graph
+
+    return run
+
+
+def _io_tensor(graph: Graph, name: str, like: Tensor, io_dtype: str) -> Tensor:
+    quant = like.quant
+    if io_dtype == "uint8":
+        quant = Quant(quant.scale, quant.zero_point + 128, quant.axis)
+    t = Tensor(name, like.shape, np.uint8 if io_dtype == "uint8" else np.int8, quant=quant)
+    return t

@@ -1,0 +1,45 @@
+"""Thin helpers over the TFLite schema module that ai-edge-litert ships (``schema_py_generated``)."""
+
+from __future__ import annotations
+
+import numpy as np
+from ai_edge_litert import schema_py_generated as fb
+
+__all__ = ["fb", "builtin_code", "options_type", "tensor_type", "numpy_dtype", "activation_code"]
+
+_TENSOR_TYPES: dict[np.dtype, int] = {
+    np.dtype(np.float32): fb.TensorType.FLOAT32,
+    np.dtype(np.float16): fb.TensorType.FLOAT16,
+    np.dtype(np.int8): fb.TensorType.INT8,
+    np.dtype(np.uint8): fb.TensorType.UINT8,
+    np.dtype(np.int16): fb.TensorType.INT16,
+    np.dtype(np.int32): fb.TensorType.INT32,
+    np.dtype(np.int64): fb.TensorType.INT64,
+    np.dtype(np.bool_): fb.TensorType.BOOL,
+}
+_NUMPY_TYPES = {code: dtype for dtype, code in _TENSOR_TYPES.items()}
+
+
+def builtin_code(name: str) -> int:
+    """The ``BuiltinOperator`` enum value of an op name such as ``"CONV_2D"``."""
+    return getattr(fb.BuiltinOperator, name)
+
+
+def options_type(options: object) -> int:
+    """The ``BuiltinOptions`` union tag of an options object (``Conv2DOptionsT`` -> ``Conv2DOptions``)."""
+    name = type(options).__name__
+    assert name.endswith("T"), name
+    return getattr(fb.BuiltinOptions, name[:-1])
+
+
+def tensor_type(dtype: np.dtype) -> int:
+    return _TENSOR_TYPES[np.dtype(dtype)]
+
+
+def numpy_dtype(code: int) -> np.dtype:
+    return _NUMPY_TYPES[code]
+
+
+def activation_code(name: str) -> int:
+    """``ActivationFunctionType`` value of ``"NONE"``, ``"RELU"``, ``"RELU6"``, ``"RELU_N1_TO_1"``..."""
+    return getattr(fb.ActivationFunctionType, name)

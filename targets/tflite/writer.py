@@ -1,0 +1,185 @@
+"""Serialise a :class:`~edgekit.targets.tflite.graph.Graph` to a ``.tflite`` flatbuffer.
+
+The schema's ``Buffer.data`` carries ``force_align: 16`` but the generated Python object API packs it
+with the element alignment only (1 byte), so weight buffers are packed here with an explicit 16-byte
+alignment (:class:`_AlignedBuffer`). Identical constant buffers are stored once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+import flatbuffers
+import numpy as np
+from edgekit.targets.tflite.graph import Graph, Quant, Tensor
+from edgekit.targets.tflite.schema import builtin_code, fb, options_type, tensor_type
+
+BUFFER_ALIGNMENT = 16
+SCHEMA_VERSION = 3
+
+# Op versions for integer kernels (TFLite's op_version.cc; float kernels are version 1).
+_INT8_VERSIONS = {
+    "CONV_2D": 3,
+    "DEPTHWISE_CONV_2D": 3,
+    "FULLY_CONNECTED": 4,
+    "TRANSPOSE_CONV": 3,
+    "BATCH_MATMUL": 2,
+    "QUANTIZE": 2,
+    "DEQUANTIZE": 2,
+}
+
+
+class _AlignedBuffer(fb.BufferT):
+    """A ``BufferT`` whose data vector starts on a 16-byte boundary of the finished flatbuffer."""
+
+    def Pack(self, builder: flatbuffers.Builder) -> int:  # noqa: N802 - flatbuffers API name
+        data_offset = None
+        if self.data is not None:
+            payload = bytes(self.data)
+            builder.StartVector(1, len(payload), BUFFER_ALIGNMENT)
+            builder.head = builder.head - len(payload)
+            builder.Bytes[builder.head : builder.head + len(payload)] = payload
+            data_offset = builder.EndVector()
+        fb.BufferStart(builder)
+        if data_offset is not None:
+            fb.BufferAddData(builder, data_offset)
+        return fb.BufferEnd(builder)
+
+
+def _quantization(quant: Quant | None) -> fb.QuantizationParametersT | None:
+    if quant is None:
+        return None
+    q = fb.QuantizationParametersT()
+    q.scale = [float(s) for s in quant.scale]
+    q.zeroPoint = [int(z) for z in quant.zero_point]
+    q.quantizedDimension = int(quant.axis)
+    return q
+
+
+def _op_version(code: str, graph_op_inputs: list[Tensor | None]) -> int:
+    first = next((t for t in graph_op_inputs if t is not None), None)
+    if (
+        first is not None
+        and first.dtype in (np.dtype(np.int8), np.dtype(np.uint8))
+        and first.quant is not None
+    ):
+        return _INT8_VERSIONS.get(code, 2)
+    return 1
+
+
+def serialize(graph: Graph, description: str = "edgekit") -> bytes:
+    """The flatbuffer bytes of ``graph`` (ops must already be in execution order)."""
+    buffers: list[fb.BufferT] = [_AlignedBuffer()]  # buffer 0: the empty sentinel
+    buffer_index: dict[bytes, int] = {}
+    tensors: list[fb.TensorT] = []
+    tensor_index: dict[int, int] = {}
+
+    def index_of(t: Tensor) -> int:
+        if id(t) in tensor_index:
+            return tensor_index[id(t)]
+        ft = fb.TensorT()
+        ft.name = t.name
+        ft.shape = np.asarray(t.shape, dtype=np.int32)
+        ft.type = tensor_type(t.dtype)
+        ft.quantization = _quantization(t.quant)
+        if t.data is not None:
+            payload = np.ascontiguousarray(t.data, dtype=t.dtype).astype(t.dtype.newbyteorder("<")).tobytes()
+            key = hashlib.sha256(payload).digest() + len(payload).to_bytes(8, "little")
+            if key not in buffer_index:
+                buffer_index[key] = len(buffers)
+                buf = _AlignedBuffer()
+                buf.data = payload
+                buffers.append(buf)
+            ft.buffer = buffer_index[key]
+        else:
+            ft.buffer = 0
+        tensor_index[id(t)] = len(tensors)
+        tensors.append(ft)
+        return tensor_index[id(t)]
+
+    opcodes: list[fb.OperatorCodeT] = []
+    opcode_index: dict[tuple[str, int], int] = {}
+    operators: list[fb.OperatorT] = []
+    sub = fb.SubGraphT()
+    sub.name = "main"
+    sub.inputs = [index_of(t) for t in graph.inputs]
+    for op in graph.ops:
+        version = _op_version(op.code, op.inputs)
+        key = (op.code, version)
+        if key not in opcode_index:
+            code = fb.OperatorCodeT()
+            code.builtinCode = builtin_code(op.code)
+            code.deprecatedBuiltinCode = min(code.builtinCode, 127)
+            code.version = version
+            opcode_index[key] = len(opcodes)
+            opcodes.append(code)
+        fop = fb.OperatorT()
+        fop.opcodeIndex = opcode_index[key]
+        fop.inputs = [-1 if t is None else index_of(t) for t in op.inputs]
+        fop.outputs = [index_of(t) for t in op.outputs]
+        if op.options is not None:
+            fop.builtinOptionsType = options_type(op.options)
+            fop.builtinOptions = op.options
+        operators.append(fop)
+    sub.outputs = [index_of(t) for t in graph.outputs]
+    sub.tensors = tensors
+    sub.operators = operators
+
+    model = fb.ModelT()
+    model.version = SCHEMA_VERSION
+    model.description = description
+    model.operatorCodes = opcodes
+    model.subgraphs = [sub]
+    model.buffers = buffers
+    model.signatureDefs = [_signature(graph, sub)]
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+def _signature(graph: Graph, sub: fb.SubGraphT) -> fb.SignatureDefT:
+    sig = fb.SignatureDefT()
+    sig.signatureKey = "serving_default"
+    sig.subgraphIndex = 0
+    sig.inputs, sig.outputs = [], []
+    for names, indices, target in (
+        (graph.inputs, sub.inputs, sig.inputs),
+        (graph.outputs, sub.outputs, sig.outputs),
+    ):
+        for t, index in zip(names, indices, strict=True):
+            m = fb.TensorMapT()
+            m.name = t.name
+            m.tensorIndex = index
+            target.append(m)
+    return sig
+
+
+def write(data: bytes, path: str | Path) -> Path:
+    """Write atomically: a temp file in the same directory, then rename."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def buffer_layout(data: bytes) -> list[tuple[int, int]]:
+    """(offset, size) of every non-empty buffer's data in a serialised model (for checks and tests)."""
+    model = fb.Model.GetRootAs(data, 0)
+    spans = []
+    for i in range(model.BuffersLength()):
+        buf = model.Buffers(i)
+        size = buf.DataLength()
+        if size:
+            o = flatbuffers.number_types.UOffsetTFlags.py_type(buf._tab.Offset(4))
+            start = buf._tab.Vector(o)
+            spans.append((start, size))
+    return spans
