@@ -1,0 +1,471 @@
+"""NNAPI delegate compatibility rules over real .tflite models built with the schema object API.
+
+Every fixture is first checked to load (and, apart from the custom op, run) in the LiteRT interpreter,
+so the decisions below are about genuine models. The expected decisions follow the TFLite NNAPI
+delegate's ``Validate`` and its operand building (see docs/nnapi.md for the sources).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from ai_edge_litert.interpreter import Interpreter
+from edgekit.errors import ModelError, TargetError
+from edgekit.targets.tflite.nnapi import (
+    NnapiReport,
+    check_nnapi,
+    is_fully_integer,
+    render_summary,
+    rule,
+)
+from rich.console import Console
+from tfl_builder import TflBuilder, options
+
+RNG = np.random.default_rng(0)
+
+
+# --- fixtures: small models -------------------------------------------------------------------
+
+
+def conv_int8_per_channel(dilation: int = 1, weight_axis: int = 0) -> bytes:
+    """int8 CONV_2D (per-channel weights) -> RESHAPE -> SOFTMAX, the shape of a quantized classifier."""
+    b = TflBuilder()
+    x = b.input("x", [1, 8, 8, 3], "int8", scale=0.02, zero_point=-3)
+    scales = [0.01, 0.02, 0.03]
+    w = b.tensor(
+        "w", [3, 3, 3, 3], "int8", data=RNG.integers(-127, 128, (3, 3, 3, 3)), scale=scales, axis=weight_axis
+    )
+    bias = b.tensor("b", [3], "int32", data=RNG.integers(-50, 50, 3), scale=[0.02 * s for s in scales])
+    y = b.tensor("y", [1, 8, 8, 3], "int8", scale=0.05, zero_point=-10)
+    conv = options("Conv2DOptions", padding=0, strideW=1, strideH=1, fusedActivationFunction=1)
+    conv.dilationWFactor = conv.dilationHFactor = dilation
+    b.op("CONV_2D", [x, w, bias], [y], conv, version=3)
+    r = b.tensor("r", [1, 192], "int8", scale=0.05, zero_point=-10)
+    b.op(
+        "RESHAPE",
+        [y, b.tensor("shape", [2], "int32", data=[1, 192])],
+        [r],
+        options("ReshapeOptions", newShape=[1, 192]),
+    )
+    s = b.output(b.tensor("probs", [1, 192], "int8", scale=1 / 256, zero_point=-128))
+    b.op("SOFTMAX", [r], [s], options("SoftmaxOptions", beta=1.0), version=2)
+    return b.build()
+
+
+def float_add(activation: int = 0, rank: int = 2, signature: list[int] | None = None) -> bytes:
+    shape = [1] * (rank - 1) + [4]
+    b = TflBuilder()
+    x = b.input("x", shape, shape_signature=signature)
+    c = b.tensor("c", shape, data=np.arange(4.0))
+    y = b.output(b.tensor("y", shape, shape_signature=signature))
+    b.op("ADD", [x, c], [y], options("AddOptions", fusedActivationFunction=activation))
+    return b.build()
+
+
+def int8_add_squeeze() -> bytes:
+    """int8 ADD (converted to uint8 by the delegate below level 4) then int8 SQUEEZE (not converted)."""
+    b = TflBuilder()
+    x = b.input("x", [1, 1, 4], "int8", scale=0.1, zero_point=1)
+    c = b.tensor("c", [1, 1, 4], "int8", data=[1, 2, 3, 4], scale=0.1, zero_point=1)
+    y = b.tensor("y", [1, 1, 4], "int8", scale=0.2, zero_point=0)
+    b.op("ADD", [x, c], [y], options("AddOptions"), version=2)
+    z = b.output(b.tensor("z", [4], "int8", scale=0.2, zero_point=0))
+    b.op("SQUEEZE", [y], [z], options("SqueezeOptions", squeezeDims=[0, 1]))
+    return b.build()
+
+
+def add_square_add() -> bytes:
+    """Two branches: ADD -> SQUARE (not mapped by NNAPI) and an independent ADD, joined by a third ADD.
+
+    Execution order is ADD, SQUARE, ADD, ADD. The greedy partitioner puts the two independent ADDs in
+    one partition; only the joining ADD, which waits for SQUARE, forms a second one.
+    """
+    b = TflBuilder()
+    x = b.input("x", [1, 4])
+    c = b.tensor("c", [1, 4], data=np.ones(4))
+    a = b.tensor("a", [1, 4])
+    b.op("ADD", [x, c], [a], options("AddOptions"))
+    sq = b.tensor("sq", [1, 4])
+    b.op("SQUARE", [a], [sq])
+    other = b.tensor("other", [1, 4])
+    b.op("ADD", [x, c], [other], options("AddOptions"))
+    y = b.output(b.tensor("y", [1, 4]))
+    b.op("ADD", [sq, other], [y], options("AddOptions"))
+    return b.build()
+
+
+def chain_with_breaks(runs: list[int]) -> bytes:
+    """A chain of float ADD runs of the given lengths, separated by single SQUARE ops."""
+    b = TflBuilder()
+    t = b.input("x", [1, 4])
+    c = b.tensor("c", [1, 4], data=np.ones(4))
+    for r, length in enumerate(runs):
+        if r:
+            nxt = b.tensor(f"sq{r}", [1, 4])
+            b.op("SQUARE", [t], [nxt])
+            t = nxt
+        for i in range(length):
+            nxt = b.tensor(f"a{r}_{i}", [1, 4])
+            b.op("ADD", [t, c], [nxt], options("AddOptions"))
+            t = nxt
+    b.output(t)
+    return b.build()
+
+
+def custom_between() -> bytes:
+    b = TflBuilder()
+    x = b.input("x", [1, 4])
+    c = b.tensor("c", [1, 4], data=np.ones(4))
+    a = b.tensor("a", [1, 4])
+    b.op("ADD", [x, c], [a], options("AddOptions"))
+    m = b.tensor("m", [1, 4])
+    b.op("CUSTOM", [a], [m], custom_code="EdgekitTestOp")
+    y = b.output(b.tensor("y", [1, 4]))
+    b.op("ADD", [m, c], [y], options("AddOptions"))
+    return b.build()
+
+
+def reshape_runtime_shape() -> bytes:
+    b = TflBuilder()
+    x = b.input("x", [1, 4])
+    s = b.input("s", [2], "int32")
+    b.op("RESHAPE", [x, s], [b.output(b.tensor("y", [2, 2]))], options("ReshapeOptions"))
+    return b.build()
+
+
+def fc_int8(per_channel: bool = False, keep_num_dims: bool = False) -> bytes:
+    b = TflBuilder()
+    x = b.input("x", [1, 4], "int8", scale=0.1, zero_point=0)
+    scales = [0.1, 0.2, 0.3] if per_channel else 0.1
+    w = b.tensor("w", [3, 4], "int8", data=RNG.integers(-127, 128, (3, 4)), scale=scales)
+    bias = b.tensor("b", [3], "int32", data=np.zeros(3), scale=np.atleast_1d(scales) * 0.1)
+    y = b.output(b.tensor("y", [1, 3], "int8", scale=0.2, zero_point=0))
+    b.op(
+        "FULLY_CONNECTED",
+        [x, w, bias],
+        [y],
+        options("FullyConnectedOptions", keepNumDims=keep_num_dims),
+        version=5,
+    )
+    return b.build()
+
+
+def resize_bilinear(half_pixel: bool) -> bytes:
+    b = TflBuilder()
+    x = b.input("x", [1, 2, 2, 1])
+    size = b.tensor("size", [2], "int32", data=[4, 4])
+    y = b.output(b.tensor("y", [1, 4, 4, 1]))
+    opts = options("ResizeBilinearOptions", halfPixelCenters=half_pixel)
+    b.op("RESIZE_BILINEAR", [x, size], [y], opts, version=3 if half_pixel else 1)
+    return b.build()
+
+
+def softmax_rank3_float() -> bytes:
+    b = TflBuilder()
+    x = b.input("x", [1, 2, 5])
+    b.op("SOFTMAX", [x], [b.output(b.tensor("y", [1, 2, 5]))], options("SoftmaxOptions", beta=1.0))
+    return b.build()
+
+
+def mean_int8() -> bytes:
+    b = TflBuilder()
+    x = b.input("x", [1, 4, 4, 8], "int8", scale=0.1, zero_point=-5)
+    axes = b.tensor("axes", [2], "int32", data=[1, 2])
+    y = b.output(b.tensor("y", [1, 1, 1, 8], "int8", scale=0.1, zero_point=-5))
+    b.op("MEAN", [x, axes], [y], options("ReducerOptions", keepDims=True), version=2)
+    return b.build()
+
+
+def quantize_float_io() -> bytes:
+    """float input -> QUANTIZE -> int8 ADD -> DEQUANTIZE -> float output (the arm-cpu style edges)."""
+    b = TflBuilder()
+    x = b.input("x", [1, 4])
+    q = b.tensor("q", [1, 4], "int8", scale=0.05, zero_point=0)
+    b.op("QUANTIZE", [x], [q])
+    c = b.tensor("c", [1, 4], "int8", data=[1, 2, 3, 4], scale=0.05, zero_point=0)
+    s = b.tensor("s", [1, 4], "int8", scale=0.1, zero_point=3)
+    b.op("ADD", [q, c], [s], options("AddOptions"), version=2)
+    b.op("DEQUANTIZE", [s], [b.output(b.tensor("y", [1, 4]))], version=2)
+    return b.build()
+
+
+def concat(rank: int = 4, activation: int = 0) -> bytes:
+    shape = [1] * (rank - 1) + [2]
+    out = [1] * (rank - 1) + [4]
+    b = TflBuilder()
+    x1, x2 = b.input("x1", shape), b.input("x2", shape)
+    opts = options("ConcatenationOptions", axis=rank - 1, fusedActivationFunction=activation)
+    b.op("CONCATENATION", [x1, x2], [b.output(b.tensor("y", out))], opts)
+    return b.build()
+
+
+FIXTURES = {
+    "conv_int8_per_channel": conv_int8_per_channel,
+    "conv_int8_dilated": lambda: conv_int8_per_channel(dilation=2),
+    "conv_int8_axis3": lambda: conv_int8_per_channel(weight_axis=3),
+    "float_add": float_add,
+    "float_add_tanh": lambda: float_add(activation=4),
+    "float_add_rank5": lambda: float_add(rank=5),
+    "float_add_dynamic": lambda: float_add(signature=[-1, 4]),
+    "int8_add_squeeze": int8_add_squeeze,
+    "add_square_add": add_square_add,
+    "chain_with_breaks": lambda: chain_with_breaks([3, 1, 2, 4]),
+    "reshape_runtime_shape": reshape_runtime_shape,
+    "fc_int8": fc_int8,
+    "fc_int8_per_channel": lambda: fc_int8(per_channel=True),
+    "fc_int8_keep_dims": lambda: fc_int8(keep_num_dims=True),
+    "resize_half_pixel": lambda: resize_bilinear(True),
+    "softmax_rank3": softmax_rank3_float,
+    "mean_int8": mean_int8,
+    "quantize_float_io": quantize_float_io,
+    "concat_rank4": concat,
+    "concat_rank5": lambda: concat(rank=5),
+    "concat_relu": lambda: concat(activation=1),
+}
+
+
+def _feeds(interpreter: Interpreter) -> None:
+    for d in interpreter.get_input_details():
+        if np.issubdtype(d["dtype"], np.integer) and d["dtype"] == np.int32:
+            value = np.array([2, 2], dtype=np.int32)  # the runtime reshape shape
+        else:
+            value = RNG.integers(-5, 5, d["shape"]).astype(d["dtype"])
+        interpreter.set_tensor(d["index"], value)
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURES))
+def test_fixture_runs_in_litert(name):
+    interpreter = Interpreter(model_content=FIXTURES[name]())
+    interpreter.allocate_tensors()
+    _feeds(interpreter)
+    interpreter.invoke()
+    for d in interpreter.get_output_details():
+        assert interpreter.get_tensor(d["index"]).size > 0
+
+
+def test_custom_op_fixture_is_a_real_model_with_an_unregistered_kernel():
+    # LiteRT parses the model and fails only for the missing kernel, which is what a custom op means.
+    with pytest.raises(RuntimeError, match="unresolved custom op: EdgekitTestOp"):
+        Interpreter(model_content=custom_between()).allocate_tensors()
+
+
+# --- decisions --------------------------------------------------------------------------------
+
+
+def _by_op(report: NnapiReport) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for op in report.ops:
+        out.setdefault(op.op, []).append(op)
+    return out
+
+
+def test_int8_classifier_fully_delegated_at_level_4():
+    report = check_nnapi(conv_int8_per_channel())
+    assert [op.op for op in report.ops] == ["CONV_2D", "RESHAPE", "SOFTMAX"]
+    assert all(op.supported and op.delegated and not op.reasons for op in report.ops)
+    assert (report.partitions, report.delegated_partitions, report.delegated_ops) == (1, 1, 3)
+    assert report.fully_delegated
+
+
+def test_int8_per_channel_conv_needs_level_3():
+    report = check_nnapi(conv_int8_per_channel(), feature_level=2)
+    conv = report.ops[0]
+    assert not conv.supported
+    assert "input dtype int8 not in [float32, uint8]" in conv.reasons
+    assert "per-channel quantized weights need feature level >= 3" in conv.reasons
+    # RESHAPE and SOFTMAX on int8 are converted to uint8 by the delegate below level 4.
+    assert [op.supported for op in report.ops[1:]] == [True, True]
+    assert (report.partitions, report.delegated_ops) == (1, 2)
+    assert check_nnapi(conv_int8_per_channel(), feature_level=3).fully_delegated
+
+
+def test_dilated_conv_needs_level_3():
+    model = conv_int8_per_channel(dilation=2)
+    assert check_nnapi(model, 3).ops[0].supported
+    reasons = check_nnapi(model, 2).ops[0].reasons
+    assert "dilated CONV_2D needs feature level >= 3, target is 2" in reasons
+
+
+def test_per_channel_axis_must_be_the_nnapi_channel_dim():
+    conv = check_nnapi(conv_int8_per_channel(weight_axis=3)).ops[0]
+    assert not conv.supported
+    assert conv.reasons == ("per-channel weights 'w' on axis 3, NNAPI needs axis 0",)
+
+
+def test_per_channel_fully_connected_is_refused():
+    assert check_nnapi(fc_int8()).ops[0].supported
+    fc = check_nnapi(fc_int8(per_channel=True)).ops[0]
+    assert fc.reasons == ("per-channel quantized input 'w' is not allowed on FULLY_CONNECTED in NNAPI",)
+
+
+def test_fully_connected_keep_num_dims_needs_level_4():
+    assert check_nnapi(fc_int8(keep_num_dims=True), 4).ops[0].supported
+    assert check_nnapi(fc_int8(keep_num_dims=True), 3).ops[0].reasons == (
+        "keep_num_dims needs feature level >= 4, target is 3",
+    )
+
+
+def test_int8_signed_operands_need_level_4_unless_converted():
+    at4, at3 = check_nnapi(int8_add_squeeze(), 4), check_nnapi(int8_add_squeeze(), 3)
+    assert at4.fully_delegated
+    add, squeeze = at3.ops
+    assert add.supported  # ADD is in the delegate's int8 -> uint8 conversion list
+    assert not squeeze.supported
+    assert "TENSOR_QUANT8_ASYMM_SIGNED (feature level >= 4)" in squeeze.reasons[0]
+    assert (at3.partitions, at3.delegated_ops) == (1, 1)
+
+
+@pytest.mark.parametrize("level", range(1, 9))
+def test_float_add_supported_at_every_level(level):
+    report = check_nnapi(float_add(), level)
+    assert report.fully_delegated
+    assert report.android_api == {1: 27, 2: 28, 3: 29, 4: 30, 5: 31, 6: 33, 7: 34, 8: 35}[level]
+
+
+def test_fused_tanh_has_no_nnapi_fuse_code():
+    op = check_nnapi(float_add(activation=4)).ops[0]
+    assert op.reasons == ("fused activation TANH has no NNAPI FuseCode",)
+
+
+def test_add_rank_above_4_is_refused():
+    assert check_nnapi(float_add(rank=5)).ops[0].reasons == ("input rank 5 > 4",)
+
+
+def test_dynamic_signature_is_compiled_for_the_static_shape():
+    op = check_nnapi(float_add(signature=[-1, 4])).ops[0]
+    assert op.supported
+    assert any("shape_signature [-1, 4]" in note and "shape [1, 4]" in note for note in op.notes)
+
+
+def test_runtime_shaped_reshape_is_refused():
+    op = check_nnapi(reshape_runtime_shape()).ops[0]
+    assert op.reasons == ("shape (input 1) must be constant",)
+
+
+def test_custom_op_is_not_delegated_and_splits_the_graph():
+    report = check_nnapi(custom_between())
+    custom = report.ops[1]
+    assert custom.op == "CUSTOM:EdgekitTestOp"
+    assert custom.reasons == ("custom op 'EdgekitTestOp' is not an operation the NNAPI delegate maps",)
+    assert (report.partitions, report.delegated_partitions, report.delegated_ops) == (2, 2, 2)
+
+
+def test_greedy_partitioning_merges_independent_branches():
+    report = check_nnapi(add_square_add())
+    assert [op.supported for op in report.ops] == [True, False, True, True]
+    # A run-in-execution-order count would give 3; TFLite's partitioner schedules ADD #2 with ADD #0.
+    assert report.partitions == 2
+
+
+def test_partition_limit_keeps_the_three_largest():
+    report = check_nnapi(chain_with_breaks([3, 1, 2, 4]))
+    assert (report.partitions, report.delegated_partitions) == (4, 3)
+    assert report.delegated_ops == 3 + 2 + 4
+    single = [op for op in report.ops if op.supported and not op.delegated]
+    assert [op.index for op in single] == [4]  # the 1-op run is the one left on the CPU
+    unlimited = check_nnapi(chain_with_breaks([3, 1, 2, 4]), max_partitions=0)
+    assert (unlimited.delegated_partitions, unlimited.delegated_ops) == (4, 10)
+
+
+def test_resize_half_pixel_centers_needs_level_4():
+    assert check_nnapi(resize_bilinear(True), 4).ops[0].supported
+    reasons = check_nnapi(resize_bilinear(True), 3).ops[0].reasons
+    assert reasons == ("half_pixel_centers needs feature level >= 4",)
+    assert check_nnapi(resize_bilinear(False), 3).ops[0].supported
+
+
+def test_softmax_rank_3_needs_level_3():
+    assert check_nnapi(softmax_rank3_float(), 3).ops[0].supported
+    assert check_nnapi(softmax_rank3_float(), 2).ops[0].reasons == (
+        "input rank 3: below feature level 3 only rank 2 and 4",
+    )
+
+
+def test_quantized_mean_needs_level_3():
+    assert check_nnapi(mean_int8(), 3).ops[0].supported
+    assert check_nnapi(mean_int8(), 2).ops[0].reasons == ("input dtype int8 not in [float32]",)
+    assert check_nnapi(mean_int8(), 1).ops[0].reasons[0] == "needs NNAPI feature level >= 2, target is 1"
+
+
+def test_concatenation_constraints():
+    assert check_nnapi(concat()).ops[0].supported
+    assert check_nnapi(concat(rank=5)).ops[0].reasons == ("input rank 5 > 4",)
+    assert check_nnapi(concat(activation=1)).ops[0].reasons == (
+        "fused activation RELU is not supported here",
+    )
+
+
+def test_quantize_dequantize_edges():
+    at4, at3 = check_nnapi(quantize_float_io(), 4), check_nnapi(quantize_float_io(), 3)
+    assert at4.fully_delegated
+    quantize, add, dequantize = at3.ops
+    assert quantize.reasons[0] == "output dtype int8 not in [uint8]"
+    assert add.supported
+    # At level 3 the delegate hands int8 to NNAPI's DEQUANTIZE as QUANT8_SYMM: zero point 0 only.
+    assert dequantize.reasons == ("at feature level 3 an int8 input must be symmetric (zero point 0)",)
+
+
+# --- fully integer check ----------------------------------------------------------------------
+
+
+def test_fully_integer_model_has_no_float():
+    assert is_fully_integer(conv_int8_per_channel()) == []
+    assert is_fully_integer(int8_add_squeeze()) == []
+
+
+def test_float_edges_are_listed():
+    found = is_fully_integer(quantize_float_io())
+    assert found == [
+        "model input 'x' is float32",
+        "#0 QUANTIZE: input 'x' is float32",
+        "#2 DEQUANTIZE: output 'y' is float32",
+        "model output 'y' is float32",
+    ]
+
+
+# --- report, errors, registry -----------------------------------------------------------------
+
+
+def test_report_json_and_summary():
+    report = check_nnapi(custom_between(), 3)
+    data = json.loads(json.dumps(report.to_json()))
+    assert data["feature_level"] == 3 and data["android_api"] == 29 and data["nnapi"] == "NNAPI 1.2"
+    assert data["op_count"] == 3 and data["delegated_ops"] == 2 and data["partitions"] == 2
+    assert data["fully_delegated"] is False
+    assert data["unsupported"] == [
+        "#1 CUSTOM:EdgekitTestOp: custom op 'EdgekitTestOp' is not an operation the NNAPI delegate maps"
+    ]
+    assert [op["index"] for op in data["ops"]] == [0, 1, 2]
+    assert report.summary.startswith("NNAPI feature level 3 (Android API 29, NNAPI 1.2): 2/3 ops delegated")
+    assert report.summary.endswith("1 op(s) stay on the CPU: CUSTOM:EdgekitTestOp")
+
+
+def test_render_summary_lists_each_op_with_its_reason():
+    console = Console(width=200, record=True)
+    console.print(render_summary(check_nnapi(int8_add_squeeze(), 3)))
+    text = console.export_text()
+    assert "SQUEEZE" in text and "TENSOR_QUANT8_ASYMM_SIGNED" in text and "ADD" in text
+
+
+def test_bad_inputs_raise_typed_errors():
+    with pytest.raises(ModelError, match="not a TFLite model"):
+        check_nnapi(b"this is not a flatbuffer")
+    with pytest.raises(ModelError, match="not a TFLite model"):
+        is_fully_integer(b"")
+    with pytest.raises(TargetError, match="feature level must be one of 1..8, got 9"):
+        check_nnapi(float_add(), 9)
+    broken = bytearray(float_add())
+    broken[8:] = b"\xff" * (len(broken) - 8)
+    with pytest.raises(ModelError):
+        check_nnapi(bytes(broken))
+
+
+def test_rule_registry_rejects_duplicates():
+    from edgekit.targets.tflite import nnapi_ops  # noqa: F401 - its import registers the rules
+    from edgekit.targets.tflite.nnapi import RULES
+
+    assert RULES["ADD"].__name__ == "_add_mul"
+    with pytest.raises(ValueError, match="duplicate NNAPI rule for ADD"):
+        rule("ADD")(lambda check: None)
