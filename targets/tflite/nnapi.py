@@ -402,6 +402,14 @@ def check_nnapi(
     )
 
 
+def delegated_partitions(tflite_bytes: bytes, delegated: Sequence[bool]) -> list[list[int]]:
+    """The node subsets TFLite forms for a delegate that takes the ops marked True (in op order)."""
+    graph = _parse(tflite_bytes)
+    if len(delegated) != len(graph.ops):
+        raise ValueError(f"{len(delegated)} flags for {len(graph.ops)} operators")
+    return [s for s in _partition(graph, list(delegated)) if delegated[s[0]]]
+
+
 def _rules() -> dict[str, Rule]:
     """The per-op rule table (the rules module registers itself into RULES when imported)."""
     from edgekit.targets.tflite import nnapi_ops  # noqa: F401 - imported for its registrations

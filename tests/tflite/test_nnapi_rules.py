@@ -16,6 +16,7 @@ from edgekit.errors import ModelError, TargetError
 from edgekit.targets.tflite.nnapi import (
     NnapiReport,
     check_nnapi,
+    delegated_partitions,
     is_fully_integer,
     render_summary,
     rule,
@@ -469,3 +470,46 @@ def test_rule_registry_rejects_duplicates():
     assert RULES["ADD"].__name__ == "_add_mul"
     with pytest.raises(ValueError, match="duplicate NNAPI rule for ADD"):
         rule("ADD")(lambda check: None)
+
+
+# --- the partitioner against TFLite's own ---------------------------------------------------------
+
+
+def random_add_cumsum_graph(rng: np.random.Generator, n: int) -> tuple[bytes, list[bool]]:
+    """A random DAG of float ADD (XNNPACK takes it) and CUMSUM (XNNPACK does not) ops."""
+    b = TflBuilder()
+    x = b.input("x", [1, 4])
+    c = b.tensor("c", [1, 4], data=np.ones(4))
+    axis = b.tensor("axis", [], "int32", data=[1])
+    produced, consumed, kinds = [x], set(), []
+    for i in range(n):
+        a = produced[int(rng.integers(len(produced)))]
+        out = b.tensor(f"t{i}", [1, 4])
+        if rng.random() < 0.35:
+            b.op("CUMSUM", [a, axis], [out], options("CumsumOptions"))
+            kinds.append(False)
+        else:
+            other = produced[int(rng.integers(len(produced)))] if rng.random() < 0.5 else c
+            b.op("ADD", [a, other], [out], options("AddOptions"))
+            kinds.append(True)
+            consumed.add(other)
+        consumed.add(a)
+        produced.append(out)
+    for t in produced[1:]:
+        if t not in consumed or t == produced[-1]:
+            b.output(t)
+    return b.build(), kinds
+
+
+def test_partitions_match_tflite_partitioner_seen_through_xnnpack():
+    # LiteRT applies XNNPACK by default through the same delegate partitioning code
+    # (PreviewDelegatePartitioning / ReplaceNodeSubsetsWithDelegateKernels); each partition it takes
+    # becomes one DELEGATE node. XNNPACK takes float ADD and not CUMSUM, so feeding our partitioner
+    # the same support mask must give the same number of partitions.
+    rng = np.random.default_rng(7)
+    for _ in range(40):
+        model, takes = random_add_cumsum_graph(rng, int(rng.integers(4, 16)))
+        interpreter = Interpreter(model_content=model)
+        interpreter.allocate_tensors()
+        litert = sum(op["op_name"] == "DELEGATE" for op in interpreter._get_ops_details())
+        assert len(delegated_partitions(model, takes)) == litert
