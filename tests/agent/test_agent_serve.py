@@ -1,0 +1,110 @@
+"""The agent as a real subprocess, over loopback TCP and over a pty pair (``local``), serving a real
+TFLite model and a real OpenVINO IR built in the test; references are numpy and the runtimes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import AgentProcess
+from edgekit.device_agents.client import connect
+from edgekit.device_agents.errors import InputError, RemoteError
+
+
+def check_tflite(client, bundle_dir) -> str:  # type: ignore[no-untyped-def]
+    seen: list[tuple[int, int]] = []
+    bundle_id = client.put_bundle(bundle_dir, progress=lambda done, total: seen.append((done, total)))
+    assert seen[-1][0] == seen[-1][1] > 0
+    info = client.load(bundle_id, threads=1)
+    assert info["runtime"] in ("ai_edge_litert", "tflite_runtime")
+    assert [t["name"] for t in info["inputs"]] == ["a", "b"]
+    assert info["ops"] == 2 and 0 <= info["delegated_ops"] <= 2
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((7, 4)).astype(np.float32)  # 7 samples of a batch-1 model, concatenated
+    b = rng.standard_normal((7, 4)).astype(np.float32)
+    outputs, times = client.infer({"a": a, "b": b})
+    np.testing.assert_array_equal(outputs["sum"], a + b)
+    np.testing.assert_array_equal(outputs["prod"], a * b)
+    assert len(times) == 7 and all(0 < t < 1 for t in times)
+    one, t1 = client.infer([a[:1], b[:1]])  # one sample of the model's exact shape, positional
+    assert one["sum"].shape == (1, 4) and len(t1) == 1
+    stacked, _ = client.infer({"a": a.reshape(7, 1, 4), "b": b.reshape(7, 1, 4)})
+    assert stacked["prod"].shape == (7, 1, 4)
+    runs = client.bench(warmup=2, runs=9)
+    assert len(runs) == 9 and all(t > 0 for t in runs)
+    return bundle_id
+
+
+def check_openvino(client, bundles) -> None:  # type: ignore[no-untyped-def]
+    w, bias = bundles["ov_weights"]
+    bundle_id = client.put_bundle(bundles["openvino"])
+    info = client.load(bundle_id, threads=2)
+    assert info["runtime"] == "openvino" and info["device"] == "CPU"
+    x = np.random.default_rng(2).standard_normal((5, 8)).astype(np.float32)
+    out, times = client.infer({"x": x})
+    np.testing.assert_allclose(out["y"], np.maximum(x @ w + bias, 0), rtol=1e-5, atol=1e-5)
+    assert len(times) == 5
+
+
+def test_tcp_agent_serves_tflite_and_openvino(tcp_agent: AgentProcess, bundles) -> None:  # type: ignore[no-untyped-def]
+    with connect(tcp_agent.url()) as client:
+        info = client.hello()
+        assert info["protocol"] == 1 and info["runtimes"]["openvino"]
+        assert info["disk_free"] > 0 and info["python"]
+        bundle_id = check_tflite(client, bundles["tflite"])
+        check_openvino(client, bundles)
+        status = client.status()
+        assert {b["bundle_id"] for b in status["bundles"]} >= {bundle_id}
+        assert status["uploads"] == []  # nothing half-uploaded left behind
+        client.delete(bundle_id)
+        assert bundle_id not in {b["bundle_id"] for b in client.status()["bundles"]}
+    # the agent keeps serving the next client, and an archive uploads like a directory
+    with connect(tcp_agent.url()) as client:
+        bundle_id = client.put_bundle(bundles["tflite_archive"])
+        client.load(bundle_id)
+        out, _ = client.infer({"a": np.ones((1, 4), np.float32), "b": np.full((1, 4), 2, np.float32)})
+        np.testing.assert_array_equal(out["prod"], np.full((1, 4), 2, np.float32))
+
+
+def test_local_agent_over_pty(bundles) -> None:  # type: ignore[no-untyped-def]
+    with connect("local", timeout=30) as client:
+        assert client.link.description == "local agent (pty)"
+        assert client.info["runtimes"]["ai_edge_litert"]
+        check_tflite(client, bundles["tflite"])
+        check_openvino(client, bundles)
+        workdir = client.link.workdir
+        assert (workdir / "bundles").is_dir()
+    assert not workdir.exists()  # the embedded agent's scratch work directory is removed
+
+
+def test_resume_of_same_content_is_instant(tcp_agent: AgentProcess, bundles) -> None:  # type: ignore[no-untyped-def]
+    with connect(tcp_agent.url()) as client:
+        first = client.put_bundle(bundles["tflite"])
+        calls: list[tuple[int, int]] = []
+        assert client.put_bundle(bundles["tflite"], progress=lambda d, t: calls.append((d, t))) == first
+        assert len(calls) == 1 and calls[0][0] == calls[0][1]  # already stored: nothing sent
+
+
+def test_bad_requests_are_typed_errors_and_the_agent_keeps_serving(tcp_agent: AgentProcess, bundles) -> None:  # type: ignore[no-untyped-def]
+    with connect(tcp_agent.url()) as client:
+        with pytest.raises(InputError, match="no model loaded"):
+            client.infer({"a": np.zeros((1, 4), np.float32)})
+        with pytest.raises(RemoteError, match="not_found"):
+            client.load("nothing-here-000000000000")
+        bundle_id = client.put_bundle(bundles["tflite"])
+        client.load(bundle_id)
+        with pytest.raises(InputError, match="shape"):
+            client.infer({"a": np.zeros((1, 5), np.float32), "b": np.zeros((1, 5), np.float32)})
+        with pytest.raises(InputError, match="do not match"):
+            client.infer({"a": np.zeros((1, 4), np.float32)})
+        with pytest.raises(InputError, match="int64|float32"):
+            client.infer({"a": np.zeros((1, 4), np.int64), "b": np.zeros((1, 4), np.float32)})
+        with pytest.raises(RemoteError, match="bad_request"):
+            client.bench(warmup=-1, runs=3)
+        with pytest.raises(RemoteError, match="runtime_unavailable"):
+            client.load(bundle_id, delegate="nnapi")  # no NNAPI on this host: a clear error
+        with pytest.raises(RemoteError, match="threads"):
+            client.load(bundle_id, threads=0)
+        # still serving: a normal request works
+        client.load(bundle_id)
+        out, _ = client.infer({"a": np.ones((1, 4), np.float32), "b": np.ones((1, 4), np.float32)})
+        assert out["sum"].tolist() == [[2, 2, 2, 2]]
