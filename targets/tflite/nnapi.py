@@ -118,6 +118,12 @@ class Check:
         self.reasons: list[str] = []
         self.rule_name = rule_name
 
+    @property
+    def accelerator_specified(self) -> bool:
+        """The delegate's ``is_accelerator_specified``: true from level 3 with default options, where
+        ``disallow_nnapi_cpu`` (default true) makes it target the device accelerators only."""
+        return self.level >= NNAPI_1_2
+
     def expect(self, condition: bool, reason: str) -> bool:
         if not condition and reason not in self.reasons:
             self.reasons.append(reason)
@@ -439,9 +445,10 @@ def is_fully_integer(tflite_bytes: bytes) -> list[str]:
 
 def render_summary(report: NnapiReport, *, only_unsupported: bool = False):
     """A rich Table of the decisions, for the CLI (rich is imported here, not at module import)."""
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=report.summary, title_justify="left", show_lines=False)
+    table = Table(title=escape(report.summary), title_justify="left", show_lines=False)
     table.add_column("#", justify="right")
     table.add_column("op")
     table.add_column("v", justify="right")
@@ -457,7 +464,9 @@ def render_summary(report: NnapiReport, *, only_unsupported: bool = False):
             if op.supported
             else "[red]no[/]"
         )
-        table.add_row(str(op.index), op.op, str(op.version), status, "; ".join(op.reasons + op.notes))
+        table.add_row(
+            str(op.index), escape(op.op), str(op.version), status, escape("; ".join(op.reasons + op.notes))
+        )
     return table
 
 

@@ -9,8 +9,9 @@ level 3, ...NNAPI13 (API 30) level 4, kNNAPIRuntimeFeatureLevel5..8 levels 5..8.
 Besides ``Validate``, the delegate can still fail while it builds the NNAPI model
 (``NNAPIDelegateKernel::AddOpsAndTensors`` / ``NNAPIOpBuilder::AddTensor``) for operand types NNAPI
 does not accept; ``nnapi.operand_rules`` covers those (int8 below level 4, per-channel quantization
-placement, fused activations, tensor types). The delegate's options are taken at their defaults: no
-accelerator named (``is_accelerator_specified`` false), ``allow_dynamic_dimensions`` false.
+placement, fused activations, tensor types). The delegate's options are taken at their defaults
+(``disallow_nnapi_cpu`` true, no accelerator name, ``allow_dynamic_dimensions`` false), under which
+``is_accelerator_specified`` is true from feature level 3 (``ShouldUseTargetDevices``).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def _restricted_scales(c: Check) -> None:
 
 @rule("ADD", "MUL")  # Validate: case kTfLiteBuiltinAdd / kTfLiteBuiltinMul
 def _add_mul(c: Check) -> None:
-    c.max_version(2)  # MUL allows 3 only when an accelerator is named
+    c.max_version(3 if c.op.name == "MUL" and c.accelerator_specified else 2)
     if c.level >= NNAPI_1_3:
         c.input0_in(("float32", "uint8", "int8", "int32"))
         if c.op.input(0) is not None and c.op.input(0).dtype == "int32":
@@ -306,7 +307,7 @@ def _average_pool(c: Check) -> None:
     c.max_version(2)
     c.input0_in(FLOAT_OR_QUANT8)
     x = c.op.input(0)
-    if x is not None and x.dtype in QUANT8:
+    if x is not None and x.dtype in QUANT8 and not c.accelerator_specified:
         window = int(c.op.opt("filterWidth", 0)) * int(c.op.opt("filterHeight", 0))
         c.expect(window <= 256, f"quantized filter window {window} > 256 overflows the reference CPU path")
 

@@ -202,6 +202,23 @@ def concat(rank: int = 4, activation: int = 0) -> bytes:
     return b.build()
 
 
+def average_pool_uint8(window: int) -> bytes:
+    b = TflBuilder()
+    x = b.input("x", [1, window, window, 2], "uint8", scale=0.1, zero_point=128)
+    y = b.output(b.tensor("y", [1, 1, 1, 2], "uint8", scale=0.1, zero_point=128))
+    opts = options("Pool2DOptions", padding=1, strideW=1, strideH=1, filterWidth=window, filterHeight=window)
+    b.op("AVERAGE_POOL_2D", [x], [y], opts)
+    return b.build()
+
+
+def float_mul(version: int) -> bytes:
+    b = TflBuilder()
+    x = b.input("x", [1, 4])
+    c = b.tensor("c", [1, 4], data=np.arange(4.0))
+    b.op("MUL", [x, c], [b.output(b.tensor("y", [1, 4]))], options("MulOptions"), version=version)
+    return b.build()
+
+
 FIXTURES = {
     "conv_int8_per_channel": conv_int8_per_channel,
     "conv_int8_dilated": lambda: conv_int8_per_channel(dilation=2),
@@ -224,6 +241,8 @@ FIXTURES = {
     "concat_rank4": concat,
     "concat_rank5": lambda: concat(rank=5),
     "concat_relu": lambda: concat(activation=1),
+    "average_pool_17x17": lambda: average_pool_uint8(17),
+    "mul_v3": lambda: float_mul(3),
 }
 
 
@@ -390,6 +409,25 @@ def test_quantized_mean_needs_level_3():
     assert check_nnapi(mean_int8(), 1).ops[0].reasons[0] == "needs NNAPI feature level >= 2, target is 1"
 
 
+def test_quantized_average_pool_window_limit_applies_below_level_3():
+    # With default options the delegate targets the device accelerators from level 3 on
+    # (disallow_nnapi_cpu), and the 256-element window limit protects only the reference CPU path.
+    assert check_nnapi(average_pool_uint8(16), 2).ops[0].supported
+    reasons = check_nnapi(average_pool_uint8(17), 2).ops[0].reasons
+    assert reasons == ("quantized filter window 289 > 256 overflows the reference CPU path",)
+    assert check_nnapi(average_pool_uint8(17), 3).ops[0].supported
+
+
+def test_mul_version_3_needs_a_targeted_accelerator():
+    assert check_nnapi(float_mul(3), 2).ops[0].reasons == (
+        "op version 3 is above 2, the highest the delegate maps",
+    )
+    assert check_nnapi(float_mul(3), 3).ops[0].supported
+    assert check_nnapi(float_mul(4), 4).ops[0].reasons == (
+        "op version 4 is above 3, the highest the delegate maps",
+    )
+
+
 def test_concatenation_constraints():
     assert check_nnapi(concat()).ops[0].supported
     assert check_nnapi(concat(rank=5)).ops[0].reasons == ("input rank 5 > 4",)
@@ -448,6 +486,10 @@ def test_render_summary_lists_each_op_with_its_reason():
     console.print(render_summary(check_nnapi(int8_add_squeeze(), 3)))
     text = console.export_text()
     assert "SQUEEZE" in text and "TENSOR_QUANT8_ASYMM_SIGNED" in text and "ADD" in text
+    # reasons holding [brackets] are printed as text, not swallowed as rich markup
+    console = Console(width=200, record=True)
+    console.print(render_summary(check_nnapi(mean_int8(), 2)))
+    assert "input dtype int8 not in [float32]" in console.export_text()
 
 
 def test_bad_inputs_raise_typed_errors():
