@@ -85,10 +85,10 @@ def _pipeline(options: ConvertOptions) -> list[Pass]:
     return [
         layout.fold_constant_transposes,
         layout.cancel_transposes,
-        fusion.flatten_into_fully_connected,
-        layout.transposes_to_reshapes,
         fusion.fuse_activations,
         quantized.quantize_kernels,
+        fusion.flatten_into_fully_connected,
+        layout.transposes_to_reshapes,
         quantized.integer_io(options.io_dtype, options.target),
         finalize,
     ]

@@ -78,6 +78,7 @@ def flatten_into_fully_connected(graph: Graph) -> Graph:
         for user in users:
             w = user.inputs[1]
             new_w = graph.const(w.name, _permute_columns(w.data, t_shape, order), w.dtype)
+            new_w.quant = w.quant  # per-output-channel (axis 0) parameters are unchanged
             if w.qdata is not None and w.qparams is not None and w.qparams.axis == 0:
                 new_w.qdata, new_w.qparams = _permute_columns(w.qdata, t_shape, order), w.qparams
             user.inputs[1] = new_w

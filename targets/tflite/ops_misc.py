@@ -243,13 +243,11 @@ def resize_v11(
 
 
 # -- QuantizeLinear / DequantizeLinear ---------------------------------------------------------------
-def _qparams(ctx: Context, node: ir.Node, axis: int, rank: int) -> tuple[Quant, np.dtype]:
+def _qparams(ctx: Context, node: ir.Node, axis: int, rank: int, default: np.dtype) -> tuple[Quant, np.dtype]:
     """Scale/zero point of a Q/DQ node, as int8 params (uint8 zero points shift by -128)."""
     scale = ctx.require_const(node.inputs[1], "quantization scale").astype(np.float32)
     zp_value = _optional(node, 2)
-    zp = (
-        ctx.require_const(zp_value, "zero point") if zp_value is not None else np.zeros(scale.shape, np.uint8)
-    )
+    zp = ctx.require_const(zp_value, "zero point") if zp_value is not None else np.zeros(scale.shape, default)
     dtype = zp.dtype
     zp = zp.astype(np.int64)
     if dtype == np.uint8:
@@ -282,7 +280,7 @@ def quantize_linear(
     if block_size:
         raise ctx.error("blocked quantization is not supported")
     x_value = node.inputs[0]
-    quant, dtype = _qparams(ctx, node, axis, ctx.rank(x_value))
+    quant, dtype = _qparams(ctx, node, axis, ctx.rank(x_value), np.dtype(np.uint8))
     if not quant.per_tensor:
         raise ctx.error("per-axis quantization of activations is not supported")
     out = ctx.output(node.outputs[0], dtype=_int8(dtype))
@@ -298,8 +296,14 @@ def dequantize_linear(
         raise ctx.error("blocked quantization is not supported")
     x_value, y_value = node.inputs[0], node.outputs[0]
     rank = ctx.rank(x_value)
-    quant, dtype = _qparams(ctx, node, axis, rank)
     q = ctx.const(x_value)
+    if q is not None:
+        x_dtype = q.dtype
+    elif x_value.dtype is not None:
+        x_dtype = x_value.dtype.numpy()
+    else:
+        x_dtype = np.dtype(np.int8)
+    quant, dtype = _qparams(ctx, node, axis, rank, np.dtype(x_dtype))
     if q is not None:  # integer weights: a float constant that remembers its integer form
         shape = [1] * rank
         if not quant.per_tensor:

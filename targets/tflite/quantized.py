@@ -130,6 +130,7 @@ def _output_quant(out: Tensor, consumers: dict[int, list[Op]], graph: Graph) -> 
 
 def quantize_kernels(graph: Graph) -> Graph:
     """Replace DEQUANTIZE -> float op -> QUANTIZE by the integer kernel (see the module docstring)."""
+    _sink_dequantize(graph)
     _fold_dequantize_quantize(graph)
     for op in list(graph.ops):
         if op.code not in INTEGER_KERNELS or op not in graph.ops:
@@ -195,6 +196,31 @@ def _rewrite(
             graph.ops.insert(graph.ops.index(op) + 1, Op("DEQUANTIZE", [qout], [out], None, op.origin))
     op.inputs = inputs
     op.outputs = new_outputs
+
+
+def _sink_dequantize(graph: Graph) -> None:
+    """DEQUANTIZE -> TRANSPOSE/RESHAPE becomes the integer TRANSPOSE/RESHAPE -> DEQUANTIZE."""
+    changed = True
+    while changed:
+        changed = False
+        producers, consumers = graph.producers(), graph.consumers()
+        for op in graph.ops:
+            if op.code not in ("TRANSPOSE", "RESHAPE") or op.inputs[0].is_const:
+                continue
+            dq = producers.get(id(op.inputs[0]))
+            if dq is None or dq.code != "DEQUANTIZE" or len(consumers.get(id(op.inputs[0]), [])) != 1:
+                continue
+            q = dq.inputs[0]
+            if graph.is_graph_output(op.inputs[0]) or q.quant is None or not q.quant.per_tensor:
+                continue
+            out = op.outputs[0]
+            moved = Tensor(graph.unique_name(out.name + "/int"), out.shape, q.dtype, quant=q.quant)
+            op.inputs[0], op.outputs[0] = q, moved
+            dq.inputs[0], dq.outputs[0] = moved, out
+            i, j = graph.ops.index(dq), graph.ops.index(op)
+            graph.ops[i], graph.ops[j] = op, dq
+            changed = True
+            break
 
 
 def _fold_dequantize_quantize(graph: Graph) -> None:

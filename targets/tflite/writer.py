@@ -20,15 +20,35 @@ from edgekit.targets.tflite.schema import builtin_code, fb, options_type, tensor
 BUFFER_ALIGNMENT = 16
 SCHEMA_VERSION = 3
 
-# Op versions for integer kernels (TFLite's op_version.cc; float kernels are version 1).
+# Op versions of the int8 kernels (TFLite's op_version.cc); float kernels and ops not listed are 1.
 _INT8_VERSIONS = {
     "CONV_2D": 3,
     "DEPTHWISE_CONV_2D": 3,
     "FULLY_CONNECTED": 4,
     "TRANSPOSE_CONV": 3,
-    "BATCH_MATMUL": 2,
+    "ADD": 2,
+    "SUB": 2,
+    "MUL": 2,
+    "AVERAGE_POOL_2D": 2,
+    "MAX_POOL_2D": 2,
+    "CONCATENATION": 2,
+    "SOFTMAX": 2,
+    "LOGISTIC": 2,
+    "TANH": 2,
+    "MEAN": 2,
+    "PAD": 2,
+    "PADV2": 2,
+    "TRANSPOSE": 2,
+    "RESIZE_BILINEAR": 2,
+    "RESIZE_NEAREST_NEIGHBOR": 2,
     "QUANTIZE": 2,
     "DEQUANTIZE": 2,
+    "MAXIMUM": 2,
+    "MINIMUM": 2,
+    "SLICE": 2,
+    "STRIDED_SLICE": 2,
+    "SPLIT_V": 2,
+    "GATHER": 2,
 }
 
 
@@ -66,7 +86,7 @@ def _op_version(code: str, graph_op_inputs: list[Tensor | None]) -> int:
         and first.dtype in (np.dtype(np.int8), np.dtype(np.uint8))
         and first.quant is not None
     ):
-        return _INT8_VERSIONS.get(code, 2)
+        return _INT8_VERSIONS.get(code, 1)
     return 1
 
 
