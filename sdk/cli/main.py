@@ -11,7 +11,7 @@ import sys
 import typer
 
 from edgekit.cli import common
-from edgekit.cli import inspect_cmd, quantize_cmd
+from edgekit.cli import deploy_cmd, inspect_cmd, quantize_cmd
 
 app = typer.Typer(
     name="edgekit",
@@ -24,6 +24,7 @@ app = typer.Typer(
 # One line per sub-command module, in the order they appear in --help.
 quantize_cmd.register(app)
 inspect_cmd.register(app)
+deploy_cmd.register(app)
 
 
 def main() -> None:  # pragma: no cover - exercised through the console script

@@ -1,0 +1,322 @@
+"""``edgekit deploy MODEL --target T [--target T2 ...] -o DIR``: package a model for each target.
+
+Each target's bundle goes to ``DIR/<target>`` (``DIR/<target>.tar.gz`` with ``--archive``). A float
+model with ``--calib`` is quantized first with the activation dtype each target wants (intel-vpu:
+uint8, the TFLite targets: int8), once per dtype; a QDQ model is packaged as it is. Everything the
+user can get wrong is checked before the slow work starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import typer
+from edgekit.cli.common import console, err_console, parse_input_shapes
+from edgekit.errors import DataError, EdgekitError, OutputError, TargetError
+
+PRECISIONS = ("auto", "fp32", "int8")
+VERIFY_SAMPLES = 3
+
+
+def register(app: typer.Typer) -> None:
+    app.command("deploy")(deploy)
+
+
+@dataclass(frozen=True)
+class DeployRequest:
+    """What ``edgekit deploy`` was asked to do, validated."""
+
+    model: Path
+    targets: tuple[str, ...]
+    out_dir: Path
+    calib: Path | None = None
+    precision: str = "auto"
+    input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    device_hint: str | None = None
+    archive: bool = False
+    calib_samples: int = 100
+    method: str = "minmax"
+    preprocess: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Packaged:
+    target: str
+    path: Path
+    precision: str
+    verification: Mapping[str, Any]
+
+
+def deploy(
+    model: Path = typer.Argument(..., help="ONNX model: float, or QDQ from `edgekit quantize`."),
+    target: list[str] = typer.Option(None, "--target", "-t", help="Target to package for (repeatable)."),
+    output: Path = typer.Option(
+        ..., "--output", "-o", help="Output folder; each target writes DIR/<target>."
+    ),
+    calib: Path = typer.Option(None, "--calib", help="Calibration data (.npz, .npy, image or array folder)."),
+    precision: str = typer.Option("auto", "--precision", help="auto | fp32 | int8."),
+    input_shape: list[str] = typer.Option(None, "--input-shape", help="NAME=D0,D1,... (repeatable)."),
+    device_hint: str = typer.Option(
+        None, "--device-hint", help="Device the bundle is for (intel-vpu: NPU|MYRIAD|CPU)."
+    ),
+    archive: bool = typer.Option(False, "--archive", help="Write each bundle as one .tar.gz."),
+    calib_samples: int = typer.Option(
+        100, "--calib-samples", help="Calibration samples used when quantizing."
+    ),
+    method: str = typer.Option("minmax", "--method", help="Calibration method when quantizing."),
+    preprocess: str = typer.Option(
+        None, "--preprocess", help="Image preprocessing as JSON (or a .json file) for image-folder data."
+    ),
+) -> None:
+    """Package a model for one or more targets (quantizing first where a target needs int8)."""
+    request = DeployRequest(
+        model=model,
+        targets=tuple(dict.fromkeys(target or ())),
+        out_dir=output,
+        calib=calib,
+        precision=precision,
+        input_shapes=parse_input_shapes(input_shape),
+        device_hint=device_hint,
+        archive=archive,
+        calib_samples=calib_samples,
+        method=method,
+        preprocess=_read_preprocess(preprocess),
+    )
+    results, failures = package_targets(request, say=lambda line: console.print(line, soft_wrap=True))
+    if len(request.targets) == 1 and failures:
+        raise TargetError(failures[0][1])
+    for name, message in failures:
+        err_console.print(f"[red]✗[/] {name}: {message}", soft_wrap=True)
+    if failures:
+        names = ", ".join(name for name, _ in failures)
+        raise TargetError(f"{len(failures)} of {len(request.targets)} targets failed ({names})")
+
+
+def _read_preprocess(value: str | None) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    text = value
+    if not value.lstrip().startswith("{"):
+        path = Path(value)
+        if not path.is_file():
+            raise DataError(f"--preprocess expects JSON or a .json file; {value!r} is neither")
+        text = path.read_text()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"--preprocess is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise DataError("--preprocess must be a JSON object")
+    return data
+
+
+def _choose_precision(request: DeployRequest, target: Any, quantized: bool) -> str:
+    """``fp32`` or ``int8`` for one target, or a TargetError saying what to pass instead."""
+    name = target.name
+    if request.precision == "fp32":
+        if quantized:
+            raise TargetError(
+                f"{request.model} is already quantized (QDQ); --precision fp32 needs a float model"
+            )
+        if not target.supports_float:
+            raise TargetError(
+                f"target {name!r} runs integer models only; drop --precision fp32 and pass --calib DATA"
+            )
+        return "fp32"
+    if quantized:
+        return "int8"
+    if request.precision == "int8" or not target.supports_float:
+        if request.calib is None:
+            why = (
+                "--precision int8"
+                if request.precision == "int8"
+                else f"target {name!r} runs integer models only; it"
+            )
+            raise TargetError(f"{why} needs --calib DATA (or a QDQ model from `edgekit quantize`)")
+        return "int8"
+    return "int8" if request.calib is not None else "fp32"
+
+
+def _validate(request: DeployRequest) -> list[Any]:
+    from edgekit.targets.base import get_target
+
+    if request.precision not in PRECISIONS:
+        raise EdgekitError(f"--precision must be one of {', '.join(PRECISIONS)}, got {request.precision!r}")
+    if not request.targets:
+        raise TargetError("pass at least one --target")
+    targets = [get_target(name) for name in request.targets]
+    if request.device_hint is not None and not any(
+        request.device_hint.upper() in t.device_hints for t in targets
+    ):
+        accepted = sorted({h for t in targets for h in t.device_hints})
+        raise TargetError(
+            f"--device-hint {request.device_hint!r} is not accepted by {', '.join(request.targets)}; "
+            f"accepted: {', '.join(accepted) or 'none'}"
+        )
+    if request.calib_samples < 1:
+        raise DataError(f"--calib-samples must be at least 1, got {request.calib_samples}")
+    if request.calib is not None and not request.calib.exists():
+        raise DataError(f"calibration data not found: {request.calib}")
+    out = request.out_dir
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"output path {out} exists and is not a folder")
+    return targets
+
+
+def package_targets(request: DeployRequest, say: Any = print) -> tuple[list[Packaged], list[tuple[str, str]]]:
+    """Package ``request.model`` for every target; returns the bundles and the (target, error) failures.
+
+    Errors in the request itself (bad options, unreadable model or data) raise before anything is
+    written; a target that fails to package is reported and the others still run.
+    """
+    from edgekit.model import is_quantized, load_model
+
+    targets = _validate(request)
+    notes: list[str] = []
+    model = load_model(request.model, request.input_shapes, messages=notes)
+    for note in notes:
+        say(f"note: {note}")
+    quantized = is_quantized(model)
+    plan = [(t, _choose_precision(request, t, quantized)) for t in targets]
+    needs_quantization = any(p == "int8" for _, p in plan) and not quantized
+    dataset = _open_calibration(request, model) if request.calib is not None else None
+    verify = _verify_samples(dataset) if dataset is not None else ()
+    preprocessing = dict(request.preprocess or {})
+    if not preprocessing and dataset is not None:
+        preprocessing = dict(dataset.describe().get("preprocessing") or {})
+    base_provenance = {
+        "source_sha256": _sha256(request.model),
+        "source_model": request.model.name,
+        "quantization": {"source": "QDQ model as given"} if quantized else None,
+        "calibration_samples": None,
+    }
+    created = not request.out_dir.exists()
+    try:
+        request.out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot create {request.out_dir}: {exc.strerror or exc}") from None
+
+    quantized_models: dict[str, tuple[Any, dict[str, Any]]] = {}
+    results: list[Packaged] = []
+    failures: list[tuple[str, str]] = []
+    for target, precision in plan:
+        try:
+            source, provenance = model, dict(base_provenance)
+            if precision == "int8" and needs_quantization:
+                assert dataset is not None  # _choose_precision demands --calib for int8
+                if target.activation_dtype not in quantized_models:
+                    say(
+                        f"quantizing for {target.activation_dtype} activations ({request.calib_samples} samples max)"
+                    )
+                    quantized_models[target.activation_dtype] = _quantize(request, model, dataset, target)
+                source, extra = quantized_models[target.activation_dtype]
+                provenance.update(extra)
+            for problem in target.check(source):
+                if problem.severity != "error":
+                    say(f"{target.name}: {problem}")
+            options = _package_options(request, target, verify, preprocessing, provenance)
+            path = target.package(source, request.out_dir / target.name, options)
+        except EdgekitError as exc:
+            failures.append((target.name, str(exc)))
+            continue
+        verification = _manifest_verification(path)
+        results.append(Packaged(target.name, path, precision, verification))
+        say(_summary_line(target.name, path, verification))
+    if created and not results:
+        with contextlib.suppress(OSError):
+            request.out_dir.rmdir()  # leave no empty output folder behind when nothing was packaged
+    return results, failures
+
+
+def _package_options(
+    request: DeployRequest, target: Any, verify: tuple, preprocessing: dict, provenance: dict
+) -> Any:
+    from edgekit.targets.base import PackageOptions
+
+    hint = (
+        request.device_hint
+        if request.device_hint and request.device_hint.upper() in target.device_hints
+        else None
+    )
+    return PackageOptions(
+        verify_samples=verify,
+        preprocessing=preprocessing,
+        provenance=provenance,
+        archive=request.archive,
+        device_hint=hint,
+    )
+
+
+def _open_calibration(request: DeployRequest, model: Any) -> Any:
+    from edgekit.data import ImagePreprocess, input_specs, open_dataset
+
+    assert request.calib is not None
+    preprocess = ImagePreprocess.from_json(dict(request.preprocess)) if request.preprocess else None
+    return open_dataset(request.calib, input_specs(model), preprocess, limit=request.calib_samples)
+
+
+def _verify_samples(dataset: Any) -> tuple[dict[str, Any], ...]:
+    samples = []
+    for sample in dataset:
+        samples.append(dict(sample.inputs))
+        if len(samples) == VERIFY_SAMPLES:
+            break
+    return tuple(samples)
+
+
+def _quantize(request: DeployRequest, model: Any, dataset: Any, target: Any) -> tuple[Any, dict[str, Any]]:
+    from edgekit.model import load_proto
+    from edgekit.quantize import QuantizeOptions
+
+    try:
+        from edgekit import quantize_model
+    except ImportError:
+        raise TargetError(
+            "quantization is not available in this edgekit build (edgekit.quantize_model)"
+        ) from None
+    options = QuantizeOptions(
+        activations=target.activation_dtype, method=request.method, samples=request.calib_samples
+    )
+    result = quantize_model(model, dataset, options)
+    qdq = load_proto(result.model)
+    extra = {
+        "quantization": options.to_json(),
+        "calibration_samples": min(len(dataset), request.calib_samples),
+    }
+    return qdq, extra
+
+
+def _manifest_verification(path: Path) -> dict[str, Any]:
+    from edgekit.device_agents.bundle import read_bundle
+
+    with read_bundle(path) as bundle:
+        return dict(bundle.manifest.verification)
+
+
+def _summary_line(name: str, path: Path, verification: Mapping[str, Any]) -> str:
+    precision = verification.get("precision", "")
+    err = verification.get("max_rel_error")
+    samples = verification.get("samples")
+    figures = f"max error {err:.2g} of the output range on {samples} sample(s)" if err is not None else ""
+    line = f"[green]✓[/] {name} → {path} ({', '.join(x for x in (precision, figures) if x)})"
+    npu = verification.get("npu")
+    if isinstance(npu, Mapping) and npu.get("note"):
+        line += f"\n  {name}: {npu['note']}"
+    return line
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+__all__ = ["DeployRequest", "Packaged", "deploy", "package_targets", "register"]

@@ -1,0 +1,163 @@
+"""``edgekit deploy``: packaging per target, the bundles it writes, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import openvino as ov
+import pytest
+from cnn_models import qdq_with_onnxruntime, tiny_cnn, with_unsupported_op
+from edgekit.cli.common import run_app
+from edgekit.cli.main import app
+from edgekit.device_agents.bundle import read_bundle
+
+
+def deploy(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """Run ``edgekit deploy`` in-process through the same error mapping as the console script."""
+    try:
+        run_app(app, ["deploy", *args])
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("models")
+    paths = {"float": folder / "cnn.onnx", "qdq": folder / "cnn_qdq.onnx", "det": folder / "det.onnx"}
+    onnx.save(tiny_cnn(), paths["float"])
+    onnx.save(qdq_with_onnxruntime(tiny_cnn(), folder), paths["qdq"])
+    onnx.save(with_unsupported_op(tiny_cnn()), paths["det"])
+    calib = np.random.default_rng(3).standard_normal((8, 1, 3, 16, 16)).astype(np.float32)
+    paths["calib"] = folder / "calib.npy"
+    np.save(paths["calib"], calib)
+    return paths
+
+
+def test_float_model_becomes_an_fp16_bundle(tmp_path: Path, models: dict[str, Path], capsys) -> None:
+    code, out, err = deploy(
+        capsys, str(models["float"]), "--target", "intel-vpu", "-o", str(tmp_path / "out")
+    )
+    assert code == 0, err
+    bundle = tmp_path / "out" / "intel-vpu"
+    assert f"✓ intel-vpu → {bundle} (fp16" in out
+    m = read_bundle(bundle).manifest
+    assert m.verification["precision"] == "fp16" and m.verification["passed"]
+    assert m.provenance["source_sha256"] == hashlib.sha256(models["float"].read_bytes()).hexdigest()
+    assert m.provenance["source_model"] == "cnn.onnx" and m.provenance["quantization"] is None
+    assert m.device_hint is None
+    if "NPU" not in ov.Core().available_devices:
+        assert "no NPU plugin on this host" in out
+
+
+def test_qdq_model_becomes_an_int8_archive(tmp_path: Path, models: dict[str, Path], capsys) -> None:
+    out_dir = tmp_path / "out"
+    code, out, err = deploy(
+        capsys, str(models["qdq"]), "-t", "intel-vpu", "-o", str(out_dir), "--archive", "--device-hint", "npu"
+    )
+    assert code == 0, err
+    assert [p.name for p in out_dir.iterdir()] == ["intel-vpu.tar.gz"]
+    with read_bundle(out_dir / "intel-vpu.tar.gz") as loaded:
+        m = loaded.manifest
+        assert m.device_hint == "NPU"
+        assert m.verification["precision"] == "int8" and m.verification["int8"]["fake_quantize"] > 0
+        assert m.provenance["quantization"] == {"source": "QDQ model as given"}
+
+
+def test_calibration_samples_are_the_verify_samples(tmp_path: Path, models: dict[str, Path], capsys) -> None:
+    code, _, err = deploy(
+        capsys, str(models["float"]), "-t", "intel-vpu", "-o", str(tmp_path), "--precision", "fp32",
+        "--calib", str(models["calib"]),
+    )  # fmt: skip
+    assert code == 0, err
+    m = read_bundle(tmp_path / "intel-vpu").manifest
+    assert m.verification["precision"] == "fp16" and m.verification["samples"] == 3
+
+
+def test_repeated_target_is_packaged_once(tmp_path: Path, models: dict[str, Path], capsys) -> None:
+    code, out, err = deploy(
+        capsys, str(models["float"]), "-t", "intel-vpu", "-t", "intel-vpu", "-o", str(tmp_path)
+    )
+    assert code == 0, err
+    assert out.count("✓ intel-vpu") == 1
+
+
+def test_failing_target_leaves_nothing(tmp_path: Path, models: dict[str, Path], capsys) -> None:
+    out_dir = tmp_path / "out"
+    code, out, err = deploy(capsys, str(models["det"]), "-t", "intel-vpu", "-o", str(out_dir))
+    assert code == 2
+    assert err.strip().splitlines() == [
+        "error: target 'intel-vpu' cannot take this model: Det 'my_det': "
+        "OpenVINO's ONNX frontend has no conversion for Det"
+    ]
+    assert not out_dir.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["{float}", "-o", "{out}"], "pass at least one --target"),
+        (["{missing}", "-t", "intel-vpu", "-o", "{out}"], "model file not found"),
+        (["{float}", "-t", "tpu", "-o", "{out}"], "unknown target 'tpu'; supported targets:"),
+        (["{float}", "-t", "intel-vpu", "-o", "{out}", "--precision", "fp8"], "--precision must be one of"),
+        (
+            ["{float}", "-t", "intel-vpu", "-o", "{out}", "--precision", "int8"],
+            "--precision int8 needs --calib",
+        ),
+        (["{qdq}", "-t", "intel-vpu", "-o", "{out}", "--precision", "fp32"], "already quantized"),
+        (
+            ["{float}", "-t", "intel-vpu", "-o", "{out}", "--device-hint", "GPU"],
+            "--device-hint 'GPU' is not accepted",
+        ),
+        (["{float}", "-t", "intel-vpu", "-o", "{out}", "--calib", "{missing}"], "calibration data not found"),
+        (["{float}", "-t", "intel-vpu", "-o", "{float}"], "exists and is not a folder"),
+        (["{float}", "-t", "intel-vpu", "-o", "{out}", "--input-shape", "x=1,3"], "rank 2"),
+        (
+            ["{float}", "-t", "intel-vpu", "-o", "{out}", "--preprocess", "{{bad"],
+            "--preprocess is not valid JSON",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(
+    tmp_path: Path, models: dict[str, Path], capsys, args: list[str], message: str
+) -> None:
+    names = {
+        "float": models["float"],
+        "qdq": models["qdq"],
+        "missing": tmp_path / "nope",
+        "out": tmp_path / "out",
+    }
+    code, out, err = deploy(capsys, *[a.format(**names) for a in args])
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_console_script(tmp_path: Path, models: dict[str, Path]) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "edgekit.cli.main",
+            "deploy",
+            str(models["float"]),
+            "-t",
+            "intel-vpu",
+            "-o",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert read_bundle(tmp_path / "intel-vpu").manifest.target == "intel-vpu"
