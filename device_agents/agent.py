@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from . import runtimes
-from .errors import AgentError, AuthError, LinkError, ProtocolError, VersionMismatch
+from .errors import AgentError, AuthError, LinkError, VersionMismatch
 from .link import Link, SocketLink
 from .protocol import (
     DEFAULT_MAX_PAYLOAD,
@@ -93,6 +93,7 @@ class Agent:
         self.loaded: str | None = None
         self.last_inputs: list[np.ndarray] | None = None
         self.counters = {"requests": 0, "errors": 0, "sessions": 0}
+        self._lock = threading.Lock()
         self.handlers: dict[int, Callable[[Session, dict[str, Any], list[memoryview]], bytes]] = {
             MsgType.HELLO: self.on_hello,
             MsgType.AUTH: self.on_auth,
@@ -109,7 +110,13 @@ class Agent:
 
     # -- dispatch -----------------------------------------------------------------------------------
     def execute(self, session: Session, frame: Frame) -> tuple[int, bytes, bool]:
-        """(reply type, reply payload, close the session afterwards) for one request frame."""
+        """(reply type, reply payload, close the session afterwards) for one request frame.
+
+        Requests of concurrent sessions run one at a time (they share the store and the model)."""
+        with self._lock:
+            return self._execute(session, frame)
+
+    def _execute(self, session: Session, frame: Frame) -> tuple[int, bytes, bool]:
         self.counters["requests"] += 1
         close = False
         try:
@@ -389,8 +396,12 @@ class Session:
             }
             self.send(encode_frame(MsgType.ERROR, frame.seq, encode_message(msg)))
             return
-        if frame.type not in REQUEST_TYPES and frame.type != MsgType.POLL:
+        if frame.type >= 0x40 and frame.type != MsgType.POLL:
             return  # replies and acks are not for the agent (or echoes on a shared line)
+        if frame.type not in REQUEST_TYPES and frame.type != MsgType.POLL:
+            msg = {"code": "bad_request", "message": f"unknown message type {MsgType.name_of(frame.type)}"}
+            self.send(encode_frame(MsgType.ERROR, frame.seq, encode_message(msg)))
+            return
         with self._lock:
             if frame.seq in self._pending:
                 self.link.write(encode_frame(MsgType.ACK, frame.seq))
@@ -463,32 +474,43 @@ def serve_tcp(
     token: str | None,
     log: Callable[[str], None] = print,
     stop: threading.Event | None = None,
+    max_sessions: int = 8,
 ) -> None:
-    """Accept TCP clients one after the other, forever (or until ``stop`` is set)."""
+    """Accept TCP clients forever (or until ``stop`` is set); each connection is a session in its own
+    thread, their requests run one at a time. Beyond ``max_sessions`` a connection is closed at once."""
     if not is_loopback(host) and not token:
         raise AuthError(f"listening on {host} (not loopback) needs a token: --token SECRET")
     try:
-        server = socket.create_server((host, port), reuse_port=False, backlog=8)
+        server = socket.create_server((host, port), backlog=8)
     except OSError as exc:
         raise LinkError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     bound = server.getsockname()
     log(f"edgekit-agent listening on {bound[0]}:{bound[1]} (workdir {agent.store.root})")
     server.settimeout(0.5)
+    active: list[threading.Thread] = []
     try:
         while stop is None or not stop.is_set():
             try:
                 conn, addr = server.accept()
             except socket.timeout:  # noqa: UP041 - not TimeoutError on Python 3.9
                 continue
+            active = [t for t in active if t.is_alive()]
             link = SocketLink(conn, f"tcp client {addr[0]}:{addr[1]}")
-            try:
-                Session(agent, link, token=token, end_on_bye=True).run()
-            except (AgentError, ProtocolError) as exc:  # pragma: no cover - sessions handle their errors
-                log(f"session ended: {exc}")
-            finally:
+            if len(active) >= max_sessions:
                 link.close()
+                continue
+            thread = threading.Thread(target=_serve_connection, args=(agent, link, token), daemon=True)
+            thread.start()
+            active.append(thread)
     finally:
         server.close()
+
+
+def _serve_connection(agent: Agent, link: Link, token: str | None) -> None:
+    try:
+        Session(agent, link, token=token, end_on_bye=True).run()
+    finally:
+        link.close()
 
 
 def main_log(message: str) -> None:

@@ -70,10 +70,13 @@ class RemoteError(AgentError):
 
 def from_code(remote_code: str, message: str) -> AgentError:
     """The host-side exception for an error the agent reported with ``remote_code``."""
+    from .bundle import BundleError  # bundle.py imports this module, so not at the top
+
     local = {
         AuthError.code: AuthError,
         VersionMismatch.code: VersionMismatch,
         ProtocolError.code: ProtocolError,
+        BundleError.code: BundleError,
     }.get(remote_code)
     if local is not None:
         return local(f"agent: {message}")

@@ -225,7 +225,7 @@ class Requester:
         poll = encode_frame(MsgType.POLL, seq)
         base = self.policy.ack_timeout if ack_timeout is None else ack_timeout
         max_misses = self.policy.retries if retries is None else retries
-        what = MsgType(msg_type).name
+        what = MsgType.name_of(msg_type)
         acked = False
         misses = 0
         self.link.write(frame)
