@@ -8,6 +8,8 @@ delegate's ``Validate`` and its operand building (see docs/nnapi.md for the sour
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -555,3 +557,34 @@ def test_partitions_match_tflite_partitioner_seen_through_xnnpack():
         interpreter.allocate_tensors()
         litert = sum(op["op_name"] == "DELEGATE" for op in interpreter._get_ops_details())
         assert len(delegated_partitions(model, takes)) == litert
+
+
+# --- opt-in: the converter's real SqueezeNet ----------------------------------------------------
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared"
+
+
+@pytest.mark.shared
+@pytest.mark.skipif(
+    os.environ.get("EDGEKIT_SHARED") != "1", reason="needs ../shared; opt in with EDGEKIT_SHARED=1"
+)
+def test_shared_squeezenet_int8_is_fully_integer_and_delegated():
+    from edgekit.data import Sample
+    from edgekit.model import load_model
+    from edgekit.quantize.options import QuantizeOptions
+    from edgekit.quantize.pipeline import quantize
+    from edgekit.targets.tflite.converter import ConvertOptions, convert
+
+    model = load_model(SHARED / "models" / "squeezenet1.1-fp32.onnx")
+    name = model.graph.inputs[0].name
+    calib = [
+        Sample({name: RNG.uniform(0, 255, (1, 3, 224, 224)).astype(np.float32)}, None, str(i))
+        for i in range(4)
+    ]
+    qdq = quantize(model, calib, QuantizeOptions()).proto()
+    data = convert(qdq, ConvertOptions(io_dtype="int8", target="nnapi")).data
+    assert is_fully_integer(data) == []
+    at4, at2 = check_nnapi(data, 4), check_nnapi(data, 2)
+    assert at4.fully_delegated and at4.delegated_partitions == 1
+    # NNAPI 1.1 has no signed int8 convolution: the CONV_2D ops stay on the CPU.
+    assert {op.op for op in at2.unsupported} >= {"CONV_2D"}
