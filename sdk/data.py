@@ -3,8 +3,8 @@
 ``open_dataset`` checks what it can cheaply up front (paths, array headers, names, shapes, dtypes, label
 counts, ``labels.csv`` rows) and raises :class:`~edgekit.errors.DataError` with one line naming the
 problem. Iterating yields one :class:`Sample` at a time shaped like the model's input (batch dim
-included); arrays are read lazily (``.npy`` memory-mapped, ``.npz`` members read sample by sample, images
-decoded one at a time), so memory stays bounded however many samples there are.
+included); arrays are read lazily (``.npy`` files and ``.npz`` members are read one sample's bytes at a
+time, images decoded one at a time), so memory stays bounded however many samples there are.
 """
 
 from __future__ import annotations
@@ -286,6 +286,27 @@ class _NpyHeader:
         self.shape: tuple[int, ...] = tuple(shape)
         self.fortran_order: bool = bool(fortran)
         self.dtype: np.dtype = np.dtype(dtype)
+        self.sample_bytes = math.prod(self.shape[1:]) * self.dtype.itemsize
+        self.data_bytes = math.prod(self.shape) * self.dtype.itemsize
+
+    def check_size(self, where: str, available: int) -> None:
+        """``available`` bytes of data after the header must hold the whole array."""
+        if available < self.data_bytes:
+            raise DataError(
+                f"{where}: file is truncated ({available} of {self.data_bytes} data bytes for shape "
+                f"{_fmt_shape(self.shape)})"
+            )
+
+
+def _stream_samples(where: str, stream: BinaryIO) -> Iterator[np.ndarray]:
+    """The samples (first-axis slices) of a C-order ``.npy`` stream, reading one sample's bytes at a time."""
+    header = _NpyHeader(where, stream)
+    assert not header.fortran_order
+    for index in range(header.shape[0]):
+        chunk = stream.read(header.sample_bytes)
+        if len(chunk) != header.sample_bytes:
+            raise DataError(f"{where}: file is truncated at sample {index}")
+        yield np.frombuffer(chunk, dtype=header.dtype).reshape(header.shape[1:])
 
 
 class _NpzSource(_Source):
@@ -321,6 +342,7 @@ class _NpzSource(_Source):
             where = f"{path}[{spec.name}]"
             with zf.open(self._members[spec.name]) as stream:
                 header = _NpyHeader(where, stream)
+                header.check_size(where, zf.getinfo(self._members[spec.name]).file_size - stream.tell())
             if len(header.shape) == 0:
                 raise DataError(f"{where}: expected an array with a leading sample dimension, got a scalar")
             _check_dtype(where, header.dtype, spec)
@@ -349,20 +371,12 @@ class _NpzSource(_Source):
         key = spec.name
         where = f"{self.path}[{key}]"
         header = self._headers[key]
-        per_sample = header.shape[1:]
         if header.fortran_order:  # samples are not contiguous: read the array (rare: numpy writes C order)
-            whole = self._load_whole(zf, key, self._members[key])
-            yield from whole
+            yield from self._load_whole(zf, key, self._members[key])
             return
-        nbytes = int(np.prod(per_sample, dtype=np.int64)) * header.dtype.itemsize
         try:
             with zf.open(self._members[key]) as stream:
-                _NpyHeader(where, stream)
-                for index in range(header.shape[0]):
-                    chunk = stream.read(nbytes)
-                    if len(chunk) != nbytes:
-                        raise DataError(f"{where}: file is truncated at sample {index}")
-                    yield np.frombuffer(chunk, dtype=header.dtype).reshape(per_sample)
+                yield from _stream_samples(where, stream)
         except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as exc:
             raise DataError(f"{where}: unreadable ({exc})") from None
 
@@ -390,23 +404,33 @@ class _NpySource(_Source):
     def __init__(self, path: Path, inputs: Sequence[InputSpec]):
         self.path = path
         self.spec = _single_input(f"{path}", inputs)
+        where = str(path)
         try:
-            self.array = np.load(path, mmap_mode="r", allow_pickle=False)
-        except (ValueError, OSError, EOFError) as exc:
+            with open(path, "rb") as stream:
+                self.header = _NpyHeader(where, stream)
+                self.header.check_size(where, path.stat().st_size - stream.tell())
+        except OSError as exc:
             raise DataError(f"{path}: not a readable .npy file ({exc})") from None
-        if not isinstance(self.array, np.ndarray):
-            raise DataError(f"{path}: not a .npy array file")
-        if self.array.ndim == 0:
+        if len(self.header.shape) == 0:
             raise DataError(f"{path}: expected an array with a leading sample dimension, got a scalar")
-        _check_dtype(str(path), self.array.dtype, self.spec)
-        _check_sample_shape(str(path), self.array.shape[1:], self.spec)
-        self.count = int(self.array.shape[0])
+        _check_dtype(where, self.header.dtype, self.spec)
+        _check_sample_shape(where, self.header.shape[1:], self.spec)
+        self.count = int(self.header.shape[0])
+
+    def _arrays(self) -> Iterator[np.ndarray]:
+        # Plain reads, not a memory map: mapped pages would count in the process's RSS as they are touched.
+        if self.header.fortran_order:  # samples are not contiguous (rare: numpy writes C order)
+            yield from np.load(self.path, mmap_mode="r", allow_pickle=False)
+            return
+        try:
+            with open(self.path, "rb") as stream:
+                yield from _stream_samples(str(self.path), stream)
+        except OSError as exc:
+            raise DataError(f"{self.path}: unreadable ({exc})") from None
 
     def samples(self) -> Iterator[Sample]:
-        for index in range(self.count):
-            yield Sample(
-                {self.spec.name: _conform(self.array[index], self.spec)}, None, f"{self.path.name}[{index}]"
-            )
+        for index, array in enumerate(self._arrays()):
+            yield Sample({self.spec.name: _conform(array, self.spec)}, None, f"{self.path.name}[{index}]")
 
 
 class _ArrayFilesSource(_Source):

@@ -7,6 +7,7 @@ import inspect
 import json
 import os
 import tracemalloc
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -113,7 +114,7 @@ def test_npz_is_streamed_not_loaded(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------------ npy
 
 
-def test_npy_is_memory_mapped_and_streamed(tmp_path: Path) -> None:
+def test_npy_is_streamed(tmp_path: Path) -> None:
     n = 1500
     x = _rng().normal(size=(n, 1, 3, 32, 32)).astype(np.float32)
     np.save(tmp_path / "big.npy", x)
@@ -131,7 +132,16 @@ def test_npy_is_memory_mapped_and_streamed(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert len(ds) == n and not ds.has_labels and ds.describe()["kind"] == "npy"
     assert checksum == pytest.approx(float(x[:, 0, 0, 0, 0].astype(np.float64).sum()), rel=1e-5)
-    assert peak < 2_000_000, f"peak {peak} bytes: the .npy file is not memory-mapped"
+    assert peak < 2_000_000, f"peak {peak} bytes: the .npy file is not streamed"
+
+
+def test_fortran_order_arrays_are_read_correctly(tmp_path: Path) -> None:
+    x = np.asfortranarray(_rng().normal(size=(5, 1, 8, 8)).astype(np.float32))
+    np.save(tmp_path / "f.npy", x)
+    np.savez(tmp_path / "f.npz", x=x)
+    for name in ("f.npy", "f.npz"):
+        got = np.concatenate([s.inputs["x"] for s in open_dataset(tmp_path / name, [DIGIT])])
+        np.testing.assert_array_equal(got, x)
 
 
 def test_npy_needs_a_single_input_model(tmp_path: Path) -> None:
@@ -333,11 +343,20 @@ def test_corrupt_files(tmp_path: Path) -> None:
     (tmp_path / "bad.npz").write_bytes(b"PK\x03\x04 this is not a zip")
     assert "not a readable .npz" in _error(open_dataset, tmp_path / "bad.npz", [DIGIT])
     (tmp_path / "bad.npy").write_bytes(b"\x93NUMPY garbage")
-    assert "not a readable .npy" in _error(open_dataset, tmp_path / "bad.npy", [DIGIT])
+    assert "bad.npy: not a readable" in _error(open_dataset, tmp_path / "bad.npy", [DIGIT])
     np.save(tmp_path / "cut.npy", np.zeros((50, 1, 8, 8), np.float32))
     data = (tmp_path / "cut.npy").read_bytes()
     (tmp_path / "cut.npy").write_bytes(data[: len(data) // 2])
-    assert "cut.npy" in _error(open_dataset, tmp_path / "cut.npy", [DIGIT])
+    assert "cut.npy: file is truncated" in _error(open_dataset, tmp_path / "cut.npy", [DIGIT])
+    with open(tmp_path / "cut.npz", "wb") as f:  # a member whose array data were cut short
+        np.lib.format.write_array_header_1_0(
+            f, {"descr": "<f4", "fortran_order": False, "shape": (50, 1, 8, 8)}
+        )
+        f.write(b"\0" * 100)
+    raw = (tmp_path / "cut.npz").read_bytes()
+    with zipfile.ZipFile(tmp_path / "cut.npz", "w") as zf:
+        zf.writestr("x.npy", raw)
+    assert "file is truncated" in _error(open_dataset, tmp_path / "cut.npz", [DIGIT])
 
 
 def test_empty_data_sets(tmp_path: Path) -> None:
