@@ -372,8 +372,13 @@ def check_nnapi(
             what = f"custom op {op.custom_code!r}" if op.name == "CUSTOM" else op.name
             check.expect(False, f"{what} is not an operation the NNAPI delegate maps")
         else:
-            rule(check)
-            operand_rules(check)
+            try:
+                rule(check)
+                operand_rules(check)
+            except (IndexError, ValueError, TypeError, ZeroDivisionError) as exc:  # e.g. missing operands
+                raise ModelError(
+                    f"operator #{op.index} {op.name} is malformed: {type(exc).__name__}: {exc}"
+                ) from None
         checks.append(check)
     supported = [not c.reasons for c in checks]
     subsets = _partition(graph, supported)
@@ -485,6 +490,13 @@ def _parse(tflite_bytes: bytes) -> _Graph:
         raise ModelError(f"cannot parse the TFLite flatbuffer: {type(exc).__name__}: {exc}") from None
     if not model.subgraphs:
         raise ModelError("the TFLite model has no subgraph")
+    try:
+        return _graph(model, schema)
+    except (IndexError, ValueError, TypeError, OverflowError, AttributeError) as exc:  # damaged tables
+        raise ModelError(f"cannot read the TFLite model: {type(exc).__name__}: {exc}") from None
+
+
+def _graph(model, schema) -> _Graph:
     sub = model.subgraphs[0]
     type_names = {v: k.lower() for k, v in vars(schema.TensorType).items() if not k.startswith("_")}
     op_names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
@@ -501,7 +513,7 @@ def _parse(tflite_bytes: bytes) -> _Graph:
         outs = tuple(int(i) for i in (o.outputs if o.outputs is not None else ()))
         if any(i >= len(tensors) for i in ins + outs) or any(i < 0 for i in outs):
             raise ModelError(f"operator #{index} refers to a tensor that does not exist")
-        custom = code.customCode.decode() if isinstance(code.customCode, bytes) else code.customCode
+        custom = _text(code.customCode) if code.customCode is not None else None
         ops.append(
             OpView(
                 index=index,
@@ -514,13 +526,15 @@ def _parse(tflite_bytes: bytes) -> _Graph:
             )
         )
         op_io.append((ins, outs))
-    return _Graph(
-        tensors=tensors,
-        ops=tuple(ops),
-        inputs=tuple(int(i) for i in (sub.inputs if sub.inputs is not None else ())),
-        outputs=tuple(int(i) for i in (sub.outputs if sub.outputs is not None else ())),
-        op_io=tuple(op_io),
-    )
+    inputs = tuple(int(i) for i in (sub.inputs if sub.inputs is not None else ()))
+    outputs = tuple(int(i) for i in (sub.outputs if sub.outputs is not None else ()))
+    if any(not 0 <= i < len(tensors) for i in inputs + outputs):
+        raise ModelError("the model's inputs or outputs refer to a tensor that does not exist")
+    return _Graph(tensors=tensors, ops=tuple(ops), inputs=inputs, outputs=outputs, op_io=tuple(op_io))
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
 
 
 _NUMPY_TYPES = {"float32": np.float32, "float16": np.float16, "int32": np.int32, "int64": np.int64,
@@ -532,12 +546,13 @@ def _tensor(index: int, t, buffers: Sequence, type_names: dict[int, str]) -> Ten
     raw = buffers[t.buffer].data if 0 < t.buffer < len(buffers) else None
     external = 0 < t.buffer < len(buffers) and (buffers[t.buffer].offset or 0) > 1
     data = None
-    if raw is not None and len(raw) and dtype in _NUMPY_TYPES:
-        data = np.frombuffer(np.asarray(raw, dtype=np.uint8).tobytes(), dtype=_NUMPY_TYPES[dtype])
+    np_type = _NUMPY_TYPES.get(dtype)
+    if raw is not None and len(raw) and np_type is not None and len(raw) % np.dtype(np_type).itemsize == 0:
+        data = np.frombuffer(np.asarray(raw, dtype=np.uint8).tobytes(), dtype=np_type)
     q = t.quantization
     scales = tuple(float(s) for s in (q.scale if q is not None and q.scale is not None else ()))
     zps = tuple(int(z) for z in (q.zeroPoint if q is not None and q.zeroPoint is not None else ()))
-    name = t.name.decode() if isinstance(t.name, bytes) else (t.name or f"tensor{index}")
+    name = _text(t.name) if t.name else f"tensor{index}"
     shape = tuple(int(d) for d in (t.shape if t.shape is not None else ()))
     signature = None if t.shapeSignature is None else tuple(int(d) for d in t.shapeSignature)
     return TensorView(

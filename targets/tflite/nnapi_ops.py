@@ -353,7 +353,8 @@ def _reshape(c: Check) -> None:
     if len(c.op.inputs) >= 2:
         c.constant(1, "shape")
     else:
-        new_shape = list(c.op.opt("newShape", None) or [])
+        shape_option = c.op.opt("newShape", None)
+        new_shape = [] if shape_option is None else [int(d) for d in shape_option]
         rank = 0 if new_shape == [0] else len(new_shape)
         c.expect(rank > 0, "reshape to a scalar is not supported")
 

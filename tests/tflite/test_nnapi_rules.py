@@ -507,6 +507,27 @@ def test_bad_inputs_raise_typed_errors():
         check_nnapi(bytes(broken))
 
 
+@pytest.mark.parametrize("fixture", [conv_int8_per_channel, quantize_float_io, add_square_add])
+def test_damaged_models_give_a_report_or_a_model_error(fixture):
+    # Random byte damage anywhere past the identifier: never anything but a report or a ModelError.
+    rng = np.random.default_rng(3)
+    base = fixture()
+    outcomes = {"report": 0, "error": 0}
+    for _ in range(300):
+        damaged = bytearray(base)
+        for pos in rng.integers(8, len(damaged), size=int(rng.integers(1, 6))):
+            damaged[int(pos)] = int(rng.integers(0, 256))
+        if rng.random() < 0.2:
+            damaged = damaged[: int(rng.integers(8, len(damaged)))]
+        try:
+            check_nnapi(bytes(damaged))
+            is_fully_integer(bytes(damaged))
+            outcomes["report"] += 1
+        except ModelError:
+            outcomes["error"] += 1
+    assert outcomes["report"] > 0 and outcomes["error"] > 0
+
+
 def test_rule_registry_rejects_duplicates():
     from edgekit.targets.tflite import nnapi_ops  # noqa: F401 - its import registers the rules
     from edgekit.targets.tflite.nnapi import RULES
