@@ -286,11 +286,17 @@ class _NpyHeader:
         self.shape: tuple[int, ...] = tuple(shape)
         self.fortran_order: bool = bool(fortran)
         self.dtype: np.dtype = np.dtype(dtype)
+        self.offset: int = stream.tell()
         self.sample_bytes = math.prod(self.shape[1:]) * self.dtype.itemsize
         self.data_bytes = math.prod(self.shape) * self.dtype.itemsize
 
-    def check_size(self, where: str, available: int) -> None:
-        """``available`` bytes of data after the header must hold the whole array."""
+    def check(self, where: str, spec: InputSpec, stream_bytes: int) -> None:
+        """A numeric array of samples for ``spec``, and a stream of ``stream_bytes`` that holds all of it."""
+        if len(self.shape) == 0:
+            raise DataError(f"{where}: expected an array with a leading sample dimension, got a scalar")
+        _check_dtype(where, self.dtype, spec)
+        _check_sample_shape(where, self.shape[1:], spec)
+        available = stream_bytes - self.offset
         if available < self.data_bytes:
             raise DataError(
                 f"{where}: file is truncated ({available} of {self.data_bytes} data bytes for shape "
@@ -328,8 +334,11 @@ class _NpzSource(_Source):
         arrays = {k: v for k, v in arrays.items() if v.endswith(".npy")}
         if not arrays:
             raise DataError(f"{path}: no arrays in the .npz file")
-        data_keys = sorted(k for k in arrays if k != LABELS_KEY)
         model_names = sorted(s.name for s in self.inputs)
+        labels_key = (
+            LABELS_KEY if LABELS_KEY not in model_names else None
+        )  # unless the model has such an input
+        data_keys = sorted(k for k in arrays if k != labels_key)
         if data_keys != model_names:
             raise DataError(
                 f"{path}: arrays {data_keys} do not match the model inputs {model_names}"
@@ -342,11 +351,7 @@ class _NpzSource(_Source):
             where = f"{path}[{spec.name}]"
             with zf.open(self._members[spec.name]) as stream:
                 header = _NpyHeader(where, stream)
-                header.check_size(where, zf.getinfo(self._members[spec.name]).file_size - stream.tell())
-            if len(header.shape) == 0:
-                raise DataError(f"{where}: expected an array with a leading sample dimension, got a scalar")
-            _check_dtype(where, header.dtype, spec)
-            _check_sample_shape(where, header.shape[1:], spec)
+            header.check(where, spec, zf.getinfo(self._members[spec.name]).file_size)
             counts.add(header.shape[0])
             self._headers[spec.name] = header
         if len(counts) > 1:
@@ -354,7 +359,7 @@ class _NpzSource(_Source):
             raise DataError(f"{path}: input arrays have different sample counts ({sizes})")
         self.count = counts.pop()
         self.labels: np.ndarray | None = None
-        if LABELS_KEY in arrays:
+        if labels_key in arrays:
             self.labels = _labels_array(
                 str(path), self._load_whole(zf, LABELS_KEY, arrays[LABELS_KEY]), self.count
             )
@@ -408,13 +413,10 @@ class _NpySource(_Source):
         try:
             with open(path, "rb") as stream:
                 self.header = _NpyHeader(where, stream)
-                self.header.check_size(where, path.stat().st_size - stream.tell())
+            size = path.stat().st_size
         except OSError as exc:
             raise DataError(f"{path}: not a readable .npy file ({exc})") from None
-        if len(self.header.shape) == 0:
-            raise DataError(f"{path}: expected an array with a leading sample dimension, got a scalar")
-        _check_dtype(where, self.header.dtype, self.spec)
-        _check_sample_shape(where, self.header.shape[1:], self.spec)
+        self.header.check(where, self.spec, size)
         self.count = int(self.header.shape[0])
 
     def _arrays(self) -> Iterator[np.ndarray]:

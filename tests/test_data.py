@@ -90,6 +90,12 @@ def test_npz_float_labels_with_integer_values_are_accepted(tmp_path: Path) -> No
     assert [s.label for s in open_dataset(tmp_path / "d.npz", [DIGIT])] == [1, 0, 9]
 
 
+def test_npz_model_input_named_labels_is_data(tmp_path: Path) -> None:
+    np.savez(tmp_path / "d.npz", labels=np.arange(6, dtype=np.int64).reshape(3, 2))
+    ds = open_dataset(tmp_path / "d.npz", [InputSpec("labels", (1, 2), np.int64)])
+    assert not ds.has_labels and [s.inputs["labels"].tolist() for s in ds] == [[[0, 1]], [[2, 3]], [[4, 5]]]
+
+
 def test_npz_is_streamed_not_loaded(tmp_path: Path) -> None:
     n = 1500
     x = np.ones((n, 3, 32, 32), dtype=np.float32)  # 18 MB
@@ -386,6 +392,8 @@ def test_wrong_shape_names_expected_and_got(tmp_path: Path) -> None:
 def test_wrong_dtypes(tmp_path: Path) -> None:
     np.savez(tmp_path / "s.npz", x=np.full((2, 1, 8, 8), "a"))
     assert "not numeric" in _error(open_dataset, tmp_path / "s.npz", [DIGIT])
+    np.save(tmp_path / "o.npy", np.array([[1, "a"], [2, None]], dtype=object), allow_pickle=True)
+    assert "got object (not numeric)" in _error(open_dataset, tmp_path / "o.npy", [InputSpec("x", (1, 2))])
     np.save(tmp_path / "f.npy", np.zeros((2, 4), np.float32))
     msg = _error(open_dataset, tmp_path / "f.npy", [InputSpec("ids", (1, 4), np.int64)])
     assert "expects int64" in msg and "float32" in msg
