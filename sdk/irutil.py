@@ -47,7 +47,7 @@ class NameScope:
 
 def add_initializer(graph: ir.Graph, names: NameScope, base: str, array: np.ndarray) -> ir.Value:
     name = names.fresh(base)
-    value = ir.Value(name=name, const_value=ir.tensor(np.ascontiguousarray(array), name=name))
+    value = ir.Value(name=name, const_value=ir.tensor(np.asarray(array, order="C"), name=name))
     value.shape = ir.Shape(array.shape)
     value.dtype = value.const_value.dtype
     graph.register_initializer(value)

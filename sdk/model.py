@@ -247,4 +247,10 @@ def check_writable(path: str | os.PathLike[str]) -> Path:
 def save_model(model: ir.Model | onnx.ModelProto, path: str | os.PathLike[str]) -> Path:
     """Serialize a model and write it atomically."""
     proto = model if isinstance(model, onnx.ModelProto) else to_proto(model)
+    if proto.graph.value_info:
+        # Intermediate shape annotations are recomputed by every runtime: do not ship them.
+        stripped = onnx.ModelProto()
+        stripped.CopyFrom(proto)
+        stripped.graph.ClearField("value_info")
+        proto = stripped
     return atomic_write_bytes(path, proto.SerializeToString())

@@ -15,6 +15,7 @@ from edgekit.errors import ModelError
 from edgekit.irutil import NameScope, add_initializer, attr, const_array, only_consumer, replace_value
 from onnx_ir.passes.common import (
     LiftConstantsToInitializersPass,
+    NameFixPass,
     RemoveUnusedNodesPass,
     ShapeInferencePass,
     TopologicalSortPass,
@@ -336,6 +337,7 @@ def prepare(model: ir.Model) -> ir.Model:
             ConstantFoldPass(),  # shapes now known everywhere: fold shape sub-graphs
             RemoveUnusedNodesPass(),
             ShapeInferencePass(),
+            NameFixPass(),
             CheckStaticShapesPass(),
         ],
         steps=1,

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import typer
-from rich.console import Console
-
 from edgekit.errors import EdgekitError
+from rich.console import Console
 
 console = Console(stderr=False, highlight=False)
 err_console = Console(stderr=True, highlight=False)
@@ -54,3 +53,71 @@ def parse_input_shapes(values: Sequence[str] | None) -> dict[str, tuple[int, ...
             raise EdgekitError(f"--input-shape {value!r}: dimensions must be positive")
         shapes[name] = shape
     return shapes
+
+
+def parse_floats(value: str | None, what: str) -> tuple[float, ...]:
+    if not value:
+        return ()
+    try:
+        return tuple(float(v) for v in value.split(","))
+    except ValueError:
+        raise EdgekitError(f"{what} expects comma-separated numbers, got {value!r}") from None
+
+
+def build_preprocess(
+    size: str | None,
+    resize_mode: str,
+    resize_shorter: int | None,
+    color: str,
+    scale: float,
+    mean: str | None,
+    std: str | None,
+    layout: str,
+):
+    """The image preprocessing given on the command line (used for image-folder data only)."""
+    from edgekit.data import ImagePreprocess
+
+    hw = None
+    if size:
+        dims = parse_floats(size, "--size")
+        if len(dims) == 1:
+            dims = (dims[0], dims[0])
+        if len(dims) != 2:
+            raise EdgekitError(f"--size expects H,W or one number, got {size!r}")
+        hw = (int(dims[0]), int(dims[1]))
+    return ImagePreprocess(
+        size=hw,
+        resize_mode=resize_mode,  # type: ignore[arg-type]
+        resize_shorter=resize_shorter,
+        color=color.upper(),  # type: ignore[arg-type]
+        scale=scale,
+        mean=parse_floats(mean, "--mean"),
+        std=parse_floats(std, "--std"),
+        layout=layout.upper(),  # type: ignore[arg-type]
+    )
+
+
+class RichTrack:
+    """A ``track(iterable, description, total)`` that draws rich progress bars (on stderr)."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+
+    def __call__(self, items, description: str, total: int):
+        if not self.enabled:
+            yield from items
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err_console,
+            transient=True,
+        ) as progress:
+            task = progress.add_task(description, total=total or None)
+            for item in items:
+                yield item
+                progress.advance(task)

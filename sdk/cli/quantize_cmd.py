@@ -1,14 +1,151 @@
-"""``edgekit quantize``."""
+"""``edgekit quantize``: calibrated int8 post-training quantization to QDQ ONNX."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from edgekit.cli.common import RichTrack, build_preprocess, console, err_console, parse_input_shapes
+from rich.table import Table
+
+# Options shared with `edgekit deploy` (image preprocessing for image-folder data).
+Size = Annotated[
+    str | None, typer.Option("--size", help="Resize images to H,W (default: the model input's).")
+]
+ResizeMode = Annotated[
+    str, typer.Option("--resize-mode", help="resize | shorter-side-crop (shorter side, then center crop).")
+]
+ResizeShorter = Annotated[int | None, typer.Option("--resize-shorter", help="Shorter side before the crop.")]
+Color = Annotated[str, typer.Option("--color", help="Channel order of images: RGB, BGR or GRAY.")]
+Scale = Annotated[float, typer.Option("--scale", help="Multiply 0..255 pixel values by this.")]
+Mean = Annotated[str | None, typer.Option("--mean", help="Per-channel mean to subtract, e.g. 104,117,123.")]
+Std = Annotated[str | None, typer.Option("--std", help="Per-channel std to divide by.")]
+Layout = Annotated[str, typer.Option("--layout", help="NCHW or NHWC.")]
+InputShape = Annotated[
+    list[str] | None, typer.Option("--input-shape", help="Fix dynamic dims: NAME=1,3,224,224 (repeatable).")
+]
 
 
 def register(app: typer.Typer) -> None:
     app.command("quantize")(quantize)
 
 
-def quantize() -> None:
-    """Calibrated int8 post-training quantization of an ONNX model (QDQ ONNX out)."""
-    raise NotImplementedError
+def quantize(
+    model: Annotated[Path, typer.Argument(help="The fp32 ONNX model.")],
+    calib: Annotated[
+        str, typer.Option("--calib", help="Calibration data: .npz, .npy or a folder of images.")
+    ],
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="The QDQ ONNX model to write (default MODEL.int8.onnx)."),
+    ] = None,
+    eval_data: Annotated[
+        str | None, typer.Option("--eval", help="Evaluation data: compare fp32 and int8 on the host.")
+    ] = None,
+    report: Annotated[Path | None, typer.Option("--report", help="Write the JSON report here.")] = None,
+    method: Annotated[str, typer.Option("--method", help="minmax | percentile | entropy | mse")] = "minmax",
+    samples: Annotated[int, typer.Option("--samples", help="Calibration samples to use.")] = 100,
+    activations: Annotated[str, typer.Option("--activations", help="int8 (default) or uint8.")] = "int8",
+    percentile: Annotated[
+        float, typer.Option("--percentile", help="Kept percentile (percentile method).")
+    ] = 99.999,
+    exclude: Annotated[list[str] | None, typer.Option("--exclude", help="Keep this node in float.")] = None,
+    max_samples: Annotated[
+        int | None, typer.Option("--max-samples", help="Evaluate at most N samples.")
+    ] = None,
+    input_shape: InputShape = None,
+    size: Size = None,
+    resize_mode: ResizeMode = "resize",
+    resize_shorter: ResizeShorter = None,
+    color: Color = "RGB",
+    scale: Scale = 1.0,
+    mean: Mean = None,
+    std: Std = None,
+    layout: Layout = "NCHW",
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+) -> None:
+    """Calibrated int8 post-training quantization of an ONNX model (standard QDQ ONNX out)."""
+    from edgekit.api import quantize_model
+    from edgekit.quantize.options import QuantizeOptions
+
+    options = QuantizeOptions(
+        activations=activations,
+        method=method,
+        samples=samples,
+        percentile=percentile,
+        exclude=frozenset(exclude or ()),
+    )
+    preprocess = build_preprocess(size, resize_mode, resize_shorter, color, scale, mean, std, layout)
+    out = output if output is not None else model.with_name(model.name.removesuffix(".onnx") + ".int8.onnx")
+    messages: list[str] = []
+    result = quantize_model(
+        model,
+        calib,
+        options=options,
+        eval_data=eval_data,
+        output=out,
+        report_path=report,
+        input_shapes=parse_input_shapes(input_shape),
+        preprocess=preprocess,
+        eval_limit=max_samples,
+        track=RichTrack(enabled=not quiet),
+        messages=messages,
+    )
+    for message in messages:
+        err_console.print(f"[yellow]note:[/] {message}")
+    print_summary(result.report)
+
+
+def _fmt(value, digits: int = 2, unit: str = "") -> str:
+    if value is None:
+        return "exact" if unit == " dB" else "-"
+    return f"{value:.{digits}f}{unit}"
+
+
+def print_summary(report: dict) -> None:
+    out = report["output"]
+    q = report["quantization"]
+    console.print(
+        f"[bold]wrote[/] {out['path']}  ({out['size_bytes'] / 1e6:.2f} MB, "
+        f"{out['size_ratio']:.3f}x the fp32 model)  activations {q['activations']}, method {q['method']}, "
+        f"{report['calibration']['samples_used']} calibration samples"
+    )
+    evaluation = report.get("evaluation")
+    if evaluation:
+        table = Table(title=f"fp32 vs int8 on {evaluation['samples']} samples (host, OpenVINO f32)")
+        table.add_column("metric")
+        table.add_column("fp32", justify="right")
+        table.add_column("int8", justify="right")
+        table.add_column("change", justify="right")
+        acc = evaluation.get("accuracy")
+        if acc:
+            for k in ("top1", "top5"):
+                table.add_row(
+                    f"{k} accuracy %",
+                    _fmt(acc[f"reference_{k}"]),
+                    _fmt(acc[f"candidate_{k}"]),
+                    f"{0.0 - acc[f'{k}_drop_pp'] + 0.0:+.2f} pp",
+                )
+        if "top1_agreement" in evaluation:
+            table.add_row("top-1 agreement with fp32 %", "", _fmt(evaluation["top1_agreement"]), "")
+        for name, m in evaluation["outputs"].items():
+            table.add_row(f"{name}: cosine", "", _fmt(m["cosine"], 5), "")
+            table.add_row(f"{name}: SQNR", "", _fmt(m["sqnr_db"], 1, " dB"), "")
+            table.add_row(f"{name}: max abs error", "", _fmt(m["max_abs_error"], 4), "")
+        console.print(table)
+        worst = Table(title="worst layers (SQNR of each quantized activation vs fp32)")
+        worst.add_column("tensor")
+        worst.add_column("SQNR", justify="right")
+        worst.add_column("cosine", justify="right")
+        for row in report["worst_layers"]:
+            worst.add_row(row["tensor"], _fmt(row["sqnr_db"], 1, " dB"), _fmt(row["cosine"], 4))
+        console.print(worst)
+    if q["float_ops"]:
+        floats = Table(title="ops kept in float")
+        floats.add_column("node")
+        floats.add_column("op")
+        floats.add_column("reason")
+        for f in q["float_ops"]:
+            floats.add_row(f["node"], f["op_type"], f["reason"])
+        console.print(floats)

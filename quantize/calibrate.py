@@ -1,0 +1,140 @@
+"""Statistics collection (running the fp32 model on calibration data) and the choice of scales and zero points.
+
+Collecting statistics is kept apart from rewriting the graph: :func:`collect_statistics` only runs the model
+and fills observers; :func:`choose_params` turns statistics into quantization parameters for the plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from itertools import islice
+from typing import TypeVar
+
+import numpy as np
+import onnx_ir as ir
+from edgekit.errors import DataError
+from edgekit.quantize.observers import Histogram, MinMax, choose_range
+from edgekit.quantize.options import QuantizeOptions
+from edgekit.quantize.plan import QuantPlan, constant_key
+
+T = TypeVar("T")
+#: ``track(iterable, description, total)`` wraps an iterable in a progress display.
+Track = Callable[[Iterable[T], str, int], Iterator[T]]
+
+
+def no_progress(items: Iterable[T], description: str, total: int) -> Iterator[T]:
+    return iter(items)
+
+
+@dataclass(frozen=True)
+class QParams:
+    scale: float
+    zero_point: int
+    dtype: str  # "int8" | "uint8"
+
+    @property
+    def qmin(self) -> int:
+        return -128 if self.dtype == "int8" else 0
+
+    @property
+    def qmax(self) -> int:
+        return 127 if self.dtype == "int8" else 255
+
+
+@dataclass
+class Statistics:
+    minmax: dict[str, MinMax]
+    histograms: dict[str, Histogram]
+    samples: int
+
+
+def collect_statistics(
+    model: ir.Model,
+    plan: QuantPlan,
+    dataset: Iterable,
+    options: QuantizeOptions,
+    track: Track = no_progress,
+) -> Statistics:
+    """Run the fp32 model on up to ``options.samples`` calibration samples and observe every planned tensor."""
+    from edgekit.runtime import HostRunner
+
+    graph_inputs = {v.name for v in model.graph.inputs}
+    captured = [n for n in plan.activations if n not in graph_inputs]
+    runner = HostRunner(ir.to_proto(model), extra_outputs=captured)
+    minmax = {name: MinMax() for name in plan.activations}
+
+    seen = [0]
+
+    def observed(description: str) -> Iterator[tuple[str, np.ndarray]]:
+        seen[0] = 0
+        total = min(options.samples, _length(dataset, options.samples))
+        for sample in track(islice(iter(dataset), options.samples), description, total):
+            outputs = runner.run(sample.inputs)
+            seen[0] += 1
+            for name in plan.activations:
+                yield name, (sample.inputs[name] if name in graph_inputs else outputs[name])
+        if seen[0] == 0:
+            raise DataError("the calibration data set is empty")
+
+    for name, array in observed("calibrating (ranges)"):
+        minmax[name].update(array)
+    samples = seen[0]
+    histograms: dict[str, Histogram] = {}
+    if options.method != "minmax":
+        histograms = {name: Histogram(mm, options.bins) for name, mm in minmax.items()}
+        for name, array in observed(f"calibrating ({options.method} histograms)"):
+            histograms[name].update(array)
+    return Statistics(minmax, histograms, samples)
+
+
+def _length(dataset: Iterable, default: int) -> int:
+    try:
+        return len(dataset)  # type: ignore[arg-type]
+    except TypeError:
+        return default
+
+
+def params_for_range(lo: float, hi: float, dtype: str) -> QParams:
+    """Asymmetric per-tensor parameters covering [lo, hi] (widened to include 0, as integer kernels need)."""
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
+    if hi - lo < 1e-8:
+        hi = lo + 1e-8
+    qmin, qmax = (-128, 127) if dtype == "int8" else (0, 255)
+    scale = (hi - lo) / (qmax - qmin)
+    zero_point = int(np.clip(round(qmin - lo / scale), qmin, qmax))
+    return QParams(float(np.float32(scale)), zero_point, dtype)
+
+
+def fixed_params(fixed: tuple[float, int], dtype: str) -> QParams:
+    """A fixed int8 range, shifted by 128 for uint8 (the uint8 kernels use the same scale)."""
+    scale, zp = fixed
+    return QParams(scale, zp if dtype == "int8" else zp + 128, dtype)
+
+
+def choose_params(
+    model: ir.Model, plan: QuantPlan, stats: Statistics, options: QuantizeOptions
+) -> dict[str, QParams]:
+    """Quantization parameters for every planned activation and constant data input, one per scale group."""
+    nodes = {n.name: n for n in model.graph}
+    ranges: dict[str, tuple[float, float]] = {}
+    for name in plan.activations:
+        mm = stats.minmax[name]
+        if mm.count == 0:
+            raise DataError(f"tensor {name!r} was never observed during calibration")
+        ranges[name] = choose_range(options.method, mm, stats.histograms.get(name), options.percentile)
+    for node_name, index in plan.constants:
+        array = nodes[node_name].inputs[index].const_value.numpy()
+        ranges[constant_key(node_name, index)] = (float(array.min()), float(array.max()))
+    params: dict[str, QParams] = {}
+    for root, members in plan.members().items():
+        fixed = plan.fixed_of(root)
+        if fixed is not None:
+            p = fixed_params(fixed, options.activations)
+        else:
+            lo = min(ranges[m][0] for m in members)
+            hi = max(ranges[m][1] for m in members)
+            p = params_for_range(lo, hi, options.activations)
+        for m in members:
+            params[m] = p
+    return params

@@ -1,0 +1,166 @@
+"""Calibration observers: streaming statistics of activation tensors, and the range each method picks.
+
+Memory is fixed per tensor whatever the number of samples: a running min/max, and for the histogram methods a
+histogram of a fixed number of bins over the range that the min/max pass found (two passes over the data).
+
+Methods:
+- ``minmax``: the observed range.
+- ``percentile``: the range that keeps ``percentile`` % of the values (each tail clipped separately).
+- ``entropy``: the clipping threshold that minimises the KL divergence between the observed distribution and its
+  quantized version (TensorRT's calibration; on |x| for signed tensors).
+- ``mse``: the clipping threshold that minimises the expected squared quantization error (clipping plus rounding)
+  of the observed distribution.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+METHODS = ("minmax", "percentile", "entropy", "mse")
+
+
+@dataclass
+class MinMax:
+    lo: float = np.inf
+    hi: float = -np.inf
+    count: int = 0
+
+    def update(self, x: np.ndarray) -> None:
+        if x.size == 0:
+            return
+        self.lo = min(self.lo, float(x.min()))
+        self.hi = max(self.hi, float(x.max()))
+        self.count += x.size
+
+    def merge(self, other: MinMax) -> None:
+        self.lo, self.hi, self.count = (
+            min(self.lo, other.lo),
+            max(self.hi, other.hi),
+            self.count + other.count,
+        )
+
+
+class Histogram:
+    """A fixed-size histogram of |x| (signed tensors) or x (non-negative tensors) over [0, edge]."""
+
+    def __init__(self, minmax: MinMax, bins: int = 2048):
+        self.signed = minmax.lo < 0
+        self.edge = max(abs(minmax.lo), abs(minmax.hi)) if self.signed else max(minmax.hi, 0.0)
+        self.bins = bins
+        self.counts = np.zeros(bins, dtype=np.int64)
+        self.neg = np.zeros(bins, dtype=np.int64)  # the negative half, for signed tensors
+
+    def update(self, x: np.ndarray) -> None:
+        if self.edge <= 0 or x.size == 0:
+            return
+        flat = x.reshape(-1)
+        scale = self.bins / self.edge
+        if self.signed:
+            pos = flat[flat >= 0]
+            neg = -flat[flat < 0]
+            self.counts += np.bincount(
+                np.minimum((pos * scale).astype(np.int64), self.bins - 1), minlength=self.bins
+            )
+            self.neg += np.bincount(
+                np.minimum((neg * scale).astype(np.int64), self.bins - 1), minlength=self.bins
+            )
+        else:
+            idx = np.minimum((np.maximum(flat, 0) * scale).astype(np.int64), self.bins - 1)
+            self.counts += np.bincount(idx, minlength=self.bins)
+
+    @property
+    def width(self) -> float:
+        return self.edge / self.bins
+
+
+def choose_range(
+    method: str, minmax: MinMax, hist: Histogram | None, percentile: float = 99.999
+) -> tuple[float, float]:
+    """The (lo, hi) float range the quantization grid should cover for this tensor."""
+    lo, hi = min(minmax.lo, 0.0), max(minmax.hi, 0.0)
+    if method == "minmax" or hist is None or hist.edge <= 0:
+        return lo, hi
+    if method == "percentile":
+        return _percentile_range(hist, percentile, lo, hi)
+    if method == "entropy":
+        t = _entropy_threshold(hist)
+    elif method == "mse":
+        t = _mse_threshold(hist)
+    else:  # pragma: no cover - validated by QuantizeOptions
+        raise AssertionError(method)
+    return max(lo, -t), min(hi, t)
+
+
+def _percentile_range(hist: Histogram, percentile: float, lo: float, hi: float) -> tuple[float, float]:
+    tail = 1.0 - percentile / 100.0
+    total = float(hist.counts.sum() + hist.neg.sum())
+    if total == 0:
+        return lo, hi
+
+    def edge(counts: np.ndarray, tail_mass: float) -> float:
+        """Smallest bin edge with at most ``tail_mass`` values above it."""
+        above = counts.sum() - np.cumsum(counts)
+        return (int(np.argmax(above <= tail_mass)) + 1) * hist.width
+
+    if not hist.signed:
+        return lo, min(hi, edge(hist.counts, total * tail))
+    return max(lo, -edge(hist.neg, total * tail / 2)), min(hi, edge(hist.counts, total * tail / 2))
+
+
+def _magnitudes(hist: Histogram) -> np.ndarray:
+    return (hist.counts + hist.neg).astype(np.float64)
+
+
+def _entropy_threshold(hist: Histogram) -> float:
+    """TensorRT-style KL calibration over the magnitude histogram."""
+    counts = _magnitudes(hist)
+    levels = 128 if hist.signed else 256  # levels available on one side of zero
+    bins = len(counts)
+    if counts.sum() == 0:
+        return hist.edge
+    best_kl, best_i = np.inf, bins
+    step = max(1, (bins - levels) // 256)
+    for i in range(levels, bins + 1, step):
+        ref = counts[:i].copy()
+        ref[i - 1] += counts[i:].sum()  # clipped mass goes to the last bin
+        # Quantize the first i bins into `levels` groups; each group's mass spreads over its non-empty bins.
+        starts = np.linspace(0, i, levels + 1).astype(np.int64)[:-1]
+        src = counts[:i]
+        nonzero = (src > 0).astype(np.float64)
+        mass = np.add.reduceat(src, starts)
+        filled = np.add.reduceat(nonzero, starts)
+        per_bin = np.divide(mass, filled, out=np.zeros_like(mass), where=filled > 0)
+        group_of = np.repeat(np.arange(levels), np.diff(np.append(starts, i)))
+        q = per_bin[group_of] * nonzero
+        p = ref / ref.sum()
+        if q.sum() == 0:
+            continue
+        q = q / q.sum()
+        mask = p > 0
+        kl = float(np.sum(p[mask] * np.log(p[mask] / np.maximum(q[mask], 1e-12))))
+        if kl < best_kl:
+            best_kl, best_i = kl, i
+    return best_i * hist.width
+
+
+def _mse_threshold(hist: Histogram) -> float:
+    """The clipping threshold minimising expected squared error (clipping + uniform rounding noise)."""
+    counts = _magnitudes(hist)
+    total = counts.sum()
+    if total == 0:
+        return hist.edge
+    centers = (np.arange(len(counts)) + 0.5) * hist.width
+    steps = 255.0  # grid steps across the covered range
+    best, best_t = np.inf, hist.edge
+    for t in np.linspace(hist.edge / 64, hist.edge, 256):
+        # Range covered: [0, t] for non-negative tensors, [-t, t] for signed ones.
+        span = t if not hist.signed else 2 * t
+        delta = span / steps
+        clip = np.clip(centers - t, 0, None)
+        err = counts * (clip**2) + counts * (centers <= t) * (delta**2 / 12.0)
+        e = float(err.sum())
+        if e < best:
+            best, best_t = e, float(t)
+    return best_t

@@ -1,0 +1,53 @@
+"""Options of the quantization pipeline (a frozen dataclass: what you pass is what runs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from edgekit.errors import QuantizationError
+
+METHODS = ("minmax", "percentile", "entropy", "mse")
+ACTIVATION_DTYPES = ("int8", "uint8")
+
+
+@dataclass(frozen=True)
+class QuantizeOptions:
+    #: Activation type: asymmetric per-tensor ``int8`` (TFLite's scheme) or ``uint8`` (OpenVINO's, older NPUs).
+    activations: str = "int8"
+    #: Calibration method for activation ranges.
+    method: str = "minmax"
+    #: Number of calibration samples used (the first N of the data set).
+    samples: int = 100
+    #: Percentile kept by the ``percentile`` method.
+    percentile: float = 99.999
+    #: Histogram bins of the histogram methods (fixed memory per tensor).
+    bins: int = 2048
+    #: Correct the per-channel mean shift that weight quantization causes, on the calibration data.
+    bias_correction: bool = False
+    #: Node names kept in float.
+    exclude: frozenset[str] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        if self.activations not in ACTIVATION_DTYPES:
+            raise QuantizationError(
+                f"--activations must be one of {', '.join(ACTIVATION_DTYPES)}, got {self.activations!r}"
+            )
+        if self.method not in METHODS:
+            raise QuantizationError(f"--method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        if self.samples < 1:
+            raise QuantizationError(f"--samples must be at least 1, got {self.samples}")
+        if not 50.0 < self.percentile <= 100.0:
+            raise QuantizationError(f"--percentile must be in (50, 100], got {self.percentile}")
+        if self.bins < 256:
+            raise QuantizationError(f"histogram bins must be at least 256, got {self.bins}")
+
+    def to_json(self) -> dict:
+        return {
+            "activations": self.activations,
+            "weights": "int8 symmetric per-channel",
+            "method": self.method,
+            "samples": self.samples,
+            "percentile": self.percentile if self.method == "percentile" else None,
+            "bias_correction": self.bias_correction,
+            "exclude": sorted(self.exclude),
+        }

@@ -1,0 +1,168 @@
+"""Planning: which tensors get quantized and how, decided from the graph and the rules alone (no data).
+
+The plan is what statistics are collected for (:mod:`edgekit.quantize.calibrate`) and what the rewrite passes
+(:mod:`edgekit.quantize.qdq`) apply; it does not change the graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx_ir as ir
+from edgekit.irutil import attr, const_array, only_consumer
+from edgekit.quantize import rules
+
+
+@dataclass(frozen=True)
+class WeightSpec:
+    node: str
+    weight_index: int
+    axis: int
+    bias_index: int | None
+    #: The activation whose scale multiplies the weight scale to give the bias scale.
+    input_tensor: str
+
+
+@dataclass(frozen=True)
+class FloatOp:
+    node: str
+    op_type: str
+    reason: str
+
+
+@dataclass
+class QuantPlan:
+    #: Activation tensors to quantize (graph inputs and node outputs), in graph order.
+    activations: list[str] = field(default_factory=list)
+    #: Constant data inputs quantized per tensor (not weights): (node name, input index).
+    constants: list[tuple[str, int]] = field(default_factory=list)
+    weights: list[WeightSpec] = field(default_factory=list)
+    #: Output ranges fixed by integer kernels, as (scale, int8 zero point).
+    fixed: dict[str, tuple[float, int]] = field(default_factory=dict)
+    #: Tensors that must share one scale: tensor -> representative.
+    parent: dict[str, str] = field(default_factory=dict)
+    #: Node outputs not quantized because the activation after them is fused: output -> activation node.
+    fused: dict[str, str] = field(default_factory=dict)
+    float_ops: list[FloatOp] = field(default_factory=list)
+
+    def group(self, name: str) -> str:
+        root = name
+        while self.parent.get(root, root) != root:
+            root = self.parent[root]
+        while self.parent.get(name, name) != root:  # path compression
+            self.parent[name], name = root, self.parent[name]
+        return root
+
+    def union(self, a: str, b: str) -> None:
+        ra, rb = self.group(a), self.group(b)
+        if ra == rb:
+            return
+        fa, fb = self.fixed_of(ra), self.fixed_of(rb)
+        if fa is not None and fb is not None and fa != fb:
+            return  # two fixed ranges cannot share a scale: the converter requantizes between them
+        # A group with a fixed range keeps it: make its root the representative.
+        if fb is not None:
+            ra, rb = rb, ra
+        self.parent[rb] = ra
+
+    def fixed_of(self, root: str) -> tuple[float, int] | None:
+        for name, value in self.fixed.items():
+            if self.group(name) == root:
+                return value
+        return None
+
+    def members(self) -> dict[str, list[str]]:
+        groups: dict[str, list[str]] = {}
+        for name in self.activations + [constant_key(n, i) for n, i in self.constants]:
+            groups.setdefault(self.group(name), []).append(name)
+        return groups
+
+
+def constant_key(node: str, index: int) -> str:
+    """The plan's name for a constant data input (constants may be shared, their uses are not)."""
+    return f"{node}::{index}"
+
+
+def _is_fusable_activation(node: ir.Node) -> bool:
+    if node.op_type == "Relu":
+        return True
+    if node.op_type == "Clip":
+        bounds = [const_array(v) if v is not None else None for v in node.inputs[1:3]]
+        if any(v is not None and b is None for v, b in zip(node.inputs[1:3], bounds, strict=False)):
+            return False
+        lo = float(bounds[0]) if len(bounds) > 0 and bounds[0] is not None else -np.inf
+        hi = float(bounds[1]) if len(bounds) > 1 and bounds[1] is not None else np.inf
+        # The fused activations TFLite has: RELU (0, inf), RELU6 (0, 6), RELU_N1_TO_1 (-1, 1).
+        return (lo, hi) in {(0.0, np.inf), (0.0, 6.0), (-1.0, 1.0)}
+    return False
+
+
+def make_plan(model: ir.Model, exclude: frozenset[str] = frozenset()) -> QuantPlan:
+    plan = QuantPlan()
+    seen: set[str] = set()
+    fused_nodes: set[str] = set()
+
+    def add_activation(value: ir.Value) -> None:
+        assert value.name
+        if value.name not in seen:
+            seen.add(value.name)
+            plan.activations.append(value.name)
+
+    for node in model.graph:
+        assert node.name, "NameFixPass names every node"
+        if node.name in fused_nodes:
+            continue
+        rule = rules.rule_for(node)
+        if node.name in exclude:
+            plan.float_ops.append(FloatOp(node.name, node.op_type, "excluded by the user"))
+            continue
+        if rule is None:
+            plan.float_ops.append(FloatOp(node.name, node.op_type, rules.FLOAT_REASON))
+            continue
+        if any(o.dtype not in (ir.DataType.FLOAT, None) for o in node.outputs):
+            plan.float_ops.append(FloatOp(node.name, node.op_type, "output is not float32"))
+            continue
+        if rule.weight is not None and const_array(node.inputs[rule.weight]) is None:
+            plan.float_ops.append(FloatOp(node.name, node.op_type, "weight is not a constant"))
+            continue
+        if node.op_type == "ConvTranspose" and attr(node, "group", 1) != 1:
+            plan.float_ops.append(
+                FloatOp(node.name, node.op_type, "grouped ConvTranspose has no integer kernel")
+            )
+            continue
+        data = rules.data_inputs(node, rule)
+        if not data:
+            plan.float_ops.append(FloatOp(node.name, node.op_type, "no float data input"))
+            continue
+        members: list[str] = []
+        for i in data:
+            value = node.inputs[i]
+            if const_array(value) is not None:
+                plan.constants.append((node.name, i))
+                members.append(constant_key(node.name, i))
+            else:
+                add_activation(value)
+                members.append(value.name)
+        if rule.weight is not None:
+            bias = rule.bias if rule.bias is not None and rule.bias < len(node.inputs) else None
+            if bias is not None and (node.inputs[bias] is None or const_array(node.inputs[bias]) is None):
+                bias = None
+            plan.weights.append(
+                WeightSpec(node.name, rule.weight, rules.weight_axis(node), bias, node.inputs[0].name)
+            )
+        outputs = list(node.outputs)
+        if rule.fuses_activation and len(outputs) == 1:
+            act = only_consumer(outputs[0])
+            if act is not None and _is_fusable_activation(act) and act.name not in exclude:
+                plan.fused[outputs[0].name] = act.name
+                fused_nodes.add(act.name)
+                outputs = list(act.outputs)
+        for out in outputs:
+            add_activation(out)
+            if rule.fixed_output is not None:
+                plan.fixed[out.name] = rule.fixed_output
+        if rule.same_scale:
+            for name in members + [o.name for o in outputs]:
+                plan.union(members[0], name)
+    return plan

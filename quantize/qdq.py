@@ -1,0 +1,175 @@
+"""Rewrite passes that turn a planned, calibrated fp32 graph into standard QDQ ONNX.
+
+- :class:`QuantizeWeightsPass`: weights become int8 initializers (symmetric, per output channel) read through a
+  per-axis DequantizeLinear; biases int32 with scale = input scale x weight scale; other constant data inputs
+  int8 per tensor.
+- :class:`InsertActivationQDQPass`: every planned activation gets a QuantizeLinear -> DequantizeLinear pair right
+  after its producer; all its readers read the DequantizeLinear output. Graph output names are kept.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx_ir as ir
+from edgekit.irutil import NameScope, add_initializer
+from edgekit.quantize.calibrate import QParams
+from edgekit.quantize.plan import QuantPlan, WeightSpec, constant_key
+
+log = logging.getLogger("edgekit")
+
+_INT32 = np.iinfo(np.int32)
+
+
+def quantize_weight(weight: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric per-channel int8 in [-127, 127] (TFLite's weight range): (int8 values, float32 scales)."""
+    moved = np.moveaxis(weight.astype(np.float64), axis, 0).reshape(weight.shape[axis], -1)
+    absmax = np.abs(moved).max(axis=1)
+    scales = np.where(absmax > 0, absmax / 127.0, 1.0).astype(np.float32)
+    shape = [1] * weight.ndim
+    shape[axis] = -1
+    q = np.clip(np.round(weight / scales.reshape(shape).astype(np.float64)), -127, 127).astype(np.int8)
+    return q, scales
+
+
+def quantize_bias(
+    bias: np.ndarray, input_scale: float, weight_scales: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    scales = (np.float64(input_scale) * weight_scales.astype(np.float64)).astype(np.float32)
+    q = np.round(bias.astype(np.float64) / scales.astype(np.float64))
+    if np.any(q > _INT32.max) or np.any(q < _INT32.min):
+        log.warning("bias values exceed int32 after quantization and were clipped")
+    return np.clip(q, _INT32.min, _INT32.max).astype(np.int32), scales
+
+
+def _np_qdtype(dtype: str) -> type:
+    return np.int8 if dtype == "int8" else np.uint8
+
+
+class QuantizeWeightsPass(ir.passes.InPlacePass):
+    def __init__(self, plan: QuantPlan, params: dict[str, QParams]):
+        super().__init__()
+        self.plan, self.params = plan, params
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        graph = model.graph
+        names = NameScope(graph)
+        nodes = {n.name: n for n in graph}
+        for spec in self.plan.weights:
+            self._weight(graph, names, nodes[spec.node], spec)
+        for node_name, index in self.plan.constants:
+            node = nodes[node_name]
+            p = self.params[constant_key(node_name, index)]
+            value = node.inputs[index]
+            array = value.const_value.numpy().astype(np.float64)
+            q = np.clip(np.round(array / p.scale) + p.zero_point, p.qmin, p.qmax).astype(_np_qdtype(p.dtype))
+            base = f"{value.name}_{node_name}"
+            dq = self._dq(
+                graph, names, node, base, q, np.float32(p.scale), np.array(p.zero_point, q.dtype), None
+            )
+            node.replace_input_with(index, dq)
+        return ir.passes.PassResult(model, bool(self.plan.weights or self.plan.constants))
+
+    def _weight(self, graph: ir.Graph, names: NameScope, node: ir.Node, spec: WeightSpec) -> None:
+        weight_value = node.inputs[spec.weight_index]
+        weight = weight_value.const_value.numpy()
+        q, scales = quantize_weight(weight, spec.axis)
+        dq = self._dq(
+            graph,
+            names,
+            node,
+            f"{weight_value.name}_{node.name}",
+            q,
+            scales,
+            np.zeros(scales.shape, np.int8),
+            spec.axis,
+        )
+        node.replace_input_with(spec.weight_index, dq)
+        if spec.bias_index is None:
+            return
+        bias_value = node.inputs[spec.bias_index]
+        bias = bias_value.const_value.numpy().reshape(-1)
+        input_scale = self.params[spec.input_tensor].scale
+        bias = np.broadcast_to(bias, scales.shape)
+        qb, bias_scales = quantize_bias(bias, input_scale, scales)
+        dqb = self._dq(
+            graph,
+            names,
+            node,
+            f"{bias_value.name}_{node.name}",
+            qb,
+            bias_scales,
+            np.zeros(scales.shape, np.int32),
+            0,
+        )
+        node.replace_input_with(spec.bias_index, dqb)
+
+    @staticmethod
+    def _dq(graph, names, node, base, q, scale, zero_point, axis) -> ir.Value:
+        q_init = add_initializer(graph, names, f"{base}_quantized", q)
+        s_init = add_initializer(graph, names, f"{base}_scale", np.asarray(scale, np.float32))
+        inputs = [q_init, s_init]
+        if np.any(zero_point):  # a zero point of 0 is the default: symmetric weights and biases omit it
+            inputs.append(add_initializer(graph, names, f"{base}_zero_point", np.asarray(zero_point)))
+        attributes = {"axis": axis} if axis is not None and np.ndim(scale) == 1 else {}
+        dq = ir.node("DequantizeLinear", inputs, attributes, name=names.fresh(f"{base}_DequantizeLinear"))
+        graph.insert_before(node, dq)
+        dq.outputs[0].name = names.fresh(f"{base}_dequantized")
+        dq.outputs[0].dtype = ir.DataType.FLOAT
+        dq.outputs[0].shape = ir.Shape(q.shape)
+        return dq.outputs[0]
+
+
+class InsertActivationQDQPass(ir.passes.InPlacePass):
+    def __init__(self, plan: QuantPlan, params: dict[str, QParams]):
+        super().__init__()
+        self.plan, self.params = plan, params
+        #: fp32 tensor name -> name of its DequantizeLinear output in the QDQ model (for per-layer comparison).
+        self.dequantized: dict[str, str] = {}
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        graph = model.graph
+        names = NameScope(graph)
+        values = {v.name: v for v in graph.inputs}
+        for node in graph:
+            for out in node.outputs:
+                values[out.name] = out
+        first = next(iter(graph))
+        for name in self.plan.activations:
+            value = values[name]
+            p = self.params[name]
+            scale = add_initializer(graph, names, f"{name}_scale", np.array(p.scale, np.float32))
+            zp = add_initializer(
+                graph, names, f"{name}_zero_point", np.array(p.zero_point, _np_qdtype(p.dtype))
+            )
+            quant = ir.node("QuantizeLinear", [value, scale, zp], name=names.fresh(f"{name}_QuantizeLinear"))
+            quant.outputs[0].name = names.fresh(f"{name}_quantized")
+            dequant = ir.node(
+                "DequantizeLinear",
+                [quant.outputs[0], scale, zp],
+                name=names.fresh(f"{name}_DequantizeLinear"),
+            )
+            dequant.outputs[0].name = names.fresh(f"{name}_dequantized")
+            quant.outputs[0].dtype = ir.DataType.INT8 if p.dtype == "int8" else ir.DataType.UINT8
+            quant.outputs[0].shape = value.shape
+            dequant.outputs[0].dtype = ir.DataType.FLOAT
+            dequant.outputs[0].shape = value.shape
+            producer = value.producer()
+            if producer is None:
+                graph.insert_before(first, [quant, dequant])
+            else:
+                graph.insert_after(producer, [quant, dequant])
+            readers = [(u.node, u.idx) for u in value.uses() if u.node is not quant]
+            for reader, idx in readers:
+                reader.replace_input_with(idx, dequant.outputs[0])
+            if value.is_graph_output():
+                # Keep the output's name on the dequantized tensor; the float tensor gets a new one.
+                original = value.name
+                value.name = names.fresh(f"{original}_float")
+                out_idx = [i for i, o in enumerate(graph.outputs) if o is value]
+                for i in out_idx:
+                    graph.outputs[i] = dequant.outputs[0]
+                dequant.outputs[0].name = original
+            self.dequantized[name] = dequant.outputs[0].name
+        return ir.passes.PassResult(model, bool(self.plan.activations))

@@ -1,0 +1,183 @@
+"""The public Python API. The CLI is a thin layer over these functions."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+
+import onnx
+import onnx_ir as ir
+from edgekit.data import Dataset, ImagePreprocess, input_specs, open_dataset
+from edgekit.errors import DataError
+from edgekit.metrics import Comparison, TensorError
+from edgekit.model import atomic_write_bytes, check_writable, load_model, save_model
+from edgekit.quantize.calibrate import Track, no_progress
+from edgekit.quantize.options import QuantizeOptions
+from edgekit.quantize.pipeline import Quantized, quantize
+
+#: How many layers the report lists as the worst.
+WORST_LAYERS = 10
+
+
+@dataclass
+class QuantizeResult:
+    """What :func:`quantize_model` returns: the QDQ model, the report (JSON-ready) and the pipeline's details."""
+
+    model: onnx.ModelProto
+    report: dict
+    quantized: Quantized = field(repr=False)
+    output_path: Path | None = None
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def as_dataset(
+    data: str | os.PathLike[str] | Dataset | Iterable,
+    model: ir.Model,
+    preprocess: ImagePreprocess | None,
+    limit: int | None = None,
+) -> Dataset | Iterable:
+    """A path becomes a streamed :class:`Dataset` checked against the model's inputs; iterables pass through."""
+    if isinstance(data, str | os.PathLike):
+        return open_dataset(data, input_specs(model), preprocess, limit=limit)
+    return data
+
+
+def evaluate(
+    fp32: ir.Model,
+    quantized: Quantized,
+    dataset: Iterable,
+    track: Track = no_progress,
+    limit: int | None = None,
+) -> tuple[dict, list[dict]]:
+    """Run the fp32 and the QDQ model on the host (OpenVINO, f32) over ``dataset``.
+
+    Returns the output comparison (accuracy, agreement, errors per output) and the per-layer SQNR of every quantized
+    activation against fp32 (worst first).
+    """
+    from edgekit.runtime import HostRunner
+
+    graph_inputs = {v.name for v in fp32.graph.inputs}
+    layers = [n for n in quantized.plan.activations if n not in graph_inputs]
+    ref_runner = HostRunner(ir.to_proto(fp32), extra_outputs=layers)
+    q_runner = HostRunner(quantized.proto(), extra_outputs=[quantized.dequantized[n] for n in layers])
+    output_names = [v.name for v in fp32.graph.outputs]
+    comparison = Comparison()
+    per_layer = {n: TensorError() for n in layers}
+    total = _length(dataset, limit)
+    for sample in track(islice(iter(dataset), limit), "evaluating fp32 vs int8", total):
+        ref = ref_runner.run(sample.inputs)
+        cand = q_runner.run(sample.inputs)
+        comparison.update({n: ref[n] for n in output_names}, {n: cand[n] for n in output_names}, sample.label)
+        for n in layers:
+            per_layer[n].update(ref[n], cand[quantized.dequantized[n]])
+    if comparison.samples == 0:
+        raise DataError("the evaluation data set is empty")
+    layer_rows = [{"tensor": n, **per_layer[n].to_json()} for n in layers]
+    layer_rows.sort(key=lambda r: (r["sqnr_db"] is None, r["sqnr_db"] if r["sqnr_db"] is not None else 0.0))
+    return comparison.to_json(), layer_rows
+
+
+def _length(dataset: Iterable, limit: int | None) -> int:
+    try:
+        n = len(dataset)  # type: ignore[arg-type]
+    except TypeError:
+        n = limit or 0
+    return min(n, limit) if limit else n
+
+
+def quantize_model(
+    model: str | os.PathLike[str],
+    calib: str | os.PathLike[str] | Dataset | Iterable,
+    *,
+    options: QuantizeOptions = QuantizeOptions(),
+    eval_data: str | os.PathLike[str] | Dataset | Iterable | None = None,
+    output: str | os.PathLike[str] | None = None,
+    report_path: str | os.PathLike[str] | None = None,
+    input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+    preprocess: ImagePreprocess | None = None,
+    eval_limit: int | None = None,
+    track: Track = no_progress,
+    messages: list[str] | None = None,
+) -> QuantizeResult:
+    """Quantize an fp32 ONNX model to standard QDQ ONNX (int8 weights per channel, int8/uint8 activations).
+
+    ``calib`` and ``eval_data`` are data paths (``.npz``, ``.npy``, an image folder) or iterables of samples
+    with ``.inputs`` and ``.label``. With ``output`` the QDQ model is written atomically; with ``report_path``
+    the JSON report. Errors are :class:`edgekit.EdgekitError` subclasses with one-line messages.
+    """
+    for path in (output, report_path):
+        if path is not None:
+            check_writable(path)
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    fp32 = load_model(model, input_shapes, messages=messages)
+    timings["load_s"] = time.perf_counter() - start
+
+    calib_set = as_dataset(calib, fp32, preprocess, limit=options.samples)
+    eval_set = as_dataset(eval_data, fp32, preprocess, limit=eval_limit) if eval_data is not None else None
+
+    start = time.perf_counter()
+    quantized = quantize(fp32, calib_set, options, track)
+    proto = quantized.proto()
+    timings["quantize_s"] = time.perf_counter() - start
+
+    source_size = Path(model).stat().st_size
+    report: dict = {
+        "edgekit_version": _version(),
+        "model": {"path": str(model), "sha256": file_sha256(model), "size_bytes": source_size},
+        "quantization": {
+            **options.to_json(),
+            "quantized_activations": len(quantized.plan.activations),
+            "quantized_weights": len(quantized.plan.weights),
+            "fused_activations": len(quantized.plan.fused),
+            "float_ops": [
+                {"node": f.node, "op_type": f.op_type, "reason": f.reason} for f in quantized.plan.float_ops
+            ],
+        },
+        "calibration": {
+            **(calib_set.describe() if isinstance(calib_set, Dataset) else {"kind": "iterable"}),
+            "samples_used": quantized.stats.samples,
+        },
+    }
+    if eval_set is not None:
+        start = time.perf_counter()
+        comparison, layers = evaluate(fp32, quantized, eval_set, track, eval_limit)
+        timings["evaluate_s"] = time.perf_counter() - start
+        report["evaluation"] = {
+            **comparison,
+            "data": eval_set.describe() if isinstance(eval_set, Dataset) else {"kind": "iterable"},
+        }
+        report["layers"] = layers
+        report["worst_layers"] = layers[:WORST_LAYERS]
+
+    output_path = None
+    if output is not None:
+        output_path = save_model(proto, output)
+        size = output_path.stat().st_size
+        report["output"] = {"path": str(output_path), "size_bytes": size, "size_ratio": size / source_size}
+    else:
+        size = len(proto.SerializeToString())
+        report["output"] = {"path": None, "size_bytes": size, "size_ratio": size / source_size}
+    report["timings"] = timings
+    if report_path is not None:
+        atomic_write_bytes(report_path, (json.dumps(report, indent=2) + "\n").encode())
+    return QuantizeResult(proto, report, quantized, output_path)
+
+
+def _version() -> str:
+    from edgekit import __version__
+
+    return __version__

@@ -1,0 +1,142 @@
+"""Streaming comparison metrics between a reference (fp32) and a candidate (quantized, on-device) model.
+
+Everything accumulates sample by sample in fixed memory: sums of squares for SQNR / RMSE / relative L2, a running
+mean of cosine similarity, a running maximum of the absolute error, counters for top-k accuracy and agreement.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+def sqnr_db(signal_power: float, noise_power: float) -> float:
+    """Signal-to-quantization-noise ratio in dB (``inf`` for an exact match)."""
+    if noise_power <= 0:
+        return math.inf
+    if signal_power <= 0:
+        return -math.inf
+    return 10.0 * math.log10(signal_power / noise_power)
+
+
+@dataclass
+class TensorError:
+    """Error statistics of one tensor over many samples."""
+
+    samples: int = 0
+    elements: int = 0
+    signal: float = 0.0  # sum of ref^2
+    noise: float = 0.0  # sum of (ref - cand)^2
+    abs_sum: float = 0.0
+    max_abs: float = 0.0
+    cosine_sum: float = 0.0
+
+    def update(self, ref: np.ndarray, cand: np.ndarray) -> None:
+        r = np.asarray(ref, dtype=np.float64).reshape(-1)
+        c = np.asarray(cand, dtype=np.float64).reshape(-1)
+        if r.shape != c.shape:
+            raise ValueError(f"shape mismatch: reference {np.shape(ref)} vs candidate {np.shape(cand)}")
+        diff = r - c
+        self.samples += 1
+        self.elements += r.size
+        self.signal += float(r @ r)
+        self.noise += float(diff @ diff)
+        self.abs_sum += float(np.abs(diff).sum())
+        self.max_abs = max(self.max_abs, float(np.abs(diff).max(initial=0.0)))
+        nr, nc = float(np.linalg.norm(r)), float(np.linalg.norm(c))
+        if nr == 0 and nc == 0:
+            self.cosine_sum += 1.0
+        elif nr > 0 and nc > 0:
+            self.cosine_sum += float(r @ c) / (nr * nc)
+
+    def to_json(self) -> dict:
+        n = max(self.elements, 1)
+        return {
+            "samples": self.samples,
+            "cosine": _finite(self.cosine_sum / max(self.samples, 1)),
+            "sqnr_db": _finite(sqnr_db(self.signal, self.noise)),
+            "max_abs_error": self.max_abs,
+            "mae": self.abs_sum / n,
+            "rmse": math.sqrt(self.noise / n),
+            "relative_l2": _finite(math.sqrt(self.noise / self.signal)) if self.signal > 0 else None,
+        }
+
+
+def _finite(x: float) -> float | None:
+    """JSON has no infinity: an exact match is reported as null SQNR."""
+    return x if math.isfinite(x) else None
+
+
+def is_classifier_output(array: np.ndarray) -> bool:
+    """A [1, C] (or [1, C, 1, 1]) score vector with C > 1."""
+    squeezed = np.squeeze(array)
+    return squeezed.ndim == 1 and squeezed.size > 1
+
+
+@dataclass
+class Comparison:
+    """Reference vs candidate over a data set: per-output errors, accuracy, agreement, confusion."""
+
+    outputs: dict[str, TensorError] = field(default_factory=dict)
+    samples: int = 0
+    labelled: int = 0
+    ref_top1: int = 0
+    ref_top5: int = 0
+    cand_top1: int = 0
+    cand_top5: int = 0
+    agree: int = 0
+    classifier: bool | None = None
+    primary: str | None = None
+    #: label -> predicted (candidate) counts, for a confusion matrix
+    confusion: dict[tuple[int, int], int] = field(default_factory=dict)
+
+    def update(
+        self, ref: Mapping[str, np.ndarray], cand: Mapping[str, np.ndarray], label: int | None
+    ) -> None:
+        for name, r in ref.items():
+            self.outputs.setdefault(name, TensorError()).update(r, cand[name])
+        if self.primary is None:
+            self.primary = next(iter(ref))
+            self.classifier = is_classifier_output(ref[self.primary])
+        self.samples += 1
+        if not self.classifier:
+            return
+        r = np.asarray(ref[self.primary], np.float64).reshape(-1)
+        c = np.asarray(cand[self.primary], np.float64).reshape(-1)
+        r1, c1 = int(np.argmax(r)), int(np.argmax(c))
+        self.agree += r1 == c1
+        if label is None:
+            return
+        self.labelled += 1
+        k = min(5, r.size)
+        self.ref_top1 += r1 == label
+        self.cand_top1 += c1 == label
+        self.ref_top5 += label in np.argsort(-r, kind="stable")[:k]
+        self.cand_top5 += label in np.argsort(-c, kind="stable")[:k]
+        self.confusion[(label, c1)] = self.confusion.get((label, c1), 0) + 1
+
+    def to_json(self) -> dict:
+        out: dict = {
+            "samples": self.samples,
+            "outputs": {name: err.to_json() for name, err in self.outputs.items()},
+            "classifier": bool(self.classifier),
+        }
+        if self.classifier and self.samples:
+            out["primary_output"] = self.primary
+            out["top1_agreement"] = 100.0 * self.agree / self.samples
+        if self.classifier and self.labelled:
+            n = self.labelled
+            out["accuracy"] = {
+                "labelled_samples": n,
+                "reference_top1": 100.0 * self.ref_top1 / n,
+                "candidate_top1": 100.0 * self.cand_top1 / n,
+                "top1_drop_pp": 100.0 * (self.ref_top1 - self.cand_top1) / n,
+                "reference_top5": 100.0 * self.ref_top5 / n,
+                "candidate_top5": 100.0 * self.cand_top5 / n,
+                "top5_drop_pp": 100.0 * (self.ref_top5 - self.cand_top5) / n,
+            }
+            out["confusion"] = [[t, p, c] for (t, p), c in sorted(self.confusion.items())]
+        return out
