@@ -45,7 +45,7 @@ from edgekit.targets.base import (
 log = logging.getLogger("edgekit")
 
 #: The CPU plugin computes in bf16 on capable CPUs unless told otherwise (~1e-3 drift).
-CPU_F32 = {"INFERENCE_PRECISION_HINT": "f32"}
+CPU_F32 = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
 #: Runtime-model layer types that do arithmetic worth reporting (not data movement or constants).
 _BOOKKEEPING_LAYERS = frozenset(
     {"Input", "Output", "Const", "Reorder", "Reshape", "Transpose", "Concatenation"}
