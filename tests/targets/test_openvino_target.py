@@ -294,3 +294,26 @@ def test_exported_blob_imports_and_runs(fp16_bundle: Path) -> None:
 def test_options_dataclass_is_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         IntelVpuOptions().fp16_tolerance = 1.0  # type: ignore[misc]
+
+
+def test_compare_outputs_figures() -> None:
+    ref = [{"y": np.array([[0.0, 1.0, 3.0]])}, {"y": np.array([[2.0, 0.0, 1.0]])}]
+    got = [{"y": np.array([[0.0, 1.5, 3.0]])}, {"y": np.array([[1.0, 2.5, 1.0]])}]
+    figures = base.compare_outputs(ref, got)
+    y = figures["outputs"]["y"]
+    assert figures["samples"] == 2
+    assert y["max_abs_error"] == 2.5 and y["reference_range"] == 3.0
+    assert y["max_rel_error"] == pytest.approx(2.5 / 3.0) and y["mean_abs_error"] == pytest.approx(4.0 / 6)
+    assert y["top1_agreement"] == 0.5
+    with pytest.raises(TargetError, match="has shape"):
+        base.compare_outputs(ref, [{"y": np.zeros((1, 4))}, {"y": np.zeros((1, 4))}])
+
+
+def test_default_verify_samples_follow_the_inputs(float_model: onnx.ModelProto) -> None:
+    samples = base.default_verify_samples(prepared(float_model), count=2)
+    assert (
+        len(samples) == 2 and samples[0]["x"].shape == (1, 3, 16, 16) and samples[0]["x"].dtype == np.float32
+    )
+    assert not np.array_equal(samples[0]["x"], samples[1]["x"])
+    again = base.default_verify_samples(prepared(float_model), count=2)
+    np.testing.assert_array_equal(samples[1]["x"], again[1]["x"])  # seeded: the manifest figures repeat
