@@ -99,7 +99,7 @@ def convert(
 ) -> ConversionResult:
     """Convert an ONNX model (static shapes, opset >= 7) to a TFLite flatbuffer."""
     if isinstance(model, onnx.ModelProto):
-        model = ir.from_proto(model)
+        model = ir.from_proto(onnx.shape_inference.infer_shapes(model))
     graph = translate(model, options)
     for run in _pipeline(options):
         graph = run(graph)
@@ -165,6 +165,8 @@ def translate(model: ir.Model, options: ConvertOptions) -> Graph:
             perm = to_nhwc_perm(4)
             t = ctx.transpose(t, perm)
             graph.io_perms[value.name] = perm
+        elif any(t is i for i in graph.inputs) or any(t is o for o in graph.outputs):
+            t = ctx.reshape(t, t.shape, out=ctx.tmp("copy", t.shape, t.dtype))  # an output of its own
         graph.outputs.append(t)
         graph.output_names.append(value.name)
     return graph

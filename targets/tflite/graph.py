@@ -64,7 +64,7 @@ class Tensor:
         self.shape = tuple(int(d) for d in self.shape)
         self.dtype = np.dtype(self.dtype)
         if self.data is not None:
-            self.data = np.ascontiguousarray(self.data, dtype=self.dtype)
+            self.data = np.asarray(self.data, dtype=self.dtype, order="C")
             assert self.data.shape == self.shape, (self.name, self.data.shape, self.shape)
 
     @property

@@ -185,9 +185,10 @@ def _resize(ctx: Context, node: ir.Node, mode: str, coordinate_mode: str, neares
         }
         code, opts = "RESIZE_NEAREST_NEIGHBOR", fb.ResizeNearestNeighborOptionsT()
         key = (coordinate_mode, nearest_mode)
-        # With integer upscaling factors and asymmetric coordinates every rounding mode agrees.
+        # With integer upscaling factors every one of these coordinate/rounding modes picks
+        # source index floor(y / factor), which is TFLite's default.
         exact = all(y % x == 0 for x, y in zip(x_shape[2:], y_shape[2:], strict=True))
-        if coordinate_mode == "asymmetric" and exact:
+        if exact and coordinate_mode in ("asymmetric", "half_pixel", "tf_half_pixel_for_nn"):
             key = ("asymmetric", "floor")
     elif mode == "linear":
         flags = {
@@ -283,7 +284,7 @@ def quantize_linear(
     quant, dtype = _qparams(ctx, node, axis, ctx.rank(x_value), np.dtype(np.uint8))
     if not quant.per_tensor:
         raise ctx.error("per-axis quantization of activations is not supported")
-    out = ctx.output(node.outputs[0], dtype=_int8(dtype))
+    out = ctx.output(node.outputs[0], shape=ctx.shape(x_value), dtype=_int8(dtype))
     out.quant = quant
     ctx.op("QUANTIZE", [ctx.tensor(x_value)], [out])
 
@@ -319,4 +320,4 @@ def dequantize_linear(
         raise ctx.error(
             f"DequantizeLinear params ({quant.describe()}) differ from its input's ({x.quant.describe()})"
         )
-    ctx.op("DEQUANTIZE", [x], [ctx.output(y_value, dtype=np.float32)])
+    ctx.op("DEQUANTIZE", [x], [ctx.output(y_value, shape=x.shape, dtype=np.float32)])

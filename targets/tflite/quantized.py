@@ -23,7 +23,7 @@ _INPUT_INDEX = {"TRANSPOSE_CONV": 2}
 _SAME_SCALE = {
     "MAX_POOL_2D", "AVERAGE_POOL_2D", "RESHAPE", "SQUEEZE", "TRANSPOSE", "GATHER", "SLICE", "STRIDED_SLICE",
     "PAD", "PADV2", "MIRROR_PAD", "SPLIT_V", "CONCATENATION", "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR",
-    "BROADCAST_TO", "TILE", "REDUCE_MAX", "REDUCE_MIN",
+    "BROADCAST_TO", "TILE", "REDUCE_MAX", "REDUCE_MIN", "MAXIMUM", "MINIMUM",
 }  # fmt: skip
 # Kernels whose int8 output has fixed parameters (scale, zero point).
 _FIXED_OUTPUT = {
@@ -34,7 +34,7 @@ _FIXED_OUTPUT = {
 }
 _FREE = {
     "CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "BATCH_MATMUL", "ADD", "SUB", "MUL",
-    "MAXIMUM", "MINIMUM", "MEAN", "SUM", "RELU", "RELU6", "RELU_N1_TO_1", "LEAKY_RELU", "PRELU", "HARD_SWISH",
+    "MEAN", "SUM", "RELU", "RELU6", "RELU_N1_TO_1", "LEAKY_RELU", "PRELU", "HARD_SWISH",
     "GELU",
 }  # fmt: skip
 INTEGER_KERNELS = _FREE | _SAME_SCALE | set(_FIXED_OUTPUT)
@@ -199,13 +199,17 @@ def _rewrite(
 
 
 def _sink_dequantize(graph: Graph) -> None:
-    """DEQUANTIZE -> TRANSPOSE/RESHAPE becomes the integer TRANSPOSE/RESHAPE -> DEQUANTIZE."""
+    """DEQUANTIZE -> TRANSPOSE/RESHAPE/PAD becomes the integer op -> DEQUANTIZE (same scale both sides).
+
+    Converters emit these data-movement ops between a DequantizeLinear and the op it feeds (layout
+    transposes, explicit padding of convolutions and pools).
+    """
     changed = True
     while changed:
         changed = False
         producers, consumers = graph.producers(), graph.consumers()
         for op in graph.ops:
-            if op.code not in ("TRANSPOSE", "RESHAPE") or op.inputs[0].is_const:
+            if op.code not in ("TRANSPOSE", "RESHAPE", "PAD", "PADV2") or op.inputs[0].is_const:
                 continue
             dq = producers.get(id(op.inputs[0]))
             if dq is None or dq.code != "DEQUANTIZE" or len(consumers.get(id(op.inputs[0]), [])) != 1:
@@ -215,6 +219,10 @@ def _sink_dequantize(graph: Graph) -> None:
                 continue
             out = op.outputs[0]
             moved = Tensor(graph.unique_name(out.name + "/int"), out.shape, q.dtype, quant=q.quant)
+            if op.code == "PADV2":  # the padding value, quantized like the data
+                real = float(op.inputs[2].data.reshape(-1)[0])
+                level = np.clip(np.rint(real / q.quant.scale[0]) + q.quant.zero_point[0], -128, 127)
+                op.inputs[2] = graph.const("pad_value", np.array(level, dtype=q.dtype))
             op.inputs[0], op.outputs[0] = q, moved
             dq.inputs[0], dq.outputs[0] = moved, out
             i, j = graph.ops.index(dq), graph.ops.index(op)

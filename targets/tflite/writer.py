@@ -79,6 +79,10 @@ def _quantization(quant: Quant | None) -> fb.QuantizationParametersT | None:
     return q
 
 
+# Ops whose first version is above 1.
+_MIN_VERSIONS = {"BROADCAST_TO": 2}
+
+
 def _op_version(code: str, graph_op_inputs: list[Tensor | None]) -> int:
     first = next((t for t in graph_op_inputs if t is not None), None)
     if (
@@ -86,8 +90,8 @@ def _op_version(code: str, graph_op_inputs: list[Tensor | None]) -> int:
         and first.dtype in (np.dtype(np.int8), np.dtype(np.uint8))
         and first.quant is not None
     ):
-        return _INT8_VERSIONS.get(code, 1)
-    return 1
+        return max(_INT8_VERSIONS.get(code, 1), _MIN_VERSIONS.get(code, 1))
+    return _MIN_VERSIONS.get(code, 1)
 
 
 def serialize(graph: Graph, description: str = "edgekit") -> bytes:

@@ -1,0 +1,391 @@
+"""Tiny one-op (or few-op) ONNX models covering every op the TFLite converter supports, per opset."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from onnx import helper
+
+R = np.random.default_rng(1234)
+
+
+def w(*shape: int, scale: float = 0.5) -> np.ndarray:
+    return (R.standard_normal(shape) * scale).astype(np.float32)
+
+
+def i64(*values: int) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64)
+
+
+def f32(*values: float) -> np.ndarray:
+    return np.asarray(values, dtype=np.float32)
+
+
+@dataclass
+class Case:
+    id: str
+    nodes: list
+    inputs: dict
+    outputs: list = field(default_factory=lambda: ["y"])
+    inits: dict = field(default_factory=dict)
+    opset: int = 19
+    int8: bool = False  # also tested quantized (QDQ int8) against the QDQ model
+    low: float = -2.0
+    high: float = 2.0
+
+
+def n(op: str, inputs: list[str], outputs: list[str] | None = None, **attrs) -> object:
+    return helper.make_node(op, inputs, outputs or ["y"], name=f"{op.lower()}_node", **attrs)
+
+
+X4 = {"x": (1, 3, 8, 8)}
+CASES: list[Case] = [
+    # convolutions
+    Case(
+        "conv",
+        [n("Conv", ["x", "w", "b"], pads=[1, 1, 1, 1])],
+        X4,
+        inits={"w": w(4, 3, 3, 3), "b": w(4)},
+        int8=True,
+    ),
+    Case(
+        "conv_nobias_stride",
+        [n("Conv", ["x", "w"], strides=[2, 2])],
+        X4,
+        inits={"w": w(5, 3, 3, 3)},
+        int8=True,
+    ),
+    Case(
+        "conv_asym_pads",
+        [n("Conv", ["x", "w", "b"], pads=[0, 1, 2, 1])],
+        X4,
+        inits={"w": w(4, 3, 3, 3), "b": w(4)},
+        int8=True,
+    ),
+    Case(
+        "conv_same_upper",
+        [n("Conv", ["x", "w", "b"], auto_pad="SAME_UPPER", strides=[2, 2])],
+        X4,
+        inits={"w": w(4, 3, 3, 3), "b": w(4)},
+    ),
+    Case(
+        "conv_same_lower",
+        [n("Conv", ["x", "w", "b"], auto_pad="SAME_LOWER", strides=[2, 2])],
+        X4,
+        inits={"w": w(4, 3, 2, 2), "b": w(4)},
+    ),
+    Case(
+        "conv_dilated",
+        [n("Conv", ["x", "w", "b"], dilations=[2, 2], pads=[2, 2, 2, 2])],
+        X4,
+        inits={"w": w(4, 3, 3, 3), "b": w(4)},
+    ),
+    Case(
+        "depthwise",
+        [n("Conv", ["x", "w", "b"], group=3, pads=[1, 1, 1, 1])],
+        X4,
+        inits={"w": w(3, 1, 3, 3), "b": w(3)},
+        int8=True,
+    ),
+    Case(
+        "depthwise_multiplier",
+        [n("Conv", ["x", "w", "b"], group=3)],
+        X4,
+        inits={"w": w(6, 1, 3, 3), "b": w(6)},
+        int8=True,
+    ),
+    Case(
+        "grouped_conv",
+        [n("Conv", ["x", "w", "b"], group=2, pads=[1, 1, 1, 1])],
+        {"x": (1, 4, 6, 6)},
+        inits={"w": w(6, 2, 3, 3), "b": w(6)},
+    ),
+    Case(
+        "conv_transpose",
+        [n("ConvTranspose", ["x", "w", "b"], strides=[2, 2])],
+        X4,
+        inits={"w": w(3, 4, 3, 3), "b": w(4)},
+        int8=True,
+    ),
+    Case(
+        "conv_transpose_pads",
+        [n("ConvTranspose", ["x", "w"], strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1])],
+        X4,
+        inits={"w": w(3, 2, 3, 3)},
+    ),
+    # matrix products
+    Case(
+        "gemm",
+        [n("Gemm", ["x", "w", "b"], transB=1)],
+        {"x": (2, 6)},
+        inits={"w": w(5, 6), "b": w(5)},
+        int8=True,
+    ),
+    Case(
+        "gemm_alpha_beta",
+        [n("Gemm", ["x", "w", "b"], alpha=0.5, beta=2.0)],
+        {"x": (2, 6)},
+        inits={"w": w(6, 5), "b": w(1, 5)},
+    ),
+    Case(
+        "gemm_matrix_c",
+        [n("Gemm", ["x", "w", "c"], transA=1)],
+        {"x": (6, 3)},
+        inits={"w": w(6, 5), "c": w(3, 5)},
+    ),
+    Case("matmul_const", [n("MatMul", ["x", "w"])], {"x": (2, 3, 6)}, inits={"w": w(6, 4)}, int8=True),
+    Case("matmul_dynamic", [n("MatMul", ["x", "z"])], {"x": (2, 3, 6), "z": (2, 6, 4)}),
+    # element-wise with broadcasting
+    *[
+        Case(
+            f"{op.lower()}_broadcast",
+            [n(op, ["x", "z"])],
+            {"x": (1, 3, 4, 4), "z": (3, 1, 1)},
+            int8=op in ("Add", "Mul"),
+        )
+        for op in ("Add", "Sub", "Mul", "Max", "Min")
+    ],
+    Case("div", [n("Div", ["x", "c"])], {"x": (2, 3, 4)}, inits={"c": f32(0.5, -2.0, 4.0, 1.5)}),
+    Case("pow", [n("Pow", ["x", "e"])], {"x": (2, 3)}, inits={"e": f32(3.0)}, low=0.1),
+    Case("pow_square", [n("Pow", ["x", "e"])], {"x": (2, 3)}, inits={"e": f32(2.0)}),
+    Case("add_const_nchw", [n("Add", ["x", "c"])], X4, inits={"c": w(3, 1, 1)}, int8=True),
+    Case("sum3", [n("Sum", ["x", "z", "x"])], {"x": (2, 3), "z": (2, 3)}),
+    # activations
+    *[
+        Case(
+            op.lower(), [n(op, ["x"])], {"x": (2, 3, 4)}, int8=op in ("Relu", "Sigmoid", "Tanh", "HardSwish")
+        )
+        for op in (
+            "Relu",
+            "Sigmoid",
+            "Tanh",
+            "Exp",
+            "Abs",
+            "Neg",
+            "HardSwish",
+            "Floor",
+            "Ceil",
+            "Erf",
+            "Reciprocal",
+        )
+    ],
+    Case("log", [n("Log", ["x"])], {"x": (2, 3, 4)}, low=0.1),
+    Case("sqrt", [n("Sqrt", ["x"])], {"x": (2, 3, 4)}, low=0.0),
+    Case("leaky_relu", [n("LeakyRelu", ["x"], alpha=0.2)], {"x": (2, 3, 4)}, int8=True),
+    Case("prelu", [n("PRelu", ["x", "s"])], X4, inits={"s": w(3, 1, 1)}),
+    Case("elu", [n("Elu", ["x"])], {"x": (2, 3, 4)}),
+    Case("elu_alpha", [n("Elu", ["x"], alpha=0.5)], {"x": (2, 3, 4)}),
+    Case("hard_sigmoid", [n("HardSigmoid", ["x"])], {"x": (2, 3, 4)}, low=-4, high=4),
+    Case(
+        "clip_relu6",
+        [n("Clip", ["x", "lo", "hi"])],
+        {"x": (2, 3)},
+        inits={"lo": f32(0.0).reshape(()), "hi": f32(6.0).reshape(())},
+        low=-8,
+        high=8,
+        int8=True,
+    ),
+    Case(
+        "clip_general",
+        [n("Clip", ["x", "lo", "hi"])],
+        {"x": (2, 3)},
+        inits={"lo": f32(-0.5).reshape(()), "hi": f32(1.5).reshape(())},
+    ),
+    Case("clip_v6_attrs", [n("Clip", ["x"], min=-1.0, max=1.0)], {"x": (2, 3)}, opset=6),
+    Case("gelu", [n("Gelu", ["x"])], {"x": (2, 3, 4)}, opset=20),
+    Case("gelu_tanh", [n("Gelu", ["x"], approximate="tanh")], {"x": (2, 3, 4)}, opset=20),
+    Case(
+        "relu_fused_conv",
+        [n("Conv", ["x", "w", "b"], ["c"]), n("Relu", ["c"])],
+        X4,
+        inits={"w": w(4, 3, 3, 3), "b": w(4)},
+        int8=True,
+    ),
+    # pooling and reductions
+    Case("maxpool", [n("MaxPool", ["x"], kernel_shape=[2, 2], strides=[2, 2])], X4, int8=True),
+    Case(
+        "maxpool_pads_ceil",
+        [n("MaxPool", ["x"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 0, 0], ceil_mode=1)],
+        {"x": (1, 2, 7, 7)},
+    ),
+    Case(
+        "avgpool_same", [n("AveragePool", ["x"], kernel_shape=[3, 3], auto_pad="SAME_UPPER")], X4, int8=True
+    ),
+    Case(
+        "avgpool_include_pad",
+        [n("AveragePool", ["x"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1)],
+        X4,
+    ),
+    Case("global_avgpool", [n("GlobalAveragePool", ["x"])], X4, int8=True),
+    Case("global_maxpool", [n("GlobalMaxPool", ["x"])], X4),
+    Case(
+        "reduce_mean_v13",
+        [n("ReduceMean", ["x"], axes=[1], keepdims=0)],
+        {"x": (2, 3, 4)},
+        opset=13,
+        int8=True,
+    ),
+    Case(
+        "reduce_mean_v18",
+        [n("ReduceMean", ["x", "a"], keepdims=1)],
+        {"x": (2, 3, 4)},
+        inits={"a": i64(-1)},
+        opset=18,
+    ),
+    Case("reduce_max_v13", [n("ReduceMax", ["x"], axes=[0, 2])], {"x": (2, 3, 4)}, opset=13),
+    Case(
+        "reduce_max_v18",
+        [n("ReduceMax", ["x", "a"], keepdims=0)],
+        {"x": (2, 3, 4)},
+        inits={"a": i64(1)},
+        opset=18,
+    ),
+    Case(
+        "reduce_sum_v13",
+        [n("ReduceSum", ["x", "a"], keepdims=0)],
+        {"x": (2, 3, 4)},
+        inits={"a": i64(2)},
+        opset=13,
+    ),
+    # shape ops
+    Case("reshape", [n("Reshape", ["x", "s"])], X4, inits={"s": i64(1, -1, 16)}, int8=True),
+    Case("reshape_zero", [n("Reshape", ["x", "s"])], X4, inits={"s": i64(0, 3, 0, -1)}),
+    Case("flatten", [n("Flatten", ["x"], axis=2)], X4),
+    Case("squeeze_v11", [n("Squeeze", ["x"], axes=[0])], {"x": (1, 3, 4)}, opset=11),
+    Case("squeeze_v13", [n("Squeeze", ["x", "a"])], {"x": (1, 3, 1, 4)}, inits={"a": i64(2)}, opset=13),
+    Case("unsqueeze_v11", [n("Unsqueeze", ["x"], axes=[0, 3])], {"x": (3, 4)}, opset=11),
+    Case("unsqueeze_v13", [n("Unsqueeze", ["x", "a"])], {"x": (3, 4)}, inits={"a": i64(1)}, opset=13),
+    Case("transpose", [n("Transpose", ["x"], perm=[0, 2, 3, 1])], X4, int8=True),
+    Case("transpose_default", [n("Transpose", ["x"])], {"x": (2, 3, 4)}),
+    Case("concat", [n("Concat", ["x", "z"], axis=1)], {"x": (1, 2, 4, 4), "z": (1, 3, 4, 4)}, int8=True),
+    Case("concat_neg_axis", [n("Concat", ["x", "z"], axis=-1)], {"x": (2, 3), "z": (2, 5)}),
+    Case(
+        "split_v11", [n("Split", ["x"], ["y", "y2"], axis=1, split=[1, 2])], X4, outputs=["y", "y2"], opset=11
+    ),
+    Case(
+        "split_v13",
+        [n("Split", ["x", "s"], ["y", "y2"], axis=-1)],
+        {"x": (2, 6)},
+        inits={"s": i64(2, 4)},
+        outputs=["y", "y2"],
+        opset=13,
+    ),
+    Case(
+        "split_v18",
+        [n("Split", ["x"], ["y", "y2", "y3"], axis=0, num_outputs=3)],
+        {"x": (6, 2)},
+        outputs=["y", "y2", "y3"],
+        opset=18,
+    ),
+    Case("slice_v1", [n("Slice", ["x"], starts=[1, 0], ends=[3, 2], axes=[0, 2])], {"x": (4, 3, 4)}, opset=9),
+    Case(
+        "slice_v13",
+        [n("Slice", ["x", "s", "e", "a"])],
+        X4,
+        inits={"s": i64(1, 2), "e": i64(100, -1), "a": i64(2, 3)},
+        opset=13,
+        int8=True,
+    ),
+    Case(
+        "slice_steps",
+        [n("Slice", ["x", "s", "e", "a", "t"])],
+        {"x": (5, 6)},
+        inits={"s": i64(-1, 0), "e": i64(-100, 6), "a": i64(0, 1), "t": i64(-2, 3)},
+    ),
+    Case("pad_constant", [n("Pad", ["x", "p"])], X4, inits={"p": i64(0, 0, 1, 2, 0, 0, 2, 1)}, int8=True),
+    Case(
+        "pad_value",
+        [n("Pad", ["x", "p", "v"])],
+        {"x": (2, 3)},
+        inits={"p": i64(1, 0, 0, 2), "v": f32(1.5).reshape(())},
+    ),
+    Case("pad_reflect", [n("Pad", ["x", "p"], mode="reflect")], X4, inits={"p": i64(0, 0, 1, 2, 0, 0, 2, 1)}),
+    Case("pad_v2_attrs", [n("Pad", ["x"], pads=[0, 1, 1, 0], value=0.5)], {"x": (2, 3)}, opset=2),
+    Case(
+        "pad_v18_axes",
+        [n("Pad", ["x", "p", "", "a"])],
+        {"x": (2, 3, 4)},
+        inits={"p": i64(1, 2, 0, 1), "a": i64(0, 2)},
+        opset=18,
+    ),
+    Case(
+        "gather", [n("Gather", ["x", "i"], axis=1)], {"x": (2, 5, 3)}, inits={"i": i64(4, 0, -1)}, int8=True
+    ),
+    Case(
+        "gather_scalar",
+        [n("Gather", ["x", "i"], axis=0)],
+        {"x": (4, 3)},
+        inits={"i": np.asarray(2, np.int64)},
+    ),
+    Case(
+        "resize_nearest_asym",
+        [
+            n(
+                "Resize",
+                ["x", "", "sc"],
+                mode="nearest",
+                coordinate_transformation_mode="asymmetric",
+                nearest_mode="floor",
+            )
+        ],
+        X4,
+        inits={"sc": f32(1, 1, 2, 2)},
+        int8=True,
+    ),
+    Case(
+        "resize_nearest_default",
+        [n("Resize", ["x", "", "sc"], mode="nearest")],
+        X4,
+        inits={"sc": f32(1, 1, 2, 2)},
+    ),
+    Case(
+        "resize_bilinear_half_pixel",
+        [n("Resize", ["x", "", "", "sz"], mode="linear")],
+        X4,
+        inits={"sz": i64(1, 3, 12, 16)},
+        int8=True,
+    ),
+    Case(
+        "resize_bilinear_align",
+        [n("Resize", ["x", "", "", "sz"], mode="linear", coordinate_transformation_mode="align_corners")],
+        X4,
+        inits={"sz": i64(1, 3, 13, 5)},
+    ),
+    Case(
+        "resize_v10", [n("Resize", ["x", "sc"], mode="nearest")], X4, inits={"sc": f32(1, 1, 2, 3)}, opset=10
+    ),
+    # softmax and normalisation (opset-specific semantics)
+    Case("softmax_v11_axis1_4d", [n("Softmax", ["x"])], {"x": (1, 5, 2, 2)}, opset=11),
+    Case("softmax_v11_axis_last", [n("Softmax", ["x"], axis=2)], {"x": (2, 3, 4)}, opset=11),
+    Case("softmax_v13_axis1_4d", [n("Softmax", ["x"], axis=1)], {"x": (1, 5, 2, 2)}, opset=13),
+    Case("softmax_v13_default", [n("Softmax", ["x"])], {"x": (2, 3, 4)}, opset=13, int8=True),
+    Case("log_softmax_v11", [n("LogSoftmax", ["x"])], {"x": (2, 3, 4)}, opset=11),
+    Case("log_softmax_v13", [n("LogSoftmax", ["x"], axis=1)], {"x": (2, 3, 4)}, opset=13),
+    Case(
+        "layer_norm",
+        [n("LayerNormalization", ["x", "g", "b"], axis=-1, epsilon=1e-5)],
+        {"x": (2, 3, 8)},
+        inits={"g": w(8), "b": w(8)},
+        opset=17,
+    ),
+    Case(
+        "layer_norm_two_axes",
+        [n("LayerNormalization", ["x", "g"], axis=1)],
+        {"x": (2, 3, 4)},
+        inits={"g": w(3, 4)},
+        opset=17,
+    ),
+    Case(
+        "identity_dropout",
+        [
+            n("Identity", ["x"], ["a"]),
+            n("Dropout", ["a"]),
+        ],
+        {"x": (2, 3)},
+        outputs=["y"],
+    ),
+    Case("cast_float", [n("Cast", ["x"], to=1)], {"x": (2, 3)}),
+    Case("expand", [n("Expand", ["x", "s"])], {"x": (3, 1)}, inits={"s": i64(2, 3, 4)}),
+    Case("tile", [n("Tile", ["x", "r"])], {"x": (2, 3)}, inits={"r": i64(2, 1)}),
+]

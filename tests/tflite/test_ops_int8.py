@@ -1,0 +1,96 @@
+"""Per op: the int8 TFLite model matches the QDQ model it came from (1 quantization step, >= 99%).
+
+The QDQ models come from edgekit's own quantizer (TFLite's operator_property rules) and, for the ops
+onnxruntime quantizes, from onnxruntime's ``quantize_static`` (QDQ, per-channel int8 weights, int8
+activations), both calibrated on random data; the reference is the QDQ model run by onnxruntime.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from edgekit.targets.tflite.converter import ConvertOptions
+from op_cases import CASES, Case
+from tflite_helpers import convert_proto, make_model, random_feeds, run_onnx, run_tflite
+
+INT8_CASES = [c for c in CASES if c.int8]
+# Ops onnxruntime's QDQ quantizer leaves in float when they stand alone (no integer reference from it).
+ORT_FLOAT = {"relu", "sigmoid", "tanh", "hardswish", "leaky_relu", "clip_relu6", "reduce_mean_v13"}
+PARAMS = [pytest.param(c, "edgekit", id=f"{c.id}-edgekit") for c in INT8_CASES] + [
+    pytest.param(c, "ort", id=f"{c.id}-ort") for c in INT8_CASES if c.id not in ORT_FLOAT
+]
+
+
+def edgekit_qdq(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]]) -> onnx.ModelProto:
+    from edgekit.data import Sample
+    from edgekit.model import load_proto
+    from edgekit.quantize.options import QuantizeOptions
+    from edgekit.quantize.pipeline import quantize
+
+    samples = [Sample(f, None, str(i)) for i, f in enumerate(feeds)]
+    return quantize(load_proto(model), samples, QuantizeOptions(samples=len(samples))).proto()
+
+
+def ort_qdq(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], tmp_path) -> onnx.ModelProto:
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self._it = iter(feeds)
+
+        def get_next(self):
+            return next(self._it, None)
+
+    src, dst = tmp_path / "f.onnx", tmp_path / "q.onnx"
+    onnx.save(model, src)
+    quantize_static(
+        str(src),
+        str(dst),
+        Reader(),
+        quant_format=QuantFormat.QDQ,
+        per_channel=True,
+        activation_type=QuantType.QInt8,
+        weight_type=QuantType.QInt8,
+        extra_options={"ForceQuantizeNoInputCheck": True},
+    )
+    return onnx.load(dst)
+
+
+def output_steps(qdq: onnx.ModelProto) -> list[float]:
+    """The quantization step (scale) of each graph output, from the DequantizeLinear producing it."""
+    producers = {o: node for node in qdq.graph.node for o in node.output}
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in qdq.graph.initializer}
+    steps = []
+    for out in qdq.graph.output:
+        node = producers[out.name]
+        assert node.op_type == "DequantizeLinear", f"output {out.name} is not quantized ({node.op_type})"
+        steps.append(float(inits[node.input[1]]))
+    return steps
+
+
+def assert_within_one_step(
+    actual: np.ndarray, expected: np.ndarray, step: float, fraction: float = 0.99
+) -> None:
+    assert actual.shape == expected.shape
+    off = np.abs(actual.astype(np.float64) - expected.astype(np.float64)) > step * 1.001
+    assert off.mean() <= 1 - fraction, (
+        f"{off.mean():.2%} of elements differ by more than one step ({step:.4g})"
+    )
+
+
+@pytest.mark.parametrize("io_dtype", ["float32", "int8"])
+@pytest.mark.parametrize(("case", "quantizer"), PARAMS)
+def test_int8_matches_qdq(case: Case, quantizer: str, io_dtype: str, tmp_path) -> None:
+    model = make_model(case.nodes, case.inputs, case.outputs, case.inits, case.opset)
+    calib = [random_feeds(model, seed, case.low, case.high) for seed in range(8)]
+    qdq = ort_qdq(model, calib, tmp_path) if quantizer == "ort" else edgekit_qdq(model, calib)
+    result = convert_proto(qdq, ConvertOptions(io_dtype=io_dtype, target="test"))
+    assert result.float_ops == [], f"ops left in float: {result.float_ops}"
+    steps = output_steps(qdq)
+    for seed in (100, 101):
+        feeds = random_feeds(model, seed, case.low, case.high)
+        expected = run_onnx(qdq, feeds)
+        actual = run_tflite(result, feeds)
+        for a, e, step in zip(actual, expected, steps, strict=True):
+            assert_within_one_step(a, e, step)
