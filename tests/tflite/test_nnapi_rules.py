@@ -658,17 +658,12 @@ CONV = {"padding": 0, "strideW": 1, "strideH": 1, "dilationWFactor": 1, "dilatio
 X4 = [1, 4, 4, 2]
 
 # name: (model, lowest feature level that takes it, or None for never)
+# fmt: off
 ONE_OP_CASES = {
-    "ADD": (
-        lambda: one_op("ADD", [[1, 4], f32(1, 2, 3, 4, shape=(1, 4))], [[1, 4]], options("AddOptions")),
-        1,
-    ),
+    "ADD": (lambda: one_op("ADD", [[1, 4], f32(1, 2, 3, 4, shape=(1, 4))], [[1, 4]], options("AddOptions")), 1),
     "SUB": (lambda: one_op("SUB", [[1, 4], [1, 4]], [[1, 4]], options("SubOptions")), 2),
     "MUL": (lambda: one_op("MUL", [[1, 4], [1, 4]], [[1, 4]], options("MulOptions")), 1),
-    "DIV": (
-        lambda: one_op("DIV", [[1, 4], f32(1, 2, 3, 4, shape=(1, 4))], [[1, 4]], options("DivOptions")),
-        2,
-    ),
+    "DIV": (lambda: one_op("DIV", [[1, 4], f32(1, 2, 3, 4, shape=(1, 4))], [[1, 4]], options("DivOptions")), 2),
     "MAXIMUM": (lambda: one_op("MAXIMUM", [[1, 4], [1, 4]], [[1, 4]]), 3),
     "MINIMUM": (lambda: one_op("MINIMUM", [[1, 4], [1, 4]], [[1, 4]]), 3),
     "POW": (lambda: one_op("POW", [[1, 4], f32(2, 2, 2, 2, shape=(1, 4))], [[1, 4]]), 3),
@@ -678,10 +673,7 @@ ONE_OP_CASES = {
     "LOGISTIC": (lambda: one_op("LOGISTIC", [[1, 4]], [[1, 4]]), 1),
     "TANH": (lambda: one_op("TANH", [[1, 4]], [[1, 4]]), 1),
     "HARD_SWISH": (lambda: one_op("HARD_SWISH", [[1, 4]], [[1, 4]]), 1),
-    "LEAKY_RELU": (
-        lambda: one_op("LEAKY_RELU", [[1, 4]], [[1, 4]], options("LeakyReluOptions", alpha=0.1)),
-        3,
-    ),
+    "LEAKY_RELU": (lambda: one_op("LEAKY_RELU", [[1, 4]], [[1, 4]], options("LeakyReluOptions", alpha=0.1)), 3),
     "PRELU": (lambda: one_op("PRELU", [[1, 4], f32(0.1, 0.2, 0.3, 0.4)], [[1, 4]]), 3),
     "ELU": (lambda: one_op("ELU", [[1, 4]], [[1, 4]]), 4),
     "EXP": (lambda: one_op("EXP", [[1, 4]], [[1, 4]]), 3),
@@ -693,207 +685,54 @@ ONE_OP_CASES = {
     "FLOOR": (lambda: one_op("FLOOR", [[1, 4]], [[1, 4]]), 1),
     "MAX_POOL_2D": (lambda: one_op("MAX_POOL_2D", [X4], [X4], options("Pool2DOptions", **POOL)), 1),
     "AVERAGE_POOL_2D": (lambda: one_op("AVERAGE_POOL_2D", [X4], [X4], options("Pool2DOptions", **POOL)), 1),
-    "MEAN": (
-        lambda: one_op("MEAN", [X4, i32(1, 2)], [[1, 1, 1, 2]], options("ReducerOptions", keepDims=True)),
-        2,
-    ),
-    "SUM": (
-        lambda: one_op("SUM", [X4, i32(1, 2)], [[1, 1, 1, 2]], options("ReducerOptions", keepDims=True)),
-        3,
-    ),
-    "REDUCE_MAX": (
-        lambda: one_op(
-            "REDUCE_MAX", [X4, i32(1, 2)], [[1, 1, 1, 2]], options("ReducerOptions", keepDims=True)
-        ),
-        3,
-    ),
-    "RESHAPE": (
-        lambda: one_op("RESHAPE", [[1, 4], i32(2, 2)], [[2, 2]], options("ReshapeOptions", newShape=[2, 2])),
-        1,
-    ),
-    "SQUEEZE": (
-        lambda: one_op("SQUEEZE", [[1, 1, 4]], [[4]], options("SqueezeOptions", squeezeDims=[0, 1])),
-        2,
-    ),
+    "MEAN": (lambda: one_op("MEAN", [X4, i32(1, 2)], [[1, 1, 1, 2]], options("ReducerOptions", keepDims=True)), 2),
+    "SUM": (lambda: one_op("SUM", [X4, i32(1, 2)], [[1, 1, 1, 2]], options("ReducerOptions", keepDims=True)), 3),
+    "REDUCE_MAX": (lambda: one_op("REDUCE_MAX", [X4, i32(1, 2)], [[1, 1, 1, 2]], options("ReducerOptions", keepDims=True)), 3),
+    "RESHAPE": (lambda: one_op("RESHAPE", [[1, 4], i32(2, 2)], [[2, 2]], options("ReshapeOptions", newShape=[2, 2])), 1),
+    "SQUEEZE": (lambda: one_op("SQUEEZE", [[1, 1, 4]], [[4]], options("SqueezeOptions", squeezeDims=[0, 1])), 2),
     "EXPAND_DIMS": (lambda: one_op("EXPAND_DIMS", [[1, 4], i32(0, shape=())], [[1, 1, 4]]), 3),
     "TRANSPOSE": (lambda: one_op("TRANSPOSE", [[1, 2, 3], i32(2, 1, 0)], [[3, 2, 1]]), 2),
-    "CONCATENATION": (
-        lambda: one_op("CONCATENATION", [[1, 2], [1, 2]], [[1, 4]], options("ConcatenationOptions", axis=1)),
-        1,
-    ),
-    "SPLIT": (
-        lambda: one_op(
-            "SPLIT", [i32(1, shape=()), [1, 4]], [[1, 2], [1, 2]], options("SplitOptions", numSplits=2)
-        ),
-        3,
-    ),
+    "CONCATENATION": (lambda: one_op("CONCATENATION", [[1, 2], [1, 2]], [[1, 4]], options("ConcatenationOptions", axis=1)), 1),
+    "SPLIT": (lambda: one_op("SPLIT", [i32(1, shape=()), [1, 4]], [[1, 2], [1, 2]], options("SplitOptions", numSplits=2)), 3),
     "SLICE": (lambda: one_op("SLICE", [[1, 4], i32(0, 1), i32(1, 2)], [[1, 2]]), 3),
-    "STRIDED_SLICE": (
-        lambda: one_op(
-            "STRIDED_SLICE",
-            [[1, 4], i32(0, 1), i32(1, 3), i32(1, 1)],
-            [[1, 2]],
-            options("StridedSliceOptions"),
-        ),
-        2,
-    ),
+    "STRIDED_SLICE": (lambda: one_op("STRIDED_SLICE", [[1, 4], i32(0, 1), i32(1, 3), i32(1, 1)], [[1, 2]], options("StridedSliceOptions")), 2),
     "PAD": (lambda: one_op("PAD", [[1, 4], i32(0, 0, 1, 1, shape=(2, 2))], [[1, 6]]), 2),
-    "PADV2": (
-        lambda: one_op("PADV2", [[1, 4], i32(0, 0, 1, 1, shape=(2, 2)), f32(0.5, shape=())], [[1, 6]]),
-        3,
-    ),
+    "PADV2": (lambda: one_op("PADV2", [[1, 4], i32(0, 0, 1, 1, shape=(2, 2)), f32(0.5, shape=())], [[1, 6]]), 3),
     "GATHER": (lambda: one_op("GATHER", [[3, 4], i32(2, 0)], [[2, 4]], options("GatherOptions", axis=0)), 3),
     "TILE": (lambda: one_op("TILE", [[1, 4], i32(2, 1)], [[2, 4]]), 3),
-    "SPACE_TO_DEPTH": (
-        lambda: one_op(
-            "SPACE_TO_DEPTH", [[1, 4, 4, 1]], [[1, 2, 2, 4]], options("SpaceToDepthOptions", blockSize=2)
-        ),
-        1,
-    ),
-    "DEPTH_TO_SPACE": (
-        lambda: one_op(
-            "DEPTH_TO_SPACE", [[1, 2, 2, 4]], [[1, 4, 4, 1]], options("DepthToSpaceOptions", blockSize=2)
-        ),
-        1,
-    ),
-    "RESIZE_BILINEAR": (
-        lambda: one_op(
-            "RESIZE_BILINEAR", [[1, 2, 2, 1], i32(4, 4)], [[1, 4, 4, 1]], options("ResizeBilinearOptions")
-        ),
-        1,
-    ),
-    "RESIZE_NEAREST_NEIGHBOR": (
-        lambda: one_op(
-            "RESIZE_NEAREST_NEIGHBOR",
-            [[1, 2, 2, 1], i32(4, 4)],
-            [[1, 4, 4, 1]],
-            options("ResizeNearestNeighborOptions"),
-        ),
-        3,
-    ),
+    "SPACE_TO_DEPTH": (lambda: one_op("SPACE_TO_DEPTH", [[1, 4, 4, 1]], [[1, 2, 2, 4]], options("SpaceToDepthOptions", blockSize=2)), 1),
+    "DEPTH_TO_SPACE": (lambda: one_op("DEPTH_TO_SPACE", [[1, 2, 2, 4]], [[1, 4, 4, 1]], options("DepthToSpaceOptions", blockSize=2)), 1),
+    "RESIZE_BILINEAR": (lambda: one_op("RESIZE_BILINEAR", [[1, 2, 2, 1], i32(4, 4)], [[1, 4, 4, 1]], options("ResizeBilinearOptions")), 1),
+    "RESIZE_NEAREST_NEIGHBOR": (lambda: one_op("RESIZE_NEAREST_NEIGHBOR", [[1, 2, 2, 1], i32(4, 4)], [[1, 4, 4, 1]], options("ResizeNearestNeighborOptions")), 3),
     "SOFTMAX": (lambda: one_op("SOFTMAX", [[1, 4]], [[1, 4]], options("SoftmaxOptions", beta=1.0)), 1),
     "LOG_SOFTMAX": (lambda: one_op("LOG_SOFTMAX", [[1, 4]], [[1, 4]]), 3),
-    "L2_NORMALIZATION": (
-        lambda: one_op("L2_NORMALIZATION", [[1, 1, 1, 4]], [[1, 1, 1, 4]], options("L2NormOptions")),
-        1,
-    ),
-    "FULLY_CONNECTED": (
-        lambda: one_op(
-            "FULLY_CONNECTED",
-            [[1, 4], conv_weights((3, 4)), f32(0, 0, 0)],
-            [[1, 3]],
-            options("FullyConnectedOptions"),
-        ),
-        1,
-    ),
-    "CONV_2D": (
-        lambda: one_op(
-            "CONV_2D",
-            [X4, conv_weights((3, 1, 1, 2)), f32(0, 0, 0)],
-            [[1, 4, 4, 3]],
-            options("Conv2DOptions", **CONV),
-        ),
-        1,
-    ),
-    "DEPTHWISE_CONV_2D": (
-        lambda: one_op(
-            "DEPTHWISE_CONV_2D",
-            [X4, conv_weights((1, 3, 3, 2)), f32(0, 0)],
-            [X4],
-            options("DepthwiseConv2DOptions", depthMultiplier=1, **CONV),
-        ),
-        1,
-    ),
-    "TRANSPOSE_CONV": (
-        lambda: one_op(
-            "TRANSPOSE_CONV",
-            [i32(1, 4, 4, 1), conv_weights((1, 3, 3, 2)), X4],
-            [[1, 4, 4, 1]],
-            options("TransposeConvOptions", strideW=1, strideH=1),
-        ),
-        3,
-    ),
-    "BATCH_MATMUL": (
-        lambda: one_op(
-            "BATCH_MATMUL", [[1, 2, 3], conv_weights((1, 3, 4))], [[1, 2, 4]], options("BatchMatMulOptions")
-        ),
-        6,
-    ),
-    "ARG_MAX": (
-        lambda: one_op("ARG_MAX", [[1, 4], i32(1)], [([1], "int32")], options("ArgMaxOptions", outputType=2)),
-        3,
-    ),
+    "L2_NORMALIZATION": (lambda: one_op("L2_NORMALIZATION", [[1, 1, 1, 4]], [[1, 1, 1, 4]], options("L2NormOptions")), 1),
+    "FULLY_CONNECTED": (lambda: one_op("FULLY_CONNECTED", [[1, 4], conv_weights((3, 4)), f32(0, 0, 0)], [[1, 3]], options("FullyConnectedOptions")), 1),
+    "CONV_2D": (lambda: one_op("CONV_2D", [X4, conv_weights((3, 1, 1, 2)), f32(0, 0, 0)], [[1, 4, 4, 3]], options("Conv2DOptions", **CONV)), 1),
+    "DEPTHWISE_CONV_2D": (lambda: one_op("DEPTHWISE_CONV_2D", [X4, conv_weights((1, 3, 3, 2)), f32(0, 0)], [X4], options("DepthwiseConv2DOptions", depthMultiplier=1, **CONV)), 1),
+    "TRANSPOSE_CONV": (lambda: one_op("TRANSPOSE_CONV", [i32(1, 4, 4, 1), conv_weights((1, 3, 3, 2)), X4], [[1, 4, 4, 1]], options("TransposeConvOptions", strideW=1, strideH=1)), 3),
+    "BATCH_MATMUL": (lambda: one_op("BATCH_MATMUL", [[1, 2, 3], conv_weights((1, 3, 4))], [[1, 2, 4]], options("BatchMatMulOptions")), 6),
+    "ARG_MAX": (lambda: one_op("ARG_MAX", [[1, 4], i32(1)], [([1], "int32")], options("ArgMaxOptions", outputType=2)), 3),
     "CAST": (lambda: one_op("CAST", [[1, 4]], [([1, 4], "int32")]), 3),
     "QUANTIZE to uint8": (lambda: one_op("QUANTIZE", [[1, 4]], [([1, 4], "uint8")]), 3),
     "GELU": (lambda: one_op("GELU", [[1, 4]], [[1, 4]], options("GeluOptions")), None),
     "SQUARE": (lambda: one_op("SQUARE", [[1, 4]], [[1, 4]]), None),
     # int8 (TFLite's full-integer scheme): below level 4 only the delegate's int8 -> uint8 list.
     "int8 ADD": (lambda: one_op("ADD", [[1, 4], [1, 4]], [[1, 4]], options("AddOptions"), 2, "int8"), 1),
-    "int8 CONCATENATION": (
-        lambda: one_op(
-            "CONCATENATION", [[1, 2], [1, 2]], [[1, 4]], options("ConcatenationOptions", axis=1), 2, "int8"
-        ),
-        1,
-    ),
-    "int8 MAX_POOL_2D": (
-        lambda: one_op("MAX_POOL_2D", [X4], [X4], options("Pool2DOptions", **POOL), 2, "int8"),
-        1,
-    ),
-    "int8 RESHAPE": (
-        lambda: one_op(
-            "RESHAPE", [[1, 4], i32(2, 2)], [[2, 2]], options("ReshapeOptions", newShape=[2, 2]), 1, "int8"
-        ),
-        1,
-    ),
-    "int8 TRANSPOSE": (
-        lambda: one_op("TRANSPOSE", [[1, 2, 3], i32(2, 1, 0)], [[3, 2, 1]], None, 2, "int8"),
-        2,
-    ),
+    "int8 CONCATENATION": (lambda: one_op("CONCATENATION", [[1, 2], [1, 2]], [[1, 4]], options("ConcatenationOptions", axis=1), 2, "int8"), 1),
+    "int8 MAX_POOL_2D": (lambda: one_op("MAX_POOL_2D", [X4], [X4], options("Pool2DOptions", **POOL), 2, "int8"), 1),
+    "int8 RESHAPE": (lambda: one_op("RESHAPE", [[1, 4], i32(2, 2)], [[2, 2]], options("ReshapeOptions", newShape=[2, 2]), 1, "int8"), 1),
+    "int8 TRANSPOSE": (lambda: one_op("TRANSPOSE", [[1, 2, 3], i32(2, 1, 0)], [[3, 2, 1]], None, 2, "int8"), 2),
     "int8 SUB": (lambda: one_op("SUB", [[1, 4], [1, 4]], [[1, 4]], options("SubOptions"), 2, "int8"), 3),
-    "int8 TANH": (
-        lambda: one_op("TANH", [[1, 4]], [[1, 4]], None, 2, "int8", {"scale": 1 / 128, "zero_point": 0}),
-        3,
-    ),
-    "int8 MEAN": (
-        lambda: one_op(
-            "MEAN", [X4, i32(1, 2)], [[1, 1, 1, 2]], options("ReducerOptions", keepDims=True), 2, "int8"
-        ),
-        3,
-    ),
-    "int8 PAD": (
-        lambda: one_op("PAD", [[1, 4], i32(0, 0, 1, 1, shape=(2, 2))], [[1, 6]], None, 2, "int8"),
-        3,
-    ),
-    "int8 RESIZE_BILINEAR": (
-        lambda: one_op(
-            "RESIZE_BILINEAR",
-            [[1, 2, 2, 1], i32(4, 4)],
-            [[1, 4, 4, 1]],
-            options("ResizeBilinearOptions"),
-            2,
-            "int8",
-        ),
-        3,
-    ),
-    "int8 SQUEEZE": (
-        lambda: one_op(
-            "SQUEEZE", [[1, 1, 4]], [[4]], options("SqueezeOptions", squeezeDims=[0, 1]), 1, "int8"
-        ),
-        4,
-    ),
-    "int8 SPLIT": (
-        lambda: one_op(
-            "SPLIT",
-            [i32(1, shape=()), [1, 4]],
-            [[1, 2], [1, 2]],
-            options("SplitOptions", numSplits=2),
-            2,
-            "int8",
-        ),
-        4,
-    ),
+    "int8 TANH": (lambda: one_op("TANH", [[1, 4]], [[1, 4]], None, 2, "int8", {"scale": 1 / 128, "zero_point": 0}), 3),
+    "int8 MEAN": (lambda: one_op("MEAN", [X4, i32(1, 2)], [[1, 1, 1, 2]], options("ReducerOptions", keepDims=True), 2, "int8"), 3),
+    "int8 PAD": (lambda: one_op("PAD", [[1, 4], i32(0, 0, 1, 1, shape=(2, 2))], [[1, 6]], None, 2, "int8"), 3),
+    "int8 RESIZE_BILINEAR": (lambda: one_op("RESIZE_BILINEAR", [[1, 2, 2, 1], i32(4, 4)], [[1, 4, 4, 1]], options("ResizeBilinearOptions"), 2, "int8"), 3),
+    "int8 SQUEEZE": (lambda: one_op("SQUEEZE", [[1, 1, 4]], [[4]], options("SqueezeOptions", squeezeDims=[0, 1]), 1, "int8"), 4),
+    "int8 SPLIT": (lambda: one_op("SPLIT", [i32(1, shape=()), [1, 4]], [[1, 2], [1, 2]], options("SplitOptions", numSplits=2), 2, "int8"), 4),
     "int8 QUANTIZE from float": (lambda: one_op("QUANTIZE", [([1, 4])], [([1, 4], "int8")]), 4),
 }
+# fmt: on
 
 
 @pytest.mark.parametrize("case", sorted(ONE_OP_CASES))
