@@ -71,6 +71,27 @@ def test_qdq_model_becomes_an_int8_archive(tmp_path: Path, models: dict[str, Pat
         assert m.provenance["quantization"] == {"source": "QDQ model as given"}
 
 
+def test_float_model_with_calib_is_quantized_for_uint8(
+    tmp_path: Path, models: dict[str, Path], capsys
+) -> None:
+    code, out, err = deploy(
+        capsys, str(models["float"]), "-t", "intel-vpu", "-o", str(tmp_path), "--calib", str(models["calib"])
+    )
+    assert code == 0, err
+    assert "quantizing for uint8 activations on 8 calibration sample(s)" in out
+    m = read_bundle(tmp_path / "intel-vpu").manifest
+    assert m.verification["precision"] == "int8" and m.verification["passed"]
+    assert (
+        m.verification["int8"]["fake_quantize"] >= 4 and m.verification["int8"]["float_compute_layers"] == []
+    )
+    assert m.provenance["quantization"]["activations"] == "uint8" and m.provenance["calibration_samples"] == 8
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(str(tmp_path / "intel-vpu" / "model.xml")), "CPU")
+    x = np.load(models["calib"])[0]
+    probs = compiled({"x": x})[compiled.output(0)]
+    assert probs.shape == (1, 10) and abs(float(probs.sum()) - 1.0) < 0.05
+
+
 def test_calibration_samples_are_the_verify_samples(tmp_path: Path, models: dict[str, Path], capsys) -> None:
     code, _, err = deploy(
         capsys, str(models["float"]), "-t", "intel-vpu", "-o", str(tmp_path), "--precision", "fp32",

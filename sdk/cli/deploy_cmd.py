@@ -212,9 +212,9 @@ def package_targets(request: DeployRequest, say: Any = print) -> tuple[list[Pack
                 assert dataset is not None  # _choose_precision demands --calib for int8
                 if target.activation_dtype not in quantized_models:
                     say(
-                        f"quantizing for {target.activation_dtype} activations ({request.calib_samples} samples max)"
+                        f"quantizing for {target.activation_dtype} activations on {len(dataset)} calibration sample(s)"
                     )
-                    quantized_models[target.activation_dtype] = _quantize(request, model, dataset, target)
+                    quantized_models[target.activation_dtype] = _quantize(request, dataset, target)
                 source, extra = quantized_models[target.activation_dtype]
                 provenance.update(extra)
             for problem in target.check(source):
@@ -270,26 +270,18 @@ def _verify_samples(dataset: Any) -> tuple[dict[str, Any], ...]:
     return tuple(samples)
 
 
-def _quantize(request: DeployRequest, model: Any, dataset: Any, target: Any) -> tuple[Any, dict[str, Any]]:
+def _quantize(request: DeployRequest, dataset: Any, target: Any) -> tuple[Any, dict[str, Any]]:
+    """The model quantized for ``target``'s activation dtype, and what provenance records about it."""
+    from edgekit import QuantizeOptions, quantize_model
     from edgekit.model import load_proto
-    from edgekit.quantize import QuantizeOptions
 
-    try:
-        from edgekit import quantize_model
-    except ImportError:
-        raise TargetError(
-            "quantization is not available in this edgekit build (edgekit.quantize_model)"
-        ) from None
     options = QuantizeOptions(
         activations=target.activation_dtype, method=request.method, samples=request.calib_samples
     )
-    result = quantize_model(model, dataset, options)
-    qdq = load_proto(result.model)
-    extra = {
-        "quantization": options.to_json(),
-        "calibration_samples": min(len(dataset), request.calib_samples),
-    }
-    return qdq, extra
+    result = quantize_model(request.model, dataset, options=options, input_shapes=request.input_shapes)
+    used = result.report.get("calibration", {}).get("samples_used")
+    extra = {"quantization": options.to_json(), "calibration_samples": used}
+    return load_proto(result.model, prepare=False), extra
 
 
 def _manifest_verification(path: Path) -> dict[str, Any]:
