@@ -408,6 +408,8 @@ class Session:
                 return
             cached = self._done.get(frame.seq)
             if cached is not None:
+                if frame.type != MsgType.POLL:  # a retransmitted request: ack it, so the sender polls next
+                    self.link.write(encode_frame(MsgType.ACK, frame.seq))
                 self.link.write(cached)
                 return
             if frame.type == MsgType.POLL:

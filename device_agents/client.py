@@ -268,15 +268,28 @@ class AgentClient:
             else:
                 archive = path
             sha, size = _sha256(archive), archive.stat().st_size
+            confirmed = [0]
+
+            def track(done: int, total: int) -> None:
+                confirmed[0] = done
+                if progress:
+                    progress(done, total)
+
             attempts = 0
             while True:
                 try:
-                    return self._upload(archive, path.name, sha, size, progress)
-                except LinkError:
+                    return self._upload(archive, path.name, sha, size, track)
+                except LinkError as exc:
                     attempts += 1
                     if attempts > reconnects or isinstance(self.link, LocalAgentLink):
-                        raise
-                    self.reconnect()
+                        raise type(exc)(
+                            f"upload of {path.name} stopped at {confirmed[0]} of {size} bytes "
+                            f"({attempts - 1} reconnects): {exc}; run it again to resume"
+                        ) from None
+                    try:
+                        self.reconnect()
+                    except LinkError:
+                        continue  # counts as one more attempt
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _upload(self, archive: Path, name: str, sha: str, size: int, progress: Progress | None) -> str:

@@ -78,15 +78,16 @@ def _manifest(runtime: str, target: str, inputs: list[TensorSpec], outputs: list
     )
 
 
-def tflite_bundle(out_dir: Path, archive: bool = False) -> Path:
+def tflite_bundle(out_dir: Path, archive: bool = False, extra_bytes: int = 0, seed: int = 0) -> Path:
+    """The add/mul TFLite bundle; ``extra_bytes`` of random side data make it as large as a test needs."""
     specs = [TensorSpec(n, SHAPE, "float32") for n in ("a", "b")]
     outs = [TensorSpec(n, SHAPE, "float32") for n in ("sum", "prod")]
-    return write_bundle(
-        out_dir,
-        _manifest("tflite", "arm-cpu", specs, outs),
-        {"model.tflite": tflite_add_mul_bytes()},
-        archive=archive,
-    )
+    files: dict[str, bytes] = {"model.tflite": tflite_add_mul_bytes()}
+    if extra_bytes:
+        rng = np.random.default_rng(seed)
+        files["extra.bin"] = rng.integers(0, 256, extra_bytes, dtype=np.uint8).tobytes()
+    manifest = _manifest("tflite", "arm-cpu", specs, outs)
+    return write_bundle(out_dir, manifest, files, archive=archive, roles={"extra.bin": "report"})
 
 
 def onnx_mlp(path: Path, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

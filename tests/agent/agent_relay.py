@@ -30,6 +30,7 @@ class Faults:
     delay: float = 0.0  # latency added to every forwarded piece (s)
     baud: int | None = None  # pace at baud/10 bytes per second
     cut_after: int | None = None  # close the first connection after this many client->agent bytes
+    after: int = 0  # inject bit errors, drops and duplicates only after this many bytes (per direction)
     seed: int = 0
 
 
@@ -120,15 +121,16 @@ def _pump(src: int, dst: int, pump: _Pump, stop: threading.Event, on_cut: object
                     total = pump.stats.up
                 else:
                     pump.stats.down += len(data)
-                    total = 0
+                    total = pump.stats.down
+            mangle = pump.mangle if total > pump.faults.after else bytes
             cut = pump.upstream and pump.faults.cut_after is not None and pump.stats.cuts == 0
-            if cut and total >= pump.faults.cut_after:
+            if cut and total >= pump.faults.cut_after:  # type: ignore[operator]
                 pump.stats.cuts += 1
                 keep = len(data) - (total - pump.faults.cut_after)
-                _write_all(dst, pump.mangle(data[:keep]), stop)
+                _write_all(dst, mangle(data[:keep]), stop)
                 break
             pump.pace(len(data), stop)
-            _write_all(dst, pump.mangle(data), stop)
+            _write_all(dst, mangle(data), stop)
     except OSError:
         pass
     finally:
