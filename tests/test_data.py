@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 from edgekit.data import ImagePreprocess, InputSpec, Sample, input_specs, open_dataset
 from edgekit.errors import DataError
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
 DIGIT = InputSpec("x", (1, 1, 8, 8), np.float32)
@@ -88,6 +90,33 @@ def test_npz_batched_compressed_multi_input_int_cast_and_limit(tmp_path: Path) -
 def test_npz_float_labels_with_integer_values_are_accepted(tmp_path: Path) -> None:
     np.savez(tmp_path / "d.npz", x=np.zeros((3, 1, 8, 8)), labels=np.array([[1.0], [0.0], [9.0]]))
     assert [s.label for s in open_dataset(tmp_path / "d.npz", [DIGIT])] == [1, 0, 9]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    count=st.integers(1, 5),
+    dims=st.lists(st.integers(1, 4), min_size=0, max_size=3),
+    dtype=st.sampled_from(["<f4", ">f4", "<f8", "<f2", "|i1", "|u1", "<i2", ">u2", "<i8", "|b1"]),
+    batched=st.booleans(),
+    kind=st.sampled_from(["npz", "npz-compressed", "npy"]),
+)
+def test_arrays_round_trip_through_the_stream_reader(
+    tmp_path: Path, count: int, dims: list[int], dtype: str, batched: bool, kind: str
+) -> None:
+    stored = _rng(count).normal(size=(count, *([1] if batched else []), *dims)) * 10
+    stored = stored.astype(dtype)
+    spec = InputSpec("x", (1, *dims), np.float32)
+    path = tmp_path / f"d.{kind[:3]}"
+    if kind == "npy":
+        np.save(path, stored)
+    else:
+        (np.savez if kind == "npz" else np.savez_compressed)(path, x=stored)
+    samples = list(open_dataset(path, [spec]))
+    assert len(samples) == count
+    for i, sample in enumerate(samples):
+        got = sample.inputs["x"]
+        assert got.shape == (1, *dims) and got.dtype == np.float32 and got.flags.c_contiguous
+        np.testing.assert_array_equal(got.reshape(-1), stored[i].astype(np.float32).reshape(-1))
 
 
 def test_npz_model_input_named_labels_is_data(tmp_path: Path) -> None:
