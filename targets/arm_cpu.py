@@ -1,0 +1,51 @@
+"""The ``arm-cpu`` target: a .tflite for the LiteRT/TFLite CPU path (XNNPACK) on ARM boards and phones.
+
+Float models become an fp32 .tflite; QDQ models (from ``edgekit quantize``) become int8 kernels with
+the QDQ model's scales, with float inputs and outputs (QUANTIZE/DEQUANTIZE at the edges). The
+converter is ``edgekit.targets.tflite``; every artifact is verified in LiteRT against the source model
+on the host before the bundle is written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx_ir as ir
+from edgekit.targets.base import PackageOptions, Problem, Target, register_target
+from edgekit.targets.tflite.converter import ConvertOptions
+from edgekit.targets.tflite.package import check_model, is_quantized, package_tflite
+
+
+@dataclass(frozen=True)
+class ArmCpuOptions:
+    """Options of the ``arm-cpu`` target.
+
+    ``keep_io_layout``: keep ONNX's NCHW layout for image inputs/outputs (one transpose at each edge)
+    instead of NHWC. ``fp32_tolerance`` / ``int8_tolerance``: the largest verification error against
+    the source model (fp32 ONNX, or the QDQ model), relative to the output's value range.
+    """
+
+    keep_io_layout: bool = False
+    fp32_tolerance: float = 1e-4
+    int8_tolerance: float = 0.15
+
+
+@register_target
+class ArmCpuTarget(Target):
+    name = "arm-cpu"
+    runtime = "tflite"
+    activation_dtype = "int8"
+    description = "ARM CPU via LiteRT/TFLite (XNNPACK): fp32, or int8 kernels with float inputs/outputs"
+    options_type = ArmCpuOptions
+
+    def check(self, model: ir.Model) -> list[Problem]:
+        return check_model(model, self.name, ConvertOptions(target=self.name))
+
+    def package(self, model: ir.Model, out_dir: Path, options: PackageOptions) -> Path:
+        opts: ArmCpuOptions = self.target_options(options)
+        convert_options = ConvertOptions(
+            keep_io_layout=opts.keep_io_layout, io_dtype="float32", target=self.name
+        )
+        tolerance = opts.int8_tolerance if is_quantized(model) else opts.fp32_tolerance
+        return package_tflite(self, model, out_dir, options, convert_options, tolerance)

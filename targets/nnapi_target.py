@@ -1,0 +1,92 @@
+"""The ``nnapi`` target: a fully integer .tflite for Android's NNAPI delegate.
+
+Only quantized (QDQ) models: inputs and outputs int8 (``io_dtype="uint8"`` for older accelerators),
+no float tensor anywhere between; a model that cannot be made fully integer fails, listing the ops
+that stop it. ``nnapi_compatibility.json`` records, for every op, whether the NNAPI delegate takes it
+at the chosen feature level and why not, and how many partitions the delegate would create
+(``edgekit.targets.tflite.nnapi``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import onnx_ir as ir
+from edgekit.errors import TargetError
+from edgekit.targets.base import PackageOptions, Problem, Target, register_target
+from edgekit.targets.tflite.converter import ConvertOptions, convert
+from edgekit.targets.tflite.package import check_model, is_quantized, package_tflite
+
+log = logging.getLogger("edgekit")
+REPORT_FILE = "nnapi_compatibility.json"
+
+
+@dataclass(frozen=True)
+class NnapiOptions:
+    """Options of the ``nnapi`` target.
+
+    ``io_dtype``: "int8" or "uint8" model inputs/outputs. ``feature_level``: the NNAPI feature level the
+    compatibility report is for (1..8, Android API 27..35; default 4 = Android 11). ``keep_io_layout``:
+    keep NCHW image inputs/outputs. ``tolerance``: the largest verification error against the QDQ
+    model, relative to the output's value range.
+    """
+
+    io_dtype: Literal["int8", "uint8"] = "int8"
+    feature_level: int = 4
+    keep_io_layout: bool = False
+    tolerance: float = 0.15
+
+    def __post_init__(self) -> None:
+        if self.io_dtype not in ("int8", "uint8"):
+            raise TargetError(f"nnapi --io-dtype must be int8 or uint8, got {self.io_dtype!r}")
+
+
+@register_target
+class NnapiTarget(Target):
+    name = "nnapi"
+    runtime = "tflite"
+    activation_dtype = "int8"
+    description = "Android NNAPI via TFLite: fully integer (int8 or uint8 I/O), with a delegate report"
+    supports_float = False
+    options_type = NnapiOptions
+
+    def check(self, model: ir.Model) -> list[Problem]:
+        if not is_quantized(model):
+            return check_model(model, self.name, ConvertOptions(target=self.name)) + [
+                Problem("info", None, None, "nnapi runs integer models only: quantize first (--calib DATA)")
+            ]
+        return check_model(model, self.name, ConvertOptions(io_dtype="int8", target=self.name))
+
+    def package(self, model: ir.Model, out_dir: Path, options: PackageOptions) -> Path:
+        from edgekit.targets.tflite.nnapi import check_nnapi, is_fully_integer
+
+        opts: NnapiOptions = self.target_options(options)
+        if not is_quantized(model):
+            raise TargetError("nnapi runs integer models only; quantize first (pass --calib DATA)")
+        convert_options = ConvertOptions(
+            keep_io_layout=opts.keep_io_layout, io_dtype=opts.io_dtype, target=self.name
+        )
+        result = convert(model, convert_options)
+        floats = is_fully_integer(result.data)
+        assert not floats, f"converter left float tensors in a fully integer model: {floats}"
+        report = check_nnapi(result.data, opts.feature_level)
+        log.info("nnapi: %s", report.summary)
+        extra_report = {
+            "nnapi": {
+                "feature_level": report.feature_level,
+                "android_api": report.android_api,
+                "delegated_ops": report.delegated_ops,
+                "op_count": len(report.ops),
+                "partitions": report.delegated_partitions,
+                "fully_delegated": report.fully_delegated,
+                "note": report.summary,
+            }
+        }
+        files = {REPORT_FILE: json.dumps(report.to_json(), indent=2).encode()}
+        return package_tflite(
+            self, model, out_dir, options, convert_options, opts.tolerance, files, extra_report, result=result
+        )

@@ -1,0 +1,189 @@
+"""What the two TFLite targets (``arm-cpu``, ``nnapi``) share: check, convert, verify, write the bundle."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, Requirement, TensorSpec, write_bundle
+from edgekit.errors import EdgekitError, TargetError, UnsupportedOpError
+from edgekit.targets.base import (
+    PackageOptions,
+    Problem,
+    Target,
+    compare_outputs,
+    complete_provenance,
+    default_verify_samples,
+    static_dims,
+)
+from edgekit.targets.tflite.converter import ConversionResult, ConvertOptions, TensorInfo, convert
+from edgekit.targets.tflite.registry import lookup
+
+log = logging.getLogger("edgekit")
+
+MODEL_FILE = "model.tflite"
+LITERT_REQUIREMENT = Requirement("ai-edge-litert", "1.2")
+
+
+def is_quantized(model: ir.Model) -> bool:
+    return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph)
+
+
+def check_model(model: ir.Model, target: str, convert_options: ConvertOptions) -> list[Problem]:
+    """Dynamic shapes, ops without a converter, then a trial conversion for everything else."""
+    problems = []
+    for value in model.graph.inputs:
+        if static_dims(value) is None:
+            message = f"input has a dynamic shape {value.shape}; pass --input-shape {value.name}=D0,D1,..."
+            problems.append(Problem("error", None, value.name, message))
+    opset = model.opset_imports.get("", 0)
+    for node in model.graph:
+        try:
+            lookup(node, opset, target)
+        except UnsupportedOpError:
+            problems.append(
+                Problem("error", node.op_type, node.name, f"no TFLite converter for {node.op_type}")
+            )
+    if problems:
+        return problems
+    try:
+        result = convert(model, convert_options)
+    except EdgekitError as exc:
+        return [Problem("error", None, None, str(exc))]
+    for note in result.notes:
+        problems.append(Problem("info", None, None, note))
+    if result.float_ops:
+        shown = ", ".join(result.float_ops[:8]) + (" ..." if len(result.float_ops) > 8 else "")
+        problems.append(Problem("warning", None, None, f"ops left in float: {shown}"))
+    return problems
+
+
+def run_tflite(
+    data: bytes, result: ConversionResult, feeds: Mapping[str, np.ndarray], threads: int = 2
+) -> dict[str, np.ndarray]:
+    """Run the converted model on ONNX-layout float feeds; float outputs in the ONNX layout."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=data, num_threads=threads)
+    interpreter.allocate_tensors()
+    ins = {d["name"]: d["index"] for d in interpreter.get_input_details()}
+    outs = {d["name"]: d["index"] for d in interpreter.get_output_details()}
+    for info in result.inputs:
+        if info.name not in feeds:
+            raise TargetError(f"verification sample has no input {info.name!r}")
+        interpreter.set_tensor(ins[info.name], to_model_input(info, np.asarray(feeds[info.name])))
+    interpreter.invoke()
+    return {
+        info.name: from_model_output(info, interpreter.get_tensor(outs[info.name])) for info in result.outputs
+    }
+
+
+def to_model_input(info: TensorInfo, array: np.ndarray) -> np.ndarray:
+    array = info.to_tflite(array)
+    if info.scale is not None and info.dtype in ("int8", "uint8"):
+        limits = np.iinfo(np.dtype(info.dtype))
+        array = np.clip(np.rint(array / info.scale) + info.zero_point, limits.min, limits.max)
+    return array.astype(info.dtype)
+
+
+def from_model_output(info: TensorInfo, array: np.ndarray) -> np.ndarray:
+    if info.scale is not None and info.dtype in ("int8", "uint8"):
+        array = (array.astype(np.float32) - info.zero_point) * np.float32(info.scale)
+    return info.to_onnx(np.asarray(array))
+
+
+def verify(
+    model: ir.Model,
+    result: ConversionResult,
+    samples: Sequence[Mapping[str, np.ndarray]],
+    tolerance: float,
+    target: str,
+) -> dict[str, Any]:
+    """Run the .tflite (LiteRT) and the source model (host, OpenVINO f32) on ``samples`` and compare."""
+    from edgekit.runtime import HostRunner
+
+    host = HostRunner(model)
+    reference = []
+    for sample in samples:
+        got = host.run(dict(sample))
+        reference.append({info.name: np.asarray(got[info.name]) for info in result.outputs})
+    actual = [run_tflite(result.data, result, sample) for sample in samples]
+    figures = compare_outputs(reference, actual)
+    worst = max((o["max_rel_error"] for o in figures["outputs"].values()), default=0.0)
+    if worst > tolerance:
+        raise TargetError(
+            f"{target}: verification failed: the .tflite differs from the source model by {worst:.3g} of the "
+            f"output range on {len(samples)} sample(s) (tolerance {tolerance:g})"
+        )
+    return {
+        "reference": "source ONNX model on the host (OpenVINO CPU, f32)",
+        "runtime": "LiteRT interpreter (ai-edge-litert)",
+        "tolerance": tolerance,
+        "max_rel_error": worst,
+        "passed": True,
+        **figures,
+    }
+
+
+def tensor_specs(infos: Sequence[TensorInfo]) -> tuple[TensorSpec, ...]:
+    return tuple(
+        TensorSpec(
+            name=i.name,
+            shape=tuple(int(d) for d in i.shape),
+            dtype=i.dtype,
+            layout=i.layout,
+            scale=i.scale if i.dtype in ("int8", "uint8") else None,
+            zero_point=i.zero_point if i.dtype in ("int8", "uint8") else None,
+        )
+        for i in infos
+    )
+
+
+def package_tflite(
+    target: Target,
+    model: ir.Model,
+    out_dir: Path,
+    options: PackageOptions,
+    convert_options: ConvertOptions,
+    tolerance: float,
+    extra_files: Mapping[str, bytes] | None = None,
+    extra_report: Mapping[str, Any] | None = None,
+    result: ConversionResult | None = None,
+) -> Path:
+    """Convert (unless ``result`` is given), verify, and write the bundle atomically."""
+    for value in model.graph.inputs:
+        if static_dims(value) is None:
+            raise TargetError(f"input {value.name!r} has a dynamic shape {value.shape}; pass --input-shape")
+    if result is None:
+        result = convert(model, convert_options)
+    samples = tuple(options.verify_samples) or default_verify_samples(model)
+    report: dict[str, Any] = {
+        "precision": "int8" if is_quantized(model) else "fp32",
+        "io_dtype": convert_options.io_dtype,
+        "op_counts": result.op_counts,
+        "converter_notes": list(result.notes),
+        "float_ops": list(result.float_ops),
+        "size_bytes": len(result.data),
+    }
+    report.update(verify(model, result, samples, tolerance, target.name))
+    report.update(extra_report or {})
+    manifest = Manifest(
+        format_version=FORMAT_VERSION,
+        target=target.name,
+        runtime=target.runtime,
+        model_files=(),
+        requirements=(LITERT_REQUIREMENT,),
+        inputs=tensor_specs(result.inputs),
+        outputs=tensor_specs(result.outputs),
+        preprocessing=dict(options.preprocessing),
+        provenance=complete_provenance(model, options.provenance),
+        verification=report,
+        device_hint=target.check_device_hint(options.device_hint),
+    )
+    files: dict[str, bytes] = {MODEL_FILE: result.data, **(extra_files or {})}
+    roles = {name: "report" for name in extra_files or {}}
+    return write_bundle(out_dir, manifest, files, archive=options.archive, roles=roles)
