@@ -126,6 +126,8 @@ def choose_params(
     for node_name, index in plan.constants:
         array = nodes[node_name].inputs[index].const_value.numpy()
         ranges[constant_key(node_name, index)] = (float(array.min()), float(array.max()))
+    for key, (_, _, source) in plan.requant.items():
+        ranges[key] = ranges[source]
     params: dict[str, QParams] = {}
     for root, members in plan.members().items():
         fixed = plan.fixed_of(root)

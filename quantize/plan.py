@@ -45,6 +45,9 @@ class QuantPlan:
     #: Node outputs not quantized because the activation after them is fused: output -> activation node.
     fused: dict[str, str] = field(default_factory=dict)
     float_ops: list[FloatOp] = field(default_factory=list)
+    #: Inputs of multi-input same-scale ops (Concat, Max, Min) whose tensor has a fixed range of its own: they
+    #: are requantized to the op's shared scale. key -> (node, input index, source tensor).
+    requant: dict[str, tuple[str, int, str]] = field(default_factory=dict)
 
     def group(self, name: str) -> str:
         root = name
@@ -74,7 +77,7 @@ class QuantPlan:
 
     def members(self) -> dict[str, list[str]]:
         groups: dict[str, list[str]] = {}
-        for name in self.activations + [constant_key(n, i) for n, i in self.constants]:
+        for name in self.activations + [constant_key(n, i) for n, i in self.constants] + list(self.requant):
             groups.setdefault(self.group(name), []).append(name)
         return groups
 
@@ -162,7 +165,18 @@ def make_plan(model: ir.Model, exclude: frozenset[str] = frozenset()) -> QuantPl
             add_activation(out)
             if rule.fixed_output is not None:
                 plan.fixed[out.name] = rule.fixed_output
-        if rule.same_scale:
-            for name in members + [o.name for o in outputs]:
-                plan.union(members[0], name)
+        if rule.same_scale and rule.all_inputs:
+            # Concat / Max / Min: inputs take the output's scale; an input with a fixed range of its own
+            # (a Sigmoid output, say) keeps it and is requantized to the shared scale in front of the op.
+            out = outputs[0].name
+            for i, name in zip(data, members, strict=True):
+                if plan.fixed_of(plan.group(name)) is not None:
+                    key = f"{node.name}::requant{i}"
+                    plan.requant[key] = (node.name, i, name)
+                    name = key
+                plan.union(out, name)
+        elif rule.same_scale:
+            # Single data input: the output inherits the input's scale (and a fixed range with it).
+            for out in outputs:
+                plan.union(members[0], out.name)
     return plan

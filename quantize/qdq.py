@@ -172,4 +172,31 @@ class InsertActivationQDQPass(ir.passes.InPlacePass):
                     graph.outputs[i] = dequant.outputs[0]
                 dequant.outputs[0].name = original
             self.dequantized[name] = dequant.outputs[0].name
+        nodes = {n.name: n for n in graph}
+        for key, (node_name, index, _) in self.plan.requant.items():
+            node = nodes[node_name]
+            _, dequant = self._pair(
+                graph, names, node.inputs[index], key.replace("::", "_"), self.params[key]
+            )
+            graph.insert_before(node, [dequant.inputs[0].producer(), dequant])
+            node.replace_input_with(index, dequant.outputs[0])
         return ir.passes.PassResult(model, bool(self.plan.activations))
+
+    @staticmethod
+    def _pair(
+        graph: ir.Graph, names: NameScope, value: ir.Value, base: str, p: QParams
+    ) -> tuple[ir.Node, ir.Node]:
+        """A QuantizeLinear -> DequantizeLinear pair reading ``value`` (not yet inserted in the graph)."""
+        scale = add_initializer(graph, names, f"{base}_scale", np.array(p.scale, np.float32))
+        zp = add_initializer(graph, names, f"{base}_zero_point", np.array(p.zero_point, _np_qdtype(p.dtype)))
+        quant = ir.node("QuantizeLinear", [value, scale, zp], name=names.fresh(f"{base}_QuantizeLinear"))
+        quant.outputs[0].name = names.fresh(f"{base}_quantized")
+        dequant = ir.node(
+            "DequantizeLinear", [quant.outputs[0], scale, zp], name=names.fresh(f"{base}_DequantizeLinear")
+        )
+        dequant.outputs[0].name = names.fresh(f"{base}_dequantized")
+        quant.outputs[0].dtype = ir.DataType.INT8 if p.dtype == "int8" else ir.DataType.UINT8
+        quant.outputs[0].shape = value.shape
+        dequant.outputs[0].dtype = ir.DataType.FLOAT
+        dequant.outputs[0].shape = value.shape
+        return quant, dequant

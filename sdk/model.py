@@ -175,8 +175,11 @@ def load_proto(
     from edgekit import passes  # local import: passes imports this module's helpers
 
     proto = upgrade_opset(proto)
-    # Initializers that are not graph inputs need IR version >= 4; opset 19 pairs with IR version 9.
-    proto.ir_version = max(proto.ir_version, 9)
+    # The lowest IR version the opsets allow (>= 4: initializers that are not graph inputs), so that every
+    # runtime, including ones older than this onnx package, reads what we write.
+    proto.ir_version = max(
+        4, onnx.helper.find_min_ir_version_for(list(proto.opset_import), ignore_unknown=True)
+    )
     # Old exporters list initializers as graph inputs too; they are weights, not inputs.
     initializers = {t.name for t in proto.graph.initializer}
     kept = [i for i in proto.graph.input if i.name not in initializers]

@@ -1,0 +1,293 @@
+"""The quantization pipeline: each pass on tiny models, checked against onnxruntime, the onnx reference evaluator
+and OpenVINO, plus the observers and the scale rules."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from edgekit.errors import QuantizationError
+from edgekit.model import load_proto, to_proto
+from edgekit.quantize.calibrate import params_for_range
+from edgekit.quantize.observers import Histogram, MinMax, choose_range
+from edgekit.quantize.options import QuantizeOptions
+from edgekit.quantize.pipeline import quantize
+from edgekit.quantize.plan import make_plan
+from edgekit.quantize.qdq import quantize_bias, quantize_weight
+from edgekit.runtime import HostRunner
+from onnx import numpy_helper
+from onnx.reference import ReferenceEvaluator
+from quant_models import mixed_ops_model, mnist_like, squeezenet_like
+
+
+def samples(shape, n=16, seed=0, scale=1.0):
+    rng = np.random.default_rng(seed)
+    return [
+        SimpleNamespace(inputs={"x": (rng.normal(0, scale, shape)).astype(np.float32)}, label=None)
+        for _ in range(n)
+    ]
+
+
+def rename_input(model: onnx.ModelProto, new: str) -> onnx.ModelProto:
+    old = model.graph.input[0].name
+    model.graph.input[0].name = new
+    for node in model.graph.node:
+        node.input[:] = [new if i == old else i for i in node.input]
+    return model
+
+
+def ort_session(proto: onnx.ModelProto) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(proto.SerializeToString(), options)
+
+
+def initializers(proto: onnx.ModelProto) -> dict[str, np.ndarray]:
+    return {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+
+
+def node_by_input(proto: onnx.ModelProto, op_type: str, tensor: str) -> onnx.NodeProto:
+    return next(n for n in proto.graph.node if n.op_type == op_type and n.input[0] == tensor)
+
+
+# ---------------------------------------------------------------------------------------------- passes
+
+
+def test_weight_quantization_is_symmetric_per_output_channel():
+    w = np.random.default_rng(0).normal(0, 1, (3, 2, 3, 3)).astype(np.float32)
+    w[1] *= 10  # channels with very different ranges keep their own scale
+    q, scales = quantize_weight(w, axis=0)
+    assert q.dtype == np.int8 and q.min() >= -127
+    np.testing.assert_allclose(scales, np.abs(w).reshape(3, -1).max(axis=1) / 127, rtol=1e-6)
+    err = np.abs(q * scales[:, None, None, None] - w)
+    assert np.all(err <= scales[:, None, None, None] / 2 + 1e-7)
+    # axis 1 (ConvTranspose / MatMul weights)
+    q1, s1 = quantize_weight(w.transpose(1, 0, 2, 3), axis=1)
+    np.testing.assert_array_equal(q1, q.transpose(1, 0, 2, 3))
+    np.testing.assert_array_equal(s1, scales)
+
+
+def test_bias_is_int32_with_input_times_weight_scale():
+    qb, s = quantize_bias(np.array([0.5, -1.25, 3.0]), 0.02, np.array([0.1, 0.01, 0.5], np.float32))
+    assert qb.dtype == np.int32
+    np.testing.assert_allclose(s, [0.002, 0.0002, 0.01], rtol=1e-6)
+    np.testing.assert_array_equal(qb, [250, -6250, 300])
+
+
+@pytest.mark.parametrize(
+    "dtype, lo, hi",
+    [("int8", -1.0, 3.0), ("uint8", -1.0, 3.0), ("int8", 0.0, 6.0), ("uint8", 0.0, 6.0), ("int8", 0.5, 2.0)],
+)
+def test_activation_params_cover_the_range_and_zero_exactly(dtype, lo, hi):
+    p = params_for_range(lo, hi, dtype)
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
+    assert p.qmin <= p.zero_point <= p.qmax
+    # zero is exactly representable; the ends are within half a step
+    assert (p.qmin - p.zero_point) * p.scale <= lo + p.scale / 2
+    assert (p.qmax - p.zero_point) * p.scale >= hi - p.scale / 2
+    if lo == 0.0:
+        assert p.zero_point == p.qmin
+
+
+def heavy_tailed(seed=0, n=200_000):
+    rng = np.random.default_rng(seed)
+    x = np.maximum(rng.normal(0, 1, n), 0)
+    x[:20] = rng.uniform(40, 60, 20)  # a few huge outliers
+    return x
+
+
+@pytest.mark.parametrize("method", ["percentile", "entropy"])
+def test_histogram_methods_clip_a_heavy_tailed_activation_below_its_maximum(method):
+    x = heavy_tailed()
+    mm = MinMax()
+    hist = Histogram(mm_update(mm, x))
+    for chunk in np.array_split(x, 10):  # streamed in pieces: same fixed-size histogram
+        hist.update(chunk)
+    assert hist.counts.shape == (2048,)
+    lo, hi = choose_range(method, mm, hist, percentile=99.99)
+    assert lo == 0.0
+    assert hi < 0.5 * x.max(), (method, hi, x.max())
+    assert hi > 2.0  # but keeps the body of the distribution (p99.99 of a half-normal is ~3.9)
+    assert choose_range("minmax", mm, hist) == (0.0, x.max())
+
+
+def test_mse_trades_clipping_against_rounding():
+    # A few huge outliers cost more clipped than rounded: mse keeps them (and percentile does not).
+    x = heavy_tailed()
+    mm = mm_update(MinMax(), x)
+    hist = Histogram(mm)
+    hist.update(x)
+    assert choose_range("mse", mm, hist)[1] > 0.9 * x.max()
+    # A long exponential tail is clipped: the rounding error saved on the body outweighs the clipped tail.
+    y = np.random.default_rng(2).exponential(size=200_000)
+    mm = mm_update(MinMax(), y)
+    hist = Histogram(mm)
+    hist.update(y)
+    assert choose_range("mse", mm, hist)[1] < 0.95 * y.max()
+
+
+def mm_update(mm: MinMax, x: np.ndarray) -> MinMax:
+    mm.update(x)
+    return mm
+
+
+def test_signed_histogram_clips_both_tails():
+    rng = np.random.default_rng(1)
+    x = rng.laplace(size=100_000)
+    x[0], x[1] = 80.0, -70.0
+    mm = mm_update(MinMax(), x)
+    hist = Histogram(mm)
+    hist.update(x)
+    lo, hi = choose_range("percentile", mm, hist, percentile=99.9)
+    assert -20 < lo < -3 and 3 < hi < 20
+
+
+def test_plan_follows_the_tflite_rules():
+    model = load_proto(mixed_ops_model())
+    plan = make_plan(model)
+    # Relu fused into the conv: the conv output is not quantized, the relu output is.
+    assert plan.fused == {"c": "relu"}
+    assert "c" not in plan.activations and "r" in plan.activations
+    # restrict_same_scale: MaxPool and Concat share one scale across inputs and output.
+    assert plan.group("r") == plan.group("p") == plan.group("cat")
+    # Sigmoid's output range is fixed; the MaxPool after it inherits it (one data input)...
+    assert plan.fixed["s"] == (1 / 256, -128) and plan.fixed["prob"] == (1 / 256, -128)
+    assert plan.group("ps") == plan.group("s") != plan.group("cat")
+    # ...and the Concat requantizes it to the shared scale rather than clipping the Relu branch to [0, 1).
+    assert plan.requant == {"concat::requant1": ("concat", 1, "ps")}
+    assert plan.group("concat::requant1") == plan.group("cat")
+    # Exp has no integer kernel: it stays float, and the report says why.
+    assert [(f.node, f.op_type) for f in plan.float_ops] == [("exp", "Exp")]
+    assert {w.node for w in plan.weights} == {"conv", "fc"}
+    assert plan.constants == [("add_const", 1)]
+
+
+# ------------------------------------------------------------------------------------- whole pipeline
+
+
+def quantize_proto(proto, data, **options):
+    model = load_proto(proto)
+    return model, quantize(model, data, QuantizeOptions(**options))
+
+
+@pytest.mark.parametrize("activations", ["int8", "uint8"])
+def test_qdq_model_runs_the_same_in_onnxruntime_reference_and_openvino(activations):
+    source = rename_input(squeezenet_like(opset=7), "x")
+    calib = samples((1, 3, 33, 33), n=24)
+    fp32, q = quantize_proto(source, calib, activations=activations)
+    proto = q.proto()
+    onnx.checker.check_model(proto, full_check=True)
+    assert proto.opset_import[0].version >= 19
+    ref = ReferenceEvaluator(proto)
+    sess = ort_session(proto)
+    ov = HostRunner(proto)
+    fp32_sess = ort_session(to_proto(fp32))
+    softmax_step = 1 / 256
+    for sample in samples((1, 3, 33, 33), n=6, seed=7):
+        x = sample.inputs
+        a = ref.run(None, x)[0]
+        b = sess.run(None, x)[0]
+        c = ov.run(x)["prob"]
+        f = fp32_sess.run(None, x)[0]
+        # The three runtimes agree to within one step of the output's quantization (1/256).
+        assert np.abs(a - b).max() <= softmax_step + 1e-6
+        assert np.abs(a - c).max() <= softmax_step + 1e-6
+        # and the int8 model approximates fp32
+        assert np.abs(b - f).max() < 0.05
+        # outputs lie on the fixed softmax grid
+        np.testing.assert_allclose(np.round(b * 256), b * 256, atol=1e-4)
+
+
+def test_quantized_model_keeps_scales_where_tflite_needs_them():
+    fp32, q = quantize_proto(mixed_ops_model(), samples((1, 2, 4, 4), n=16))
+    proto = q.proto()
+    init = initializers(proto)
+
+    def q_params(tensor):
+        # A graph output keeps its name on the DequantizeLinear; other tensors feed a QuantizeLinear.
+        outputs = {o.name for o in proto.graph.output}
+        node = (
+            next(n for n in proto.graph.node if n.output[0] == tensor)
+            if tensor in outputs
+            else node_by_input(proto, "QuantizeLinear", tensor)
+        )
+        return float(init[node.input[1]]), int(init[node.input[2]])
+
+    # Shared scales: relu output, pool output, concat output; the sigmoid branch keeps 1/256 and is requantized.
+    assert len({q_params(t) for t in ("r", "p", "cat")}) == 1
+    assert q_params("s") == q_params("ps") == (1 / 256, -128)
+    concat = next(n for n in proto.graph.node if n.op_type == "Concat")
+    requant_dq = next(n for n in proto.graph.node if n.output[0] == concat.input[1])
+    assert (float(init[requant_dq.input[1]]), int(init[requant_dq.input[2]])) == q_params("cat")
+    assert q_params("prob") == (1 / 256, -128)
+    # Bias scale = input scale x per-channel weight scale.
+    conv = next(n for n in proto.graph.node if n.op_type == "Conv")
+    w_dq = next(n for n in proto.graph.node if n.output[0] == conv.input[1])
+    b_dq = next(n for n in proto.graph.node if n.output[0] == conv.input[2])
+    in_scale, _ = q_params("x")
+    np.testing.assert_allclose(init[b_dq.input[1]], in_scale * init[w_dq.input[1]], rtol=1e-6)
+    assert init[w_dq.input[0]].dtype == np.int8 and init[b_dq.input[0]].dtype == np.int32
+    assert next(a.i for a in w_dq.attribute if a.name == "axis") == 0
+    # no Q/DQ between Conv and Relu
+    relu = next(n for n in proto.graph.node if n.op_type == "Relu")
+    assert relu.input[0] == conv.output[0]
+    # The constant addend is an int8 initializer behind a DequantizeLinear.
+    add = next(n for n in proto.graph.node if n.op_type == "Add")
+    k_dq = next(n for n in proto.graph.node if n.output[0] == add.input[1])
+    assert k_dq.op_type == "DequantizeLinear" and init[k_dq.input[0]].dtype == np.int8
+    # Exp stays float, fed by a DequantizeLinear.
+    exp = next(n for n in proto.graph.node if n.op_type == "Exp")
+    assert next(n for n in proto.graph.node if n.output[0] == exp.input[0]).op_type == "DequantizeLinear"
+
+
+def test_uint8_activations_shift_zero_points():
+    _, q8 = quantize_proto(mixed_ops_model(), samples((1, 2, 4, 4)), activations="int8")
+    _, qu = quantize_proto(mixed_ops_model(), samples((1, 2, 4, 4)), activations="uint8")
+    assert q8.params["prob"].zero_point == -128 and qu.params["prob"].zero_point == 0
+    assert q8.params["r"].zero_point == -128 and qu.params["r"].zero_point == 0
+    assert q8.params["r"].scale == pytest.approx(qu.params["r"].scale)
+
+
+def test_opset8_cntk_style_model_quantizes_as_given():
+    source = rename_input(mnist_like(opset=8), "x")
+    fp32, q = quantize_proto(source, samples((1, 1, 12, 12), n=16))
+    proto = q.proto()
+    sess, ref = ort_session(proto), ReferenceEvaluator(proto)
+    base = ort_session(source)
+    for sample in samples((1, 1, 12, 12), n=4, seed=3):
+        got = sess.run(None, sample.inputs)[0]
+        np.testing.assert_allclose(ref.run(None, sample.inputs)[0], got, atol=1e-4)
+        expected = base.run(None, sample.inputs)[0]
+        assert np.abs(got - expected).max() < 0.05 * np.abs(expected).max()
+
+
+@pytest.mark.parametrize("method", ["minmax", "percentile", "entropy", "mse"])
+def test_every_method_gives_a_valid_close_model(method):
+    source = rename_input(squeezenet_like(opset=7), "x")
+    fp32, q = quantize_proto(source, samples((1, 3, 33, 33), n=24), method=method)
+    sess = ort_session(q.proto())
+    base = ort_session(to_proto(fp32))
+    for sample in samples((1, 3, 33, 33), n=4, seed=9):
+        assert np.abs(sess.run(None, sample.inputs)[0] - base.run(None, sample.inputs)[0]).max() < 0.05
+
+
+def test_already_quantized_model_is_rejected():
+    _, q = quantize_proto(mixed_ops_model(), samples((1, 2, 4, 4), n=4))
+    with pytest.raises(QuantizationError, match="already quantized"):
+        quantize(load_proto(q.proto()), samples((1, 2, 4, 4), n=4), QuantizeOptions())
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("method", "magic", "--method must be one of"),
+        ("activations", "int4", "--activations must be one of"),
+        ("samples", 0, "--samples must be at least 1"),
+    ],
+)
+def test_options_are_validated(field, value, message):
+    with pytest.raises(QuantizationError, match=message):
+        QuantizeOptions(**{field: value})
