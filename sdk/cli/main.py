@@ -11,7 +11,7 @@ import sys
 import typer
 
 from edgekit.cli import common
-from edgekit.cli import deploy_cmd, inspect_cmd, quantize_cmd
+from edgekit.cli import agent_cmd, deploy_cmd, inspect_cmd, quantize_cmd
 
 app = typer.Typer(
     name="edgekit",
@@ -25,6 +25,7 @@ app = typer.Typer(
 quantize_cmd.register(app)
 inspect_cmd.register(app)
 deploy_cmd.register(app)
+agent_cmd.register(app)
 
 
 def main() -> None:  # pragma: no cover - exercised through the console script
