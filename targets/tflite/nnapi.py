@@ -116,6 +116,7 @@ class Check:
         self.op = op
         self.level = level
         self.reasons: list[str] = []
+        self.validate_reasons = 0  # how many of ``reasons`` come from the op's Validate rule
         self.rule_name = rule_name
 
     @property
@@ -266,7 +267,13 @@ def operand_rules(c: Check) -> None:
 
 @dataclass(frozen=True)
 class OpDecision:
-    """The delegate's decision for one operator."""
+    """The delegate's decision for one operator.
+
+    ``supported``: NNAPI can run the op (no reason against it). ``breaks_delegation``: the delegate's
+    ``Validate`` accepts the op, so it goes into a partition, but NNAPI then refuses its operands while
+    the delegate builds the model; that failure undoes the whole delegation. ``delegated``: the op
+    runs on NNAPI (in a partition the delegate takes, and the delegation succeeds).
+    """
 
     index: int
     op: str
@@ -274,7 +281,8 @@ class OpDecision:
     supported: bool
     reasons: tuple[str, ...]
     notes: tuple[str, ...] = ()
-    delegated: bool = False  # in one of the partitions the delegate actually takes
+    delegated: bool = False
+    breaks_delegation: bool = False
 
     def to_json(self) -> dict:
         return {
@@ -283,6 +291,7 @@ class OpDecision:
             "version": self.version,
             "supported": self.supported,
             "delegated": self.delegated,
+            "breaks_delegation": self.breaks_delegation,
             "reasons": list(self.reasons),
             "notes": list(self.notes),
         }
@@ -295,8 +304,8 @@ class NnapiReport:
     feature_level: int
     android_api: int
     ops: tuple[OpDecision, ...]
-    partitions: int  # delegable partitions before the delegate's partition limit
-    delegated_partitions: int  # partitions the delegate takes (at most max_partitions)
+    partitions: int  # partitions of the ops Validate accepts, before the delegate's partition limit
+    delegated_partitions: int  # partitions that run on NNAPI (0 when the delegation fails)
     max_partitions: int
 
     @property
@@ -308,14 +317,25 @@ class NnapiReport:
         return tuple(op for op in self.ops if not op.supported)
 
     @property
+    def delegation_breakers(self) -> tuple[OpDecision, ...]:
+        """Ops in the delegate's partitions whose NNAPI operands are refused: nothing is delegated."""
+        return tuple(op for op in self.ops if op.breaks_delegation)
+
+    @property
     def fully_delegated(self) -> bool:
         return bool(self.ops) and self.delegated_ops == len(self.ops)
 
     @property
     def summary(self) -> str:
         api, name = FEATURE_LEVELS[self.feature_level]
-        head = (
-            f"NNAPI feature level {self.feature_level} (Android API {api}, {name}): "
+        head = f"NNAPI feature level {self.feature_level} (Android API {api}, {name}): "
+        if self.delegation_breakers:
+            culprits = ", ".join(f"#{op.index} {op.op}" for op in self.delegation_breakers)
+            return (
+                f"{head}the delegation fails and all {len(self.ops)} ops run on the CPU: NNAPI refuses "
+                f"the operands of {culprits}, which the delegate's Validate accepts"
+            )
+        head += (
             f"{self.delegated_ops}/{len(self.ops)} ops delegated in {self.delegated_partitions} partition(s)"
         )
         if self.partitions > self.delegated_partitions:
@@ -340,6 +360,7 @@ class NnapiReport:
             "delegated_partitions": self.delegated_partitions,
             "max_delegated_partitions": self.max_partitions,
             "fully_delegated": self.fully_delegated,
+            "delegation_fails": bool(self.delegation_breakers),
             "unsupported": [f"#{op.index} {op.op}: {'; '.join(op.reasons)}" for op in self.unsupported],
             "summary": self.summary,
         }
@@ -364,42 +385,26 @@ def check_nnapi(
     if feature_level not in FEATURE_LEVELS:
         raise TargetError(f"NNAPI feature level must be one of 1..8, got {feature_level}")
     graph = _parse(tflite_bytes)
-    checks = []
-    for op in graph.ops:
-        rule = _rules().get(op.name)
-        check = Check(op, feature_level)
-        if rule is None:
-            what = f"custom op {op.custom_code!r}" if op.name == "CUSTOM" else op.name
-            check.expect(False, f"{what} is not an operation the NNAPI delegate maps")
-        else:
-            try:
-                rule(check)
-                operand_rules(check)
-            except (IndexError, ValueError, TypeError, ZeroDivisionError) as exc:  # e.g. missing operands
-                raise ModelError(
-                    f"operator #{op.index} {op.name} is malformed: {type(exc).__name__}: {exc}"
-                ) from None
-        checks.append(check)
-    supported = [not c.reasons for c in checks]
-    subsets = _partition(graph, supported)
-    delegable = [s for s in subsets if supported[s[0]]]
+    checks = [_check_op(op, feature_level) for op in graph.ops]
+    validated = [not c.reasons[: c.validate_reasons] for c in checks]
+    delegable = [s for s in _partition(graph, validated) if validated[s[0]]]
     taken = _limit_partitions(delegable, max_partitions)
-    delegated_nodes = {i for s in taken for i in s}
+    taken_nodes = {i for s in taken for i in s}
     if len(taken) < len(delegable):  # the delegate re-partitions the reduced node set
-        taken = [
-            s
-            for s in _partition(graph, [i in delegated_nodes for i in range(len(graph.ops))])
-            if s[0] in delegated_nodes
-        ]
+        reduced = _partition(graph, [i in taken_nodes for i in range(len(graph.ops))])
+        taken = [s for s in reduced if s[0] in taken_nodes]
+    breakers = {i for i in taken_nodes if checks[i].reasons}
+    delegated = set() if breakers else taken_nodes
     decisions = tuple(
         OpDecision(
             index=op.index,
             op=_display_name(op),
             version=op.version,
-            supported=supported[op.index],
+            supported=not checks[op.index].reasons,
             reasons=tuple(checks[op.index].reasons),
             notes=_notes(op),
-            delegated=op.index in delegated_nodes,
+            delegated=op.index in delegated,
+            breaks_delegation=op.index in breakers,
         )
         for op in graph.ops
     )
@@ -408,9 +413,29 @@ def check_nnapi(
         android_api=FEATURE_LEVELS[feature_level][0],
         ops=decisions,
         partitions=len(delegable),
-        delegated_partitions=len(taken),
+        delegated_partitions=0 if breakers else len(taken),
         max_partitions=max_partitions,
     )
+
+
+def _check_op(op: OpView, level: int) -> Check:
+    """Apply the op's ``Validate`` rule, then the operand rules (``check.validate_reasons`` splits them)."""
+    rule = _rules().get(op.name)
+    check = Check(op, level)
+    if rule is None:
+        what = f"custom op {op.custom_code!r}" if op.name == "CUSTOM" else op.name
+        check.expect(False, f"{what} is not an operation the NNAPI delegate maps")
+        check.validate_reasons = len(check.reasons)
+        return check
+    try:
+        rule(check)
+        check.validate_reasons = len(check.reasons)
+        operand_rules(check)
+    except (IndexError, ValueError, TypeError, ZeroDivisionError) as exc:  # e.g. missing operands
+        raise ModelError(
+            f"operator #{op.index} {op.name} is malformed: {type(exc).__name__}: {exc}"
+        ) from None
+    return check
 
 
 def delegated_partitions(tflite_bytes: bytes, delegated: Sequence[bool]) -> list[list[int]]:
@@ -462,17 +487,19 @@ def render_summary(report: NnapiReport, *, only_unsupported: bool = False):
     for op in report.ops:
         if only_unsupported and op.supported:
             continue
-        status = (
-            "[green]yes[/]"
-            if op.delegated
-            else "[yellow]supported, not taken[/]"
-            if op.supported
-            else "[red]no[/]"
-        )
+        status = _status(op)
         table.add_row(
             str(op.index), escape(op.op), str(op.version), status, escape("; ".join(op.reasons + op.notes))
         )
     return table
+
+
+def _status(op: OpDecision) -> str:
+    if op.delegated:
+        return "[green]yes[/]"
+    if op.breaks_delegation:
+        return "[red]no, fails the delegation[/]"
+    return "[yellow]supported, not taken[/]" if op.supported else "[red]no[/]"
 
 
 # --- parsing ----------------------------------------------------------------------------------

@@ -311,15 +311,19 @@ def test_dilated_conv_needs_level_3():
 
 
 def test_per_channel_axis_must_be_the_nnapi_channel_dim():
-    conv = check_nnapi(conv_int8_per_channel(weight_axis=3)).ops[0]
-    assert not conv.supported
+    report = check_nnapi(conv_int8_per_channel(weight_axis=3))
+    conv = report.ops[0]
+    assert not conv.supported and conv.breaks_delegation
     assert conv.reasons == ("per-channel weights 'w' on axis 3, NNAPI needs axis 0",)
+    assert report.delegated_ops == 0 and report.to_json()["delegation_fails"] is True
 
 
 def test_per_channel_fully_connected_is_refused():
     assert check_nnapi(fc_int8()).ops[0].supported
-    fc = check_nnapi(fc_int8(per_channel=True)).ops[0]
+    report = check_nnapi(fc_int8(per_channel=True))
+    fc = report.ops[0]
     assert fc.reasons == ("per-channel quantized input 'w' is not allowed on FULLY_CONNECTED in NNAPI",)
+    assert fc.breaks_delegation and report.delegated_ops == 0
 
 
 def test_fully_connected_keep_num_dims_needs_level_4():
@@ -336,7 +340,12 @@ def test_int8_signed_operands_need_level_4_unless_converted():
     assert add.supported  # ADD is in the delegate's int8 -> uint8 conversion list
     assert not squeeze.supported
     assert "TENSOR_QUANT8_ASYMM_SIGNED (feature level >= 4)" in squeeze.reasons[0]
-    assert (at3.partitions, at3.delegated_ops) == (1, 1)
+    # SQUEEZE passes Validate, so it is in the partition; NNAPI then refuses its QUANT8_SYMM operands
+    # while the delegate builds the model, and the failed delegation leaves everything on the CPU.
+    assert squeeze.breaks_delegation and not add.breaks_delegation
+    assert (at3.partitions, at3.delegated_partitions, at3.delegated_ops) == (1, 0, 0)
+    assert "the delegation fails and all 2 ops run on the CPU" in at3.summary
+    assert "#1 SQUEEZE" in at3.summary
 
 
 @pytest.mark.parametrize("level", range(1, 9))
@@ -349,6 +358,7 @@ def test_float_add_supported_at_every_level(level):
 def test_fused_tanh_has_no_nnapi_fuse_code():
     op = check_nnapi(float_add(activation=4)).ops[0]
     assert op.reasons == ("fused activation TANH has no NNAPI FuseCode",)
+    assert op.breaks_delegation
 
 
 def test_add_rank_above_4_is_refused():
@@ -369,6 +379,7 @@ def test_runtime_shaped_reshape_is_refused():
 def test_custom_op_is_not_delegated_and_splits_the_graph():
     report = check_nnapi(custom_between())
     custom = report.ops[1]
+    assert not custom.breaks_delegation  # Validate refuses it: it stays out of the partitions
     assert custom.op == "CUSTOM:EdgekitTestOp"
     assert custom.reasons == ("custom op 'EdgekitTestOp' is not an operation the NNAPI delegate maps",)
     assert (report.partitions, report.delegated_partitions, report.delegated_ops) == (2, 2, 2)
