@@ -112,12 +112,11 @@ class OpView:
 class Check:
     """Collects the reasons one op is refused at one feature level."""
 
-    def __init__(self, op: OpView, level: int, rule_name: str = "") -> None:
+    def __init__(self, op: OpView, level: int) -> None:
         self.op = op
         self.level = level
         self.reasons: list[str] = []
         self.validate_reasons = 0  # how many of ``reasons`` come from the op's Validate rule
-        self.rule_name = rule_name
 
     @property
     def accelerator_specified(self) -> bool:
@@ -158,7 +157,9 @@ class Check:
 
     def ranks_at_most(self, highest: int, inputs: Sequence[int] = (0, 1)) -> bool:
         ranks = [t.rank for t in (self.op.input(i) for i in inputs) if t is not None]
-        return self.expect(all(r <= highest for r in ranks), f"input rank {max(ranks)} > {highest}")
+        return self.expect(
+            max(ranks, default=0) <= highest, f"input rank {max(ranks, default=0)} > {highest}"
+        )
 
     def no_activation(self) -> bool:
         act = self.op.opt("fusedActivationFunction", 0)
@@ -231,6 +232,9 @@ def operand_rules(c: Check) -> None:
     op = c.op
     tensors = [(i, t, "input") for i, t in enumerate(op.inputs) if t is not None]
     tensors += [(i, t, "output") for i, t in enumerate(op.outputs)]
+    if op.name == "SOFTMAX":  # NNAPI SOFTMAX's beta is "the positive scaling factor" (NeuralNetworksTypes.h)
+        beta = float(op.opt("beta", 0.0))
+        c.expect(beta > 0.0, f"SOFTMAX beta {beta} must be > 0 for NNAPI")
     # Fused activations are passed to NNAPI as a FuseCode: NONE, RELU, RELU1 or RELU6 only.
     act = op.opt("fusedActivationFunction", 0)
     c.expect(act in (0, 1, 2, 3), f"fused activation {_ACTIVATIONS.get(act, act)} has no NNAPI FuseCode")

@@ -220,9 +220,6 @@ def _softmax(c: Check) -> None:
     c.expect(rank <= 4, f"input rank {rank} > 4")
     if c.level < NNAPI_1_2:
         c.expect(rank in (2, 4), f"input rank {rank}: below feature level 3 only rank 2 and 4")
-    # NNAPI SOFTMAX: beta is "the positive scaling factor" (NeuralNetworksTypes.h, ANEURALNETWORKS_SOFTMAX).
-    beta = c.op.opt("beta", 0.0)
-    c.expect(float(beta) > 0.0, f"beta {beta} must be > 0")
 
 
 @rule("LOG_SOFTMAX")  # Validate: case kTfLiteBuiltinLogSoftmax

@@ -207,15 +207,15 @@ def _sink_dequantize(graph: Graph) -> None:
     changed = True
     while changed:
         changed = False
-        producers, consumers = graph.producers(), graph.consumers()
+        producers = graph.producers()
         for op in graph.ops:
             if op.code not in ("TRANSPOSE", "RESHAPE", "PAD", "PADV2") or op.inputs[0].is_const:
                 continue
             dq = producers.get(id(op.inputs[0]))
-            if dq is None or dq.code != "DEQUANTIZE" or len(consumers.get(id(op.inputs[0]), [])) != 1:
+            if dq is None or dq.code != "DEQUANTIZE":
                 continue
             q = dq.inputs[0]
-            if graph.is_graph_output(op.inputs[0]) or q.quant is None or not q.quant.per_tensor:
+            if q.quant is None or not q.quant.per_tensor:
                 continue
             out = op.outputs[0]
             moved = Tensor(graph.unique_name(out.name + "/int"), out.shape, q.dtype, quant=q.quant)
@@ -224,11 +224,10 @@ def _sink_dequantize(graph: Graph) -> None:
                 level = np.clip(np.rint(real / q.quant.scale[0]) + q.quant.zero_point[0], -128, 127)
                 op.inputs[2] = graph.const("pad_value", np.array(level, dtype=q.dtype))
             op.inputs[0], op.outputs[0] = q, moved
-            dq.inputs[0], dq.outputs[0] = moved, out
-            i, j = graph.ops.index(dq), graph.ops.index(op)
-            graph.ops[i], graph.ops[j] = op, dq
+            graph.ops.insert(graph.ops.index(op) + 1, Op("DEQUANTIZE", [moved], [out], None, op.origin))
             changed = True
             break
+    graph.remove_dead()
 
 
 def _fold_dequantize_quantize(graph: Graph) -> None:

@@ -12,7 +12,7 @@ import onnx
 import pytest
 from edgekit.targets.tflite.converter import ConvertOptions
 from op_cases import CASES, Case
-from tflite_helpers import convert_proto, make_model, random_feeds, run_onnx, run_tflite
+from tflite_helpers import convert_proto, edgekit_qdq, make_model, ort_qdq, random_feeds, run_onnx, run_tflite
 
 INT8_CASES = [c for c in CASES if c.int8]
 # Ops onnxruntime's QDQ quantizer leaves in float when they stand alone (no integer reference from it).
@@ -20,41 +20,6 @@ ORT_FLOAT = {"relu", "sigmoid", "tanh", "hardswish", "leaky_relu", "clip_relu6",
 PARAMS = [pytest.param(c, "edgekit", id=f"{c.id}-edgekit") for c in INT8_CASES] + [
     pytest.param(c, "ort", id=f"{c.id}-ort") for c in INT8_CASES if c.id not in ORT_FLOAT
 ]
-
-
-def edgekit_qdq(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]]) -> onnx.ModelProto:
-    from edgekit.data import Sample
-    from edgekit.model import load_proto
-    from edgekit.quantize.options import QuantizeOptions
-    from edgekit.quantize.pipeline import quantize
-
-    samples = [Sample(f, None, str(i)) for i, f in enumerate(feeds)]
-    return quantize(load_proto(model), samples, QuantizeOptions(samples=len(samples))).proto()
-
-
-def ort_qdq(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], tmp_path) -> onnx.ModelProto:
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self._it = iter(feeds)
-
-        def get_next(self):
-            return next(self._it, None)
-
-    src, dst = tmp_path / "f.onnx", tmp_path / "q.onnx"
-    onnx.save(model, src)
-    quantize_static(
-        str(src),
-        str(dst),
-        Reader(),
-        quant_format=QuantFormat.QDQ,
-        per_channel=True,
-        activation_type=QuantType.QInt8,
-        weight_type=QuantType.QInt8,
-        extra_options={"ForceQuantizeNoInputCheck": True},
-    )
-    return onnx.load(dst)
 
 
 def output_steps(qdq: onnx.ModelProto) -> list[float]:

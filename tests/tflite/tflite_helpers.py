@@ -116,3 +116,38 @@ def assert_close_to_range(actual: np.ndarray, expected: np.ndarray, rel: float =
         else 0.0
     )
     assert err <= rel * max(value_range, 1e-3), f"max abs error {err:.3g} > {rel} x range {value_range:.3g}"
+
+
+def edgekit_qdq(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]]) -> onnx.ModelProto:
+    from edgekit.data import Sample
+    from edgekit.model import load_proto
+    from edgekit.quantize.options import QuantizeOptions
+    from edgekit.quantize.pipeline import quantize
+
+    samples = [Sample(f, None, str(i)) for i, f in enumerate(feeds)]
+    return quantize(load_proto(model), samples, QuantizeOptions(samples=len(samples))).proto()
+
+
+def ort_qdq(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], tmp_path) -> onnx.ModelProto:
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self._it = iter(feeds)
+
+        def get_next(self):
+            return next(self._it, None)
+
+    src, dst = tmp_path / "f.onnx", tmp_path / "q.onnx"
+    onnx.save(model, src)
+    quantize_static(
+        str(src),
+        str(dst),
+        Reader(),
+        quant_format=QuantFormat.QDQ,
+        per_channel=True,
+        activation_type=QuantType.QInt8,
+        weight_type=QuantType.QInt8,
+        extra_options={"ForceQuantizeNoInputCheck": True},
+    )
+    return onnx.load(dst)
