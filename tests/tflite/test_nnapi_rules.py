@@ -165,10 +165,10 @@ def resize_bilinear(half_pixel: bool) -> bytes:
     return b.build()
 
 
-def softmax_rank3_float() -> bytes:
+def softmax_rank3_float(beta: float = 1.0) -> bytes:
     b = TflBuilder()
     x = b.input("x", [1, 2, 5])
-    b.op("SOFTMAX", [x], [b.output(b.tensor("y", [1, 2, 5]))], options("SoftmaxOptions", beta=1.0))
+    b.op("SOFTMAX", [x], [b.output(b.tensor("y", [1, 2, 5]))], options("SoftmaxOptions", beta=beta))
     return b.build()
 
 
@@ -238,6 +238,7 @@ FIXTURES = {
     "fc_int8_keep_dims": lambda: fc_int8(keep_num_dims=True),
     "resize_half_pixel": lambda: resize_bilinear(True),
     "softmax_rank3": softmax_rank3_float,
+    "softmax_beta0": lambda: softmax_rank3_float(beta=0.0),
     "mean_int8": mean_int8,
     "quantize_float_io": quantize_float_io,
     "concat_rank4": concat,
@@ -414,6 +415,12 @@ def test_softmax_rank_3_needs_level_3():
     assert check_nnapi(softmax_rank3_float(), 2).ops[0].reasons == (
         "input rank 3: below feature level 3 only rank 2 and 4",
     )
+
+
+def test_softmax_beta_must_be_positive_for_nnapi():
+    op = check_nnapi(softmax_rank3_float(beta=0.0)).ops[0]
+    assert op.reasons == ("SOFTMAX beta 0.0 must be > 0 for NNAPI",)
+    assert op.breaks_delegation  # the delegate's Validate does not look at beta
 
 
 def test_quantized_mean_needs_level_3():
