@@ -52,6 +52,7 @@ _BOOKKEEPING_LAYERS = frozenset(
 )
 _COMPUTE_LAYERS = frozenset({"Convolution", "FullyConnected", "MatMul", "Deconvolution", "GroupConvolution"})
 _INT_PRECISIONS = frozenset({"u8", "i8"})
+_DEQUANTIZATION_OPS = frozenset({"Multiply", "Subtract", "Convert", "Reshape"})
 NPU_BLOB = "model.npu.blob"
 
 
@@ -72,6 +73,7 @@ class IntelVpuOptions:
 
 @dataclass(frozen=True)
 class _Converted:
+    source: Path  # the ONNX file converted
     xml: Path
     bin: Path
     ov_model: Any  # openvino.Model, read back from the saved IR
@@ -131,7 +133,7 @@ class IntelVpuTarget(Target):
             }
             compiled = _compile_cpu(core, converted.ov_model)
             if quantized:
-                report["int8"] = _check_int8(proto, converted.ov_model, compiled)
+                report["int8"] = _check_int8(proto, converted.source, converted.ov_model, compiled)
             tolerance = opts.int8_tolerance if quantized else opts.fp16_tolerance
             report.update(_verify(proto, compiled, samples, tolerance))
             files: dict[str, bytes | Path] = {"model.xml": converted.xml, "model.bin": converted.bin}
@@ -252,16 +254,42 @@ def _activation_qdq_outputs(proto: onnx.ModelProto) -> list[str]:
     ]
 
 
-def _check_int8(proto: onnx.ModelProto, ov_model: Any, compiled: Any) -> dict[str, Any]:
-    """FakeQuantize(256) where every Q/DQ pair was; u8/i8 convolutions in the CPU runtime model."""
-    fq_outputs: set[str] = set()
+def _pair_fake_quantizes(source: Path, pairs: Sequence[str]) -> tuple[list[str], Counter[int]]:
+    """Q/DQ pairs without a FakeQuantize in OpenVINO's ONNX frontend conversion, and the levels seen."""
+    frontend = _ov().frontend.FrontEndManager().load_by_framework("onnx")
+    input_model = frontend.load(str(source))
+    raw = frontend.convert(input_model)
+    by_name: dict[str, Any] = {}
+    for op in raw.get_ordered_ops():
+        if op.get_output_size() and op.get_type_name() != "Result":
+            for name in op.output(0).get_names():
+                by_name[name] = op
+    missing: list[str] = []
     levels: Counter[int] = Counter()
-    for op in ov_model.get_ordered_ops():
-        if op.get_type_name() == "FakeQuantize":
-            levels[int(op.get_attributes()["levels"])] += 1
-            fq_outputs.update(op.output(0).get_names())
+    for name in pairs:
+        producer = by_name.get(name)
+        for _ in range(6):
+            if producer is None or producer.get_type_name() not in _DEQUANTIZATION_OPS:
+                break
+            producer = producer.input_value(0).get_node()
+        if producer is None or producer.get_type_name() != "FakeQuantize":
+            missing.append(name)
+        else:
+            levels[int(producer.get_attributes()["levels"])] += 1
+    del raw, input_model
+    return missing, levels
+
+
+def _check_int8(proto: onnx.ModelProto, source: Path, ov_model: Any, compiled: Any) -> dict[str, Any]:
+    """FakeQuantize(256) where every Q/DQ pair was; u8/i8 convolutions in the CPU runtime model.
+
+    OpenVINO's ONNX frontend turns each activation Q/DQ pair into FakeQuantize followed by its
+    dequantization (Convert/Subtract/Multiply); its offline transformations then fold those and merge
+    FakeQuantize ops that repeat the same quantization (e.g. on both sides of a Concat with shared
+    scales). The pairs are checked on the frontend's conversion, the merged count is reported.
+    """
     pairs = _activation_qdq_outputs(proto)
-    missing = [name for name in pairs if name not in fq_outputs]
+    missing, levels = _pair_fake_quantizes(source, pairs)
     if missing:
         raise TargetError(
             f"intel-vpu: {len(missing)} of {len(pairs)} Q/DQ pairs did not become a FakeQuantize "
@@ -269,6 +297,11 @@ def _check_int8(proto: onnx.ModelProto, ov_model: Any, compiled: Any) -> dict[st
         )
     if set(levels) - {256}:
         raise TargetError(f"intel-vpu: FakeQuantize with levels {sorted(levels)}; expected 256 only")
+    final = Counter(
+        int(op.get_attributes()["levels"])
+        for op in ov_model.get_ordered_ops()
+        if op.get_type_name() == "FakeQuantize"
+    )
     compute: list[dict[str, str]] = []
     float_layers: Counter[str] = Counter()
     for op in compiled.get_runtime_model().get_ordered_ops():
@@ -294,7 +327,8 @@ def _check_int8(proto: onnx.ModelProto, ov_model: Any, compiled: Any) -> dict[st
     return {
         "qdq_pairs": len(pairs),
         "fake_quantize": int(sum(levels.values())),
-        "fake_quantize_levels": sorted(levels),
+        "fake_quantize_levels": sorted(levels | final),
+        "fake_quantize_in_ir": int(sum(final.values())),
         "compute_layers": len(compute),
         "int8_compute_layers": len(int8_compute),
         "float_compute_layers": [c["layer"] for c in compute if c["precision"] not in _INT_PRECISIONS],
@@ -323,7 +357,9 @@ def _convert(proto: onnx.ModelProto, folder: Path, compress: bool) -> _Converted
         raise TargetError(f"intel-vpu: OpenVINO cannot convert the model: {_first_line(exc)}") from None
     xml = folder / "model.xml"
     ov.save_model(ov_model, str(xml), compress_to_fp16=compress)
-    return _Converted(xml=xml, bin=xml.with_suffix(".bin"), ov_model=ov.Core().read_model(str(xml)))
+    return _Converted(
+        source=path, xml=xml, bin=xml.with_suffix(".bin"), ov_model=ov.Core().read_model(str(xml))
+    )
 
 
 def _compile_cpu(core: Any, ov_model: Any) -> Any:

@@ -61,6 +61,41 @@ def with_unsupported_op(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
+def fire_module(seed: int = 0) -> onnx.ModelProto:
+    """SqueezeNet's fire module: squeeze 1x1 conv, two expand convs (1x1, 3x3), Concat, opset 19."""
+    rng = np.random.default_rng(seed)
+    weights = {
+        "ws": rng.standard_normal((4, 3, 1, 1)).astype(np.float32) * 0.5,
+        "bs": rng.standard_normal(4).astype(np.float32) * 0.1,
+        "w1": rng.standard_normal((6, 4, 1, 1)).astype(np.float32) * 0.5,
+        "b1": rng.standard_normal(6).astype(np.float32) * 0.1,
+        "w3": rng.standard_normal((6, 4, 3, 3)).astype(np.float32) * 0.3,
+        "b3": rng.standard_normal(6).astype(np.float32) * 0.1,
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "ws", "bs"], ["s"], name="squeeze"),
+        helper.make_node("Relu", ["s"], ["sr"], name="squeeze_relu"),
+        helper.make_node("Conv", ["sr", "w1", "b1"], ["e1"], name="expand1x1"),
+        helper.make_node("Relu", ["e1"], ["e1r"], name="expand1x1_relu"),
+        helper.make_node("Conv", ["sr", "w3", "b3"], ["e3"], pads=[1, 1, 1, 1], name="expand3x3"),
+        helper.make_node("Relu", ["e3"], ["e3r"], name="expand3x3_relu"),
+        helper.make_node("Concat", ["e1r", "e3r"], ["y"], axis=1, name="concat"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "fire",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 12, 16, 16])],
+        [numpy_helper.from_array(v, k) for k, v in weights.items()],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 19)], producer_name="edgekit-tests"
+    )
+    model.ir_version = 9
+    onnx.checker.check_model(model)
+    return model
+
+
 def calibration_samples(
     shape: tuple[int, ...] = (1, 3, 16, 16), count: int = 16, seed: int = 1
 ) -> list[np.ndarray]:

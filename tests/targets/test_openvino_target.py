@@ -228,7 +228,8 @@ def test_int8_ir_has_fake_quantize_where_the_qdq_pairs_were(
     }
     assert pairs and pairs <= set().union(*(op.output(0).get_names() for op in fq))
     report = read_bundle(int8_bundle).manifest.verification["int8"]
-    assert report["qdq_pairs"] == len(pairs) and report["fake_quantize"] == len(fq)
+    assert report["qdq_pairs"] == report["fake_quantize"] == len(pairs)
+    assert report["fake_quantize_in_ir"] == len(fq)
 
 
 def test_int8_ir_runs_integer_convolutions(int8_bundle: Path) -> None:
@@ -317,3 +318,22 @@ def test_default_verify_samples_follow_the_inputs(float_model: onnx.ModelProto) 
     assert not np.array_equal(samples[0]["x"], samples[1]["x"])
     again = base.default_verify_samples(prepared(float_model), count=2)
     np.testing.assert_array_equal(samples[1]["x"], again[1]["x"])  # seeded: the manifest figures repeat
+
+
+def test_fake_quantize_merged_by_openvino_is_reported(tmp_path: Path) -> None:
+    """edgekit's quantizer puts Q/DQ on both sides of a Concat with one scale; OpenVINO merges the repeats."""
+    from cnn_models import calibration_samples, fire_module
+    from edgekit import QuantizeOptions, quantize_model
+
+    path = tmp_path / "fire.onnx"
+    onnx.save(fire_module(), path)
+    calib = tmp_path / "calib.npy"
+    np.save(calib, np.stack(calibration_samples((1, 3, 16, 16), count=8)))
+    qdq = quantize_model(path, calib, options=QuantizeOptions(activations="uint8", samples=8)).model
+    bundle = get_target("intel-vpu").package(prepared(qdq), tmp_path / "b", PackageOptions())
+    report = read_bundle(bundle).manifest.verification["int8"]
+    q_outputs = {n.output[0] for n in qdq.graph.node if n.op_type == "QuantizeLinear"}
+    pairs = [n for n in qdq.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in q_outputs]
+    assert report["qdq_pairs"] == report["fake_quantize"] == len(pairs)
+    assert 0 < report["fake_quantize_in_ir"] < len(pairs)
+    assert report["int8_compute_layers"] == report["compute_layers"] == 3
