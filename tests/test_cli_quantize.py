@@ -1,0 +1,161 @@
+"""`edgekit quantize` end to end as a real process: the built-in example, and one test per bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx.reference import ReferenceEvaluator
+from quant_models import shape_subgraph_model
+
+
+def edgekit(*args: str | Path, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "edgekit.cli.main", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "80"},
+    )
+
+
+def test_quantize_the_digits_example_end_to_end(digits, tmp_path):
+    out, report = tmp_path / "digits.int8.onnx", tmp_path / "report.json"
+    run = edgekit(
+        "quantize",
+        digits.model,
+        "--calib",
+        digits.calib,
+        "--eval",
+        digits.val,
+        "-o",
+        out,
+        "--report",
+        report,
+        "--quiet",
+    )
+    assert run.returncode == 0, run.stderr
+    assert "top1 accuracy" in run.stdout and "worst layers" in run.stdout
+    data = json.loads(report.read_text())
+    acc = data["evaluation"]["accuracy"]
+    # fp32 on the host reproduces the trainer's held-out accuracy; int8 loses at most one sample in 360.
+    assert acc["reference_top1"] == pytest.approx(100 * digits.accuracy, abs=0.3)
+    assert acc["top1_drop_pp"] <= 100 / 360 + 1e-9
+    assert data["evaluation"]["top1_agreement"] >= 99.0
+    assert data["calibration"]["samples_used"] == 100
+    assert len(data["worst_layers"]) <= 10 and data["layers"]
+    assert all(row["sqnr_db"] is None or row["sqnr_db"] > 20 for row in data["layers"])
+    assert data["quantization"]["float_ops"] == []
+    # The written model is standard QDQ: checker-clean and runnable by onnxruntime and the reference evaluator.
+    model = onnx.load(out)
+    onnx.checker.check_model(model, full_check=True)
+    val = np.load(digits.val)
+    x = val["input"][:20].reshape(20, 1, 1, 8, 8).astype(np.float32)
+    sess, ref = ort.InferenceSession(str(out)), ReferenceEvaluator(model)
+    agree = sum(
+        int(np.argmax(sess.run(None, {"input": s})[0]) == np.argmax(ref.run(None, {"input": s})[0]))
+        for s in x
+    )
+    assert agree == 20
+    assert data["output"]["size_bytes"] == out.stat().st_size
+
+
+def bad_npz(path: Path, **arrays) -> Path:
+    np.savez(path, **arrays)
+    return path
+
+
+def assert_clean_failure(run: subprocess.CompletedProcess, pattern: str, out: Path) -> None:
+    assert run.returncode == 2, (run.returncode, run.stdout, run.stderr)
+    lines = [line for line in run.stderr.strip().splitlines() if line.strip()]
+    assert len(lines) == 1, run.stderr
+    assert lines[0].startswith("error:") and pattern in lines[0], lines[0]
+    assert "Traceback" not in run.stderr
+    assert not out.exists()
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.")]  # no temp file left
+
+
+@pytest.mark.parametrize(
+    "case, pattern",
+    [
+        ("missing-model", "model file not found"),
+        ("not-onnx", "not an ONNX model"),
+        ("corrupt", "not an ONNX model"),
+        ("old-opset", "unsupported opset 3"),
+        ("dynamic", "dynamic dimensions"),
+        ("wrong-name", "input"),
+        ("wrong-shape", "shape"),
+        ("wrong-dtype", "expects float32 data"),
+        ("empty", "empty"),
+        ("missing-data", "data path not found"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(digits, tmp_path, case, pattern):
+    model, calib = digits.model, digits.calib
+    out = tmp_path / "out.onnx"
+    if case == "missing-model":
+        model = tmp_path / "nope.onnx"
+    elif case == "not-onnx":
+        model = tmp_path / "model.onnx"
+        model.write_text("name,value\nthis is a CSV file, not ONNX\n")
+    elif case == "corrupt":
+        data = Path(digits.model).read_bytes()
+        model = tmp_path / "cut.onnx"
+        model.write_bytes(data[: len(data) // 3])
+    elif case == "old-opset":
+        proto = onnx.load(digits.model)
+        proto.opset_import[0].version = 3
+        model = tmp_path / "old.onnx"
+        model.write_bytes(proto.SerializeToString())
+    elif case == "dynamic":
+        proto = shape_subgraph_model()
+        proto.graph.input[0].type.tensor_type.shape.dim[3].dim_param = "W"
+        model = tmp_path / "dyn.onnx"
+        model.write_bytes(proto.SerializeToString())
+    elif case == "wrong-name":
+        calib = bad_npz(tmp_path / "c.npz", image=np.zeros((4, 1, 8, 8), np.float32))
+    elif case == "wrong-shape":
+        calib = bad_npz(tmp_path / "c.npz", input=np.zeros((4, 1, 9, 9), np.float32))
+    elif case == "wrong-dtype":
+        calib = bad_npz(tmp_path / "c.npz", input=np.array([["a"] * 64] * 4).reshape(4, 1, 8, 8))
+    elif case == "empty":
+        calib = bad_npz(tmp_path / "c.npz", input=np.zeros((0, 1, 8, 8), np.float32))
+    elif case == "missing-data":
+        calib = tmp_path / "nothing.npz"
+    run = edgekit("quantize", model, "--calib", calib, "-o", out, "--quiet")
+    assert_clean_failure(run, pattern, out)
+
+
+def test_unwritable_output_path_fails_before_any_work(digits, tmp_path):
+    out = tmp_path / "no" / "such" / "dir" / "m.onnx"
+    run = edgekit("quantize", digits.model, "--calib", digits.calib, "-o", out, "--quiet")
+    assert_clean_failure(run, "does not exist", tmp_path / "m.onnx")
+    assert "cannot write" in run.stderr
+
+
+def test_read_only_output_folder(digits, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if os.access(locked, os.W_OK):
+            pytest.skip("root can write a read-only folder; the missing-folder case covers unwritable paths")
+        run = edgekit("quantize", digits.model, "--calib", digits.calib, "-o", locked / "m.onnx", "--quiet")
+        assert_clean_failure(run, "not writable", locked / "m.onnx")
+    finally:
+        locked.chmod(0o700)
+
+
+def test_bad_option_values_are_one_line(digits, tmp_path):
+    out = tmp_path / "m.onnx"
+    run = edgekit("quantize", digits.model, "--calib", digits.calib, "-o", out, "--method", "magic")
+    assert_clean_failure(run, "--method must be one of", out)
+    run = edgekit("quantize", digits.model, "--calib", digits.calib, "-o", out, "--input-shape", "input=1,x")
+    assert_clean_failure(run, "--input-shape", out)
