@@ -99,7 +99,7 @@ def convert(
 ) -> ConversionResult:
     """Convert an ONNX model (static shapes, opset >= 7) to a TFLite flatbuffer."""
     if isinstance(model, onnx.ModelProto):
-        model = ir.from_proto(onnx.shape_inference.infer_shapes(model))
+        model = ir.from_proto(onnx.shape_inference.infer_shapes(model, data_prop=True))
     graph = translate(model, options)
     for run in _pipeline(options):
         graph = run(graph)
@@ -154,6 +154,7 @@ def translate(model: ir.Model, options: ConvertOptions) -> Graph:
             ctx.bind(value, t)
     for node in onnx_graph:
         ctx.node = node
+        _infer_missing_shapes(ctx, node)
         if not _fold(ctx, node):
             call(lookup(node, opset, options.target), ctx, node, options.target)
     ctx.node = None
@@ -170,6 +171,50 @@ def translate(model: ir.Model, options: ConvertOptions) -> Graph:
         graph.outputs.append(t)
         graph.output_names.append(value.name)
     return graph
+
+
+def _infer_missing_shapes(ctx: Context, node: ir.Node) -> None:
+    """Output shapes ONNX's model-level inference left unknown, from the now known inputs and constants.
+
+    (After shape sub-graphs fold to constants, a Reshape's target shape is known even where the model's
+    shape inference could not propagate it.)
+    """
+    outputs = [v for v in node.outputs if v.name]
+    if all(v.shape is not None and all(isinstance(d, int) for d in v.shape) for v in outputs):
+        return
+    if node.domain not in ("", "ai.onnx"):
+        return
+    try:
+        schema = onnx.defs.get_schema(node.op_type, ctx.opset, "")
+        types, data = {}, {}
+        for v in node.inputs:
+            if v is None or not v.name:
+                continue
+            array = ctx.const(v)
+            if array is not None:
+                data[v.name] = onnx.numpy_helper.from_array(np.asarray(array), v.name)
+                elem = onnx.helper.np_dtype_to_tensor_dtype(np.asarray(array).dtype)
+                types[v.name] = onnx.helper.make_tensor_type_proto(elem, list(np.shape(array)))
+            elif v.dtype is not None:
+                types[v.name] = onnx.helper.make_tensor_type_proto(int(v.dtype), list(ctx.shape(v)))
+        inferred = onnx.shape_inference.infer_node_outputs(
+            schema,
+            ir.serde.serialize_node(node),
+            types,
+            data,
+            opset_imports=[onnx.helper.make_opsetid("", ctx.opset)],
+        )
+    except Exception:  # noqa: BLE001 - best effort: the converter reports the missing shape itself
+        return
+    for v in outputs:
+        tensor_type = inferred.get(v.name)
+        if tensor_type is None or not tensor_type.tensor_type.HasField("shape"):
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.tensor_type.shape.dim]
+        if all(d is not None for d in dims):
+            v.shape = ir.Shape(dims)
+            if v.dtype is None:
+                v.dtype = ir.DataType(tensor_type.tensor_type.elem_type)
 
 
 def _fold(ctx: Context, node: ir.Node) -> bool:

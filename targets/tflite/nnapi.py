@@ -435,7 +435,13 @@ def _check_op(op: OpView, level: int) -> Check:
         rule(check)
         check.validate_reasons = len(check.reasons)
         operand_rules(check)
-    except (IndexError, ValueError, TypeError, ZeroDivisionError) as exc:  # e.g. missing operands
+    except (
+        IndexError,
+        ValueError,
+        TypeError,
+        ZeroDivisionError,
+        AttributeError,
+    ) as exc:  # e.g. missing operands
         raise ModelError(
             f"operator #{op.index} {op.name} is malformed: {type(exc).__name__}: {exc}"
         ) from None

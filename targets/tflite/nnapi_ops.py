@@ -61,6 +61,8 @@ def _add_mul(c: Check) -> None:
 def _sub(c: Check) -> None:
     c.max_version(3)
     dtype = c.op.input(0).dtype if c.op.input(0) else "missing"
+    if not c.input0_in(("float32", "uint8", "int8", "int32")):
+        return
     ok = (
         (c.level >= NNAPI_1_1 and dtype == "float32")
         or (c.level >= NNAPI_1_2 and dtype in QUANT8)
@@ -426,8 +428,8 @@ def _split_v(c: Check) -> None:
     c.min_level(NNAPI_1_3)
     x, sizes, axis = c.op.input(0), c.op.input(1), c.op.input(2)
     c.dtype_in(x, ("float32", "uint8", "int8", "int32"))
-    sizes_ok = sizes is not None and sizes.dtype == "int32" and sizes.rank == 1 and sizes.constant
-    axis_ok = axis is not None and axis.dtype == "int32" and axis.constant
+    sizes_ok = sizes is not None and sizes.dtype == "int32" and sizes.rank == 1 and sizes.values() is not None
+    axis_ok = axis is not None and axis.dtype == "int32" and axis.values() is not None
     c.expect(sizes_ok, "size_splits must be a constant int32 vector")
     c.expect(axis_ok, "axis must be a constant int32")
     if sizes_ok and axis_ok and x is not None:

@@ -29,7 +29,7 @@ def make_model(
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 9 if opset < 21 else 10
-    model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    model = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
     onnx.checker.check_model(model)
     return model
 
