@@ -764,3 +764,23 @@ def test_lowest_feature_level_per_op(case):
     interpreter.invoke()
     taken = [level for level in range(1, 9) if check_nnapi(model, level).ops[0].supported]
     assert taken == ([] if lowest is None else list(range(lowest, 9))), check_nnapi(model, 1).ops[0].reasons
+
+
+def test_every_rule_copes_with_odd_operands_at_every_level():
+    # Robustness of the rule table itself: each rule meets operators with missing or non-constant
+    # operands and odd ranks (as a damaged or unusual model has) and must answer with reasons.
+    from edgekit.targets.tflite import nnapi_ops  # noqa: F401 - registers the rules
+    from edgekit.targets.tflite.nnapi import RULES, OpView, TensorView, _check_op
+
+    def tensor(i, shape, dtype="float32"):
+        return TensorView(index=i, name=f"t{i}", dtype=dtype, shape=shape, signature=None, constant=False)
+
+    shapes = [(), (4,), (1, 4), (1, 2, 2, 3), (1, 1, 1, 1, 4)]
+    for name in sorted(RULES):
+        for level in range(1, 9):
+            for n_inputs in (0, 1, 3):
+                for shape in shapes:
+                    inputs = tuple(tensor(i, shape, "int8" if i % 2 else "float32") for i in range(n_inputs))
+                    op = OpView(index=0, name=name, version=1, inputs=inputs, outputs=(tensor(9, shape),))
+                    check = _check_op(op, level)
+                    assert all(isinstance(r, str) and r for r in check.reasons)
