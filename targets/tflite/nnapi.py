@@ -311,6 +311,7 @@ class NnapiReport:
     partitions: int  # partitions of the ops Validate accepts, before the delegate's partition limit
     delegated_partitions: int  # partitions that run on NNAPI (0 when the delegation fails)
     max_partitions: int
+    dynamic_tensors: tuple[str, ...] = ()  # tensors sized at run time: the delegate refuses the graph
 
     @property
     def delegated_ops(self) -> int:
@@ -326,6 +327,10 @@ class NnapiReport:
         return tuple(op for op in self.ops if op.breaks_delegation)
 
     @property
+    def delegation_fails(self) -> bool:
+        return bool(self.delegation_breakers or self.dynamic_tensors)
+
+    @property
     def fully_delegated(self) -> bool:
         return bool(self.ops) and self.delegated_ops == len(self.ops)
 
@@ -333,6 +338,12 @@ class NnapiReport:
     def summary(self) -> str:
         api, name = FEATURE_LEVELS[self.feature_level]
         head = f"NNAPI feature level {self.feature_level} (Android API {api}, {name}): "
+        if self.dynamic_tensors:
+            return (
+                f"{head}the delegation fails and all {len(self.ops)} ops run on the CPU: the graph has "
+                f"dynamic-sized tensors ({'; '.join(self.dynamic_tensors)}), which the delegate only takes "
+                f"with allow_dynamic_dimensions"
+            )
         if self.delegation_breakers:
             culprits = ", ".join(f"#{op.index} {op.op}" for op in self.delegation_breakers)
             return (
@@ -364,7 +375,8 @@ class NnapiReport:
             "delegated_partitions": self.delegated_partitions,
             "max_delegated_partitions": self.max_partitions,
             "fully_delegated": self.fully_delegated,
-            "delegation_fails": bool(self.delegation_breakers),
+            "delegation_fails": self.delegation_fails,
+            "dynamic_tensors": list(self.dynamic_tensors),
             "unsupported": [f"#{op.index} {op.op}: {'; '.join(op.reasons)}" for op in self.unsupported],
             "summary": self.summary,
         }
@@ -398,7 +410,8 @@ def check_nnapi(
         reduced = _partition(graph, [i in taken_nodes for i in range(len(graph.ops))])
         taken = [s for s in reduced if s[0] in taken_nodes]
     breakers = {i for i in taken_nodes if checks[i].reasons}
-    delegated = set() if breakers else taken_nodes
+    dynamic = _dynamic_tensors(graph)
+    delegated = set() if breakers or dynamic else taken_nodes
     decisions = tuple(
         OpDecision(
             index=op.index,
@@ -417,8 +430,9 @@ def check_nnapi(
         android_api=FEATURE_LEVELS[feature_level][0],
         ops=decisions,
         partitions=len(delegable),
-        delegated_partitions=0 if breakers else len(taken),
+        delegated_partitions=0 if breakers or dynamic else len(taken),
         max_partitions=max_partitions,
+        dynamic_tensors=dynamic,
     )
 
 
@@ -507,9 +521,11 @@ def render_summary(report: NnapiReport, *, only_unsupported: bool = False):
 def _status(op: OpDecision) -> str:
     if op.delegated:
         return "[green]yes[/]"
+    if op.supported:
+        return "[yellow]supported, not delegated[/]"
     if op.breaks_delegation:
         return "[red]no, fails the delegation[/]"
-    return "[yellow]supported, not taken[/]" if op.supported else "[red]no[/]"
+    return "[red]no[/]"
 
 
 # --- parsing ----------------------------------------------------------------------------------
@@ -620,6 +636,46 @@ def _notes(op: OpView) -> tuple[str, ...]:
                 f"with allow_dynamic_dimensions off (the default) the delegate compiles it for shape {list(t.shape)}"
             )
     return tuple(dict.fromkeys(notes))
+
+
+# --- dynamic-sized tensors ----------------------------------------------------------------------
+
+# Kernels that size an output from the values of these inputs; when such an input is not a constant,
+# their Prepare marks the output dynamic (SetTensorToDynamic). Subgraph::ModifyGraphWithDelegate then
+# refuses every delegate without kTfLiteDelegateFlagsAllowDynamicTensors, which the NNAPI delegate only
+# sets with allow_dynamic_dimensions. Outputs of SHAPE count as known (filled at Prepare); other
+# shape arithmetic on them is taken as run-time, so shape sub-graphs may be over-reported.
+# fmt: off
+_SHAPE_DEFINING_INPUTS: dict[str, tuple[int, ...]] = {
+    "RESHAPE": (1,), "RESIZE_BILINEAR": (1,), "RESIZE_NEAREST_NEIGHBOR": (1,), "PAD": (1,), "PADV2": (1,),
+    "MIRROR_PAD": (1,), "TILE": (1,), "SLICE": (1, 2), "STRIDED_SLICE": (1, 2, 3), "TRANSPOSE": (1,),
+    "FILL": (0,), "BROADCAST_TO": (1,), "EXPAND_DIMS": (1,), "SPLIT": (0,), "SPLIT_V": (1, 2),
+    "MEAN": (1,), "SUM": (1,), "REDUCE_MAX": (1,), "REDUCE_MIN": (1,), "REDUCE_PROD": (1,),
+    "REDUCE_ANY": (1,), "ARG_MAX": (1,), "ARG_MIN": (1,), "TOPK_V2": (1,), "TRANSPOSE_CONV": (0,),
+    "SPACE_TO_BATCH_ND": (1, 2), "BATCH_TO_SPACE_ND": (1, 2), "ONE_HOT": (1,), "RANGE": (0, 1, 2),
+}
+# fmt: on
+_ALWAYS_DYNAMIC = frozenset(("WHERE", "UNIQUE", "NON_MAX_SUPPRESSION_V4", "NON_MAX_SUPPRESSION_V5"))
+
+
+def _dynamic_tensors(graph: _Graph) -> tuple[str, ...]:
+    """The op outputs TFLite sizes only at run time (their shape depends on non-constant values)."""
+    known = {i for i, t in enumerate(graph.tensors) if t.constant}
+    for op, (_, outs) in zip(graph.ops, graph.op_io, strict=True):
+        if op.name == "SHAPE":  # shape.cc fills its output at Prepare (SetTensorToPersistentRo)
+            known.update(outs)
+    found = []
+    for op, (ins, outs) in zip(graph.ops, graph.op_io, strict=True):
+        runtime = [ins[i] for i in _SHAPE_DEFINING_INPUTS.get(op.name, ()) if i < len(ins) and ins[i] >= 0]
+        runtime = [i for i in runtime if i not in known]
+        if runtime or op.name in _ALWAYS_DYNAMIC:
+            why = (
+                f"its input '{graph.tensors[runtime[0]].name}' is not a constant"
+                if runtime
+                else "data-dependent"
+            )
+            found += [f"#{op.index} {op.name} output '{graph.tensors[o].name}' ({why})" for o in outs[:1]]
+    return tuple(found)
 
 
 # --- partitioning -----------------------------------------------------------------------------

@@ -130,11 +130,29 @@ def custom_between() -> bytes:
     return b.build()
 
 
-def reshape_runtime_shape() -> bytes:
+def reshape_runtime_shape(shape_from: str = "input") -> bytes:
+    """ADD -> RESHAPE -> ADD, the shape from a graph input (run time), a constant, or a SHAPE op."""
     b = TflBuilder()
     x = b.input("x", [1, 4])
-    s = b.input("s", [2], "int32")
-    b.op("RESHAPE", [x, s], [b.output(b.tensor("y", [2, 2]))], options("ReshapeOptions"))
+    c = b.tensor("c", [1, 4], data=np.ones(4))
+    a = b.tensor("a", [1, 4])
+    b.op("ADD", [x, c], [a], options("AddOptions"))
+    if shape_from == "input":
+        s = b.input("s", [2], "int32")
+    elif shape_from == "constant":
+        s = b.tensor("s", [2], "int32", data=[2, 2])
+    else:
+        s = b.tensor("s", [2], "int32")
+        b.op(
+            "SHAPE",
+            [b.tensor("like", [2, 2], data=np.zeros((2, 2)))],
+            [s],
+            options("ShapeOptions", outType=2),
+        )
+    r = b.tensor("r", [2, 2])
+    b.op("RESHAPE", [a, s], [r], options("ReshapeOptions"))
+    y = b.output(b.tensor("y", [2, 2]))
+    b.op("ADD", [r, b.tensor("c2", [2, 2], data=np.ones((2, 2)))], [y], options("AddOptions"))
     return b.build()
 
 
@@ -233,6 +251,7 @@ FIXTURES = {
     "add_square_add": add_square_add,
     "chain_with_breaks": lambda: chain_with_breaks([3, 1, 2, 4]),
     "reshape_runtime_shape": reshape_runtime_shape,
+    "reshape_shape_op": lambda: reshape_runtime_shape("shape_op"),
     "fc_int8": fc_int8,
     "fc_int8_per_channel": lambda: fc_int8(per_channel=True),
     "fc_int8_keep_dims": lambda: fc_int8(keep_num_dims=True),
@@ -372,9 +391,27 @@ def test_dynamic_signature_is_compiled_for_the_static_shape():
     assert any("shape_signature [-1, 4]" in note and "shape [1, 4]" in note for note in op.notes)
 
 
-def test_runtime_shaped_reshape_is_refused():
-    op = check_nnapi(reshape_runtime_shape()).ops[0]
-    assert op.reasons == ("shape (input 1) must be constant",)
+def test_runtime_sized_tensor_fails_the_whole_delegation():
+    report = check_nnapi(reshape_runtime_shape("input"))
+    reshape = report.ops[1]
+    assert reshape.reasons == ("shape (input 1) must be constant",)
+    assert [op.supported for op in report.ops] == [True, False, True]
+    # The RESHAPE output is sized at run time; TFLite refuses the NNAPI delegate (no dynamic tensors).
+    assert report.dynamic_tensors == ("#1 RESHAPE output 'r' (its input 's' is not a constant)",)
+    assert report.delegation_fails and report.delegated_ops == 0 and report.delegated_partitions == 0
+    assert report.partitions == 2
+    assert "dynamic-sized tensors" in report.summary
+    assert report.to_json()["dynamic_tensors"] == list(report.dynamic_tensors)
+
+
+def test_constant_or_shape_op_shapes_are_static():
+    assert check_nnapi(reshape_runtime_shape("constant")).fully_delegated
+    report = check_nnapi(reshape_runtime_shape("shape_op"))  # SHAPE fills its output at Prepare
+    assert report.dynamic_tensors == ()
+    shape_op, reshape = report.ops[1], report.ops[2]
+    assert shape_op.reasons == ("SHAPE is not an operation the NNAPI delegate maps",)
+    assert reshape.reasons == ("shape (input 1) must be constant",)  # persistent, but not a constant
+    assert (report.partitions, report.delegated_ops) == (2, 2)
 
 
 def test_custom_op_is_not_delegated_and_splits_the_graph():
