@@ -126,10 +126,14 @@ def build(case: Case, folder: Path) -> Built:
     return Built(case, fp16, int8, qdq, calib_seconds, times)
 
 
-def _ort(model: onnx.ModelProto | Path) -> ort.InferenceSession:
+def _ort(model: onnx.ModelProto | Path, optimize: bool = True) -> ort.InferenceSession:
+    """onnxruntime; ``optimize=False`` runs a QDQ model node by node (exact QuantizeLinear semantics)
+    instead of fusing it into integer kernels."""
     data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 2
+    if not optimize:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
 
 
@@ -141,11 +145,22 @@ def _ov(bundle: Path):
 def measure(built: Built) -> dict[str, Any]:
     case = built.case
     model = load_model(case.model)
-    fp32, qdq = _ort(case.model), _ort(built.qdq)
+    from edgekit.runtime import HostRunner
+
+    fp32, qdq, qdq_kernels = _ort(case.model), _ort(built.qdq, optimize=False), _ort(built.qdq)
+    qdq_openvino = HostRunner(built.qdq)
     fp16_ir, int8_ir = _ov(built.fp16), _ov(built.int8)
     out_name = fp32.get_outputs()[0].name
     max_abs = max_rel = 0.0
-    top1 = {"fp32": [], "fp16": [], "qdq": [], "int8": []}
+    top1: dict[str, list[int]] = {
+        "fp32": [],
+        "fp16": [],
+        "qdq": [],
+        "int8": [],
+        "qdq_ort_kernels": [],
+        "qdq_openvino": [],
+    }
+    tie_aware = 0
     labels: list[int] = []
     for sample in dataset(case, model):
         feeds = dict(sample.inputs)
@@ -156,8 +171,14 @@ def measure(built: Built) -> dict[str, Any]:
         max_rel = max(max_rel, err / float(ref.max() - ref.min()))
         q = qdq.run(None, feeds)[0]
         got8 = int8_ir(feeds)[int8_ir.output(0)]
-        for key, value in (("fp32", ref), ("fp16", got16), ("qdq", q), ("int8", got8)):
+        others = (
+            ("qdq_ort_kernels", qdq_kernels.run(None, feeds)[0]),
+            ("qdq_openvino", qdq_openvino.run(feeds)[out_name]),
+        )
+        for key, value in (("fp32", ref), ("fp16", got16), ("qdq", q), ("int8", got8), *others):
             top1[key].append(int(np.argmax(value)))
+        # the IR's top-1 is one of the QDQ model's top-1 classes (quantized outputs can tie)
+        tie_aware += int(q.ravel()[int(np.argmax(got8))] == q.max())
         if sample.label is not None:
             labels.append(sample.label)
     n = len(top1["fp32"])
@@ -170,6 +191,10 @@ def measure(built: Built) -> dict[str, Any]:
         "fp16_max_rel_error": max_rel,
         "fp16_top1_agreement": float(np.mean(arr["fp16"] == arr["fp32"])),
         "int8_vs_qdq_top1_agreement": float(np.mean(arr["int8"] == arr["qdq"])),
+        "int8_vs_qdq_top1_agreement_ties": tie_aware / n,
+        "int8_vs_qdq_ort_kernels_top1_agreement": float(np.mean(arr["int8"] == arr["qdq_ort_kernels"])),
+        "int8_vs_qdq_openvino_top1_agreement": float(np.mean(arr["int8"] == arr["qdq_openvino"])),
+        "qdq_ort_kernels_vs_qdq_top1_agreement": float(np.mean(arr["qdq_ort_kernels"] == arr["qdq"])),
         "onnx_bytes": onnx_bytes,
         "fp16_bin_ratio": (built.fp16 / "model.bin").stat().st_size / onnx_bytes,
         "int8_bin_ratio": (built.int8 / "model.bin").stat().st_size / onnx_bytes,
@@ -178,10 +203,17 @@ def measure(built: Built) -> dict[str, Any]:
     }
     if labels:
         lab = np.array(labels)
-        figures["top1_accuracy"] = {k: float(np.mean(v == lab)) for k, v in arr.items()}
+        figures["top1_accuracy"] = {k: float(np.mean(arr[k] == lab)) for k in ("fp32", "fp16", "qdq", "int8")}
     manifest = json.loads((built.int8 / "manifest.json").read_text())["verification"]["int8"]
     figures["int8_ir"] = {
-        k: manifest[k] for k in ("qdq_pairs", "fake_quantize", "compute_layers", "int8_compute_layers")
+        k: manifest[k]
+        for k in (
+            "qdq_pairs",
+            "fake_quantize",
+            "fake_quantize_in_ir",
+            "compute_layers",
+            "int8_compute_layers",
+        )
     }
     figures["int8_ir"]["float_layers"] = manifest["float_layers"]
     figures["pass"] = {
@@ -195,23 +227,38 @@ def measure(built: Built) -> dict[str, Any]:
 
 def print_figures(all_figures: list[dict[str, Any]]) -> None:
     print(
-        "| model | samples | fp16 max abs err | fp16 max err / range | fp16 top-1 agree | int8 vs QDQ top-1 agree "
-        "| fp16 .bin / ONNX | int8 .bin / ONNX | top-1 fp32 / fp16 / QDQ / int8 |"
+        "| model | samples | fp16 max abs err | fp16 max err / range | fp16 top-1 agree | fp16 .bin / ONNX "
+        "| int8 .bin / ONNX | top-1 fp32 / fp16 / QDQ / int8 |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for f in all_figures:
         acc = f.get("top1_accuracy")
         acc_s = " / ".join(f"{100 * acc[k]:.1f}" for k in ("fp32", "fp16", "qdq", "int8")) if acc else "-"
         print(
             f"| {f['model']} | {f['samples']} | {f['fp16_max_abs_error']:.2e} | {f['fp16_max_rel_error']:.2e} "
-            f"| {100 * f['fp16_top1_agreement']:.1f}% | {100 * f['int8_vs_qdq_top1_agreement']:.1f}% "
-            f"| {f['fp16_bin_ratio']:.3f}x | {f['int8_bin_ratio']:.3f}x | {acc_s} |"
+            f"| {100 * f['fp16_top1_agreement']:.1f}% | {f['fp16_bin_ratio']:.3f}x | {f['int8_bin_ratio']:.3f}x "
+            f"| {acc_s} |"
+        )
+    print()
+    print(
+        "| model | int8 IR vs QDQ (onnxruntime, node by node) | same, ties count | int8 IR vs QDQ (onnxruntime "
+        "integer kernels) | int8 IR vs QDQ (OpenVINO host runner) | onnxruntime kernels vs node by node |"
+    )
+    print("|---|---|---|---|---|---|")
+    for f in all_figures:
+        print(
+            f"| {f['model']} | {100 * f['int8_vs_qdq_top1_agreement']:.1f}% "
+            f"| {100 * f['int8_vs_qdq_top1_agreement_ties']:.1f}% "
+            f"| {100 * f['int8_vs_qdq_ort_kernels_top1_agreement']:.1f}% "
+            f"| {100 * f['int8_vs_qdq_openvino_top1_agreement']:.1f}% "
+            f"| {100 * f['qdq_ort_kernels_vs_qdq_top1_agreement']:.1f}% |"
         )
     for f in all_figures:
         ir = f["int8_ir"]
         print(
-            f"{f['model']}: INT8 IR has {ir['fake_quantize']} FakeQuantize for {ir['qdq_pairs']} Q/DQ pairs, "
-            f"{ir['int8_compute_layers']}/{ir['compute_layers']} conv/FC layers in u8/i8, float: {ir['float_layers']}; "
+            f"{f['model']}: {ir['qdq_pairs']} Q/DQ pairs -> {ir['fake_quantize']} FakeQuantize(256) "
+            f"({ir['fake_quantize_in_ir']} after OpenVINO merges repeats), {ir['int8_compute_layers']}/"
+            f"{ir['compute_layers']} conv/FC layers in u8/i8, float: {ir['float_layers']}; "
             f"checks: {', '.join(k + ('=ok' if v else '=FAIL') for k, v in f['pass'].items())}"
         )
 
