@@ -104,10 +104,19 @@ class Context:
         self._tensors[value.name] = tensor
         return tensor
 
-    def weight(self, value: ir.Value, perm: Sequence[int] | None = None, dtype: type | None = None) -> Tensor:
-        """A constant tensor of ``value`` (transposed by ``perm``), keeping integer weights from a DQ."""
+    def weight(
+        self,
+        value: ir.Value,
+        perm: Sequence[int] | None = None,
+        dtype: type | None = None,
+        insert_axis: int | None = None,
+    ) -> Tensor:
+        """A constant tensor of ``value`` (a unit dim inserted at ``insert_axis``, then transposed by
+        ``perm``), keeping integer weights from a DequantizeLinear."""
         array = self.require_const(value, f"input {value.name!r}")
-        if array.dtype == np.int64 and dtype is None:
+        if insert_axis is not None:
+            array = np.expand_dims(array, insert_axis)
+        if array.dtype in (np.int64, np.uint32, np.uint64) and dtype is None:
             dtype = np.int32
         if array.dtype == np.float64 and dtype is None:
             dtype = np.float32
@@ -116,7 +125,11 @@ class Context:
         quantized = self._qconsts.get(value.name)
         if quantized is not None:
             qdata, quant = quantized
-            axis = quant.axis if perm is None else list(perm).index(quant.axis)
+            axis = quant.axis
+            if insert_axis is not None:
+                qdata = np.expand_dims(qdata, insert_axis)
+                axis += int(axis >= insert_axis)
+            axis = axis if perm is None else list(perm).index(axis)
             tensor.qdata = np.ascontiguousarray(qdata if perm is None else np.transpose(qdata, perm))
             tensor.qparams = Quant(quant.scale, quant.zero_point, axis)
         return tensor

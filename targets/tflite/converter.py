@@ -221,23 +221,17 @@ def _fold(ctx: Context, node: ir.Node) -> bool:
     """Evaluate nodes whose inputs are all constants (shape sub-graphs, Constant nodes)."""
     if node.domain not in ("", "ai.onnx") or node.op_type == "DequantizeLinear":
         return False
-    if node.op_type == "Shape":
-        shape = ctx.shape(node.inputs[0])
-        start = node.attributes.get_int("start", 0)
-        end = node.attributes.get_int("end", len(shape))
-        ctx.set_const(node.outputs[0], np.asarray(shape[start:end], dtype=np.int64))
-        return True
-    if node.op_type == "Size":
-        ctx.set_const(node.outputs[0], np.asarray(int(np.prod(ctx.shape(node.inputs[0]))), dtype=np.int64))
-        return True
     inputs = [v for v in node.inputs if v is not None and v.name]
-    if not all(ctx.is_const(v) for v in inputs):
-        return False
+    if node.op_type in ("Shape", "Size") or not all(ctx.is_const(v) for v in inputs):
+        return False  # Shape and Size have converters that read the static shape
     from onnx.reference import ReferenceEvaluator
 
     proto = ir.serde.serialize_node(node)
-    evaluator = ReferenceEvaluator(proto, opsets={"": ctx.opset})
-    results = evaluator.run(None, {v.name: ctx.const(v) for v in inputs})
+    try:
+        evaluator = ReferenceEvaluator(proto, opsets={"": ctx.opset})
+        results = evaluator.run(None, {v.name: ctx.const(v) for v in inputs})
+    except Exception as exc:  # noqa: BLE001 - the reference evaluator raises many types
+        raise ctx.error(f"cannot evaluate this constant sub-graph: {type(exc).__name__}: {exc}") from None
     for value, result in zip(node.outputs, results, strict=False):
         ctx.set_const(value, np.asarray(result))
     return True

@@ -79,6 +79,15 @@ def _bias(ctx: Context, value: ir.Value | None, channels: int) -> Tensor:
     return ctx.weight(value)
 
 
+def _lift_1d(values: Sequence[int] | None, default: int, pads: bool = False) -> list[int] | None:
+    """1-D attributes as 2-D ones over a unit H dimension."""
+    if values is None:
+        return None
+    if pads:
+        return [0, int(values[0]), 0, int(values[1])]
+    return [default, int(values[0])]
+
+
 @converter("Conv", since=1)
 def conv(
     ctx: Context,
@@ -91,40 +100,75 @@ def conv(
     pads: Sequence[int] | None = None,
     strides: Sequence[int] | None = None,
 ) -> None:
-    x_value, w_value = node.inputs[0], node.inputs[1]
+    x_value, w_value, y_value = node.inputs[0], node.inputs[1], node.outputs[0]
     b_value = node.inputs[2] if len(node.inputs) > 2 else None
-    x_shape = ctx.shape(x_value)
-    w = ctx.require_const(w_value, "Conv weights")
-    if len(x_shape) != 4:
-        raise ctx.error(f"only 2-D convolutions are supported (input rank {len(x_shape)})")
-    out_channels, in_per_group, kh, kw = w.shape
+    x_shape, y_shape = ctx.shape(x_value), ctx.shape(y_value)
+    ctx.require_const(w_value, "Conv weights")
+    x = ctx.tensor(x_value)
+    if len(x_shape) == 3:  # 1-D: a 2-D convolution over [N, C, 1, W]
+        x_shape, y_shape = (x_shape[0], x_shape[1], 1, x_shape[2]), (y_shape[0], y_shape[1], 1, y_shape[2])
+        x = ctx.reshape(x, x_shape)
+        strides, dilations = _lift_1d(strides, 1), _lift_1d(dilations, 1)
+        pads = _lift_1d(pads, 0, pads=True)
+        y = _conv2d(
+            ctx, x, x_shape, w_value, b_value, y_shape, auto_pad, dilations, group, pads, strides, unit_h=True
+        )
+        ctx.reshape(y, ctx.shape(y_value), out=ctx.output(y_value))
+    elif len(x_shape) == 4:
+        y = _conv2d(ctx, x, x_shape, w_value, b_value, y_shape, auto_pad, dilations, group, pads, strides)
+        ctx.transpose(y, NHWC_TO_NCHW, out=ctx.output(y_value))
+    else:
+        raise ctx.error(f"only 1-D and 2-D convolutions are supported (input rank {len(x_shape)})")
+
+
+def _conv2d(
+    ctx: Context,
+    x_nchw: Tensor,
+    x_shape: Sequence[int],
+    w_value: ir.Value,
+    b_value: ir.Value | None,
+    y_shape: Sequence[int],
+    auto_pad: str,
+    dilations: Sequence[int] | None,
+    group: int,
+    pads: Sequence[int] | None,
+    strides: Sequence[int] | None,
+    unit_h: bool = False,
+) -> Tensor:
+    """CONV_2D / DEPTHWISE_CONV_2D on NHWC; returns the NHWC result (or NCHW for ``unit_h``)."""
+    insert = 2 if unit_h else None
+    w_shape = ctx.require_const(w_value, "Conv weights").shape
+    if unit_h:
+        w_shape = (w_shape[0], w_shape[1], 1, w_shape[2])
+    out_channels, in_per_group, kh, kw = w_shape
     strides = list(strides or (1, 1))
     dilations = list(dilations or (1, 1))
     spatial = x_shape[2:]
     explicit = _explicit_pads(spatial, (kh, kw), strides, dilations, _decode(auto_pad), pads)
+    if unit_h:
+        explicit[0] = (0, 0)
     mode = _padding_mode(spatial, (kh, kw), strides, dilations, explicit)
-
-    x = ctx.transpose(ctx.tensor(x_value), NCHW_TO_NHWC)
+    x = ctx.transpose(x_nchw, NCHW_TO_NHWC)
     if mode is None:
         x = _pad_nhwc(ctx, x, explicit)
         mode = "VALID"
-    y_value = node.outputs[0]
-    y_shape = ctx.shape(y_value)
     y_nhwc = ctx.tmp("conv_nhwc", permute(y_shape, NCHW_TO_NHWC))
     bias = _bias(ctx, b_value, out_channels)
     in_channels = x_shape[1]
     if group == in_channels and in_per_group == 1 and group > 1:
         opts = fb.DepthwiseConv2DOptionsT()
         opts.depthMultiplier = out_channels // in_channels
-        code, weights = "DEPTHWISE_CONV_2D", ctx.weight(w_value, perm=(1, 2, 3, 0))
+        code, weights = "DEPTHWISE_CONV_2D", ctx.weight(w_value, perm=(1, 2, 3, 0), insert_axis=insert)
     else:
         opts = fb.Conv2DOptionsT()
-        code, weights = "CONV_2D", ctx.weight(w_value, perm=(0, 2, 3, 1))
+        code, weights = "CONV_2D", ctx.weight(w_value, perm=(0, 2, 3, 1), insert_axis=insert)
     opts.padding = _PADDING[mode]
     opts.strideH, opts.strideW = strides
     opts.dilationHFactor, opts.dilationWFactor = dilations
     ctx.op(code, [x, weights, bias], [y_nhwc], opts)
-    ctx.transpose(y_nhwc, NHWC_TO_NCHW, out=ctx.output(y_value))
+    if unit_h:
+        return ctx.transpose(y_nhwc, NHWC_TO_NCHW)
+    return y_nhwc
 
 
 @converter("ConvTranspose", since=1)
@@ -207,14 +251,20 @@ def _pool(
 ) -> None:
     x_value, y_value = node.inputs[0], node.outputs[0]
     x_shape = ctx.shape(x_value)
-    if len(x_shape) != 4:
-        raise ctx.error(f"only 2-D pooling is supported (input rank {len(x_shape)})")
+    x = ctx.tensor(x_value)
+    y_shape = ctx.shape(y_value)
+    if len(x_shape) == 3:  # 1-D: pool over [N, C, 1, W]
+        x_shape, y_shape = (x_shape[0], x_shape[1], 1, x_shape[2]), (y_shape[0], y_shape[1], 1, y_shape[2])
+        x = ctx.reshape(x, x_shape)
+        kernel_shape, strides = _lift_1d(kernel_shape, 1), _lift_1d(strides, 1)
+        pads, dilations = _lift_1d(pads, 0, pads=True), _lift_1d(dilations, 1)
+    elif len(x_shape) != 4:
+        raise ctx.error(f"only 1-D and 2-D pooling is supported (input rank {len(x_shape)})")
     if dilations is not None and any(d != 1 for d in dilations):
         raise ctx.error(f"pooling dilations {list(dilations)} are not supported")
     kernel = list(kernel_shape)
     strides = list(strides or (1, 1))
     spatial = x_shape[2:]
-    y_shape = ctx.shape(y_value)
     explicit = _explicit_pads(spatial, kernel, strides, (1, 1), _decode(auto_pad), pads)
     # ceil_mode (or any output size bigger than VALID gives) needs extra padding at the end.
     for i in range(2):
@@ -228,7 +278,7 @@ def _pool(
         mode = None  # TFLite's SAME average excludes the padding; pad with zeros explicitly
     if code == "AVERAGE_POOL_2D" and mode is None and not count_include_pad:
         raise ctx.error("AveragePool with padding that is not TFLite's SAME needs count_include_pad=1")
-    x = ctx.transpose(ctx.tensor(x_value), NCHW_TO_NHWC)
+    x = ctx.transpose(x, NCHW_TO_NHWC)
     if mode is None:
         x = _pad_nhwc(
             ctx, x, explicit, value=None if code == "AVERAGE_POOL_2D" else float(np.finfo(np.float32).min)
@@ -240,7 +290,10 @@ def _pool(
     opts.filterHeight, opts.filterWidth = kernel
     y_nhwc = ctx.tmp("pool_nhwc", permute(y_shape, NCHW_TO_NHWC))
     ctx.op(code, [x], [y_nhwc], opts)
-    ctx.transpose(y_nhwc, NHWC_TO_NCHW, out=ctx.output(y_value))
+    if len(ctx.shape(y_value)) == 3:
+        ctx.reshape(ctx.transpose(y_nhwc, NHWC_TO_NCHW), ctx.shape(y_value), out=ctx.output(y_value))
+    else:
+        ctx.transpose(y_nhwc, NHWC_TO_NCHW, out=ctx.output(y_value))
 
 
 @converter("MaxPool", since=1)
@@ -330,9 +383,16 @@ def matmul(ctx: Context, node: ir.Node) -> None:
         _fully_connected(ctx, ctx.tensor(a_value), ctx.weight(b_value, perm=(1, 0)), None, y)
         return
     a_t, b_t = ctx.tensor(a_value), ctx.tensor(b_value)
-    if a_t.rank < 2 or b_t.rank < 2:
-        raise ctx.error("MatMul with 1-D operands is not supported")
-    _batch_matmul(ctx, a_t, b_t, y)
+    if a_t.rank >= 2 and b_t.rank >= 2:
+        _batch_matmul(ctx, a_t, b_t, y)
+        return
+    # 1-D operands (numpy semantics): a [K] -> [1, K], b [K] -> [K, 1], then drop the added dim.
+    a2 = ctx.reshape(a_t, (1, a_t.shape[0])) if a_t.rank == 1 else a_t
+    b2 = ctx.reshape(b_t, (b_t.shape[0], 1)) if b_t.rank == 1 else b_t
+    shape = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]) + (a2.shape[-2], b2.shape[-1])
+    product = ctx.tmp("matmul", shape)
+    _batch_matmul(ctx, a2, b2, product)
+    ctx.reshape(product, y.shape, out=y)
 
 
 @converter("Gemm", since=1)

@@ -67,7 +67,10 @@ def _register_binary(op_type: str, code: str) -> None:
             else:
                 ctx.reshape(x, y.shape, out=y)
             return
-        binary(ctx, code, x, ctx.tensor(b_value), y)
+        other = ctx.tensor(b_value)
+        if code == "POW" and b is not None and other.dtype != x.dtype:  # ONNX allows an integer exponent
+            other = ctx.graph.const(b_value.name, b.astype(x.dtype))
+        binary(ctx, code, x, other, y)
 
     convert.__name__ = f"convert_{op_type.lower()}"
     converter(op_type, since=1)(convert)

@@ -136,8 +136,6 @@ for _op_type, _code in _REDUCE.items():
 def layer_normalization(
     ctx: Context, node: ir.Node, *, axis: int = -1, epsilon: float = 1e-5, stash_type: int = 1
 ) -> None:
-    if any(v.name and v.uses() for v in node.outputs[1:]):
-        raise ctx.error("the Mean / InvStdDev outputs of LayerNormalization are not supported")
     x = ctx.tensor(node.inputs[0])
     rank = x.rank
     axis = axis + rank if axis < 0 else axis
@@ -145,7 +143,8 @@ def layer_normalization(
     reduced = tuple(d if i < axis else 1 for i, d in enumerate(x.shape))
     keep = fb.ReducerOptionsT()
     keep.keepDims = True
-    mean = ctx.tmp("mean", reduced)
+    extra = [v if v is not None and v.name else None for v in [*node.outputs[1:], None, None][:2]]
+    mean = ctx.output(extra[0], shape=reduced) if extra[0] is not None else ctx.tmp("mean", reduced)
     ctx.op("MEAN", [x, axes], [mean], keep)
     centered = binary(ctx, "SUB", x, mean, ctx.tmp("centered", x.shape))
     squared = binary(ctx, "MUL", centered, centered, ctx.tmp("squared", x.shape))
@@ -156,7 +155,7 @@ def layer_normalization(
     var_eps = binary(
         ctx, "ADD", var, ctx.graph.const("eps", np.float32(epsilon)), ctx.tmp("var_eps", reduced)
     )
-    rstd = ctx.tmp("rstd", reduced)
+    rstd = ctx.output(extra[1], shape=reduced) if extra[1] is not None else ctx.tmp("rstd", reduced)
     ctx.op("RSQRT", [var_eps], [rstd])
     normed = binary(ctx, "MUL", centered, rstd, ctx.tmp("normed", x.shape))
     scale_value, bias_value = node.inputs[1], _optional(node, 2)
@@ -185,10 +184,11 @@ def _resize(ctx: Context, node: ir.Node, mode: str, coordinate_mode: str, neares
         }
         code, opts = "RESIZE_NEAREST_NEIGHBOR", fb.ResizeNearestNeighborOptionsT()
         key = (coordinate_mode, nearest_mode)
-        # With integer upscaling factors every one of these coordinate/rounding modes picks
-        # source index floor(y / factor), which is TFLite's default.
+        # With integer upscaling factors, half-pixel coordinates rounded to nearest pick source index
+        # floor(y / factor): TFLite's default (the fractional offset stays within +-0.5).
         exact = all(y % x == 0 for x, y in zip(x_shape[2:], y_shape[2:], strict=True))
-        if exact and coordinate_mode in ("asymmetric", "half_pixel", "tf_half_pixel_for_nn"):
+        half_pixel = coordinate_mode in ("half_pixel", "pytorch_half_pixel")
+        if exact and half_pixel and nearest_mode in ("round_prefer_floor", "round_prefer_ceil"):
             key = ("asymmetric", "floor")
     elif mode == "linear":
         flags = {
@@ -220,6 +220,10 @@ def upsample(ctx: Context, node: ir.Node, *, mode: str = "nearest") -> None:
 
 @converter("Resize", since=10)
 def resize_v10(ctx: Context, node: ir.Node, *, mode: str = "nearest") -> None:
+    scales = ctx.require_const(node.inputs[1], "Resize scales").astype(np.float64)
+    x_shape, y_shape = ctx.shape(node.inputs[0]), ctx.shape(node.outputs[0])
+    if any(not np.isclose(y / x, s, rtol=1e-6) for x, y, s in zip(x_shape, y_shape, scales, strict=True)):
+        raise ctx.error("scales that do not equal the output/input size ratio have no TFLite equivalent")
     _resize(ctx, node, _text(mode), "asymmetric", "floor")
 
 
@@ -240,7 +244,30 @@ def resize_v11(
 ) -> None:
     if antialias:
         raise ctx.error("antialias is not supported")
+    _check_scales(ctx, node, axes)
     _resize(ctx, node, _text(mode), _text(coordinate_transformation_mode), _text(nearest_mode))
+
+
+def _check_scales(ctx: Context, node: ir.Node, axes: Sequence[int] | None) -> None:
+    """ONNX maps coordinates with the given scales; TFLite with output/input sizes: they must agree."""
+    scales_value, sizes_value = _optional(node, 2), _optional(node, 3)
+    if scales_value is None or sizes_value is not None:
+        return
+    scales = ctx.require_const(scales_value, "Resize scales").astype(np.float64)
+    if scales.size == 0:
+        return
+    x_shape, y_shape = ctx.shape(node.inputs[0]), ctx.shape(node.outputs[0])
+    if axes is not None:  # scales given for these axes only
+        full = np.ones(len(x_shape))
+        for a, value in zip(axes, scales, strict=True):
+            full[a % len(x_shape)] = value
+        scales = full
+    for i in range(2, len(x_shape)):
+        if not np.isclose(y_shape[i] / x_shape[i], scales[i], rtol=1e-6):
+            raise ctx.error(
+                f"scale {scales[i]:g} gives output size {y_shape[i]} from {x_shape[i]} (ratio {y_shape[i] / x_shape[i]:g}); "
+                "TFLite resizes by the size ratio only"
+            )
 
 
 # -- QuantizeLinear / DequantizeLinear ---------------------------------------------------------------

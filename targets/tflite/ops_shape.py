@@ -47,6 +47,37 @@ def unsqueeze(ctx: Context, node: ir.Node, *, axes: Sequence[int] | None = None)
     _to_output_shape(ctx, node)
 
 
+@converter("Shape", since=1)
+def shape(ctx: Context, node: ir.Node, *, start: int = 0, end: int | None = None) -> None:
+    """Folded: shapes are static."""
+    dims = ctx.shape(node.inputs[0])
+    ctx.set_const(node.outputs[0], np.asarray(dims[start:end], dtype=np.int64))
+
+
+@converter("Size", since=1)
+def size(ctx: Context, node: ir.Node) -> None:
+    """Folded: shapes are static."""
+    ctx.set_const(node.outputs[0], np.asarray(int(np.prod(ctx.shape(node.inputs[0]))), dtype=np.int64))
+
+
+@converter("Constant", since=1)
+def constant(
+    ctx: Context,
+    node: ir.Node,
+    *,
+    value: object = None,
+    value_float: object = None,
+    value_floats: object = None,
+    value_int: object = None,
+    value_ints: object = None,
+    value_string: object = None,
+    value_strings: object = None,
+    sparse_value: object = None,
+) -> None:
+    """Folded before conversion (constant folding evaluates it); registered so it counts as supported."""
+    raise AssertionError("Constant nodes are folded before conversion")
+
+
 @converter("Identity", since=1)
 def identity(ctx: Context, node: ir.Node) -> None:
     ctx.bind(node.outputs[0], ctx.tensor(node.inputs[0]))
@@ -56,6 +87,11 @@ def identity(ctx: Context, node: ir.Node) -> None:
 def dropout(ctx: Context, node: ir.Node, *, ratio: float = 0.5, seed: int = 0, is_test: int = 0) -> None:
     if len(node.outputs) > 1 and node.outputs[1].name and node.outputs[1].uses():
         raise ctx.error("the mask output of Dropout is not supported")
+    training = _optional(node, 2)
+    if training is not None and bool(ctx.require_const(training, "Dropout training_mode")):
+        raise ctx.error(
+            "training-mode Dropout (random masking) is not supported; export the model for inference"
+        )
     ctx.bind(node.outputs[0], ctx.tensor(node.inputs[0]))
 
 
