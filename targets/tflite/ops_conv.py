@@ -443,8 +443,10 @@ def gemm(
             ctx.op("MUL", [product, ctx.graph.const("alpha", np.float32(alpha))], [mm], fb.MulOptionsT())
     if not fold_bias:
         c_t = ctx.tensor(c_value)
-        if beta != 1.0:
-            c_t = ctx.graph.const(
-                "beta_c", np.float32(beta) * ctx.require_const(c_value, "Gemm C with beta != 1")
-            )
+        if beta != 1.0 and c_t.is_const:
+            c_t = ctx.graph.const("beta_c", np.float32(beta) * c_t.data)
+        elif beta != 1.0:
+            scaled = ctx.tmp("beta_c", c_t.shape)
+            ctx.op("MUL", [c_t, ctx.graph.const("beta", np.float32(beta))], [scaled], fb.MulOptionsT())
+            c_t = scaled
         ctx.op("ADD", [mm, c_t], [ctx.output(y_value)], fb.AddOptionsT())

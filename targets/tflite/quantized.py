@@ -131,6 +131,7 @@ def _output_quant(out: Tensor, consumers: dict[int, list[Op]], graph: Graph) -> 
 def quantize_kernels(graph: Graph) -> Graph:
     """Replace DEQUANTIZE -> float op -> QUANTIZE by the integer kernel (see the module docstring)."""
     _sink_dequantize(graph)
+    _hoist_quantize(graph)
     _fold_dequantize_quantize(graph)
     for op in list(graph.ops):
         if op.code not in INTEGER_KERNELS or op not in graph.ops:
@@ -228,6 +229,35 @@ def _sink_dequantize(graph: Graph) -> None:
             changed = True
             break
     graph.remove_dead()
+
+
+def _hoist_quantize(graph: Graph) -> None:
+    """TRANSPOSE/RESHAPE -> QUANTIZE becomes QUANTIZE -> the integer TRANSPOSE/RESHAPE.
+
+    The mirror of :func:`_sink_dequantize` on the output side of a kernel (e.g. the reshape back to
+    rank 3 after a 1-D convolution run as a 2-D one).
+    """
+    changed = True
+    while changed:
+        changed = False
+        producers, consumers = graph.producers(), graph.consumers()
+        for q in graph.ops:
+            if q.code != "QUANTIZE" or q.outputs[0].quant is None or not q.outputs[0].quant.per_tensor:
+                continue
+            t = q.inputs[0]
+            op = producers.get(id(t))
+            if op is None or op.code not in ("TRANSPOSE", "RESHAPE") or op.inputs[0].is_const:
+                continue
+            if len(consumers.get(id(t), [])) != 1 or graph.is_graph_output(t):
+                continue
+            x, out = op.inputs[0], q.outputs[0]
+            moved = Tensor(graph.unique_name(x.name + "/q"), x.shape, out.dtype, quant=out.quant)
+            q.inputs[0], q.outputs[0] = x, moved
+            op.inputs[0], op.outputs[0] = moved, out
+            i, j = graph.ops.index(op), graph.ops.index(q)
+            graph.ops[i], graph.ops[j] = q, op
+            changed = True
+            break
 
 
 def _fold_dequantize_quantize(graph: Graph) -> None:

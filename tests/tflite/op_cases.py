@@ -114,6 +114,15 @@ CASES: list[Case] = [
         X4,
         inits={"w": w(3, 2, 3, 3)},
     ),
+    Case(
+        "conv1d",
+        [n("Conv", ["x", "w", "b"], pads=[1, 2], strides=[2])],
+        {"x": (1, 3, 11)},
+        inits={"w": w(4, 3, 3), "b": w(4)},
+        int8=True,
+    ),
+    Case("maxpool1d", [n("MaxPool", ["x"], kernel_shape=[3], strides=[2])], {"x": (1, 3, 11)}),
+    Case("avgpool1d", [n("AveragePool", ["x"], kernel_shape=[2], strides=[2])], {"x": (1, 3, 10)}),
     # matrix products
     Case(
         "gemm",
@@ -135,6 +144,13 @@ CASES: list[Case] = [
         inits={"w": w(6, 5), "c": w(3, 5)},
     ),
     Case("matmul_const", [n("MatMul", ["x", "w"])], {"x": (2, 3, 6)}, inits={"w": w(6, 4)}, int8=True),
+    Case("matmul_1d", [n("MatMul", ["x", "w"])], {"x": (6,)}, inits={"w": w(6, 4)}),
+    Case(
+        "gemm_runtime_c_beta",
+        [n("Gemm", ["x", "w", "c"], beta=0.5)],
+        {"x": (2, 6), "c": (2, 5)},
+        inits={"w": w(6, 5)},
+    ),
     Case("matmul_dynamic", [n("MatMul", ["x", "z"])], {"x": (2, 3, 6), "z": (2, 6, 4)}),
     # element-wise with broadcasting
     *[
@@ -148,6 +164,7 @@ CASES: list[Case] = [
     ],
     Case("div", [n("Div", ["x", "c"])], {"x": (2, 3, 4)}, inits={"c": f32(0.5, -2.0, 4.0, 1.5)}),
     Case("pow", [n("Pow", ["x", "e"])], {"x": (2, 3)}, inits={"e": f32(3.0)}, low=0.1),
+    Case("pow_int_exponent", [n("Pow", ["x", "e"])], {"x": (2, 3)}, inits={"e": np.array(3, np.int64)}),
     Case("pow_square", [n("Pow", ["x", "e"])], {"x": (2, 3)}, inits={"e": f32(2.0)}),
     Case("add_const_nchw", [n("Add", ["x", "c"])], X4, inits={"c": w(3, 1, 1)}, int8=True),
     Case("sum3", [n("Sum", ["x", "z", "x"])], {"x": (2, 3), "z": (2, 3)}),
