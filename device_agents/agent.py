@@ -106,6 +106,7 @@ class Agent:
             MsgType.STATUS: self.on_status,
             MsgType.DELETE: self.on_delete,
             MsgType.BYE: self.on_bye,
+            MsgType.COMMIT: self.on_commit,
         }
 
     # -- dispatch -----------------------------------------------------------------------------------
@@ -189,7 +190,7 @@ class Agent:
         return encode_message({"info": self.info(), "mac": auth_mac(session.token, nonce, b"agent")})
 
     def on_put_begin(self, session: Session, header: dict[str, Any], blobs: list[memoryview]) -> bytes:
-        return encode_message(self.store.begin(header.get("sha256"), header.get("size"), header.get("name")))
+        return encode_message(self.store.begin(header.get("sha256"), header.get("size")))
 
     def on_put_chunk(self, session: Session, header: dict[str, Any], blobs: list[memoryview]) -> bytes:
         if len(blobs) != 1:
@@ -199,6 +200,13 @@ class Agent:
 
     def on_put_end(self, session: Session, header: dict[str, Any], blobs: list[memoryview]) -> bytes:
         return encode_message(self.store.finish(header.get("upload")))
+
+    def on_commit(self, session: Session, header: dict[str, Any], blobs: list[memoryview]) -> bytes:
+        manifest, name = header.get("manifest"), header.get("name")
+        if header.get("check"):
+            _, bundle_id, missing = self.store.check_manifest(manifest, name)
+            return encode_message({"bundle_id": bundle_id, "missing": missing})
+        return encode_message(self.store.commit(manifest, name))
 
     def on_load(self, session: Session, header: dict[str, Any], blobs: list[memoryview]) -> bytes:
         bundle_id = header.get("bundle_id")
@@ -285,6 +293,7 @@ class Agent:
                 "runner": self.runner.info if self.runner else None,
                 "bundles": self.store.list(),
                 "uploads": self.store.partial_uploads(),
+                "files": self.store.blobs(),  # uploaded files not yet committed in a bundle
                 "used": self.store.used(),
                 "quota": self.store.quota,
                 "uptime": time.time() - self.started,

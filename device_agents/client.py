@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import hashlib
+import json
 import os
 import secrets
 import shutil
@@ -31,7 +31,7 @@ import tarfile
 import tempfile
 import time
 import tty
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -39,13 +39,13 @@ from urllib.parse import parse_qs, urlsplit
 import numpy as np
 
 from .agent import auth_mac
-from .errors import AgentError, AuthError, InputError, LinkError
+from .errors import AgentError, AuthError, InputError, LinkError, RemoteError
 from .link import FdLink, Link, Requester, RetryPolicy, SerialLink, SocketLink
 from .protocol import (
     DEFAULT_MAX_PAYLOAD,
     PROTOCOL_VERSION,
     MsgType,
-    encode_message,
+    message_parts,
     tensors_from_message,
     tensors_to_message,
 )
@@ -185,6 +185,7 @@ class AgentClient:
             retries=int(_float(query, "retries", 8)),
         )
         self.chunk = int(_float(query, "chunk", 1 << 20 if isinstance(link, SocketLink) else 16 * 1024))
+        self.window = max(1, min(4, int(_float(query, "window", 3 if isinstance(link, SocketLink) else 1))))
         self.requester = Requester(link, self.policy, DEFAULT_MAX_PAYLOAD)
         self.info: dict[str, Any] = {}
         self.loaded: dict[str, Any] | None = None
@@ -255,22 +256,41 @@ class AgentClient:
     ) -> str:
         """Upload a bundle directory or ``.tar.gz``; returns its bundle id on the agent.
 
-        Resumes from the agent's last confirmed offset: after a cut link (up to ``reconnects``
-        times here), or when called again for the same content later.
+        The manifest's files travel one by one, keyed by their sha256 (the agent checks each while
+        it arrives), then the manifest is committed. Files the agent already has are skipped, and a
+        file cut short resumes from the agent's last confirmed offset: after a cut link (up to
+        ``reconnects`` times here), or when called again later. ``progress(done, total)`` counts bytes.
         """
+        from .bundle import MANIFEST_NAME, Manifest, read_bundle
+
         path = Path(bundle)
         if not path.exists():
             raise InputError(f"bundle {path} does not exist")
         with contextlib.ExitStack() as stack:
             if path.is_dir():
-                tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="edgekit-put-")))
-                archive = pack_bundle(path, tmp / f"{path.name}.tar.gz")
-            else:
-                archive = path
-            sha, size = _sha256(archive), archive.stat().st_size
+                root = path
+            else:  # an archive: unpacked and verified here, then sent like a directory
+                loaded = read_bundle(path)
+                stack.callback(loaded.cleanup)
+                root = loaded.root
+            try:
+                manifest_json = json.loads((root / MANIFEST_NAME).read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise InputError(f"{path} is not a bundle: cannot read {MANIFEST_NAME} ({exc})") from None
+            manifest = Manifest.from_json(manifest_json)
+            files: dict[str, tuple[int, Path]] = {}
+            for f in manifest.model_files:
+                local = root / f.path
+                if not local.is_file() or local.stat().st_size != f.size:
+                    raise InputError(
+                        f"bundle file {local} is missing or not {f.size} bytes as the manifest says"
+                    )
+                files.setdefault(f.sha256, (f.size, local))
+            name = path.name[: -len(".tar.gz")] if path.name.endswith(".tar.gz") else path.name
+            total = sum(size for size, _ in files.values())
             confirmed = [0]
 
-            def track(done: int, total: int) -> None:
+            def track(done: int) -> None:
                 confirmed[0] = done
                 if progress:
                     progress(done, total)
@@ -278,12 +298,12 @@ class AgentClient:
             attempts = 0
             while True:
                 try:
-                    return self._upload(archive, path.name, sha, size, track)
+                    return self._upload(manifest_json, name, files, total, track)
                 except LinkError as exc:
                     attempts += 1
                     if attempts > reconnects or isinstance(self.link, LocalAgentLink):
                         raise type(exc)(
-                            f"upload of {path.name} stopped at {confirmed[0]} of {size} bytes "
+                            f"upload of {name} stopped at {confirmed[0]} of {total} bytes "
                             f"({attempts - 1} reconnects): {exc}; run it again to resume"
                         ) from None
                     try:
@@ -292,24 +312,62 @@ class AgentClient:
                         continue  # counts as one more attempt
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _upload(self, archive: Path, name: str, sha: str, size: int, progress: Progress | None) -> str:
-        begin = self._call(MsgType.PUT_BEGIN, {"sha256": sha, "size": size, "name": name}).header
+    def _upload(
+        self,
+        manifest_json: dict[str, Any],
+        name: str,
+        files: dict[str, tuple[int, Path]],
+        total: int,
+        track: Callable[[int], None],
+    ) -> str:
+        check = {"manifest": manifest_json, "name": name, "check": True}
+        missing = set(self._call(MsgType.COMMIT, check).header["missing"])
+        done = sum(size for sha, (size, _) in files.items() if sha not in missing)
+        for sha, (size, local) in files.items():
+            if sha in missing:
+                self._upload_file(sha, size, local, done, track)
+                done += size
+        track(total)
+        return str(self._call(MsgType.COMMIT, {"manifest": manifest_json, "name": name}).header["bundle_id"])
+
+    def _upload_file(self, sha: str, size: int, local: Path, base: int, track: Callable[[int], None]) -> None:
+        begin = self._call(MsgType.PUT_BEGIN, {"sha256": sha, "size": size}).header
         if begin.get("complete"):
-            if progress:
-                progress(size, size)
-            return str(begin["bundle_id"])
+            return
         offset = int(begin["offset"])
-        with open(archive, "rb") as f:
+        # up to `window` chunks in flight; each needs its own buffer until its reply is in
+        ring = [bytearray(min(self.chunk, max(size, 1))) for _ in range(self.window + 1)]
+        with open(local, "rb", buffering=0) as f:
             while offset < size:
-                if progress:
-                    progress(offset, size)
-                f.seek(offset)
-                data = f.read(self.chunk)
-                payload = encode_message({"upload": sha, "offset": offset}, [data])
-                offset = int(self._call(MsgType.PUT_CHUNK, payload=payload).header["offset"])
-        if progress:
-            progress(size, size)
-        return str(self._call(MsgType.PUT_END, {"upload": sha}).header["bundle_id"])
+                track(base + offset)
+                try:
+                    replies = self.requester.pipeline(self._chunks(f, sha, offset, size, ring), self.window)
+                    for reply in replies:
+                        offset = max(offset, int(reply.header["offset"]))
+                        track(base + offset)
+                except RemoteError as exc:
+                    if exc.remote_code != "upload_gap":
+                        raise
+                    # a chunk was lost while later ones arrived: continue from the agent's offset
+                    offset = int(
+                        self._call(MsgType.PUT_BEGIN, {"sha256": sha, "size": size}).header["offset"]
+                    )
+        self._call(MsgType.PUT_END, {"upload": sha})
+
+    def _chunks(
+        self, f: Any, sha: str, offset: int, size: int, ring: list[bytearray]
+    ) -> Iterator[tuple[MsgType, None, list[bytes | bytearray | memoryview]]]:
+        for i, pos in enumerate(range(offset, size, len(ring[0]))):
+            buf = ring[i % len(ring)]
+            f.seek(pos)
+            n = f.readinto(buf)
+            if not n:
+                raise InputError(f"{f.name} shrank while it was being uploaded")
+            yield (
+                MsgType.PUT_CHUNK,
+                None,
+                message_parts({"upload": sha, "offset": pos}, [memoryview(buf)[:n]]),
+            )
 
     def load(self, bundle_id: str, threads: int = 2, delegate: str | None = None) -> dict[str, Any]:
         """Load a stored bundle (verified again on the agent); returns runtime, tensors, delegated ops."""
@@ -428,11 +486,3 @@ def pack_bundle(directory: Path, out: Path) -> Path:
                 with open(p, "rb") as f:
                     tar.addfile(info, f)
     return out
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()

@@ -21,8 +21,10 @@ import random
 import select
 import socket
 import time
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union
 
 from .errors import LinkError, LinkTimeout, ProtocolError, VersionMismatch, from_code
 from .protocol import (
@@ -33,7 +35,8 @@ from .protocol import (
     MsgType,
     decode_message,
     encode_frame,
-    encode_message,
+    frame_parts,
+    message_parts,
 )
 
 READ_SIZE = 256 * 1024
@@ -47,6 +50,10 @@ class Link:
 
     def write(self, data: bytes) -> None:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def write_parts(self, parts: Sequence[bytes | bytearray | memoryview]) -> None:
+        """Write several buffers in order (links that can, avoid joining them)."""
+        self.write(b"".join(parts))
 
     def read(self, timeout: float) -> bytes:  # pragma: no cover - interface
         raise NotImplementedError
@@ -74,6 +81,14 @@ class SocketLink(Link):
         try:
             self.sock.settimeout(None)
             self.sock.sendall(data)
+        except OSError as exc:
+            raise LinkError(f"{self.description}: send failed: {exc.strerror or exc}") from None
+
+    def write_parts(self, parts: Sequence[bytes | bytearray | memoryview]) -> None:
+        try:
+            self.sock.settimeout(None)
+            for part in parts:
+                self.sock.sendall(part)
         except OSError as exc:
             raise LinkError(f"{self.description}: send failed: {exc.strerror or exc}") from None
 
@@ -188,6 +203,21 @@ class RetryPolicy:
     retries: int = 8
 
 
+Payload = Union[bytes, Sequence[Union[bytes, bytearray, memoryview]]]
+
+
+@dataclass
+class _InFlight:
+    seq: int
+    what: str
+    frame: list[bytes | bytearray | memoryview]
+    frame_len: int
+    poll: bytes
+    acked: bool = False
+    misses: int = 0
+    deadline: float = 0.0
+
+
 @dataclass(frozen=True)
 class Reply:
     header: dict[str, Any]
@@ -212,56 +242,116 @@ class Requester:
         self,
         msg_type: MsgType,
         header: dict[str, Any] | None = None,
-        payload: bytes | None = None,
+        payload: bytes | Sequence[bytes | bytearray | memoryview] | None = None,
         *,
         ack_timeout: float | None = None,
         retries: int | None = None,
     ) -> Reply:
         """Send one request and return its RESULT; an ERROR reply raises the matching AgentError."""
-        if payload is None:
-            payload = encode_message(header or {})
-        seq = self.next_seq()
-        frame = encode_frame(msg_type, seq, payload)
-        poll = encode_frame(MsgType.POLL, seq)
+        replies = self.pipeline([(msg_type, header, payload)], ack_timeout=ack_timeout, retries=retries)
+        return next(iter(replies))
+
+    def pipeline(
+        self,
+        requests: Iterable[tuple[MsgType, dict[str, Any] | None, Payload | None]],
+        window: int = 1,
+        *,
+        ack_timeout: float | None = None,
+        retries: int | None = None,
+    ) -> Iterator[Reply]:
+        """Send requests keeping up to ``window`` in flight; yield their RESULTs in request order.
+
+        Each request has its own seq, ack, retransmission and poll timers; the agent executes them
+        in arrival order. An ERROR reply raises at once (requests still in flight are abandoned:
+        their late replies are ignored as stale).
+        """
         base = self.policy.ack_timeout if ack_timeout is None else ack_timeout
         max_misses = self.policy.retries if retries is None else retries
-        what = MsgType.name_of(msg_type)
-        acked = False
-        misses = 0
-        self.link.write(frame)
-        wait = base + 1.2 * len(frame) * self.link.byte_time
-        deadline = time.monotonic() + wait
+        pending = iter(requests)
+        inflight: dict[int, _InFlight] = {}
+        order: deque[int] = deque()
+        done: dict[int, Reply] = {}
+        exhausted = False
         while True:
-            remaining = deadline - time.monotonic()
-            data = self.link.read(remaining) if remaining > 0 else b""
+            while not exhausted and len(order) < window:
+                try:
+                    msg_type, header, payload = next(pending)
+                except StopIteration:
+                    exhausted = True
+                    break
+                st = self._start(msg_type, header, payload, base)
+                inflight[st.seq] = st
+                order.append(st.seq)
+            if order and order[0] in done:
+                yield done.pop(order.popleft())
+                continue
+            if not order:
+                return
+            now = time.monotonic()
+            nearest = min(st.deadline for st in inflight.values())
+            data = self.link.read(nearest - now) if nearest > now else b""
             if data:
                 # bytes arriving show the line is alive (a long reply may be streaming in)
-                deadline = max(deadline, time.monotonic() + base + len(data) * self.link.byte_time)
-                for reply in self.decoder.feed(data):
-                    result = self._handle(reply, seq, what)
-                    if result is None:
-                        continue
-                    if result == "ack":
-                        acked, misses = True, 0
-                        deadline = time.monotonic() + base
-                    elif result == "nack":
-                        acked = False
-                        deadline = time.monotonic()  # resend the full request now
-                    else:
-                        return result
+                now = time.monotonic()
+                for st in inflight.values():
+                    st.deadline = max(st.deadline, now + base + len(data) * self.link.byte_time)
+                for frame in self.decoder.feed(data):
+                    self._on_frame(frame, inflight, done, base)
                 continue
-            if time.monotonic() < deadline:
-                continue
-            misses += 1
-            if misses > max_misses:
-                raise LinkTimeout(
-                    f"{self.link.description}: no answer to {what} after {misses} attempts "
-                    f"({'acknowledged, then silent' if acked else 'never acknowledged'})"
-                )
-            self.retransmissions += 1
-            out = poll if acked else frame
-            self.link.write(out)
-            deadline = time.monotonic() + base + 1.2 * len(out) * self.link.byte_time
+            for st in list(inflight.values()):
+                if time.monotonic() < st.deadline:
+                    continue
+                st.misses += 1
+                if st.misses > max_misses:
+                    raise LinkTimeout(
+                        f"{self.link.description}: no answer to {st.what} after {st.misses} attempts "
+                        f"({'acknowledged, then silent' if st.acked else 'never acknowledged'})"
+                    )
+                self.retransmissions += 1
+                if st.acked:
+                    self.link.write(st.poll)
+                else:
+                    self.link.write_parts(st.frame)
+                sent = len(st.poll) if st.acked else st.frame_len
+                st.deadline = time.monotonic() + base + 1.2 * sent * self.link.byte_time
+
+    def _start(
+        self, msg_type: MsgType, header: dict[str, Any] | None, payload: Payload | None, base: float
+    ) -> _InFlight:
+        if payload is None:
+            parts: list[bytes | bytearray | memoryview] = message_parts(header or {})
+        elif isinstance(payload, (bytes, bytearray, memoryview)):
+            parts = [payload]
+        else:
+            parts = list(payload)
+        seq = self.next_seq()
+        frame = frame_parts(msg_type, seq, parts)
+        frame_len = sum(memoryview(p).nbytes for p in frame)
+        st = _InFlight(seq, MsgType.name_of(msg_type), frame, frame_len, encode_frame(MsgType.POLL, seq))
+        self.link.write_parts(frame)
+        st.deadline = time.monotonic() + base + 1.2 * frame_len * self.link.byte_time
+        return st
+
+    def _on_frame(
+        self, frame: Frame, inflight: dict[int, _InFlight], done: dict[int, Reply], base: float
+    ) -> None:
+        st = inflight.get(frame.seq)
+        if frame.version != PROTOCOL_VERSION or st is not None:
+            result = self._handle(frame, frame.seq, st.what if st else "request")
+        else:
+            return  # stale reply or echo of an earlier exchange
+        if result is None or st is None:
+            return
+        if result == "ack":
+            st.acked, st.misses = True, 0
+            st.deadline = time.monotonic() + base
+        elif result == "nack":
+            st.acked = False
+            st.deadline = time.monotonic()  # resend the full request now
+        else:
+            assert isinstance(result, Reply)
+            done[frame.seq] = result
+            del inflight[frame.seq]
 
     def _handle(self, frame: Frame, seq: int, what: str) -> Reply | str | None:
         if frame.version != PROTOCOL_VERSION:

@@ -91,6 +91,7 @@ class MsgType(enum.IntEnum):
     STATUS = 0x09
     DELETE = 0x0A
     BYE = 0x0B
+    COMMIT = 0x0C
     ACK = 0x40
     NACK = 0x41
     POLL = 0x42
@@ -113,23 +114,39 @@ REPLY_TYPES = frozenset({MsgType.RESULT, MsgType.ERROR})
 class Frame:
     type: int
     seq: int
-    payload: bytes = b""
+    payload: bytes | memoryview = b""
     version: int = PROTOCOL_VERSION
+
+
+def _nbytes(part: bytes | bytearray | memoryview) -> int:
+    return part.nbytes if isinstance(part, memoryview) else len(part)
+
+
+def frame_parts(
+    msg_type: int,
+    seq: int,
+    payload: Sequence[bytes | bytearray | memoryview] = (),
+    version: int = PROTOCOL_VERSION,
+) -> list[bytes | bytearray | memoryview]:
+    """One frame as a list of buffers (header, the payload's parts, CRC), without joining them:
+    a large payload is sent without being copied. Raises ProtocolError for values that do not fit."""
+    if not 0 <= seq <= 0xFFFFFFFF:
+        raise ProtocolError(f"sequence number {seq} does not fit 32 bits")
+    if not 0 <= msg_type <= 0xFF or not 0 <= version <= 0xFF:
+        raise ProtocolError(f"message type {msg_type} or version {version} does not fit a byte")
+    head = HEADER.pack(MAGIC, version, msg_type, seq, sum(_nbytes(p) for p in payload))
+    head += _U32.pack(zlib.crc32(head))
+    crc = zlib.crc32(head)
+    for part in payload:
+        crc = zlib.crc32(part, crc)
+    return [head, *payload, _U32.pack(crc)]
 
 
 def encode_frame(
     msg_type: int, seq: int, payload: bytes | bytearray | memoryview = b"", version: int = PROTOCOL_VERSION
 ) -> bytes:
     """One frame's bytes. Raises ProtocolError for values that do not fit the format."""
-    if not 0 <= seq <= 0xFFFFFFFF:
-        raise ProtocolError(f"sequence number {seq} does not fit 32 bits")
-    if not 0 <= msg_type <= 0xFF or not 0 <= version <= 0xFF:
-        raise ProtocolError(f"message type {msg_type} or version {version} does not fit a byte")
-    head = HEADER.pack(MAGIC, version, msg_type, seq, len(payload))
-    hcrc = zlib.crc32(head)
-    head += _U32.pack(hcrc)
-    crc = zlib.crc32(payload, zlib.crc32(head))
-    return b"".join((head, payload, _U32.pack(crc)))
+    return b"".join(frame_parts(msg_type, seq, [payload], version))
 
 
 @dataclass
@@ -156,6 +173,12 @@ class FrameDecoder:
     max_payload: int = DEFAULT_MAX_PAYLOAD
     stats: DecoderStats = field(default_factory=DecoderStats)
     _buf: bytearray = field(default_factory=bytearray, repr=False)
+    # a large frame whose header was accepted is collected as a list of pieces and joined once
+    _pieces: list[bytes] = field(default_factory=list, repr=False)
+    _pieces_len: int = 0
+    _need: int = 0
+
+    BIG = 64 * 1024  # payloads from this size on take the collecting path
 
     @property
     def max_frame_size(self) -> int:
@@ -163,14 +186,41 @@ class FrameDecoder:
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        return len(self._buf) + self._pieces_len
 
     def reset(self) -> None:
         self._buf.clear()
+        self._pieces.clear()
+        self._pieces_len = self._need = 0
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
+        if not self._need:
+            self._buf += data
+            return self._scan()
+        self._pieces.append(bytes(data))
+        self._pieces_len += len(self._pieces[-1])
+        if len(self._buf) + self._pieces_len < self._need:
+            return []
+        whole = b"".join([self._buf, *self._pieces])  # the frame's only copy
+        end = self._need - TRAILER_SIZE
+        self._pieces.clear()
+        self._pieces_len = self._need = 0
+        view = memoryview(whole)
+        (crc,) = _U32.unpack_from(view, end)
+        frames: list[Frame] = []
+        if zlib.crc32(view[:end]) == crc:
+            _, version, msg_type, seq, _ = HEADER.unpack_from(view, 0)
+            frames.append(Frame(msg_type, seq, view[HEADER_SIZE:end], version))
+            self.stats.frames += 1
+            self._buf = bytearray(view[end + TRAILER_SIZE :])
+        else:
+            self.stats.bad_crc += 1
+            self.stats.skipped_bytes += 1
+            self._buf = bytearray(view[1:])
+        return frames + self._scan()
+
+    def _scan(self) -> list[Frame]:
         buf = self._buf
-        buf += data
         frames: list[Frame] = []
         while buf:
             start = buf.find(MAGIC)
@@ -194,6 +244,8 @@ class FrameDecoder:
                 continue
             end = HEADER_SIZE + length
             if len(buf) < end + TRAILER_SIZE:
+                if length >= self.BIG:
+                    self._need = end + TRAILER_SIZE
                 break
             view = memoryview(buf)
             try:
@@ -221,26 +273,36 @@ class FrameDecoder:
 # messages: JSON header + raw blobs
 
 
-def encode_message(header: dict[str, Any], blobs: Sequence[bytes | bytearray | memoryview] = ()) -> bytes:
-    """A message payload: length-prefixed JSON header, then the raw blobs it lists."""
+def message_parts(
+    header: dict[str, Any], blobs: Sequence[bytes | bytearray | memoryview] = ()
+) -> list[bytes | bytearray | memoryview]:
+    """A message payload as buffers: length-prefixed JSON header, then the raw blobs it lists."""
+    if "blobs" in header:
+        raise ProtocolError("'blobs' is reserved in message headers")
     head = dict(header)
-    head["blobs"] = [len(b) if not isinstance(b, memoryview) else b.nbytes for b in blobs]
+    head["blobs"] = [_nbytes(b) for b in blobs]
     try:
         text = json.dumps(head, separators=(",", ":"), allow_nan=False).encode()
     except (TypeError, ValueError) as exc:
         raise ProtocolError(f"message header is not JSON-serialisable: {exc}") from None
-    return b"".join([_U32.pack(len(text)), text, *blobs])
+    return [_U32.pack(len(text)) + text, *blobs]
 
 
-def decode_message(payload: bytes) -> tuple[dict[str, Any], list[memoryview]]:
+def encode_message(header: dict[str, Any], blobs: Sequence[bytes | bytearray | memoryview] = ()) -> bytes:
+    """A message payload (see :func:`message_parts`) as one bytes object."""
+    return b"".join(message_parts(header, blobs))
+
+
+def decode_message(payload: bytes | memoryview) -> tuple[dict[str, Any], list[memoryview]]:
     """Inverse of :func:`encode_message`; raises ProtocolError for anything malformed."""
+    payload = memoryview(payload).cast("B")
     if len(payload) < 4:
         raise ProtocolError("message payload shorter than its header length field")
     (jlen,) = _U32.unpack_from(payload, 0)
     if jlen > MAX_JSON_HEADER or 4 + jlen > len(payload):
         raise ProtocolError(f"message JSON header length {jlen} exceeds the payload")
     try:
-        header = json.loads(payload[4 : 4 + jlen].decode("utf-8"))
+        header = json.loads(bytes(payload[4 : 4 + jlen]).decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ProtocolError(f"message JSON header is invalid: {exc}") from None
     if not isinstance(header, dict):
@@ -248,7 +310,7 @@ def decode_message(payload: bytes) -> tuple[dict[str, Any], list[memoryview]]:
     sizes = header.pop("blobs", [])
     if not isinstance(sizes, list) or not all(isinstance(n, int) and n >= 0 for n in sizes):
         raise ProtocolError("message 'blobs' must be a list of non-negative sizes")
-    view = memoryview(payload)
+    view = payload
     pos = 4 + jlen
     blobs = []
     for n in sizes:

@@ -1,16 +1,23 @@
-"""The agent's storage: resumable uploads and verified bundles under its own work directory.
+"""The agent's storage: resumable, content-addressed file uploads and verified bundles under its own
+work directory.
+
+A bundle travels as its files, not as an archive: the host uploads every file the manifest lists
+(each keyed by its sha256, resumable from the last confirmed offset), then commits the manifest.
+The agent hashes each file while it arrives, so committing needs no second pass over the data, and
+``read_bundle`` verifies every file again whenever a bundle is loaded.
 
 Layout of ``workdir``::
 
-    uploads/<sha256>.part      bytes received so far of an upload (content-addressed by its sha256)
-    uploads/<sha256>.json      its declared size and name
-    bundles/<bundle_id>/       a verified, extracted bundle (manifest.json + model files)
+    uploads/<sha256>.part      bytes received so far of a file (content-addressed by its sha256)
+    uploads/<sha256>.json      its declared size
+    blobs/<sha256>             a complete file whose sha256 was checked, waiting for its manifest
+    bundles/<bundle_id>/       a committed bundle (manifest.json + model files)
 
-Names coming from the host never become paths directly: uploads are keyed by a validated sha256,
-bundle ids must match ``[A-Za-z0-9][A-Za-z0-9._-]{0,79}``, and archives are unpacked by
-``bundle.read_bundle`` (regular files only, no traversal, no links). Everything stored counts
-against ``quota`` bytes. A bundle becomes visible only once it is complete, its sha256 matches and
-``read_bundle`` verified it (extraction happens in a temporary directory renamed into place).
+Names coming from the host never become paths directly: uploads and blobs are keyed by a validated
+sha256, bundle ids must match ``[A-Za-z0-9][A-Za-z0-9._-]{0,79}``, and file names inside a bundle
+come from a manifest validated by ``bundle.Manifest`` (plain names only). Everything stored counts
+against ``quota`` bytes. A bundle becomes visible only once complete: it is assembled in a
+temporary directory and renamed into place.
 """
 
 from __future__ import annotations
@@ -21,12 +28,11 @@ import json
 import os
 import re
 import shutil
-import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from .bundle import BundleError, LoadedBundle, read_bundle
+from .bundle import MANIFEST_NAME, BundleError, LoadedBundle, Manifest, manifest_bytes, read_bundle
 from .errors import AgentError
 
 _SHA = re.compile(r"[0-9a-f]{64}")
@@ -48,6 +54,12 @@ class NotFound(StoreError):
 
 class BadRequest(AgentError):
     code = "bad_request"
+
+
+class UploadGap(BadRequest):
+    """A chunk beyond the confirmed offset (an earlier chunk was lost): the host resumes from there."""
+
+    code = "upload_gap"
 
 
 def safe_label(name: Any) -> str:
@@ -85,10 +97,9 @@ def _tree_size(path: Path) -> int:
 class Upload:
     """One upload in progress: appends chunks at the confirmed offset, hashing as it goes."""
 
-    def __init__(self, part: Path, size: int, name: str):
+    def __init__(self, part: Path, size: int):
         self.part = part
         self.size = size
-        self.name = name
         self.hasher = hashlib.sha256()
         self.offset = 0
         if part.exists():  # resume: re-hash what an earlier connection confirmed
@@ -105,7 +116,7 @@ class Upload:
 
     def write(self, offset: int, data: memoryview) -> int:
         if offset > self.offset:
-            raise BadRequest(f"chunk at offset {offset} leaves a gap (have {self.offset} bytes)")
+            raise UploadGap(f"chunk at offset {offset} leaves a gap (have {self.offset} bytes)")
         if offset + len(data) > self.size:
             raise BadRequest(f"chunk at offset {offset} runs past the declared size {self.size}")
         skip = self.offset - offset  # an already-confirmed prefix (a retransmitted chunk)
@@ -123,9 +134,10 @@ class BundleStore:
         self.root = Path(workdir).resolve()
         self.quota = quota
         self.uploads_dir = self.root / "uploads"
+        self.blobs_dir = self.root / "blobs"
         self.bundles_dir = self.root / "bundles"
         try:
-            for d in (self.uploads_dir, self.bundles_dir):
+            for d in (self.uploads_dir, self.blobs_dir, self.bundles_dir):
                 d.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"cannot create the work directory {self.root}: {exc.strerror or exc}") from None
@@ -135,7 +147,7 @@ class BundleStore:
 
     # -- accounting -------------------------------------------------------------------------------
     def used(self) -> int:
-        return _tree_size(self.uploads_dir) + _tree_size(self.bundles_dir)
+        return sum(_tree_size(d) for d in (self.uploads_dir, self.blobs_dir, self.bundles_dir))
 
     def _need(self, extra: int, what: str) -> None:
         used = self.used()
@@ -145,25 +157,24 @@ class BundleStore:
                 "(delete bundles or start the agent with a larger --quota-mb)"
             )
 
-    # -- uploads ----------------------------------------------------------------------------------
-    def begin(self, sha: Any, size: Any, name: Any) -> dict[str, Any]:
+    # -- file uploads -----------------------------------------------------------------------------
+    def begin(self, sha: Any, size: Any) -> dict[str, Any]:
+        """Start or resume the upload of one file; ``complete`` when the agent already has it."""
         sha = check_sha(sha)
-        if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
-            raise BadRequest("upload size must be a positive integer")
-        label = safe_label(name)
-        bundle_id = f"{label}-{sha[:12]}"
-        if (self.bundles_dir / bundle_id).is_dir():
-            return {"upload": sha, "offset": size, "complete": True, "bundle_id": bundle_id}
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise BadRequest("upload size must be a non-negative integer")
+        blob = self.blobs_dir / sha
+        if blob.is_file() and blob.stat().st_size == size:
+            return {"upload": sha, "offset": size, "complete": True}
         part = self.uploads_dir / f"{sha}.part"
-        meta = self.uploads_dir / f"{sha}.json"
         upload = self._uploads.get(sha)
         if upload is None or upload.size != size:
             if not part.exists():
                 self._need(size, f"upload of {size} bytes")
-            upload = Upload(part, size, label)
-            if upload.offset == 0 and not part.exists():
+            upload = Upload(part, size)
+            if not part.exists():
                 part.touch()
-            meta.write_text(json.dumps({"size": size, "name": label}))
+            (self.uploads_dir / f"{sha}.json").write_text(json.dumps({"size": size}))
             self._uploads[sha] = upload
         return {"upload": sha, "offset": upload.offset, "complete": False}
 
@@ -174,6 +185,7 @@ class BundleStore:
         return upload.write(offset, data)
 
     def finish(self, sha: Any) -> dict[str, Any]:
+        """Check the sha256 of a complete upload (hashed while it arrived) and keep it as a blob."""
         upload = self._upload(sha)
         sha = check_sha(sha)
         if upload.offset != upload.size:
@@ -182,14 +194,12 @@ class BundleStore:
         if digest != sha:
             self.abort(sha)
             raise BundleError(
-                f"upload corrupted: sha256 {digest[:16]}... does not match {sha[:16]}...; the upload was discarded"
+                f"upload corrupted or tampered: sha256 {digest[:16]}... does not match {sha[:16]}...; "
+                "the upload was discarded"
             )
-        bundle_id = f"{upload.name}-{sha[:12]}"
-        try:
-            self._install(upload.part, bundle_id)
-        finally:
-            self.abort(sha)
-        return {"bundle_id": bundle_id, "size": upload.size}
+        os.replace(upload.part, self.blobs_dir / sha)
+        self.abort(sha)
+        return {"sha256": sha, "size": upload.size}
 
     def abort(self, sha: str) -> None:
         self._uploads.pop(sha, None)
@@ -205,30 +215,56 @@ class BundleStore:
             if not meta.is_file():
                 raise NotFound(f"no upload {sha[:16]}... in progress (send PUT_BEGIN first)")
             info = json.loads(meta.read_text())
-            upload = Upload(self.uploads_dir / f"{sha}.part", int(info["size"]), safe_label(info["name"]))
+            upload = Upload(self.uploads_dir / f"{sha}.part", int(info["size"]))
             self._uploads[sha] = upload
         return upload
 
-    def _install(self, archive: Path, bundle_id: str) -> None:
+    # -- committing a bundle ----------------------------------------------------------------------
+    @staticmethod
+    def bundle_id_for(manifest: Manifest, name: Any) -> str:
+        digest = hashlib.sha256(manifest_bytes(manifest)).hexdigest()
+        return f"{safe_label(name)}-{digest[:12]}"
+
+    def check_manifest(self, manifest_json: Any, name: Any) -> tuple[Manifest, str, list[str]]:
+        """(validated manifest, its bundle id, sha256 of the listed files the agent does not have)."""
+        manifest = Manifest.from_json(manifest_json)  # plain file names, known format version, ...
+        bundle_id = self.bundle_id_for(manifest, name)
+        if (self.bundles_dir / bundle_id).is_dir():
+            return manifest, bundle_id, []
+        missing = []
+        for f in manifest.model_files:
+            blob = self.blobs_dir / f.sha256
+            if not (blob.is_file() and blob.stat().st_size == f.size) and f.sha256 not in missing:
+                missing.append(f.sha256)
+        return manifest, bundle_id, missing
+
+    def commit(self, manifest_json: Any, name: Any) -> dict[str, Any]:
+        """Assemble a bundle from uploaded blobs and its manifest; atomic (temp dir, then rename)."""
+        manifest, bundle_id, missing = self.check_manifest(manifest_json, name)
         final = self.bundles_dir / bundle_id
         if final.is_dir():
-            return
-        unpacked = self._unpacked_size(archive)
-        self._need(unpacked - archive.stat().st_size, f"unpacking bundle {bundle_id} ({unpacked} bytes)")
+            return {"bundle_id": bundle_id, "existing": True}
+        if missing:
+            raise BundleError(f"the bundle's files {', '.join(m[:12] for m in missing)} were not uploaded")
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.bundles_dir))
+        placed: dict[str, Path] = {}
         try:
-            loaded = read_bundle(archive, extract_to=tmp / "x")
-            os.replace(loaded.root, final)
-        finally:
+            (tmp / MANIFEST_NAME).write_bytes(manifest_bytes(manifest))
+            for f in manifest.model_files:
+                dest = tmp / f.path
+                if f.sha256 in placed:  # the same content under two names
+                    shutil.copyfile(placed[f.sha256], dest)
+                else:
+                    os.replace(self.blobs_dir / f.sha256, dest)
+                    placed[f.sha256] = dest
+            os.replace(tmp, final)
+        except BaseException:
+            for sha, path in placed.items():  # give the blobs back
+                with contextlib.suppress(OSError):
+                    os.replace(path, self.blobs_dir / sha)
             shutil.rmtree(tmp, ignore_errors=True)
-
-    @staticmethod
-    def _unpacked_size(archive: Path) -> int:
-        try:
-            with tarfile.open(archive, mode="r:*") as tar:
-                return sum(m.size for m in tar if m.isfile())
-        except (tarfile.TarError, OSError, EOFError) as exc:
-            raise BundleError(f"the uploaded bundle is not a readable .tar.gz ({exc})") from None
+            raise
+        return {"bundle_id": bundle_id, "existing": False}
 
     # -- bundles ----------------------------------------------------------------------------------
     def open(self, bundle_id: Any) -> LoadedBundle:
@@ -253,6 +289,9 @@ class BundleStore:
             if p.is_dir() and not p.name.startswith("."):
                 out.append({"bundle_id": p.name, "size": _tree_size(p)})
         return out
+
+    def blobs(self) -> list[dict[str, Any]]:
+        return [{"sha256": p.name, "size": p.stat().st_size} for p in sorted(self.blobs_dir.iterdir())]
 
     def partial_uploads(self) -> list[dict[str, Any]]:
         out = []

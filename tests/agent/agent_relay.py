@@ -89,7 +89,10 @@ class _Pump:
     def pace(self, n: int, stop: threading.Event) -> None:
         now = time.monotonic()
         if self.rate:
-            self.next_free = max(self.next_free, now) + n / self.rate
+            # a line that fell behind (thread wake-ups are late) catches up; only a real idle gap
+            # (> 20 ms without data) restarts the clock
+            start = now if now - self.next_free > 0.02 else self.next_free
+            self.next_free = start + n / self.rate
             wait = self.next_free - now + self.faults.delay
         else:
             wait = self.faults.delay

@@ -59,18 +59,26 @@ def test_encode_layout_matches_the_spec() -> None:
     assert len(raw) == 3 + OVERHEAD
 
 
-@given(frames_st, st.lists(st.integers(0, 10**6), max_size=20))
-def test_roundtrip_any_split(frames: list[Frame], cuts: list[int]) -> None:
-    data = b"".join(encode_frame(f.type, f.seq, f.payload) for f in frames)
+def decoder(collect_big: bool) -> FrameDecoder:
+    """A decoder; with ``collect_big`` every payload of 16+ bytes takes the large-frame path."""
     dec = FrameDecoder(max_payload=MAX)
+    if collect_big:
+        dec.BIG = 16
+    return dec
+
+
+@given(frames_st, st.lists(st.integers(0, 10**6), max_size=20), st.booleans())
+def test_roundtrip_any_split(frames: list[Frame], cuts: list[int], collect_big: bool) -> None:
+    data = b"".join(encode_frame(f.type, f.seq, f.payload) for f in frames)
+    dec = decoder(collect_big)
     assert feed_in_pieces(dec, data, cuts) == frames
     assert dec.stats.errors() == 0 and dec.buffered == 0
 
 
 @settings(suppress_health_check=[HealthCheck.too_slow])
-@given(st.binary(max_size=4096), st.lists(st.integers(0, 10**6), max_size=20))
-def test_random_bytes_never_raise_and_stay_bounded(data: bytes, cuts: list[int]) -> None:
-    dec = FrameDecoder(max_payload=MAX)
+@given(st.binary(max_size=4096), st.lists(st.integers(0, 10**6), max_size=20), st.booleans())
+def test_random_bytes_never_raise_and_stay_bounded(data: bytes, cuts: list[int], collect_big: bool) -> None:
+    dec = decoder(collect_big)
     try:
         frames = feed_in_pieces(dec, data, cuts)
     except ProtocolError:
@@ -106,10 +114,12 @@ def mutated_stream(draw: st.DrawFn) -> tuple[bytes, list[Frame]]:
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
-@given(mutated_stream(), st.lists(st.integers(0, 10**6), max_size=10))
-def test_resync_recovers_every_intact_frame(stream: tuple[bytes, list[Frame]], cuts: list[int]) -> None:
+@given(mutated_stream(), st.lists(st.integers(0, 10**6), max_size=10), st.booleans())
+def test_resync_recovers_every_intact_frame(
+    stream: tuple[bytes, list[Frame]], cuts: list[int], collect_big: bool
+) -> None:
     data, intact = stream
-    dec = FrameDecoder(max_payload=MAX)
+    dec = decoder(collect_big)
     assert feed_in_pieces(dec, data, cuts) == intact
 
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import hashlib
-import io
+import json
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import agent_models as models
@@ -30,21 +29,25 @@ def hello(req: Requester) -> dict:
     return req.call(MsgType.HELLO, {"protocol": 1}).header
 
 
-def put_raw(req: Requester, data: bytes, name: str = "x") -> str:
+def put_raw(req: Requester, data: bytes) -> str:
+    """Upload one file by hand; returns its sha256."""
     sha = hashlib.sha256(data).hexdigest()
-    req.call(MsgType.PUT_BEGIN, {"sha256": sha, "size": len(data), "name": name})
+    req.call(MsgType.PUT_BEGIN, {"sha256": sha, "size": len(data)})
     req.call(MsgType.PUT_CHUNK, payload=encode_message({"upload": sha, "offset": 0}, [data]))
-    return req.call(MsgType.PUT_END, {"upload": sha}).header["bundle_id"]
+    req.call(MsgType.PUT_END, {"upload": sha})
+    return sha
 
 
-def tar_bytes(members: list[tuple[tarfile.TarInfo, bytes | None]]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for info, data in members:
-            if data is not None:
-                info.size = len(data)
-            tar.addfile(info, io.BytesIO(data) if data is not None else None)
-    return buf.getvalue()
+def manifest_of(bundle_dir: Path) -> dict:
+    return json.loads((bundle_dir / "manifest.json").read_text())
+
+
+def upload_raw(req: Requester, bundle_dir: Path, name: str) -> str:
+    """Upload a bundle's files and commit its manifest by hand; returns the bundle id."""
+    manifest = manifest_of(bundle_dir)
+    for f in manifest["model_files"]:
+        put_raw(req, (bundle_dir / f["path"]).read_bytes())
+    return req.call(MsgType.COMMIT, {"manifest": manifest, "name": name}).header["bundle_id"]
 
 
 @pytest.fixture(scope="module")
@@ -131,22 +134,24 @@ def test_path_traversal_is_refused(tcp_agent: AgentProcess, bundles, tmp_path: P
         with pytest.raises(RemoteError, match="bad_request"):
             req.call(MsgType.DELETE, {"bundle_id": bad})
     # a hostile name becomes a plain label inside the agent's store
-    archive = bundles["tflite_archive"].read_bytes()
-    bundle_id = put_raw(req, archive, name="../../../../tmp/evil name;rm -rf")
-    assert "/" not in bundle_id and not bundle_id.startswith(".")
+    bundle_id = upload_raw(req, bundles["tflite"], name="../../../../tmp/evil name;rm -rf")
+    assert "/" not in bundle_id and bundle_id.startswith("evil_name_rm_-rf-")
     assert (tcp_agent.workdir.resolve() / "bundles" / bundle_id / "manifest.json").is_file()
-    # archive members that point outside the bundle are refused; nothing is written outside
-    escape = tarfile.TarInfo("../escaped.txt")
-    with pytest.raises(BundleError, match="outside the bundle"):
-        put_raw(req, tar_bytes([(escape, b"owned")]), name="escape")
-    link = tarfile.TarInfo("b/manifest.json")
-    link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
-    with pytest.raises(BundleError, match="link"):
-        put_raw(req, tar_bytes([(link, None)]), name="symlink")
+    # a manifest naming files outside the bundle is refused before anything is written
+    manifest = manifest_of(bundles["tflite"])
+    for evil in ("../escaped.txt", "/etc/passwd", "sub/dir.bin", "..\\x"):
+        manifest["model_files"][0]["path"] = evil
+        with pytest.raises(BundleError, match="plain file name"):
+            req.call(MsgType.COMMIT, {"manifest": manifest, "name": "escape"})
     assert not (tcp_agent.workdir / "escaped.txt").exists()
     assert not (tcp_agent.workdir.parent / "escaped.txt").exists()
+    # a manifest whose files were never uploaded cannot be committed
+    manifest = manifest_of(bundles["tflite"])
+    manifest["model_files"][0]["sha256"] = "ab" * 32
+    with pytest.raises(BundleError, match="not uploaded"):
+        req.call(MsgType.COMMIT, {"manifest": manifest, "name": "ghost"})
     names = {b["bundle_id"] for b in req.call(MsgType.STATUS, {}).header["bundles"]}
-    assert not any(n.startswith(("escape", "symlink")) for n in names)
+    assert not any(n.startswith(("escape", "ghost")) for n in names)
     req.link.close()
 
 
@@ -155,28 +160,29 @@ def test_corrupt_upload_and_tampered_bundles_are_never_loaded(
 ) -> None:
     req = raw(tcp_agent)
     hello(req)
-    good = models.tflite_bundle(tmp_path / "good", archive=True).read_bytes()
-    sha = hashlib.sha256(good).hexdigest()
-    req.call(MsgType.PUT_BEGIN, {"sha256": sha, "size": len(good), "name": "corrupt"})
-    bad = bytearray(good)
+    good = models.tflite_bundle(tmp_path / "good")
+    data = (good / "model.tflite").read_bytes()
+    sha = hashlib.sha256(data).hexdigest()
+    req.call(MsgType.PUT_BEGIN, {"sha256": sha, "size": len(data)})
+    bad = bytearray(data)
     bad[len(bad) // 2] ^= 0xFF
     req.call(MsgType.PUT_CHUNK, payload=encode_message({"upload": sha, "offset": 0}, [bytes(bad)]))
     with pytest.raises(BundleError, match="sha256 .* does not match"):
         req.call(MsgType.PUT_END, {"upload": sha})
     status = req.call(MsgType.STATUS, {}).header
-    assert status["uploads"] == [] and not any(
-        b["bundle_id"].startswith("corrupt") for b in status["bundles"]
-    )
+    assert status["uploads"] == [] and sha not in {b["sha256"] for b in status["files"]}
+    with pytest.raises(BundleError, match="not uploaded"):
+        req.call(MsgType.COMMIT, {"manifest": manifest_of(good), "name": "corrupt"})
     # a bundle whose model no longer matches its manifest is refused at upload
     tampered = models.tflite_bundle(tmp_path / "tampered")
     model = tampered / "model.tflite"
-    data = bytearray(model.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    model.write_bytes(bytes(data))
-    with pytest.raises(BundleError, match="sha256|tampered"), connect(tcp_agent.url()) as client:
+    data2 = bytearray(model.read_bytes())
+    data2[len(data2) // 2] ^= 0x01
+    model.write_bytes(bytes(data2))
+    with pytest.raises(BundleError, match="tampered"), connect(tcp_agent.url()) as client:
         client.put_bundle(tampered)
     # and a stored bundle modified on the device is refused at LOAD
-    bundle_id = put_raw(req, good, name="ondisk")
+    bundle_id = upload_raw(req, good, name="ondisk")
     stored = tcp_agent.workdir.resolve() / "bundles" / bundle_id / "model.tflite"
     stored.write_bytes(stored.read_bytes() + b"\x01")
     with pytest.raises(BundleError, match="tampered"):
@@ -190,14 +196,13 @@ def test_quota(tmp_path: Path) -> None:
         req = raw(agent)
         hello(req)
         with pytest.raises(RemoteError, match="quota_exceeded"):
-            req.call(MsgType.PUT_BEGIN, {"sha256": "a" * 64, "size": 2 * 1024 * 1024, "name": "big"})
-        # a small archive that unpacks beyond the quota is refused before unpacking
-        bomb = tar_bytes([(tarfile.TarInfo("b/zeros.bin"), bytes(3 * 1024 * 1024))])
-        assert len(bomb) < 64 * 1024
+            req.call(MsgType.PUT_BEGIN, {"sha256": "a" * 64, "size": 2 * 1024 * 1024})
+        # files that fit one by one but not together
+        put_raw(req, bytes(700 * 1024))
         with pytest.raises(RemoteError, match="quota_exceeded"):
-            put_raw(req, bomb, name="bomb")
+            put_raw(req, b"\x01" * (400 * 1024))
         status = req.call(MsgType.STATUS, {}).header
-        assert status["bundles"] == [] and status["uploads"] == [] and status["used"] == 0
+        assert status["bundles"] == [] and status["uploads"] == [] and status["used"] == 700 * 1024
         req.link.close()
     finally:
         stop(agent.proc)
