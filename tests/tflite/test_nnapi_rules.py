@@ -23,7 +23,7 @@ from edgekit.targets.tflite.nnapi import (
     rule,
 )
 from rich.console import Console
-from tfl_builder import TflBuilder, options
+from tfl_builder import TflBuilder, one_op, options
 
 RNG = np.random.default_rng(0)
 
@@ -659,33 +659,6 @@ def test_shared_squeezenet_int8_is_fully_integer_and_delegated():
 
 
 # --- one-op models: the lowest feature level at which the delegate takes each op ------------------
-
-Q = {"scale": 0.05, "zero_point": 2}  # per-tensor int8/uint8 quantization of activations
-
-
-def one_op(op, inputs, outputs, opts=None, version=1, dtype="float32", quant=None):
-    """A model of a single op. ``inputs``: shapes (graph inputs, ``dtype``) or arrays (constants);
-    ``outputs``: shapes, or (shape, dtype) pairs."""
-    b = TflBuilder()
-    q = Q if quant is None and dtype in ("int8", "uint8") else (quant or {})
-    ins = []
-    for i, spec in enumerate(inputs):
-        if isinstance(spec, np.ndarray):
-            ins.append(
-                b.tensor(
-                    f"c{i}", spec.shape, str(spec.dtype), data=spec, **(q if spec.dtype == dtype else {})
-                )
-            )
-        else:
-            ins.append(b.input(f"x{i}", spec, dtype, **q))
-    outs = []
-    for i, spec in enumerate(outputs):
-        shape, odtype = spec if isinstance(spec, tuple) else (spec, dtype)
-        outs.append(
-            b.output(b.tensor(f"y{i}", shape, odtype, **((q or Q) if odtype in ("int8", "uint8") else {})))
-        )
-    b.op(op, ins, outs, opts, version=version)
-    return b.build()
 
 
 def f32(*values, shape=None):
