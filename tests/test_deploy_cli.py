@@ -182,3 +182,36 @@ def test_console_script(tmp_path: Path, models: dict[str, Path]) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     assert read_bundle(tmp_path / "intel-vpu").manifest.target == "intel-vpu"
+
+
+def test_several_targets_each_get_their_activation_dtype(
+    tmp_path: Path, models: dict[str, Path], capsys
+) -> None:
+    code, out, err = deploy(
+        capsys, str(models["float"]), "-t", "arm-cpu", "-t", "intel-vpu", "-o", str(tmp_path),
+        "--calib", str(models["calib"]),
+    )  # fmt: skip
+    assert code == 0, err
+    assert "quantizing for int8 activations" in out and "quantizing for uint8 activations" in out
+    arm, vpu = read_bundle(tmp_path / "arm-cpu").manifest, read_bundle(tmp_path / "intel-vpu").manifest
+    assert (arm.runtime, vpu.runtime) == ("tflite", "openvino")
+    assert arm.provenance["quantization"]["activations"] == "int8"
+    assert vpu.provenance["quantization"]["activations"] == "uint8"
+    assert arm.provenance["source_sha256"] == vpu.provenance["source_sha256"]
+
+
+def test_one_failing_target_does_not_stop_the_others(tmp_path: Path, capsys) -> None:
+    model = tiny_cnn()
+    head = next(n for n in model.graph.node if n.op_type == "Softmax")
+    head.op_type = "Softplus"  # OpenVINO takes it; the TFLite converter has no Softplus
+    del head.attribute[:]
+    path = tmp_path / "softplus.onnx"
+    onnx.save(model, path)
+    out_dir = tmp_path / "out"
+    code, out, err = deploy(capsys, str(path), "-t", "arm-cpu", "-t", "intel-vpu", "-o", str(out_dir))
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("✗ arm-cpu: ") and "Softplus" in lines[0]
+    assert lines[-1] == "error: 1 of 2 targets failed (arm-cpu)"
+    assert "✓ intel-vpu" in out
+    assert sorted(p.name for p in out_dir.iterdir()) == ["intel-vpu"]

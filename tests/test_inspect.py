@@ -167,3 +167,16 @@ def test_console_script_exit_code(tmp_path: Path) -> None:
     proc = run_cli("inspect", str(tmp_path / "missing.onnx"))
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip() == f"error: model file not found: {tmp_path / 'missing.onnx'}"
+
+
+def test_every_registered_target_is_checked(tmp_path: Path) -> None:
+    from edgekit.targets.base import target_names
+
+    path = tmp_path / "det.onnx"
+    onnx.save(with_unsupported_op(tiny_cnn()), path)
+    result = inspect_model(path)
+    assert [r.target for r in result.targets] == target_names() and len(target_names()) >= 3
+    for report in result.targets:
+        det = report.op("Det")
+        assert det is not None and not det.supported and det.reasons, report.target
+        assert report.op("Conv").supported, report.target
