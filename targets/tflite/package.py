@@ -41,7 +41,12 @@ def check_model(model: ir.Model, target: str, convert_options: ConvertOptions) -
             message = f"input has a dynamic shape {value.shape}; pass --input-shape {value.name}=D0,D1,..."
             problems.append(Problem("error", None, value.name, message))
     opset = model.opset_imports.get("", 0)
+    constant = {v.name for v in model.graph.initializers.values()}
     for node in model.graph:
+        inputs = [v.name for v in node.inputs if v is not None and v.name]
+        if node.op_type in ("Constant", "Shape", "Size") or (inputs and all(n in constant for n in inputs)):
+            constant.update(v.name for v in node.outputs)  # folded to a constant by the converter
+            continue
         try:
             lookup(node, opset, target)
         except UnsupportedOpError:

@@ -178,3 +178,22 @@ def test_deploy_cli(float_model, tmp_path) -> None:
     assert "Traceback" not in done.stderr and done.stderr.strip().startswith("error:")
     assert "Det" in done.stderr
     assert not (out2 / "arm-cpu").exists()
+
+
+def test_check_accepts_ops_that_fold_to_constants() -> None:
+    """Shape sub-graphs (and ops the converter only meets with constant inputs) are not problems."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node(
+            "ConstantOfShape", ["shape"], ["ones"], value=onnx.numpy_helper.from_array(np.ones(1, np.float32))
+        ),
+        helper.make_node("Add", ["x", "ones"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 3])],
+    )
+    model = ir.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]))
+    assert get_target("arm-cpu").check(model) == []
