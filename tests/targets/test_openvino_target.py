@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -337,3 +338,43 @@ def test_fake_quantize_merged_by_openvino_is_reported(tmp_path: Path) -> None:
     assert report["qdq_pairs"] == report["fake_quantize"] == len(pairs)
     assert 0 < report["fake_quantize_in_ir"] < len(pairs)
     assert report["int8_compute_layers"] == report["compute_layers"] == 3
+
+
+@pytest.mark.shared
+@pytest.mark.skipif(
+    os.environ.get("EDGEKIT_SHARED") != "1", reason="needs ../shared; opt in with EDGEKIT_SHARED=1"
+)
+def test_shared_squeezenet_fp16_and_int8(tmp_path: Path) -> None:
+    """The issue's figures on a slice of the shared images (the full run: benchmarks/openvino_figures.py)."""
+    from edgekit import QuantizeOptions, quantize_model
+    from edgekit.data import ImagePreprocess, input_specs, open_dataset
+    from edgekit.model import load_model
+
+    shared = Path(__file__).resolve().parents[3] / "shared"
+    source = shared / "models" / "squeezenet1.1-fp32.onnx"
+    model = load_model(source)
+    pre = ImagePreprocess(size=(224, 224), color="BGR", mean=(104.0, 117.0, 123.0))
+    images = list(open_dataset(shared / "data" / "imagenet-sample-200", input_specs(model), pre, limit=40))
+    target = get_target("intel-vpu")
+    fp16 = target.package(model, tmp_path / "fp16", PackageOptions(verify_samples=(images[0].inputs,)))
+    qdq = quantize_model(source, images[:20], options=QuantizeOptions(activations="uint8", samples=20)).model
+    int8 = target.package(
+        prepared(qdq), tmp_path / "int8", PackageOptions(verify_samples=(images[0].inputs,))
+    )
+    onnx_size = source.stat().st_size
+    assert (fp16 / "model.bin").stat().st_size <= 0.52 * onnx_size
+    assert (int8 / "model.bin").stat().st_size <= 0.3 * onnx_size
+    ref = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"])
+    fp16_ir, int8_ir = ov_compile(fp16), ov_compile(int8)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # exact QDQ rounding
+    qdq_ref = ort.InferenceSession(qdq.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    agree = 0
+    for s in images:
+        probs = ref.run(None, s.inputs)[0]
+        assert np.abs(fp16_ir(s.inputs)[fp16_ir.output(0)] - probs).max() <= 1e-2
+        q = qdq_ref.run(None, s.inputs)[0].ravel()
+        agree += int(q[int8_ir(s.inputs)[int8_ir.output(0)].argmax()] == q.max())  # ties at 1/256 count
+    assert agree >= 0.95 * len(images)  # 99.0 % on all 200 (docs/benchmarks.md)
+    report = read_bundle(int8).manifest.verification["int8"]
+    assert report["fake_quantize"] == report["qdq_pairs"] == 42 and report["int8_compute_layers"] == 26
