@@ -47,6 +47,15 @@ class Statistics:
     minmax: dict[str, MinMax]
     histograms: dict[str, Histogram]
     samples: int
+    #: Per-channel means of every observed tensor (axis 1 of N-D tensors, the last axis of 2-D ones).
+    means: dict[str, np.ndarray]
+
+
+def channel_sum(array: np.ndarray) -> np.ndarray:
+    axis = 1 if array.ndim >= 3 else array.ndim - 1
+    return array.sum(axis=tuple(i for i in range(array.ndim) if i != axis), dtype=np.float64) / (
+        array.size / array.shape[axis]
+    )
 
 
 def collect_statistics(
@@ -60,9 +69,10 @@ def collect_statistics(
     from edgekit.runtime import HostRunner
 
     graph_inputs = {v.name for v in model.graph.inputs}
-    captured = [n for n in plan.activations if n not in graph_inputs]
+    observed_names = [n for n in plan.activations if n not in plan.derived]
+    captured = [n for n in observed_names if n not in graph_inputs]
     runner = HostRunner(ir.to_proto(model), extra_outputs=captured)
-    minmax = {name: MinMax() for name in plan.activations}
+    minmax = {name: MinMax() for name in observed_names}
 
     seen = [0]
 
@@ -70,22 +80,26 @@ def collect_statistics(
         seen[0] = 0
         total = min(options.samples, _length(dataset, options.samples))
         for sample in track(islice(iter(dataset), options.samples), description, total):
-            outputs = runner.run(sample.inputs)
+            outputs = runner.run(sample.inputs, copy=False)  # consumed before the next run
             seen[0] += 1
-            for name in plan.activations:
+            for name in observed_names:
                 yield name, (sample.inputs[name] if name in graph_inputs else outputs[name])
         if seen[0] == 0:
             raise DataError("the calibration data set is empty")
 
+    sums: dict[str, np.ndarray] = {}
     for name, array in observed("calibrating (ranges)"):
         minmax[name].update(array)
+        if options.bias_correction and array.ndim >= 1:
+            sums[name] = sums.get(name, 0.0) + channel_sum(array)
     samples = seen[0]
+    means = {name: total / samples for name, total in sums.items()}
     histograms: dict[str, Histogram] = {}
     if options.method != "minmax":
         histograms = {name: Histogram(mm, options.bins) for name, mm in minmax.items()}
         for name, array in observed(f"calibrating ({options.method} histograms)"):
             histograms[name].update(array)
-    return Statistics(minmax, histograms, samples)
+    return Statistics(minmax, histograms, samples, means)
 
 
 def _length(dataset: Iterable, default: int) -> int:
@@ -119,6 +133,8 @@ def choose_params(
     nodes = {n.name: n for n in model.graph}
     ranges: dict[str, tuple[float, float]] = {}
     for name in plan.activations:
+        if name in plan.derived:
+            continue
         mm = stats.minmax[name]
         if mm.count == 0:
             raise DataError(f"tensor {name!r} was never observed during calibration")
@@ -127,15 +143,19 @@ def choose_params(
         array = nodes[node_name].inputs[index].const_value.numpy()
         ranges[constant_key(node_name, index)] = (float(array.min()), float(array.max()))
     for key, (_, _, source) in plan.requant.items():
-        ranges[key] = ranges[source]
+        # The requantized tensor has a fixed range (that is why it is requantized): its int8 grid's span.
+        scale, zp = plan.fixed_of(plan.group(source)) or (None, None)
+        ranges[key] = ranges[source] if scale is None else ((-128 - zp) * scale, (127 - zp) * scale)
     params: dict[str, QParams] = {}
     for root, members in plan.members().items():
         fixed = plan.fixed_of(root)
         if fixed is not None:
             p = fixed_params(fixed, options.activations)
         else:
-            lo = min(ranges[m][0] for m in members)
-            hi = max(ranges[m][1] for m in members)
+            observed = [ranges[m] for m in members if m in ranges]
+            assert observed, f"scale group {root} has no observed member"
+            lo = min(r[0] for r in observed)
+            hi = max(r[1] for r in observed)
             p = params_for_range(lo, hi, options.activations)
         for m in members:
             params[m] = p

@@ -24,6 +24,8 @@ class QuantizeOptions:
     bins: int = 2048
     #: Correct the per-channel mean shift that weight quantization causes, on the calibration data.
     bias_correction: bool = False
+    #: Per-channel weights for Gemm/MatMul too (False for NNAPI, whose FULLY_CONNECTED takes one weight scale).
+    dense_per_channel: bool = True
     #: Node names kept in float.
     exclude: frozenset[str] = field(default_factory=frozenset)
 
@@ -44,7 +46,8 @@ class QuantizeOptions:
     def to_json(self) -> dict:
         return {
             "activations": self.activations,
-            "weights": "int8 symmetric per-channel",
+            "weights": "int8 symmetric per-channel"
+            + ("" if self.dense_per_channel else " (Gemm/MatMul per-tensor)"),
             "method": self.method,
             "samples": self.samples,
             "percentile": self.percentile if self.method == "percentile" else None,

@@ -5,6 +5,7 @@
 3. params     choose scales and zero points per scale group (method: minmax / percentile / entropy / mse)
 4. weights    int8 per-channel weights, int32 biases, int8 constants (QuantizeWeightsPass)
 5. activations QuantizeLinear -> DequantizeLinear after every planned tensor (InsertActivationQDQPass)
+   (bias correction, an option: each bias absorbs (W - W_int8) E[x], the mean shift weight rounding causes)
 6. tidy       topological order, shape inference, opset 19, onnx.checker
 """
 
@@ -61,7 +62,9 @@ def quantize(
     activations = InsertActivationQDQPass(plan, params)
     passes = ir.passes.PassManager(
         [
-            QuantizeWeightsPass(plan, params),
+            QuantizeWeightsPass(
+                plan, params, stats.means if options.bias_correction else None, options.dense_per_channel
+            ),
             activations,
             RemoveUnusedNodesPass(),
             TopologicalSortPass(),

@@ -48,6 +48,9 @@ class QuantPlan:
     #: Inputs of multi-input same-scale ops (Concat, Max, Min) whose tensor has a fixed range of its own: they
     #: are requantized to the op's shared scale. key -> (node, input index, source tensor).
     requant: dict[str, tuple[str, int, str]] = field(default_factory=dict)
+    #: Tensors whose range never exceeds that of their scale group's other members (outputs of pooling, reshapes,
+    #: Concat, ...): calibration need not observe them.
+    derived: set[str] = field(default_factory=set)
 
     def group(self, name: str) -> str:
         root = name
@@ -99,6 +102,16 @@ def _is_fusable_activation(node: ir.Node) -> bool:
         # The fused activations TFLite has: RELU (0, inf), RELU6 (0, 6), RELU_N1_TO_1 (-1, 1).
         return (lo, hi) in {(0.0, np.inf), (0.0, 6.0), (-1.0, 1.0)}
     return False
+
+
+def _range_preserving(node: ir.Node) -> bool:
+    """The op's output values lie within [min(input), max(input)] widened to 0 (all same-scale single-input ops:
+    they move, pick, average or interpolate values), except Pad with a non-zero constant."""
+    if node.op_type == "Pad":
+        value = const_array(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] is not None else None
+        mode = attr(node, "mode", "constant")
+        return mode != "constant" or value is None or not np.any(value)
+    return True
 
 
 def make_plan(model: ir.Model, exclude: frozenset[str] = frozenset()) -> QuantPlan:
@@ -175,8 +188,12 @@ def make_plan(model: ir.Model, exclude: frozenset[str] = frozenset()) -> QuantPl
                     plan.requant[key] = (node.name, i, name)
                     name = key
                 plan.union(out, name)
+            if node.op_type == "Concat":
+                plan.derived.add(out)  # the union of its inputs
         elif rule.same_scale:
             # Single data input: the output inherits the input's scale (and a fixed range with it).
             for out in outputs:
                 plan.union(members[0], out.name)
+                if _range_preserving(node):
+                    plan.derived.add(out.name)
     return plan

@@ -22,8 +22,14 @@ log = logging.getLogger("edgekit")
 _INT32 = np.iinfo(np.int32)
 
 
-def quantize_weight(weight: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric per-channel int8 in [-127, 127] (TFLite's weight range): (int8 values, float32 scales)."""
+def quantize_weight(weight: np.ndarray, axis: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric per-channel int8 in [-127, 127] (TFLite's weight range): (int8 values, float32 scales).
+    ``axis=None`` gives one scale for the whole tensor (a 0-d scale array)."""
+    if axis is None:
+        absmax = float(np.abs(weight).max(initial=0.0))
+        scale = np.float32(absmax / 127.0 if absmax > 0 else 1.0)
+        q = np.clip(np.round(weight / np.float64(scale)), -127, 127).astype(np.int8)
+        return q, np.asarray(scale, np.float32)
     moved = np.moveaxis(weight.astype(np.float64), axis, 0).reshape(weight.shape[axis], -1)
     absmax = np.abs(moved).max(axis=1)
     scales = np.where(absmax > 0, absmax / 127.0, 1.0).astype(np.float32)
@@ -47,10 +53,41 @@ def _np_qdtype(dtype: str) -> type:
     return np.int8 if dtype == "int8" else np.uint8
 
 
+def weight_error_shift(
+    node: ir.Node, weight: np.ndarray, dequantized: np.ndarray, mean: np.ndarray
+) -> np.ndarray | None:
+    """``(W - W_int8) E[x]`` per output channel: the mean output shift that weight rounding causes (Nagel et al.,
+    "Data-free quantization", bias correction), from the input's per-channel mean on the calibration data."""
+    error = weight.astype(np.float64) - dequantized
+    if node.op_type == "Conv":
+        groups = node.attributes["group"].value if "group" in node.attributes else 1
+        out_ch, in_per_group = error.shape[:2]
+        if mean.shape != (in_per_group * groups,):
+            return None
+        per_group = out_ch // groups
+        means = mean.reshape(groups, in_per_group)[np.arange(out_ch) // per_group]  # [O, I/g]
+        return np.einsum("oik,oi->o", error.reshape(out_ch, in_per_group, -1), means)
+    if node.op_type == "Gemm" and error.ndim == 2:
+        trans_b = node.attributes["transB"].value if "transB" in node.attributes else 0
+        w = error if trans_b else error.T  # [O, I]
+        return w @ mean if mean.shape == (w.shape[1],) else None
+    return None
+
+
 class QuantizeWeightsPass(ir.passes.InPlacePass):
-    def __init__(self, plan: QuantPlan, params: dict[str, QParams]):
+    def __init__(
+        self,
+        plan: QuantPlan,
+        params: dict[str, QParams],
+        input_means: dict[str, np.ndarray] | None = None,
+        dense_per_channel: bool = True,
+    ):
         super().__init__()
         self.plan, self.params = plan, params
+        #: False: Gemm/MatMul weights get one scale (NNAPI's FULLY_CONNECTED takes no per-channel weights).
+        self.dense_per_channel = dense_per_channel
+        #: With per-channel input means (from calibration), biases absorb the weight-rounding shift.
+        self.input_means = input_means
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph = model.graph
@@ -74,7 +111,8 @@ class QuantizeWeightsPass(ir.passes.InPlacePass):
     def _weight(self, graph: ir.Graph, names: NameScope, node: ir.Node, spec: WeightSpec) -> None:
         weight_value = node.inputs[spec.weight_index]
         weight = weight_value.const_value.numpy()
-        q, scales = quantize_weight(weight, spec.axis)
+        axis = spec.axis if self.dense_per_channel or node.op_type not in ("Gemm", "MatMul") else None
+        q, scales = quantize_weight(weight, axis)
         dq = self._dq(
             graph,
             names,
@@ -83,7 +121,7 @@ class QuantizeWeightsPass(ir.passes.InPlacePass):
             q,
             scales,
             np.zeros(scales.shape, np.int8),
-            spec.axis,
+            axis,
         )
         node.replace_input_with(spec.weight_index, dq)
         if spec.bias_index is None:
@@ -91,7 +129,19 @@ class QuantizeWeightsPass(ir.passes.InPlacePass):
         bias_value = node.inputs[spec.bias_index]
         bias = bias_value.const_value.numpy().reshape(-1)
         input_scale = self.params[spec.input_tensor].scale
-        bias = np.broadcast_to(bias, scales.shape)
+        bias = np.broadcast_to(bias, (weight.shape[spec.axis],)).astype(np.float64)
+        if self.input_means is not None and spec.input_tensor in self.input_means:
+            shape = [1] * weight.ndim
+            if axis is not None:
+                shape[axis] = -1
+            shift = weight_error_shift(
+                node,
+                weight,
+                q * scales.reshape(shape).astype(np.float64),
+                self.input_means[spec.input_tensor],
+            )
+            if shift is not None:
+                bias = bias + shift
         qb, bias_scales = quantize_bias(bias, input_scale, scales)
         dqb = self._dq(
             graph,
@@ -100,7 +150,7 @@ class QuantizeWeightsPass(ir.passes.InPlacePass):
             f"{bias_value.name}_{node.name}",
             qb,
             bias_scales,
-            np.zeros(scales.shape, np.int32),
+            np.zeros(bias_scales.shape, np.int32),
             0,
         )
         node.replace_input_with(spec.bias_index, dqb)

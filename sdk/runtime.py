@@ -82,7 +82,9 @@ class HostRunner:
             if i.name not in initializers
         }
 
-    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, feeds: Mapping[str, np.ndarray], *, copy: bool = True) -> dict[str, np.ndarray]:
+        """Run one inference. With ``copy=False`` the arrays are views of the runtime's buffers, valid only until
+        the next call."""
         missing = [n for n in self.input_names if n not in feeds]
         if missing:
             raise DataError(f"missing input(s) {missing}; the model's inputs are {self.input_names}")
@@ -97,5 +99,5 @@ class HostRunner:
             port = self._outputs.get(name)
             if port is None:
                 raise ModelError(f"OpenVINO dropped output {name!r} of the compiled model")
-            out[name] = np.array(results[port], copy=True)
+            out[name] = np.array(results[port], copy=True) if copy else results[port]
         return out

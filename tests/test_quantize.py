@@ -291,3 +291,41 @@ def test_already_quantized_model_is_rejected():
 def test_options_are_validated(field, value, message):
     with pytest.raises(QuantizationError, match=message):
         QuantizeOptions(**{field: value})
+
+
+def test_dense_weights_can_be_per_tensor_for_nnapi():
+    source = rename_input(mnist_like(opset=8), "x")
+    _, q = quantize_proto(source, samples((1, 1, 12, 12), n=8), dense_per_channel=False)
+    proto = q.proto()
+    init = initializers(proto)
+    gemm = next(n for n in proto.graph.node if n.op_type == "Gemm")
+    conv = next(n for n in proto.graph.node if n.op_type == "Conv")
+    w_dq = next(n for n in proto.graph.node if n.output[0] == gemm.input[1])
+    c_dq = next(n for n in proto.graph.node if n.output[0] == conv.input[1])
+    assert init[w_dq.input[1]].shape == () and not any(a.name == "axis" for a in w_dq.attribute)
+    assert init[c_dq.input[1]].shape == (4,)  # convolutions stay per-channel
+    sess = ort_session(proto)
+    base = ort_session(source)
+    for sample in samples((1, 1, 12, 12), n=3, seed=5):
+        got, expected = sess.run(None, sample.inputs)[0], base.run(None, sample.inputs)[0]
+        assert np.abs(got - expected).max() < 0.05 * np.abs(expected).max()
+
+
+def test_bias_correction_removes_the_mean_shift_of_weight_rounding():
+    # Coarse weights make the rounding shift visible: a 1x1 conv whose weights all round the same way.
+    source = rename_input(squeezenet_like(opset=7), "x")
+    data = samples((1, 3, 33, 33), n=24)
+    fp32, plain = quantize_proto(source, data)
+    _, corrected = quantize_proto(source, data, bias_correction=True)
+    base, a, b = ort_session(to_proto(fp32)), ort_session(plain.proto()), ort_session(corrected.proto())
+    err_plain = err_corrected = 0.0
+    for sample in samples((1, 3, 33, 33), n=8, seed=11):
+        ref = base.run(None, sample.inputs)[0]
+        err_plain += float(np.abs(a.run(None, sample.inputs)[0] - ref).mean())
+        err_corrected += float(np.abs(b.run(None, sample.inputs)[0] - ref).mean())
+    assert err_corrected <= err_plain * 1.05  # never meaningfully worse
+    # and the biases really changed
+    pb = initializers(plain.proto())
+    cb = initializers(corrected.proto())
+    changed = [k for k, v in pb.items() if v.dtype == np.int32 and not np.array_equal(v, cb[k])]
+    assert changed

@@ -1,0 +1,260 @@
+"""edgekit quantize vs onnxruntime's quantize_static on the same model and data, in one run.
+
+    python benchmarks/quantize_vs_ort.py [--shared ../shared] [--methods minmax,percentile,entropy,mse]
+
+Each quantizer runs in its own subprocess so that wall time and peak RSS are its own. onnxruntime runs as its
+documentation says: ``quant_pre_process`` then ``quantize_static`` (QDQ, per-channel int8 weights, int8
+activations, MinMax). Both QDQ models are then evaluated by the same runtime (onnxruntime CPU) on the same
+evaluation data against the fp32 model: top-1, its drop, and top-1 agreement with fp32.
+
+Jobs: SqueezeNet 1.1 (opset 7) calibrated on 100 of the 200 shared ImageNet photos and evaluated on all 200;
+MNIST-8 (opset 8) calibrated on 200 MNIST test images and evaluated on all 10,000. When onnxruntime fails on a
+model as given (it does on both), it is run again on the opset-19 model that edgekit's loader produces, so the
+figures still compare like with like.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+SQUEEZENET_PRE = {"size": [224, 224], "color": "BGR", "mean": [104.0, 117.0, 123.0], "layout": "NCHW"}
+
+
+# ------------------------------------------------------------------------------------------ workers
+
+
+def worker_ours(args: argparse.Namespace) -> dict:
+    import edgekit
+    from edgekit.data import ImagePreprocess
+
+    pre = ImagePreprocess.from_json(args.preprocess) if args.preprocess else None
+    options = edgekit.QuantizeOptions(method=args.method, samples=args.samples, activations="int8")
+    start = time.perf_counter()
+    result = edgekit.quantize_model(args.model, args.calib, options=options, output=args.out, preprocess=pre)
+    return {
+        "seconds": time.perf_counter() - start,
+        "float_ops": len(result.report["quantization"]["float_ops"]),
+    }
+
+
+class _Reader:
+    """onnxruntime's CalibrationDataReader over edgekit's streamed data set (the same samples)."""
+
+    def __init__(self, model: str, calib: str, preprocess: str | None, samples: int):
+        from edgekit.data import ImagePreprocess, input_specs, open_dataset
+        from edgekit.model import load_model
+
+        pre = ImagePreprocess.from_json(preprocess) if preprocess else None
+        self.it = iter(open_dataset(calib, input_specs(load_model(model)), pre, limit=samples))
+
+    def get_next(self):
+        sample = next(self.it, None)
+        return None if sample is None else sample.inputs
+
+    def rewind(self):  # pragma: no cover - newer onnxruntime calls it for some methods
+        pass
+
+
+def worker_ort(args: argparse.Namespace) -> dict:
+    import onnx
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    methods = {
+        "minmax": CalibrationMethod.MinMax,
+        "percentile": CalibrationMethod.Percentile,
+        "entropy": CalibrationMethod.Entropy,
+    }
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        pre = str(Path(tmp, "pre.onnx"))
+        quant_pre_process(args.model, pre)
+        quantize_static(
+            pre,
+            args.out,
+            _Reader(args.model, args.calib, args.preprocess, args.samples),
+            quant_format=QuantFormat.QDQ,
+            per_channel=True,
+            activation_type=QuantType.QInt8,
+            weight_type=QuantType.QInt8,
+            calibrate_method=methods[args.method],
+        )
+    seconds = time.perf_counter() - start
+    onnx.checker.check_model(onnx.load(args.out), full_check=True)
+    return {"seconds": seconds}
+
+
+def run_worker(
+    kind: str, model: Path, calib: Path, out: Path, method: str, samples: int, pre: dict | None
+) -> dict:
+    cmd = [sys.executable, __file__, "--worker", kind, "--model", str(model), "--calib", str(calib),
+           "--out", str(out), "--method", method, "--samples", str(samples)]  # fmt: skip
+    if pre:
+        cmd += ["--preprocess", json.dumps(pre)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        return {"ok": False, "error": tail[:200]}
+    return {"ok": True, **json.loads(lines[-1])}
+
+
+def worker_main(args: argparse.Namespace) -> None:
+    result = worker_ours(args) if args.worker == "ours" else worker_ort(args)
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(result))
+
+
+# ------------------------------------------------------------------------------------------- evaluation
+
+
+def evaluate(fp32: Path, candidates: dict[str, Path], data: Path, pre: dict | None) -> dict[str, dict]:
+    """top-1 (with labels), drop, agreement with fp32, all run by onnxruntime CPU."""
+    import onnxruntime as ort
+    from edgekit.data import ImagePreprocess, input_specs, open_dataset
+    from edgekit.model import load_model
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    sessions = {"fp32": ort.InferenceSession(str(fp32), opts)}
+    sessions.update({k: ort.InferenceSession(str(p), opts) for k, p in candidates.items()})
+    dataset = open_dataset(
+        data, input_specs(load_model(fp32)), ImagePreprocess.from_json(pre) if pre else None
+    )
+    correct = dict.fromkeys(sessions, 0)
+    agree = dict.fromkeys(sessions, 0)
+    n = 0
+    for sample in dataset:
+        preds = {k: int(np.argmax(s.run(None, sample.inputs)[0])) for k, s in sessions.items()}
+        n += 1
+        for k, p in preds.items():
+            correct[k] += p == sample.label
+            agree[k] += p == preds["fp32"]
+    out = {}
+    for k in sessions:
+        out[k] = {
+            "top1": 100.0 * correct[k] / n,
+            "drop_pp": 100.0 * (correct["fp32"] - correct[k]) / n,
+            "agreement": 100.0 * agree[k] / n,
+            "samples": n,
+        }
+    return out
+
+
+# ------------------------------------------------------------------------------------------- jobs
+
+
+def mnist_npz(shared: Path, tmp: Path) -> tuple[Path, Path]:
+    def idx(name: str) -> np.ndarray:
+        with gzip.open(shared / "data" / "mnist" / name) as fh:
+            raw = fh.read()
+        dims = raw[3]
+        shape = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(dims)]
+        return np.frombuffer(raw, np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+    images = idx("t10k-images-idx3-ubyte.gz").astype(np.float32).reshape(-1, 1, 1, 28, 28)
+    labels = idx("t10k-labels-idx1-ubyte.gz").astype(np.int64)
+    calib, val = tmp / "mnist_calib.npz", tmp / "mnist_val.npz"
+    np.savez(calib, Input3=images[:200])
+    np.savez(val, Input3=images, labels=labels)
+    return calib, val
+
+
+def upgraded(model: Path, tmp: Path) -> Path:
+    """The opset-19 model edgekit's loader makes (a fair input for onnxruntime when it fails on the original)."""
+    from edgekit.model import load_model, save_model
+
+    out = tmp / (model.stem + ".opset19.onnx")
+    save_model(load_model(model), out)
+    return out
+
+
+def job(name: str, model: Path, calib: Path, val: Path, samples: int, pre, methods, tmp: Path) -> dict:
+    print(f"\n## {name}", flush=True)
+    ours = tmp / f"{name}.edgekit.onnx"
+    theirs = tmp / f"{name}.ort.onnx"
+    r_ours = run_worker("ours", model, calib, ours, "minmax", samples, pre)
+    r_ort = run_worker("ort", model, calib, theirs, "minmax", samples, pre)
+    result = {"edgekit": r_ours, "onnxruntime_as_given": dict(r_ort)}
+    if not r_ort["ok"]:
+        print(f"onnxruntime on the model as given: FAILED ({r_ort['error']}); retrying on the opset-19 model")
+        r_ort = run_worker("ort", upgraded(model, tmp), calib, theirs, "minmax", samples, pre)
+        result["onnxruntime_opset19"] = r_ort
+    fp32_size = model.stat().st_size
+    candidates = {"edgekit": ours}
+    if r_ort["ok"]:
+        candidates["onnxruntime"] = theirs
+    acc = evaluate(model, candidates, val, pre)
+    result["accuracy"] = acc
+    print(
+        f"{'':14}{'time s':>9}{'peak RSS MB':>13}{'size x fp32':>13}{'top-1 %':>9}{'drop pp':>9}{'agree %':>9}"
+    )
+    print(f"{'fp32':14}{'':9}{'':13}{1.0:13.3f}{acc['fp32']['top1']:9.2f}{'':9}{'':9}")
+    for k, r, path in (("edgekit", r_ours, ours), ("onnxruntime", r_ort, theirs)):
+        if not r.get("ok"):
+            print(f"{k:14} failed: {r.get('error')}")
+            continue
+        a = acc[k]
+        print(f"{k:14}{r['seconds']:9.2f}{r['peak_rss_mb']:13.0f}{path.stat().st_size / fp32_size:13.3f}"
+              f"{a['top1']:9.2f}{a['drop_pp']:9.2f}{a['agreement']:9.2f}")  # fmt: skip
+        result[k + "_size_ratio"] = path.stat().st_size / fp32_size
+    if r_ort.get("ok"):
+        print(f"time ratio edgekit / onnxruntime: {r_ours['seconds'] / r_ort['seconds']:.2f}")
+    if methods:
+        print("edgekit calibration methods (peak RSS, time, top-1 agreement via onnxruntime):")
+        result["methods"] = {}
+        for method in methods:
+            path = tmp / f"{name}.{method}.onnx"
+            r = run_worker("ours", model, calib, path, method, samples, pre)
+            if not r["ok"]:
+                print(f"  {method:11} failed: {r['error']}")
+                continue
+            a = evaluate(model, {method: path}, val, pre)[method]
+            result["methods"][method] = {**r, **a}
+            print(f"  {method:11} {r['peak_rss_mb']:6.0f} MB {r['seconds']:7.2f} s  top-1 {a['top1']:.2f} "
+                  f"drop {a['drop_pp']:.2f} pp  agreement {a['agreement']:.2f} %")  # fmt: skip
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[1].parent / "shared")
+    parser.add_argument("--methods", default="minmax,percentile,entropy,mse")
+    parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
+    parser.add_argument("--worker", choices=["ours", "ort"])
+    parser.add_argument("--model")
+    parser.add_argument("--calib")
+    parser.add_argument("--out")
+    parser.add_argument("--method", default="minmax")
+    parser.add_argument("--samples", type=int, default=100)
+    parser.add_argument("--preprocess")
+    args = parser.parse_args()
+    if args.worker:
+        worker_main(args)
+        return
+    shared = args.shared
+    methods = [m for m in args.methods.split(",") if m]
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="edgekit-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        images = shared / "data" / "imagenet-sample-200"
+        results["squeezenet"] = job("squeezenet1.1", shared / "models" / "squeezenet1.1-fp32.onnx", images,
+                                    images, 100, SQUEEZENET_PRE, methods, tmp)  # fmt: skip
+        calib, val = mnist_npz(shared, tmp)
+        results["mnist"] = job("mnist-8", shared / "models" / "mnist-8.onnx", calib, val, 200, None, [], tmp)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
