@@ -198,6 +198,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="256 kB serial uploads")
     parser.add_argument("--samples", type=int, default=20)
+    parser.add_argument("--only", choices=["serial", "tcp"], help="run one part")
+    parser.add_argument("--bauds", default="921600,115200")
     args = parser.parse_args()
     serial_size = (256 if args.quick else 1024) * 1024
     with tempfile.TemporaryDirectory() as tmp:
@@ -205,7 +207,7 @@ def main() -> None:
         small = make_bundle(work, "serial", serial_size)
         big = make_bundle(work, "tcp", 50 * 1024 * 1024)
         print(f"serial bundle {bundle_bytes(small)} bytes, tcp bundle {bundle_bytes(big)} bytes")
-        for baud in (921600, 115200):
+        for baud in [int(b) for b in args.bauds.split(",")] if args.only != "tcp" else []:
             r = serial_run(baud, small, work, args.samples)
             print(
                 f"serial {baud:>6} baud: upload {r['bytes']} B in {r['upload_s']:.1f} s = "
@@ -213,6 +215,8 @@ def main() -> None:
                 f"{r['infer_overhead_ms']:.1f} ms/sample (1 per call), {r['infer_overhead_batch32_ms']:.2f} ms/sample "
                 f"(32 per call); the sample's own bytes need {r['sample_wire_ms']:.2f} ms"
             )
+        if args.only == "serial":
+            return
         peer = raw_tcp_copy(big, work)
         r = tcp_run(big, work)
         print(

@@ -388,7 +388,14 @@ class Session:
                     continue
                 last = time.monotonic()
                 for frame in self.decoder.feed(data):
-                    self._on_frame(frame)
+                    try:
+                        self._on_frame(frame)
+                    except LinkError:
+                        raise
+                    except Exception as exc:  # a bug must not take the agent down: log, keep serving
+                        print(
+                            f"edgekit-agent: internal error on a frame: {exc!r}", file=sys.stderr, flush=True
+                        )
         except LinkError:
             reason = "closed"
         finally:

@@ -8,8 +8,8 @@ URLs::
     serial:///dev/ttyUSB0?baud=921600      a serial port (default baud 115200)
     tcp://host:7100?token=SECRET           TCP (default port 7100); the token when the agent has one
 
-Common query options: ``ack_timeout`` (s), ``retries``, ``chunk`` (upload chunk bytes), ``workdir``
-(local only). Example::
+Common query options: ``ack_timeout`` (s), ``retries``, ``chunk`` (upload chunk bytes), ``window``
+(upload chunks in flight, 1..4), ``workdir`` and ``agent`` (local only). Example::
 
     with connect("local") as agent:
         bundle_id = agent.put_bundle("out/arm-cpu")
@@ -185,7 +185,7 @@ class AgentClient:
             retries=int(_float(query, "retries", 8)),
         )
         self.chunk = int(_float(query, "chunk", 1 << 20 if isinstance(link, SocketLink) else 16 * 1024))
-        self.window = max(1, min(4, int(_float(query, "window", 3 if isinstance(link, SocketLink) else 1))))
+        self.window = max(1, min(4, int(_float(query, "window", 3 if isinstance(link, SocketLink) else 2))))
         self.requester = Requester(link, self.policy, DEFAULT_MAX_PAYLOAD)
         self.info: dict[str, Any] = {}
         self.loaded: dict[str, Any] | None = None
@@ -231,6 +231,7 @@ class AgentClient:
         max_payload = int(self.info.get("max_payload", DEFAULT_MAX_PAYLOAD))
         self.chunk = max(1024, min(self.chunk, max_payload - 4096))
         self.max_payload = max_payload
+        self.requester.decoder.max_payload = max(self.requester.decoder.max_payload, max_payload + 64 * 1024)
         return self.info
 
     def reconnect(self) -> None:

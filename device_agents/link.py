@@ -279,7 +279,9 @@ class Requester:
                 except StopIteration:
                     exhausted = True
                     break
-                st = self._start(msg_type, header, payload, base)
+                # a frame queued behind unacknowledged ones reaches the peer only after them
+                ahead = sum(o.frame_len for o in inflight.values() if not o.acked)
+                st = self._start(msg_type, header, payload, base, ahead)
                 inflight[st.seq] = st
                 order.append(st.seq)
             if order and order[0] in done:
@@ -316,7 +318,12 @@ class Requester:
                 st.deadline = time.monotonic() + base + 1.2 * sent * self.link.byte_time
 
     def _start(
-        self, msg_type: MsgType, header: dict[str, Any] | None, payload: Payload | None, base: float
+        self,
+        msg_type: MsgType,
+        header: dict[str, Any] | None,
+        payload: Payload | None,
+        base: float,
+        ahead: int = 0,
     ) -> _InFlight:
         if payload is None:
             parts: list[bytes | bytearray | memoryview] = message_parts(header or {})
@@ -329,7 +336,7 @@ class Requester:
         frame_len = sum(memoryview(p).nbytes for p in frame)
         st = _InFlight(seq, MsgType.name_of(msg_type), frame, frame_len, encode_frame(MsgType.POLL, seq))
         self.link.write_parts(frame)
-        st.deadline = time.monotonic() + base + 1.2 * frame_len * self.link.byte_time
+        st.deadline = time.monotonic() + base + 1.2 * (frame_len + ahead) * self.link.byte_time
         return st
 
     def _on_frame(

@@ -53,6 +53,7 @@ class _Pump:
         self.upstream = upstream
         self.rng = np.random.default_rng(seed)
         self.next_free = 0.0  # when the simulated line is free again
+        self.backlog = False  # data was waiting when the last piece went out
         self.rate = faults.baud / 10.0 if faults.baud else None
 
     def read_size(self) -> int:
@@ -89,9 +90,10 @@ class _Pump:
     def pace(self, n: int, stop: threading.Event) -> None:
         now = time.monotonic()
         if self.rate:
-            # a line that fell behind (thread wake-ups are late) catches up; only a real idle gap
-            # (> 20 ms without data) restarts the clock
-            start = now if now - self.next_free > 0.02 else self.next_free
+            # while data was already waiting when the previous piece went out, the line never
+            # idled: this piece follows it back to back (a late thread wake-up costs no line time);
+            # otherwise the line was idle and the piece starts when it was read
+            start = self.next_free if self.backlog else max(now, self.next_free)
             self.next_free = start + n / self.rate
             wait = self.next_free - now + self.faults.delay
         else:
@@ -134,6 +136,7 @@ def _pump(src: int, dst: int, pump: _Pump, stop: threading.Event, on_cut: object
                 break
             pump.pace(len(data), stop)
             _write_all(dst, mangle(data), stop)
+            pump.backlog = bool(select.select([src], [], [], 0)[0])
     except OSError:
         pass
     finally:
