@@ -27,7 +27,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="where bundles are stored (default ~/.edgekit-agent)",
     )
     parser.add_argument("--quota-mb", type=int, default=2048, help="storage quota in MiB (default 2048)")
-    parser.add_argument("--max-frame-mb", type=int, default=8, help="largest accepted frame payload in MiB")
+    parser.add_argument("--max-frame-mb", type=float, default=8, help="largest accepted frame payload in MiB")
     return parser.parse_args(argv)
 
 
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         options = AgentOptions(
             workdir=Path(args.workdir).expanduser(),
             quota_bytes=args.quota_mb * 1024 * 1024,
-            max_payload=args.max_frame_mb * 1024 * 1024,
+            max_payload=max(64 * 1024, int(args.max_frame_mb * 1024 * 1024)),
             token=args.token or None,
         )
         agent = Agent(options)

@@ -68,7 +68,9 @@ class LocalAgentLink(FdLink):
         self._slave = slave
         self._own_workdir = workdir is None
         self.workdir = Path(tempfile.mkdtemp(prefix="edgekit-agent-")) if workdir is None else Path(workdir)
-        self.log_path = self.workdir.parent / f".{self.workdir.name}.log"
+        log_fd, log_name = tempfile.mkstemp(prefix="edgekit-agent-", suffix=".log")
+        os.close(log_fd)
+        self.log_path = Path(log_name)
         cmd = list(agent_cmd or [sys.executable, "-m", "edgekit.device_agents"])
         cmd += ["--serial", os.ttyname(slave), "--baud", "921600", "--workdir", str(self.workdir)]
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - lives as long as the subprocess
@@ -452,8 +454,11 @@ def _to_samples(
     for spec, arr in zip(specs, arrays):  # noqa: B905 - equal lengths checked above; Python 3.9
         shape, dtype = tuple(spec["shape"]), np.dtype(spec["dtype"])
         if arr.dtype != dtype:
-            if arr.dtype.kind != dtype.kind and not (arr.dtype.kind in "iu" and dtype.kind in "iu"):
+            ints = arr.dtype.kind in "iu" and dtype.kind in "iu"
+            if arr.dtype.kind != dtype.kind and not ints:
                 raise InputError(f"input {spec['name']!r} is {arr.dtype}, the model takes {dtype}")
+            if ints and arr.size and (arr.min() < np.iinfo(dtype).min or arr.max() > np.iinfo(dtype).max):
+                raise InputError(f"input {spec['name']!r} has values outside the range of {dtype}")
             arr = arr.astype(dtype)
         if arr.shape == shape:
             modes.append("single")

@@ -108,3 +108,39 @@ def test_bad_requests_are_typed_errors_and_the_agent_keeps_serving(tcp_agent: Ag
         client.load(bundle_id)
         out, _ = client.infer({"a": np.ones((1, 4), np.float32), "b": np.ones((1, 4), np.float32)})
         assert out["sum"].tolist() == [[2, 2, 2, 2]]
+
+
+def test_large_batches_are_split_to_fit_the_agent_frame_limit(tmp_path, bundles) -> None:  # type: ignore[no-untyped-def]
+    from conftest import start_tcp_agent, stop
+
+    agent = start_tcp_agent(tmp_path / "work", "--max-frame-mb", "0.1")  # 100 KiB frames
+    try:
+        with connect(agent.url()) as client:
+            assert client.info["max_payload"] == 104857
+            client.load(client.put_bundle(bundles["tflite"]))
+            a = np.random.default_rng(4).standard_normal((5000, 4)).astype(np.float32)  # 80 kB per input
+            before = client.status()["counters"]["requests"]
+            out, times = client.infer({"a": a, "b": a})
+            np.testing.assert_array_equal(out["sum"], a + a)
+            assert len(times) == 5000
+            infers = client.status()["counters"]["requests"] - before - 1
+            assert infers >= 4  # 160 kB of inputs in frames of at most 100 kB less headroom
+    finally:
+        stop(agent.proc)
+
+
+def test_client_input_conversion() -> None:
+    from edgekit.device_agents.client import _to_samples
+
+    specs = [{"name": "q", "shape": [1, 3], "dtype": "int8"}]
+    stacked, mode = _to_samples({"q": np.array([[1, -2, 127]], np.int64)}, specs)
+    assert mode == "single" and stacked["q"].dtype == np.int8 and stacked["q"].shape == (1, 1, 3)
+    with pytest.raises(InputError, match="outside the range of int8"):
+        _to_samples({"q": np.array([[1, -2, 300]])}, specs)
+    with pytest.raises(InputError, match="float32, the model takes int8"):
+        _to_samples([np.zeros((1, 3), np.float32)], specs)
+    with pytest.raises(InputError, match="disagree"):
+        _to_samples(
+            {"q": np.zeros((2, 3), np.int8), "r": np.zeros((3, 3), np.int8)},
+            [*specs, {"name": "r", "shape": [1, 3], "dtype": "int8"}],
+        )
