@@ -69,14 +69,34 @@ class _AlignedBuffer(fb.BufferT):
         return fb.BufferEnd(builder)
 
 
-def _quantization(quant: Quant | None) -> fb.QuantizationParametersT | None:
-    if quant is None:
-        return None
-    q = fb.QuantizationParametersT()
-    q.scale = [float(s) for s in quant.scale]
-    q.zeroPoint = [int(z) for z in quant.zero_point]
-    q.quantizedDimension = int(quant.axis)
-    return q
+class _SharedQuantization(fb.QuantizationParametersT):
+    """Quantization parameters whose scale / zero-point vectors are written once per distinct content.
+
+    Flatbuffers lets tables share a vector; per-channel zero points (all zeros, int64) of a weight and
+    its bias, and of every layer with the same channel count, are then stored once.
+    """
+
+    def __init__(self, quant: Quant, cache: dict[tuple[str, bytes], int]):
+        super().__init__()
+        self._cache = cache
+        self.scale = np.asarray(quant.scale, dtype="<f4")
+        self.zeroPoint = np.asarray(quant.zero_point, dtype="<i8")
+        self.quantizedDimension = int(quant.axis)
+
+    def _vector(self, builder: flatbuffers.Builder, kind: str, array: np.ndarray) -> int:
+        key = (kind, array.tobytes())
+        if key not in self._cache:
+            self._cache[key] = builder.CreateNumpyVector(array)
+        return self._cache[key]
+
+    def Pack(self, builder: flatbuffers.Builder) -> int:  # noqa: N802 - flatbuffers API name
+        scale = self._vector(builder, "scale", self.scale)
+        zero_point = self._vector(builder, "zero_point", self.zeroPoint)
+        fb.QuantizationParametersStart(builder)
+        fb.QuantizationParametersAddScale(builder, scale)
+        fb.QuantizationParametersAddZeroPoint(builder, zero_point)
+        fb.QuantizationParametersAddQuantizedDimension(builder, self.quantizedDimension)
+        return fb.QuantizationParametersEnd(builder)
 
 
 # Ops whose first version is above 1.
@@ -100,6 +120,7 @@ def serialize(graph: Graph, description: str = "edgekit") -> bytes:
     buffer_index: dict[bytes, int] = {}
     tensors: list[fb.TensorT] = []
     tensor_index: dict[int, int] = {}
+    vectors: dict[tuple[str, bytes], int] = {}
 
     def index_of(t: Tensor) -> int:
         if id(t) in tensor_index:
@@ -108,7 +129,7 @@ def serialize(graph: Graph, description: str = "edgekit") -> bytes:
         ft.name = t.name
         ft.shape = np.asarray(t.shape, dtype=np.int32)
         ft.type = tensor_type(t.dtype)
-        ft.quantization = _quantization(t.quant)
+        ft.quantization = None if t.quant is None else _SharedQuantization(t.quant, vectors)
         if t.data is not None:
             payload = np.ascontiguousarray(t.data, dtype=t.dtype).astype(t.dtype.newbyteorder("<")).tobytes()
             key = hashlib.sha256(payload).digest() + len(payload).to_bytes(8, "little")
