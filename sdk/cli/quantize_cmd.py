@@ -50,6 +50,9 @@ def quantize(
     percentile: Annotated[
         float, typer.Option("--percentile", help="Kept percentile (percentile method).")
     ] = 99.999,
+    bias_correction: Annotated[
+        bool, typer.Option("--bias-correction", help="Biases absorb the mean shift of weight rounding.")
+    ] = False,
     exclude: Annotated[list[str] | None, typer.Option("--exclude", help="Keep this node in float.")] = None,
     max_samples: Annotated[
         int | None, typer.Option("--max-samples", help="Evaluate at most N samples.")
@@ -74,6 +77,7 @@ def quantize(
         method=method,
         samples=samples,
         percentile=percentile,
+        bias_correction=bias_correction,
         exclude=frozenset(exclude or ()),
     )
     preprocess = build_preprocess(size, resize_mode, resize_shorter, color, scale, mean, std, layout)
