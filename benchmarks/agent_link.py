@@ -8,6 +8,7 @@ for TCP, a bare interpreter for memory and import time.
 
     python benchmarks/agent_link.py              # everything (about 2.5 minutes: 1 MB at 115200 takes ~90 s)
     python benchmarks/agent_link.py --quick      # 256 kB serial uploads instead of 1 MB
+    python benchmarks/agent_link.py --only tcp   # one part (serial | tcp)
 """
 
 from __future__ import annotations
@@ -147,7 +148,7 @@ def tcp_run(bundle: Path, work: Path) -> dict[str, float]:
             marks: dict[str, float] = {}
 
             def progress(done: int, total: int) -> None:
-                if done == total and "sent" not in marks:
+                if done == total and "sent" not in marks:  # the last chunk is confirmed
                     marks["sent"] = time.perf_counter()
 
             start = time.perf_counter()
@@ -220,9 +221,9 @@ def main() -> None:
         peer = raw_tcp_copy(big, work)
         r = tcp_run(big, work)
         print(
-            f"tcp loopback: {r['bytes'] / 1e6:.1f} MB upload at {r['transfer_MBps']:.0f} MB/s transfer, "
-            f"{r['total_MBps']:.0f} MB/s including unpack+verify; plain socket copy {peer:.0f} MB/s "
-            f"(ratio {r['transfer_MBps'] / peer:.2f})"
+            f"tcp loopback: {r['bytes'] / 1e6:.1f} MB bundle: chunks at {r['transfer_MBps']:.0f} MB/s, "
+            f"whole put_bundle (check, chunks, sha256 check, commit) {r['total_MBps']:.0f} MB/s; "
+            f"plain socket copy with sha256 {peer:.0f} MB/s (put_bundle/peer {r['total_MBps'] / peer:.2f})"
         )
         bare = bare_rss()
         print(
