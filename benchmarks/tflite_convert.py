@@ -169,7 +169,7 @@ def measure_fidelity(case: Case, qdq_path: Path) -> dict[str, Any]:
     max_abs = max_rel = 0.0
     top1: dict[str, list[int]] = {"onnx_fp32": [], "tflite_fp32": [], "qdq": [], "tflite_int8": []}
     labels: list[int] = []
-    tie_agree: list[bool] = []  # the int8 top-1 class has the QDQ model's top score (ties count)
+    tie_agree: list[bool] = []
 
     def run(key: str, feeds: dict[str, np.ndarray]) -> np.ndarray:
         interp, result = runners[key]
@@ -189,7 +189,12 @@ def measure_fidelity(case: Case, qdq_path: Path) -> dict[str, Any]:
         got8 = run("int8", feeds)
         for key, value in (("onnx_fp32", ref), ("tflite_fp32", got), ("qdq", q), ("tflite_int8", got8)):
             top1[key].append(int(np.argmax(value)))
-        tie_agree.append(bool(q.reshape(-1)[int(np.argmax(got8))] == q.max()))
+        # Softmax outputs quantized to 1/256 often tie at the top: either model's top-1 then is a pick
+        # among equals, so agreement counts when the other model scores that class equally high.
+        q_flat, g_flat = q.reshape(-1), got8.reshape(-1)
+        tie_agree.append(
+            bool(q_flat[np.argmax(g_flat)] == q_flat.max() or g_flat[np.argmax(q_flat)] == g_flat.max())
+        )
         if sample.label is not None:
             labels.append(int(sample.label))
     arr = {k: np.array(v) for k, v in top1.items()}

@@ -104,3 +104,32 @@ def test_empty_graph_serializes_sentinel_buffer() -> None:
     parsed = fb.Model.GetRootAs(writer.serialize(graph), 0)
     assert parsed.Buffers(0).DataLength() == 0
     assert parsed.Version() == 3
+
+
+def test_identical_quantization_vectors_are_stored_once() -> None:
+    """Per-channel zero points (all zeros) of a weight and its bias share one vector in the file."""
+    from tflite_helpers import edgekit_qdq
+
+    rng = np.random.default_rng(2)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["c1", "w2", "b2"], ["y"]),
+    ]
+    inits = {
+        "w1": rng.standard_normal((6, 3, 3, 3)).astype(np.float32),
+        "b1": rng.standard_normal(6).astype(np.float32),
+        "w2": rng.standard_normal((6, 6, 1, 1)).astype(np.float32),
+        "b2": rng.standard_normal(6).astype(np.float32),
+    }
+    model = make_model(nodes, {"x": (1, 3, 6, 6)}, ["y"], inits)
+    result = convert_proto(edgekit_qdq(model, [random_feeds(model, s) for s in range(3)]))
+    sub = fb.Model.GetRootAs(result.data, 0).Subgraphs(0)
+    starts = set()
+    per_channel = 0
+    for i in range(sub.TensorsLength()):
+        q = sub.Tensors(i).Quantization()
+        if q is not None and q.ScaleLength() == 6:
+            per_channel += 1
+            starts.add(q.ZeroPointAsNumpy().__array_interface__["data"][0])
+    assert per_channel == 4  # two weights, two biases
+    assert len(starts) == 1
