@@ -144,6 +144,11 @@ def test_failing_target_leaves_nothing(tmp_path: Path, models: dict[str, Path], 
             ["{float}", "-t", "intel-vpu", "-o", "{out}", "--preprocess", "{{bad"],
             "--preprocess is not valid JSON",
         ),
+        (["{float}", "-t", "intel-vpu", "-o", "{out}", "--preprocess", '{{"colour": 1}}'], "unknown image"),
+        (
+            ["{float}", "-t", "intel-vpu", "-o", "{out}", "--calib", "{float}", "--method", "magic"],
+            "--method",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(

@@ -163,6 +163,14 @@ def _validate(request: DeployRequest) -> list[Any]:
         raise DataError(f"--calib-samples must be at least 1, got {request.calib_samples}")
     if request.calib is not None and not request.calib.exists():
         raise DataError(f"calibration data not found: {request.calib}")
+    if request.calib is not None:
+        from edgekit import QuantizeOptions
+
+        QuantizeOptions(method=request.method, samples=request.calib_samples)  # raises on bad values
+    if request.preprocess is not None:
+        from edgekit.data import ImagePreprocess
+
+        ImagePreprocess.from_json(dict(request.preprocess))  # raises DataError naming the bad key
     out = request.out_dir
     if out.exists() and not out.is_dir():
         raise OutputError(f"output path {out} exists and is not a folder")
