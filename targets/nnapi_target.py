@@ -23,6 +23,8 @@ from edgekit.targets.tflite.package import check_model, is_quantized, package_tf
 
 log = logging.getLogger("edgekit")
 REPORT_FILE = "nnapi_compatibility.json"
+#: NNAPI's FULLY_CONNECTED takes per-tensor weights only (the delegate refuses per-channel ones).
+NNAPI_PER_TENSOR = frozenset({"FULLY_CONNECTED"})
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,8 @@ class NnapiTarget(Target):
             return check_model(model, self.name, ConvertOptions(target=self.name)) + [
                 Problem("info", None, None, "nnapi runs integer models only: quantize first (--calib DATA)")
             ]
-        return check_model(model, self.name, ConvertOptions(io_dtype="int8", target=self.name))
+        options = ConvertOptions(io_dtype="int8", target=self.name, per_tensor_weights=NNAPI_PER_TENSOR)
+        return check_model(model, self.name, options)
 
     def package(self, model: ir.Model, out_dir: Path, options: PackageOptions) -> Path:
         from edgekit.targets.tflite.nnapi import check_nnapi, is_fully_integer
@@ -68,7 +71,10 @@ class NnapiTarget(Target):
         if not is_quantized(model):
             raise TargetError("nnapi runs integer models only; quantize first (pass --calib DATA)")
         convert_options = ConvertOptions(
-            keep_io_layout=opts.keep_io_layout, io_dtype=opts.io_dtype, target=self.name
+            keep_io_layout=opts.keep_io_layout,
+            io_dtype=opts.io_dtype,
+            target=self.name,
+            per_tensor_weights=NNAPI_PER_TENSOR,
         )
         result = convert(model, convert_options)
         floats = is_fully_integer(result.data)

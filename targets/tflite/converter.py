@@ -36,12 +36,15 @@ class ConvertOptions:
     ``keep_io_layout``: keep ONNX's NCHW layout for image (rank-4) inputs/outputs (one transpose at each
     edge) instead of NHWC. ``io_dtype``: "float32" keeps float inputs/outputs (QUANTIZE/DEQUANTIZE at the
     edges of a quantized model); "int8"/"uint8" make them integer (fully integer models only).
-    ``target``: the target name used in messages.
+    ``target``: the target name used in messages. ``per_tensor_weights``: TFLite ops (e.g.
+    ``{"FULLY_CONNECTED"}``) whose per-channel int8 weights are requantized per tensor, for runtimes
+    that lack the per-channel kernel (NNAPI); each is reported in ``notes``.
     """
 
     keep_io_layout: bool = False
     io_dtype: IoDtype = "float32"
     target: str = "arm-cpu"
+    per_tensor_weights: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,7 @@ def _pipeline(options: ConvertOptions) -> list[Pass]:
         layout.fold_constant_transposes,
         layout.cancel_transposes,
         fusion.fuse_activations,
-        quantized.quantize_kernels,
+        quantized.quantize_kernels(options.per_tensor_weights),
         fusion.flatten_into_fully_connected,
         layout.transposes_to_reshapes,
         quantized.integer_io(options.io_dtype, options.target),

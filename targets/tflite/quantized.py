@@ -90,7 +90,9 @@ def _quantize_bias(graph: Graph, bias: Tensor, x: Quant, w: Quant) -> Tensor:
     return Tensor(graph.unique_name(bias.name + "/q"), bias.shape, np.int32, data=qdata, quant=quant)
 
 
-def _integer_inputs(graph: Graph, op: Op, producers: dict[int, Op]) -> list[Tensor | None] | None:
+def _integer_inputs(
+    graph: Graph, op: Op, producers: dict[int, Op], per_tensor_weights: frozenset[str] = frozenset()
+) -> list[Tensor | None] | None:
     """The op's inputs on the integer side, or None when an input is float computed at run time."""
     result: list[Tensor | None] = []
     data_index = _INPUT_INDEX.get(op.code, 0)
@@ -104,7 +106,15 @@ def _integer_inputs(graph: Graph, op: Op, producers: dict[int, Op]) -> list[Tens
                 return None
             result.append(prod.inputs[0])
             continue
-        if op.code in _WEIGHT_AXIS and i == 1:
+        if op.code in _WEIGHT_AXIS and i == 1 and op.code in per_tensor_weights:
+            weights = _quantize_const(graph, t, None, symmetric=True)
+            if t.qparams is not None and not t.qparams.per_tensor:
+                graph.notes.append(
+                    f"{op.code} ({op.origin}): per-channel weights requantized per-tensor "
+                    f"(scale {float(weights.quant.scale[0]):.6g}) for the target"
+                )
+            result.append(weights)
+        elif op.code in _WEIGHT_AXIS and i == 1:
             result.append(_quantize_const(graph, t, _WEIGHT_AXIS[op.code], symmetric=True))
         elif op.code in _BIAS_INDEX and i == _BIAS_INDEX[op.code]:
             result.append(t)  # quantized below, once the input and weight scales are known
@@ -128,8 +138,20 @@ def _output_quant(out: Tensor, consumers: dict[int, list[Op]], graph: Graph) -> 
     return None
 
 
-def quantize_kernels(graph: Graph) -> Graph:
-    """Replace DEQUANTIZE -> float op -> QUANTIZE by the integer kernel (see the module docstring)."""
+def quantize_kernels(per_tensor_weights: frozenset[str] = frozenset()) -> Callable[[Graph], Graph]:
+    """The pass replacing DEQUANTIZE -> float op -> QUANTIZE by the integer kernel (module docstring).
+
+    ``per_tensor_weights``: ops (e.g. ``FULLY_CONNECTED`` for NNAPI, which has no per-channel
+    fully-connected) whose per-channel weights are requantized per tensor, with a note.
+    """
+
+    def run(graph: Graph) -> Graph:
+        return _quantize_kernels(graph, per_tensor_weights)
+
+    return run
+
+
+def _quantize_kernels(graph: Graph, per_tensor_weights: frozenset[str]) -> Graph:
     _sink_dequantize(graph)
     _hoist_quantize(graph)
     _fold_dequantize_quantize(graph)
@@ -142,7 +164,7 @@ def quantize_kernels(graph: Graph) -> Graph:
         qouts = [_output_quant(out, consumers, graph) for out in op.outputs]
         if any(q is None for q in qouts):
             continue
-        inputs = _integer_inputs(graph, op, producers)
+        inputs = _integer_inputs(graph, op, producers, per_tensor_weights)
         if inputs is None:
             continue
         _rewrite(graph, op, inputs, qouts, consumers)

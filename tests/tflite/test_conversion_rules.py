@@ -272,3 +272,27 @@ def test_fully_integer_fails_listing_the_float_ops() -> None:
     with pytest.raises(TargetError, match="cannot make the model fully integer for nnapi: .*the_erf") as info:
         convert_proto(qdq, ConvertOptions(io_dtype="int8", target="nnapi"))
     assert "\n" not in str(info.value)
+
+
+def test_per_tensor_weights_option_requantizes_fully_connected() -> None:
+    """NNAPI has no per-channel FULLY_CONNECTED: the weights are requantized per tensor, reported."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    rng = np.random.default_rng(4)
+    w = (rng.standard_normal((16, 10)) * np.linspace(0.1, 2.0, 10)).astype(np.float32)
+    model = make_model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="fc")], {"x": (1, 16)}, ["y"], {"w": w}
+    )
+    qdq = edgekit_qdq(model, [random_feeds(model, s) for s in range(4)])
+    plain = convert_proto(qdq, ConvertOptions(io_dtype="int8"))
+    per_tensor = convert_proto(
+        qdq, ConvertOptions(io_dtype="int8", per_tensor_weights=frozenset({"FULLY_CONNECTED"}))
+    )
+    assert plain.notes == [] and any("requantized per-tensor" in n for n in per_tensor.notes)
+    for result, scales in ((plain, 10), (per_tensor, 1)):
+        details = Interpreter(model_content=result.data).get_tensor_details()
+        weights = [d for d in details if d["dtype"] == np.int8 and tuple(d["shape"]) == (10, 16)]
+        assert len(weights[0]["quantization_parameters"]["scales"]) == scales
+    feeds = random_feeds(model, 9)
+    expected = run_onnx(qdq, feeds)[0]
+    assert_close_to_range(run_tflite(per_tensor, feeds)[0], expected, rel=0.05)
