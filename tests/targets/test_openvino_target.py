@@ -197,19 +197,14 @@ def test_fp16_manifest_fields(fp16_bundle: Path) -> None:
         assert v["npu"]["compiled"] is False and "no NPU plugin" in v["npu"]["note"]
 
 
-def test_verify_samples_are_used(tmp_path: Path, float_model: onnx.ModelProto) -> None:
+def test_archive_bundle_with_given_verify_samples(tmp_path: Path, float_model: onnx.ModelProto) -> None:
     samples = tuple({"x": x} for x in inputs(5, seed=7))
-    out = get_target("intel-vpu").package(
-        prepared(float_model), tmp_path / "b", PackageOptions(verify_samples=samples)
-    )
-    assert json.loads((out / "manifest.json").read_text())["verification"]["samples"] == 5
-
-
-def test_archive_bundle(tmp_path: Path, float_model: onnx.ModelProto) -> None:
-    out = get_target("intel-vpu").package(prepared(float_model), tmp_path / "b", PackageOptions(archive=True))
+    options = PackageOptions(archive=True, verify_samples=samples)
+    out = get_target("intel-vpu").package(prepared(float_model), tmp_path / "b", options)
     assert out == tmp_path / "b.tar.gz"
     with read_bundle(out) as loaded:
         assert loaded.primary_path.name == "model.xml" and loaded.path("model.bin").is_file()
+        assert loaded.manifest.verification["samples"] == 5
 
 
 # --------------------------------------------------------------------------------------- int8 IR
