@@ -400,6 +400,11 @@ class Session:
             reason = "closed"
         finally:
             self._closing.set()
+            while True:  # drop what is still queued (its sender is gone), then stop the worker
+                try:
+                    self._queue.get_nowait()
+                except queue.Empty:
+                    break
             self._queue.put(None)
             worker.join(timeout=60)
         return reason
