@@ -13,6 +13,7 @@ from typing import TypeVar
 
 import numpy as np
 import onnx_ir as ir
+from edgekit.data import prefetched
 from edgekit.errors import DataError
 from edgekit.quantize.observers import Histogram, MinMax, choose_range
 from edgekit.quantize.options import QuantizeOptions
@@ -79,7 +80,7 @@ def collect_statistics(
     def observed(description: str) -> Iterator[tuple[str, np.ndarray]]:
         seen[0] = 0
         total = min(options.samples, _length(dataset, options.samples))
-        for sample in track(islice(iter(dataset), options.samples), description, total):
+        for sample in track(prefetched(islice(iter(dataset), options.samples)), description, total):
             outputs = runner.run(sample.inputs, copy=False)  # consumed before the next run
             seen[0] += 1
             for name in observed_names:
@@ -88,17 +89,18 @@ def collect_statistics(
             raise DataError("the calibration data set is empty")
 
     sums: dict[str, np.ndarray] = {}
-    for name, array in observed("calibrating (ranges)"):
+    histograms: dict[str, Histogram] = {}
+    if options.method != "minmax":
+        histograms = {name: Histogram(options.bins) for name in observed_names}
+    description = "calibrating" + ("" if options.method == "minmax" else f" ({options.method})")
+    for name, array in observed(description):
         minmax[name].update(array)
+        if histograms:
+            histograms[name].update(array)
         if options.bias_correction and array.ndim >= 1:
             sums[name] = sums.get(name, 0.0) + channel_sum(array)
     samples = seen[0]
     means = {name: total / samples for name, total in sums.items()}
-    histograms: dict[str, Histogram] = {}
-    if options.method != "minmax":
-        histograms = {name: Histogram(mm, options.bins) for name, mm in minmax.items()}
-        for name, array in observed(f"calibrating ({options.method} histograms)"):
-            histograms[name].update(array)
     return Statistics(minmax, histograms, samples, means)
 
 

@@ -1,7 +1,7 @@
 """Calibration observers: streaming statistics of activation tensors, and the range each method picks.
 
 Memory is fixed per tensor whatever the number of samples: a running min/max, and for the histogram methods a
-histogram of a fixed number of bins over the range that the min/max pass found (two passes over the data).
+histogram of a fixed number of bins whose range doubles as values outgrow it (one pass over the data).
 
 Methods:
 - ``minmax``: the observed range.
@@ -43,31 +43,54 @@ class MinMax:
 
 
 class Histogram:
-    """A fixed-size histogram of |x| (signed tensors) or x (non-negative tensors) over [0, edge]."""
+    """Fixed-size histograms of the positive values and of the negative values' magnitudes over [0, edge].
 
-    def __init__(self, minmax: MinMax, bins: int = 2048):
-        self.signed = minmax.lo < 0
-        self.edge = max(abs(minmax.lo), abs(minmax.hi)) if self.signed else max(minmax.hi, 0.0)
+    One pass over the data is enough: when values outgrow the edge, it doubles and adjacent bins merge pairwise.
+    A tensor larger than ``MAX_VALUES`` contributes a strided subsample (min/max still see every value).
+    """
+
+    MAX_VALUES = 1 << 16
+
+    def __init__(self, bins: int = 2048):
+        assert bins % 2 == 0
         self.bins = bins
+        self.edge = 0.0
         self.counts = np.zeros(bins, dtype=np.int64)
-        self.neg = np.zeros(bins, dtype=np.int64)  # the negative half, for signed tensors
+        self.neg = np.zeros(bins, dtype=np.int64)
+
+    @property
+    def signed(self) -> bool:
+        return bool(self.neg.any())
+
+    def _grow(self, amax: float) -> None:
+        if self.edge <= 0:
+            self.edge = amax
+            return
+        while self.edge < amax:
+            half = self.bins // 2
+            for h in (self.counts, self.neg):
+                h[:half] = h.reshape(half, 2).sum(axis=1)
+                h[half:] = 0
+            self.edge *= 2
 
     def update(self, x: np.ndarray) -> None:
-        if self.edge <= 0 or x.size == 0:
-            return
         flat = x.reshape(-1)
+        if flat.size == 0:
+            return
+        if flat.size > self.MAX_VALUES:
+            flat = flat[:: flat.size // self.MAX_VALUES]
+        amax = float(np.abs(flat).max())
+        if amax > self.edge:
+            self._grow(amax)
+        if self.edge <= 0:
+            return
         scale = self.bins / self.edge
-        if self.signed:
-            pos = flat[flat >= 0]
-            neg = -flat[flat < 0]
-            self.counts += np.bincount(
-                np.minimum((pos * scale).astype(np.int64), self.bins - 1), minlength=self.bins
-            )
-            self.neg += np.bincount(
-                np.minimum((neg * scale).astype(np.int64), self.bins - 1), minlength=self.bins
-            )
+        idx = np.minimum((np.abs(flat) * scale).astype(np.int64), self.bins - 1)
+        negative = flat < 0
+        if negative.any():
+            self.neg += np.bincount(idx[negative], minlength=self.bins)
+            self.counts += np.bincount(idx[~negative], minlength=self.bins)
         else:
-            idx = np.minimum((np.maximum(flat, 0) * scale).astype(np.int64), self.bins - 1)
             self.counts += np.bincount(idx, minlength=self.bins)
 
     @property

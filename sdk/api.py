@@ -13,7 +13,7 @@ from pathlib import Path
 
 import onnx
 import onnx_ir as ir
-from edgekit.data import Dataset, ImagePreprocess, input_specs, open_dataset
+from edgekit.data import Dataset, ImagePreprocess, input_specs, open_dataset, prefetched
 from edgekit.errors import DataError
 from edgekit.metrics import Comparison, TensorError
 from edgekit.model import atomic_write_bytes, check_writable, load_model, save_model
@@ -77,7 +77,7 @@ def evaluate(
     comparison = Comparison()
     per_layer = {n: TensorError() for n in layers}
     total = _length(dataset, limit)
-    for sample in track(islice(iter(dataset), limit), "evaluating fp32 vs int8", total):
+    for sample in track(prefetched(islice(iter(dataset), limit)), "evaluating fp32 vs int8", total):
         ref = ref_runner.run(sample.inputs)
         cand = q_runner.run(sample.inputs)
         comparison.update({n: ref[n] for n in output_names}, {n: cand[n] for n in output_names}, sample.label)

@@ -14,11 +14,11 @@ import json
 import math
 import zipfile
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import Any, BinaryIO, Literal, TypeVar
 
 import numpy as np
 from edgekit.errors import DataError
@@ -37,6 +37,7 @@ _COLORS = ("RGB", "BGR", "GRAY")
 _LAYOUTS = ("NCHW", "NHWC")
 _OUTPUT_DTYPES = ("float32", "float16", "uint8")
 # Shorter side = crop / 0.875 when resize_shorter is not given (224 -> 256, the usual ImageNet recipe).
+T = TypeVar("T")
 _DEFAULT_CROP_FRACTION = 0.875
 
 
@@ -766,3 +767,49 @@ def _open_folder(folder: Path, inputs: Sequence[InputSpec], preprocess: ImagePre
         f"empty data set: {folder} has no images ({', '.join(IMAGE_SUFFIXES)}), class sub-folders "
         "or .npy/.npz files"
     )
+
+
+def prefetched(items: Iterable[T], depth: int = 4) -> Iterator[T]:
+    """Iterate ``items`` with up to ``depth`` of them produced ahead in a background thread.
+
+    Decoding images (Pillow releases the GIL) then overlaps with inference. Memory stays bounded by ``depth``.
+    An exception in the producer is re-raised in the consumer; stopping early stops the producer.
+    """
+    import queue
+    import threading
+
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def put(entry: tuple) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not put((item, None)):
+                    return
+            put((done, None))
+        except BaseException as exc:  # handed to the consumer
+            put((done, exc))
+
+    thread = threading.Thread(target=produce, name="edgekit-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, exc = q.get()
+            if item is done:
+                if exc is not None:
+                    raise exc
+                return
+            yield item
+    finally:
+        stop.set()
+        thread.join(timeout=5)

@@ -103,9 +103,10 @@ def heavy_tailed(seed=0, n=200_000):
 def test_histogram_methods_clip_a_heavy_tailed_activation_below_its_maximum(method):
     x = heavy_tailed()
     mm = MinMax()
-    hist = Histogram(mm_update(mm, x))
-    for chunk in np.array_split(x, 10):  # streamed in pieces: same fixed-size histogram
+    hist = Histogram()
+    for chunk in np.array_split(x, 10)[::-1]:  # streamed in pieces (the outliers come last): fixed size
         hist.update(chunk)
+        mm.update(chunk)
     assert hist.counts.shape == (2048,)
     lo, hi = choose_range(method, mm, hist, percentile=99.99)
     assert lo == 0.0
@@ -118,13 +119,13 @@ def test_mse_trades_clipping_against_rounding():
     # A few huge outliers cost more clipped than rounded: mse keeps them (and percentile does not).
     x = heavy_tailed()
     mm = mm_update(MinMax(), x)
-    hist = Histogram(mm)
+    hist = Histogram()
     hist.update(x)
-    assert choose_range("mse", mm, hist)[1] > 0.9 * x.max()
+    assert choose_range("mse", mm, hist)[1] > 0.8 * x.max()  # (the histogram subsamples large tensors)
     # A long exponential tail is clipped: the rounding error saved on the body outweighs the clipped tail.
     y = np.random.default_rng(2).exponential(size=200_000)
     mm = mm_update(MinMax(), y)
-    hist = Histogram(mm)
+    hist = Histogram()
     hist.update(y)
     assert choose_range("mse", mm, hist)[1] < 0.95 * y.max()
 
@@ -134,12 +135,28 @@ def mm_update(mm: MinMax, x: np.ndarray) -> MinMax:
     return mm
 
 
+def test_growing_histogram_equals_one_built_at_the_final_range():
+    rng = np.random.default_rng(4)
+    first = rng.uniform(0, 1, 50_000)
+    later = rng.uniform(-3.5, 3.5, 50_000)
+    hist = Histogram(bins=512)
+    hist.update(first)
+    edge0 = hist.edge
+    hist.update(later)
+    assert hist.edge == 4 * edge0 and hist.signed
+    both = np.concatenate([first, later])
+    pos, _ = np.histogram(both[both >= 0], bins=512, range=(0, hist.edge))
+    neg, _ = np.histogram(-both[both < 0], bins=512, range=(0, hist.edge))
+    assert np.abs(hist.counts - pos).sum() <= 2 and np.abs(hist.neg - neg).sum() <= 2
+    assert hist.counts.sum() + hist.neg.sum() == both.size
+
+
 def test_signed_histogram_clips_both_tails():
     rng = np.random.default_rng(1)
     x = rng.laplace(size=100_000)
     x[0], x[1] = 80.0, -70.0
     mm = mm_update(MinMax(), x)
-    hist = Histogram(mm)
+    hist = Histogram()
     hist.update(x)
     lo, hi = choose_range("percentile", mm, hist, percentile=99.9)
     assert -20 < lo < -3 and 3 < hi < 20
@@ -329,3 +346,29 @@ def test_bias_correction_removes_the_mean_shift_of_weight_rounding():
     cb = initializers(corrected.proto())
     changed = [k for k, v in pb.items() if v.dtype == np.int32 and not np.array_equal(v, cb[k])]
     assert changed
+
+
+def test_prefetched_keeps_order_propagates_errors_and_stops_early():
+    from edgekit.data import prefetched
+
+    assert list(prefetched(range(100), depth=3)) == list(range(100))
+
+    def failing():
+        yield 1
+        raise QuantizationError("boom in the producer")
+
+    it = prefetched(failing())
+    assert next(it) == 1
+    with pytest.raises(QuantizationError, match="boom"):
+        next(it)
+    produced = []
+
+    def endless():
+        for i in range(10**9):
+            produced.append(i)
+            yield i
+
+    gen = prefetched(endless(), depth=2)
+    assert [next(gen) for _ in range(5)] == [0, 1, 2, 3, 4]
+    gen.close()  # stopping early stops the producer: bounded read-ahead
+    assert len(produced) <= 5 + 2 + 2
