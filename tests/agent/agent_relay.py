@@ -226,3 +226,76 @@ class FdRelay:
         self._stop.set()
         for t in self._threads:
             t.join(timeout=5)
+
+
+class ReplyDropRelay:
+    """A TCP relay that decodes frames and drops the first RESULT answering a request of type
+    ``request_type`` (one connection), to exercise the poll-and-cached-reply path exactly."""
+
+    def __init__(self, agent_port: int, request_type: int):
+        from edgekit.device_agents.protocol import FrameDecoder, MsgType, encode_frame
+
+        self._decoder_cls, self._encode, self._result = FrameDecoder, encode_frame, MsgType.RESULT
+        self.request_type = request_type
+        self.agent_port = agent_port
+        self.dropped: list[int] = []
+        self._seq_types: dict[int, int] = {}
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"tcp://127.0.0.1:{self.port}"
+
+    def _serve(self) -> None:
+        client, _ = self.server.accept()
+        agent = socket.create_connection(("127.0.0.1", self.agent_port))
+        self._sockets = (client, agent)
+        threads = [
+            threading.Thread(target=self._pump, args=(client, agent, True), daemon=True),
+            threading.Thread(target=self._pump, args=(agent, client, False), daemon=True),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, upstream: bool) -> None:
+        decoder = self._decoder_cls()
+        try:
+            while not self._stop.is_set():
+                data = src.recv(65536)
+                if not data:
+                    break
+                for frame in decoder.feed(data):
+                    if upstream:
+                        self._seq_types.setdefault(frame.seq, frame.type)
+                    elif (
+                        frame.type == self._result
+                        and not self.dropped
+                        and self._seq_types.get(frame.seq) == self.request_type
+                    ):
+                        self.dropped.append(frame.seq)
+                        continue
+                    dst.sendall(self._encode(frame.type, frame.seq, frame.payload, frame.version))
+        except OSError:
+            pass
+        finally:
+            self._stop.set()
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.server.close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> ReplyDropRelay:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

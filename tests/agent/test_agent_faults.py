@@ -10,7 +10,7 @@ from pathlib import Path
 import agent_models as models
 import numpy as np
 import pytest
-from agent_relay import Faults, TcpRelay
+from agent_relay import Faults, ReplyDropRelay, TcpRelay
 from conftest import AgentProcess
 from edgekit.device_agents.client import connect, pack_bundle
 from edgekit.device_agents.errors import LinkError, LinkTimeout
@@ -113,3 +113,19 @@ def test_interrupted_upload_resumes_from_a_new_connection(tcp_agent: AgentProces
         client.load(bundle_id)
         check_loaded_model_works(client)
         assert client.status()["uploads"] == []
+
+
+def test_lost_reply_is_fetched_from_the_cache_not_executed_twice(tcp_agent: AgentProcess, bundles) -> None:  # type: ignore[no-untyped-def]
+    from edgekit.device_agents.protocol import MsgType
+
+    relay = ReplyDropRelay(tcp_agent.port, MsgType.INFER)
+    with relay, connect(relay.url + "?ack_timeout=0.2") as client:
+        client.load(client.put_bundle(bundles["tflite"]))
+        before = client.status()["counters"]["requests"]
+        a = np.arange(4, dtype=np.float32).reshape(1, 4)
+        out, _ = client.infer({"a": a, "b": a})
+        np.testing.assert_array_equal(out["sum"], a + a)
+        after = client.status()["counters"]["requests"]
+        assert len(relay.dropped) == 1  # the INFER's first RESULT never reached the client
+        assert client.requester.retransmissions >= 1  # it polled ...
+        assert after - before == 2  # ... and the agent ran INFER once (plus this STATUS)
