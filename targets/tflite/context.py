@@ -42,6 +42,8 @@ class Context:
         self.opset = opset
         self.target = target
         self.node: ir.Node | None = None
+        #: Nodes a converter already covered as part of a pattern (e.g. the Adds/Muls of a GELU).
+        self.claimed: set[int] = set()
         self._tensors: dict[str, Tensor] = {}
         self._consts: dict[str, np.ndarray] = {}
         self._qconsts: dict[str, tuple[np.ndarray, Quant]] = {}

@@ -156,6 +156,8 @@ def translate(model: ir.Model, options: ConvertOptions) -> Graph:
             graph.inputs.append(t)
             ctx.bind(value, t)
     for node in onnx_graph:
+        if id(node) in ctx.claimed:
+            continue
         ctx.node = node
         _infer_missing_shapes(ctx, node)
         if not _fold(ctx, node):

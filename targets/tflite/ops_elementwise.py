@@ -227,8 +227,66 @@ _ERF_P = 0.3275911
 _ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
 
 
+def _single_user(value: ir.Value, op_type: str) -> ir.Node | None:
+    uses = list(value.uses())
+    if len(uses) != 1 or uses[0].node.op_type != op_type:
+        return None
+    return uses[0].node
+
+
+def _other_input(node: ir.Node, value: ir.Value) -> ir.Value | None:
+    others = [v for v in node.inputs if v is not value]
+    return others[0] if len(others) == 1 else None
+
+
+def _is_scalar(ctx: Context, value: ir.Value | None, expected: float) -> bool:
+    array = ctx.const(value)
+    return array is not None and array.size == 1 and abs(float(array.reshape(-1)[0]) - expected) < 1e-4
+
+
+def _gelu_pattern(ctx: Context, node: ir.Node) -> tuple[ir.Value, ir.Node, list[ir.Node]] | None:
+    """x * 0.5 * (1 + erf(x / sqrt 2)) as exported by PyTorch: (x, the last node, the nodes after Erf)."""
+    scaled = node.inputs[0].producer()
+    if scaled is None or scaled.op_type not in ("Div", "Mul") or len(scaled.inputs) != 2:
+        return None
+    x, c = scaled.inputs
+    if (
+        not _is_scalar(ctx, c, 2**0.5 if scaled.op_type == "Div" else 2**-0.5)
+        or len(list(node.outputs[0].uses())) != 1
+    ):
+        return None
+    add = _single_user(node.outputs[0], "Add")
+    if add is None or not _is_scalar(ctx, _other_input(add, node.outputs[0]), 1.0):
+        return None
+    m1 = _single_user(add.outputs[0], "Mul")
+    if m1 is None:
+        return None
+    other = _other_input(m1, add.outputs[0])
+    half = other.producer() if other is not None else None
+    if (
+        half is not None
+        and half.op_type == "Mul"
+        and x in half.inputs
+        and _is_scalar(ctx, _other_input(half, x), 0.5)
+    ):
+        return x, m1, [add, m1]  # (x * 0.5) * (1 + erf)
+    m2 = _single_user(m1.outputs[0], "Mul")
+    if m2 is None:
+        return None
+    last = _other_input(m2, m1.outputs[0])
+    if (other is x and _is_scalar(ctx, last, 0.5)) or (_is_scalar(ctx, other, 0.5) and last is x):
+        return x, m2, [add, m1, m2]
+    return None
+
+
 @converter("Erf", since=1)
 def erf(ctx: Context, node: ir.Node) -> None:
+    pattern = _gelu_pattern(ctx, node)
+    if pattern is not None:  # the exact (erf) GELU: one TFLite op instead of the erf expansion
+        x_value, last, covered = pattern
+        ctx.claimed.update(id(n) for n in covered)
+        ctx.op("GELU", [ctx.tensor(x_value)], [ctx.output(last.outputs[0])], fb.GeluOptionsT())
+        return
     x = ctx.tensor(node.inputs[0])
     shape = x.shape
 

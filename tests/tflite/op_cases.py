@@ -36,7 +36,8 @@ class Case:
 
 
 def n(op: str, inputs: list[str], outputs: list[str] | None = None, **attrs) -> object:
-    return helper.make_node(op, inputs, outputs or ["y"], name=f"{op.lower()}_node", **attrs)
+    outputs = outputs or ["y"]
+    return helper.make_node(op, inputs, outputs, name=f"{op.lower()}_node_{outputs[0]}", **attrs)
 
 
 X4 = {"x": (1, 3, 8, 8)}
@@ -211,6 +212,30 @@ CASES: list[Case] = [
     ),
     Case("clip_v6_attrs", [n("Clip", ["x"], min=-1.0, max=1.0)], {"x": (2, 3)}, opset=6),
     Case("gelu", [n("Gelu", ["x"])], {"x": (2, 3, 4)}, opset=20),
+    Case(
+        "gelu_erf_pattern_pytorch",
+        [
+            n("Div", ["x", "sqrt2"], ["d"]),
+            n("Erf", ["d"], ["e"]),
+            n("Add", ["e", "one"], ["a"]),
+            n("Mul", ["x", "a"], ["m"]),
+            n("Mul", ["m", "half"]),
+        ],
+        {"x": (2, 3, 4)},
+        inits={"sqrt2": f32(2**0.5).reshape(()), "one": f32(1.0).reshape(()), "half": f32(0.5).reshape(())},
+    ),
+    Case(
+        "gelu_erf_pattern_half_first",
+        [
+            n("Mul", ["x", "half"], ["h"]),
+            n("Mul", ["x", "isqrt2"], ["d"]),
+            n("Erf", ["d"], ["e"]),
+            n("Add", ["one", "e"], ["a"]),
+            n("Mul", ["h", "a"]),
+        ],
+        {"x": (2, 3, 4)},
+        inits={"isqrt2": f32(2**-0.5).reshape(()), "one": f32(1.0).reshape(()), "half": f32(0.5).reshape(())},
+    ),
     Case("gelu_tanh", [n("Gelu", ["x"], approximate="tanh")], {"x": (2, 3, 4)}, opset=20),
     Case(
         "relu_fused_conv",

@@ -296,3 +296,18 @@ def test_per_tensor_weights_option_requantizes_fully_connected() -> None:
     feeds = random_feeds(model, 9)
     expected = run_onnx(qdq, feeds)[0]
     assert_close_to_range(run_tflite(per_tensor, feeds)[0], expected, rel=0.05)
+
+
+@pytest.mark.parametrize("case_id", ["gelu_erf_pattern_pytorch", "gelu_erf_pattern_half_first"])
+def test_erf_gelu_pattern_becomes_one_gelu_op(case_id) -> None:
+    from op_cases import CASES
+
+    case = next(c for c in CASES if c.id == case_id)
+    result = convert_proto(make_model(case.nodes, case.inputs, case.outputs, case.inits, case.opset))
+    assert op_types(result) == {"GELU": 1}  # numerics: test_ops_fp32 runs the same cases
+
+
+def test_lone_erf_is_expanded() -> None:
+    model = make_model([helper.make_node("Erf", ["x"], ["y"])], {"x": (3, 4)}, ["y"])
+    ops = op_types(convert_proto(model))
+    assert "GELU" not in ops and ops["EXP"] == 1
