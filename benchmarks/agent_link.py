@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "agent"))
 
 import agent_models  # noqa: E402
+from agent_procs import read_line, start_tcp_agent, stop  # noqa: E402
 from agent_relay import Faults, FdRelay  # noqa: E402
-from conftest import read_line, start_tcp_agent, stop  # noqa: E402
 from edgekit.device_agents.client import connect  # noqa: E402
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from agent_procs import AgentProcess, read_line, start_tcp_agent, stop
 from agent_relay import FdRelay
-from conftest import AgentProcess, read_line, start_tcp_agent, stop
 from edgekit.device_agents.client import connect
 
 CLI = [sys.executable, "-m", "edgekit.cli.main"]

@@ -10,8 +10,8 @@ from pathlib import Path
 import agent_models as models
 import numpy as np
 import pytest
+from agent_procs import AgentProcess
 from agent_relay import Faults, ReplyDropRelay, TcpRelay
-from conftest import AgentProcess
 from edgekit.device_agents.client import connect, pack_bundle
 from edgekit.device_agents.errors import LinkError, LinkTimeout
 

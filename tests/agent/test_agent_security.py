@@ -11,7 +11,7 @@ from pathlib import Path
 import agent_models as models
 import numpy as np
 import pytest
-from conftest import AgentProcess, start_tcp_agent, stop
+from agent_procs import AgentProcess, start_tcp_agent, stop
 from edgekit.device_agents.bundle import BundleError
 from edgekit.device_agents.client import connect
 from edgekit.device_agents.errors import AuthError, LinkError, ProtocolError, RemoteError, VersionMismatch

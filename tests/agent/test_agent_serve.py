@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import AgentProcess
+from agent_procs import AgentProcess
 from edgekit.device_agents.client import connect
 from edgekit.device_agents.errors import InputError, RemoteError
 
@@ -111,7 +111,7 @@ def test_bad_requests_are_typed_errors_and_the_agent_keeps_serving(tcp_agent: Ag
 
 
 def test_large_batches_are_split_to_fit_the_agent_frame_limit(tmp_path, bundles) -> None:  # type: ignore[no-untyped-def]
-    from conftest import start_tcp_agent, stop
+    from agent_procs import start_tcp_agent, stop
 
     agent = start_tcp_agent(tmp_path / "work", "--max-frame-mb", "0.1")  # 100 KiB frames
     try:
