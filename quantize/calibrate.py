@@ -80,9 +80,9 @@ def collect_statistics(
     def observed(description: str) -> Iterator[tuple[str, np.ndarray]]:
         seen[0] = 0
         total = min(options.samples, _length(dataset, options.samples))
-        for sample in track(prefetched(islice(iter(dataset), options.samples)), description, total):
-            outputs = runner.run(sample.inputs, copy=False)  # consumed before the next run
-            seen[0] += 1
+        samples = prefetched((s, s.inputs) for s in islice(iter(dataset), options.samples))
+        for sample, outputs in track(runner.run_stream(samples), description, total):
+            seen[0] += 1  # outputs are consumed before the next item is taken
             for name in observed_names:
                 yield name, (sample.inputs[name] if name in graph_inputs else outputs[name])
         if seen[0] == 0:

@@ -6,13 +6,17 @@ Intermediate tensors are captured by adding them as graph outputs before compili
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 from edgekit.errors import DataError, ModelError
+
+T = TypeVar("T")
 
 #: OpenVINO's CPU plugin runs bf16 on capable CPUs unless told otherwise (results drift by ~1e-3).
 F32_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
@@ -52,10 +56,16 @@ class HostRunner:
         extra_outputs: Sequence[str] = (),
         *,
         threads: int | None = None,
+        streams: int = 1,
     ):
         proto = ir.to_proto(model) if isinstance(model, ir.Model) else model
         proto = with_outputs(proto, list(extra_outputs))
         config = dict(F32_CONFIG)
+        if streams > 1:
+            # Several requests in flight (see run_stream): one stream each, the cores shared between them.
+            config["PERFORMANCE_HINT"] = "THROUGHPUT"
+            config["NUM_STREAMS"] = str(streams)
+        self.streams = streams
         if threads:
             config["INFERENCE_NUM_THREADS"] = str(threads)
         core = _core()
@@ -82,9 +92,7 @@ class HostRunner:
             if i.name not in initializers
         }
 
-    def run(self, feeds: Mapping[str, np.ndarray], *, copy: bool = True) -> dict[str, np.ndarray]:
-        """Run one inference. With ``copy=False`` the arrays are views of the runtime's buffers, valid only until
-        the next call."""
+    def _check(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         missing = [n for n in self.input_names if n not in feeds]
         if missing:
             raise DataError(f"missing input(s) {missing}; the model's inputs are {self.input_names}")
@@ -93,11 +101,45 @@ class HostRunner:
             got = tuple(np.shape(feeds[name]))
             if expected and all(expected) and expected != got:
                 raise DataError(f"input {name!r}: expected shape {list(expected)}, got {list(got)}")
-        results = self._request.infer({n: np.ascontiguousarray(feeds[n]) for n in self.input_names})
+        return {n: np.ascontiguousarray(feeds[n]) for n in self.input_names}
+
+    def _read_outputs(self, request, copy: bool) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
         for name in self.output_names:
             port = self._outputs.get(name)
             if port is None:
                 raise ModelError(f"OpenVINO dropped output {name!r} of the compiled model")
-            out[name] = np.array(results[port], copy=True) if copy else results[port]
+            data = request.get_tensor(port).data
+            out[name] = np.array(data, copy=True) if copy else data
         return out
+
+    def run_stream(self, items: Iterable[tuple[T, Mapping[str, np.ndarray]]]) -> Iterator[tuple[T, dict]]:
+        """Run ``(key, feeds)`` items with ``streams`` requests in flight; yields ``(key, outputs)`` in order.
+
+        The outputs are views of the request's buffers, valid until the next item is taken: while the caller
+        works on one result, the next inference runs.
+        """
+        # Two requests even with one stream: the next inference runs while the caller reads this one's outputs.
+        requests = [self._compiled.create_infer_request() for _ in range(max(self.streams, 2))]
+        pending: deque = deque()
+        it = iter(items)
+        for request in requests:
+            item = next(it, None)
+            if item is None:
+                break
+            request.start_async(self._check(item[1]))
+            pending.append((request, item[0]))
+        while pending:
+            request, key = pending.popleft()
+            request.wait()
+            yield key, self._read_outputs(request, copy=False)
+            item = next(it, None)
+            if item is not None:
+                request.start_async(self._check(item[1]))
+                pending.append((request, item[0]))
+
+    def run(self, feeds: Mapping[str, np.ndarray], *, copy: bool = True) -> dict[str, np.ndarray]:
+        """Run one inference. With ``copy=False`` the arrays are views of the runtime's buffers, valid only until
+        the next call."""
+        self._request.infer(self._check(feeds))
+        return self._read_outputs(self._request, copy)
