@@ -23,8 +23,9 @@ import onnx_ir as ir
 from edgekit.errors import ModelError
 from edgekit.targets.tflite import fusion, layout, quantized, writer
 from edgekit.targets.tflite.context import Context, permute, to_nchw_perm, to_nhwc_perm
-from edgekit.targets.tflite.graph import Graph, Tensor
+from edgekit.targets.tflite.graph import Graph, Op, Tensor
 from edgekit.targets.tflite.registry import call, lookup
+from edgekit.targets.tflite.schema import fb
 
 IoDtype = Literal["float32", "int8", "uint8"]
 
@@ -33,8 +34,9 @@ IoDtype = Literal["float32", "int8", "uint8"]
 class ConvertOptions:
     """How to convert.
 
-    ``keep_io_layout``: keep ONNX's NCHW layout for image (rank-4) inputs/outputs (one transpose at each
-    edge) instead of NHWC. ``io_dtype``: "float32" keeps float inputs/outputs (QUANTIZE/DEQUANTIZE at the
+    ``keep_io_layout``: keep ONNX's NCHW layout for image inputs/outputs (one transpose at each edge)
+    instead of NHWC. (Without it, rank-4 float inputs/outputs are NHWC where that costs no transpose
+    inside, i.e. images feeding/leaving NHWC kernels; other rank-4 tensors keep the ONNX layout.) ``io_dtype``: "float32" keeps float inputs/outputs (QUANTIZE/DEQUANTIZE at the
     edges of a quantized model); "int8"/"uint8" make them integer (fully integer models only).
     ``target``: the target name used in messages. ``per_tensor_weights``: TFLite ops (e.g.
     ``{"FULLY_CONNECTED"}``) whose per-channel int8 weights are requantized per tensor, for runtimes
@@ -88,6 +90,7 @@ def _pipeline(options: ConvertOptions) -> list[Pass]:
     return [
         layout.fold_constant_transposes,
         layout.cancel_transposes,
+        layout.choose_io_layout,
         fusion.fuse_activations,
         quantized.quantize_kernels(options.per_tensor_weights),
         fusion.flatten_into_fully_connected,
@@ -171,8 +174,6 @@ def translate(model: ir.Model, options: ConvertOptions) -> Graph:
             perm = to_nhwc_perm(4)
             t = ctx.transpose(t, perm)
             graph.io_perms[value.name] = perm
-        elif any(t is i for i in graph.inputs) or any(t is o for o in graph.outputs):
-            t = ctx.reshape(t, t.shape, out=ctx.tmp("copy", t.shape, t.dtype))  # an output of its own
         graph.outputs.append(t)
         graph.output_names.append(value.name)
     return graph
@@ -246,10 +247,17 @@ def _fold(ctx: Context, node: ir.Node) -> bool:
 def finalize(graph: Graph) -> Graph:
     """Drop dead ops, order the ops, give the outputs their ONNX names."""
     graph.remove_dead()
-    graph.toposort()
-    for t in graph.outputs:
+    for i, t in enumerate(list(graph.outputs)):
         if t.is_const:
             raise ModelError(f"output {t.name!r} folds to a constant; TFLite models cannot output constants")
+        if any(t is x for x in graph.inputs) or any(t is o for o in graph.outputs[:i]):
+            copy = Tensor(graph.unique_name(t.name + "_copy"), t.shape, t.dtype, quant=t.quant)
+            opts = fb.ReshapeOptionsT()
+            opts.newShape = list(t.shape)
+            shape = graph.const("shape", t.shape, np.int32)
+            graph.ops.append(Op("RESHAPE", [t, shape], [copy], opts, "output copy"))
+            graph.outputs[i] = copy  # an output of its own, not an alias of an input or another output
+    graph.toposort()
     taken = {}
     for op in graph.ops:
         for t in [*op.inputs, *op.outputs]:

@@ -185,6 +185,49 @@ def cancel_transposes(graph: Graph) -> Graph:
     return graph
 
 
+def choose_io_layout(graph: Graph) -> Graph:
+    """Keep NCHW for a rank-4 input/output whose NHWC layout would cost a TRANSPOSE inside.
+
+    Image tensors come out NHWC because their edge transposes cancel against the NHWC kernels; a
+    rank-4 tensor that is not an image (an attention mask, a feature map fed to MatMul) would keep
+    its edge transpose, so it stays in the ONNX layout instead.
+    """
+    consumers = graph.consumers()
+    producers = graph.producers()
+    for i, t in enumerate(list(graph.inputs)):
+        perm = graph.io_perms.get(t.name)
+        users = consumers.get(id(t), [])
+        if perm is None or not users or any(transpose_perm(u) != inverse_perm(perm) for u in users):
+            continue
+        if any(transposes_are_free(u) for u in users):
+            continue
+        nchw = Tensor(t.name, users[0].outputs[0].shape, t.dtype, quant=t.quant)
+        for user in users:
+            graph.replace_uses(user.outputs[0], nchw)
+        graph.inputs[i] = nchw
+        graph.io_perms[t.name] = None
+    for i, (t, name) in enumerate(zip(list(graph.outputs), graph.output_names, strict=True)):
+        perm = graph.io_perms.get(name)
+        prod = producers.get(id(t))
+        if perm is None or prod is None or transpose_perm(prod) != tuple(perm) or transposes_are_free(prod):
+            continue
+        source = prod.inputs[0]
+        if any(source is x for x in graph.inputs) or any(source is o for o in graph.outputs):
+            continue  # the output would alias another graph tensor
+        graph.outputs[i] = prod.inputs[0]
+        graph.io_perms[name] = None
+    graph.remove_dead()
+    return graph
+
+
+def transposes_are_free(op: Op) -> bool:
+    """A TRANSPOSE that only moves unit dims (it becomes a RESHAPE)."""
+    perm = transpose_perm(op)
+    shape = op.inputs[0].shape
+    moved = [p for p in perm if shape[p] != 1]
+    return moved == sorted(moved)
+
+
 def transposes_to_reshapes(graph: Graph) -> Graph:
     """A TRANSPOSE that keeps the order of the non-unit dims is a RESHAPE."""
     for i, op in enumerate(graph.ops):

@@ -129,3 +129,18 @@ def test_keep_io_layout_has_one_transpose_at_each_edge() -> None:
     assert result.inputs[0].shape == (1, 3, 16, 16) and result.inputs[0].layout == "NCHW"
     assert result.outputs[0].shape == (1, 4, 8, 8) and result.outputs[0].onnx_to_tflite_perm is None
     _check(model, result)
+
+
+def test_rank4_tensors_that_are_not_images_keep_the_onnx_layout() -> None:
+    """An attention-mask-like rank-4 input feeding a MatMul: NHWC would only add transposes."""
+    model = make_model(
+        [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "mask"], ["y"])],
+        {"x": (1, 2, 3, 4), "mask": (1, 2, 3, 5)},
+        ["y"],
+        {"w": _w(4, 5)},
+    )
+    result = convert_proto(model)
+    assert "TRANSPOSE" not in op_types(result)
+    assert [i.shape for i in result.inputs] == [(1, 2, 3, 4), (1, 2, 3, 5)]
+    assert all(i.onnx_to_tflite_perm is None for i in (*result.inputs, *result.outputs))
+    _check(model, result)
