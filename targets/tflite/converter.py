@@ -272,4 +272,20 @@ def finalize(graph: Graph) -> Graph:
             taken.pop(t.name, None)
             t.name = name
             taken[name] = t
+    _tidy_names(taken)
     return graph
+
+
+_PASS_SUFFIXES = ("/sunk", "/int", "/q", "/reshaped")
+
+
+def _tidy_names(tensors: dict[str, Tensor]) -> None:
+    """Drop the suffixes passes add to tensor names (``x/sunk`` -> ``x``) where the plain name is free."""
+    for name, t in list(tensors.items()):
+        base = name
+        while base.endswith(_PASS_SUFFIXES):
+            base = base.rsplit("/", 1)[0]
+        if base != name and base not in tensors:
+            del tensors[name]
+            t.name = base
+            tensors[base] = t
