@@ -9,9 +9,7 @@ from __future__ import annotations
 import sys
 
 import typer
-
-from edgekit.cli import common
-from edgekit.cli import agent_cmd, deploy_cmd, inspect_cmd, quantize_cmd
+from edgekit.cli import agent_cmd, common, deploy_cmd, inspect_cmd, quantize_cmd, report_cmd
 
 app = typer.Typer(
     name="edgekit",
@@ -26,6 +24,7 @@ quantize_cmd.register(app)
 inspect_cmd.register(app)
 deploy_cmd.register(app)
 agent_cmd.register(app)
+report_cmd.register(app)
 
 
 def main() -> None:  # pragma: no cover - exercised through the console script
