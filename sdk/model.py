@@ -174,7 +174,9 @@ def load_proto(
     """:func:`load_model` for a model already in memory."""
     from edgekit import passes  # local import: passes imports this module's helpers
 
-    proto = upgrade_opset(proto)
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)  # the caller's proto stays as it was
+    proto = upgrade_opset(copy)
     # The lowest IR version the opsets allow (>= 4: initializers that are not graph inputs), so that every
     # runtime, including ones older than this onnx package, reads what we write.
     proto.ir_version = max(
