@@ -91,6 +91,13 @@ class Target(ABC):
     def package(self, model: ir.Model, out_dir: Path, options: PackageOptions) -> Path:
         """Convert, verify on the host, write the bundle atomically; returns the bundle path."""
 
+    def quantize_options(self, base: Any) -> Any:
+        """The quantization scheme this target's integer kernels need, from the user's ``QuantizeOptions``
+        (calibration method, samples): by default only the activation type is the target's."""
+        from dataclasses import replace
+
+        return replace(base, activations=self.activation_dtype)
+
     def target_options(self, options: PackageOptions) -> Any:
         """The target-specific options of ``options`` (defaults when None); checks their type."""
         if self.options_type is None:

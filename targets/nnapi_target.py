@@ -13,7 +13,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import onnx_ir as ir
 from edgekit.errors import TargetError
@@ -55,6 +55,13 @@ class NnapiTarget(Target):
     description = "Android NNAPI via TFLite: fully integer (int8 or uint8 I/O), with a delegate report"
     supports_float = False
     options_type = NnapiOptions
+
+    def quantize_options(self, base: Any) -> Any:
+        """int8 activations, and one weight scale per FULLY_CONNECTED: NNAPI takes per-channel weights on
+        convolutions only, and a per-channel FULLY_CONNECTED makes the whole delegation fail."""
+        from dataclasses import replace
+
+        return replace(base, activations="int8", dense_per_channel=False)
 
     def check(self, model: ir.Model) -> list[Problem]:
         if not is_quantized(model):
