@@ -348,3 +348,99 @@ def dequantize_linear(
             f"DequantizeLinear params ({quant.describe()}) differ from its input's ({x.quant.describe()})"
         )
     ctx.op("DEQUANTIZE", [x], [ctx.output(y_value, shape=x.shape, dtype=np.float32)])
+
+
+# -- BatchNormalization (inference), DepthToSpace / SpaceToDepth, ArgMax / ArgMin ------------------------
+@converter("BatchNormalization", since=1)
+def batch_normalization(
+    ctx: Context,
+    node: ir.Node,
+    *,
+    epsilon: float = 1e-5,
+    momentum: float = 0.9,
+    spatial: int = 1,
+    is_test: int = 1,
+    consumed_inputs: Sequence[int] | None = None,
+    training_mode: int = 0,
+) -> None:
+    """y = x * a + b per channel (axis 1), a = scale / sqrt(var + eps), b = bias - mean * a.
+
+    (``load_model`` folds BatchNormalization that follows a Conv/Gemm into its weights; this handles
+    the others.)"""
+    if training_mode or any(v.name and v.uses() for v in node.outputs[1:]):
+        raise ctx.error("training-mode BatchNormalization is not supported")
+    x = ctx.tensor(node.inputs[0])
+    params = (
+        ctx.require_const(v, "BatchNormalization parameters").astype(np.float64) for v in node.inputs[1:5]
+    )
+    scale, bias, mean, var = params
+    a = (scale / np.sqrt(var + epsilon)).astype(np.float32)
+    b = (bias - mean * a).astype(np.float32)
+    y = ctx.output(node.outputs[0])
+    if x.rank == 4:  # a 1x1 depthwise convolution: one kernel, with an int8 version, per-channel a and b
+        opts = fb.DepthwiseConv2DOptionsT()
+        opts.padding, opts.strideH, opts.strideW, opts.depthMultiplier = fb.Padding.VALID, 1, 1, 1
+        weights = ctx.graph.const("bn_scale", a.reshape(1, 1, 1, -1))
+        x_nhwc = ctx.transpose(x, NCHW_TO_NHWC)
+        y_nhwc = ctx.tmp("bn_nhwc", permute(y.shape, NCHW_TO_NHWC))
+        ctx.op("DEPTHWISE_CONV_2D", [x_nhwc, weights, ctx.graph.const("bn_shift", b)], [y_nhwc], opts)
+        ctx.transpose(y_nhwc, NHWC_TO_NCHW, out=y)
+        return
+    shape = (x.shape[1],) + (1,) * (x.rank - 2)
+    scaled = binary(
+        ctx, "MUL", x, ctx.graph.const("bn_scale", a.reshape(shape)), ctx.tmp("bn_scaled", x.shape)
+    )
+    binary(ctx, "ADD", scaled, ctx.graph.const("bn_shift", b.reshape(shape)), y)
+
+
+def _space_depth(ctx: Context, node: ir.Node, code: str, blocksize: int) -> None:
+    x_value, y_value = node.inputs[0], node.outputs[0]
+    if ctx.rank(x_value) != 4:
+        raise ctx.error("only 4-D inputs are supported")
+    opts = fb.DepthToSpaceOptionsT() if code == "DEPTH_TO_SPACE" else fb.SpaceToDepthOptionsT()
+    opts.blockSize = int(blocksize)
+    x = ctx.transpose(ctx.tensor(x_value), NCHW_TO_NHWC)
+    y_nhwc = ctx.tmp(code.lower(), permute(ctx.shape(y_value), NCHW_TO_NHWC))
+    ctx.op(code, [x], [y_nhwc], opts)
+    ctx.transpose(y_nhwc, NHWC_TO_NCHW, out=ctx.output(y_value))
+
+
+@converter("DepthToSpace", since=1)
+def depth_to_space(ctx: Context, node: ir.Node, *, blocksize: int, mode: str = "DCR") -> None:
+    if _text(mode) != "DCR":  # TFLite's DEPTH_TO_SPACE on NHWC orders depth as (block_y, block_x, C): DCR
+        raise ctx.error(f"DepthToSpace mode {_text(mode)!r} is not supported (DCR is)")
+    _space_depth(ctx, node, "DEPTH_TO_SPACE", blocksize)
+
+
+@converter("SpaceToDepth", since=1)
+def space_to_depth(ctx: Context, node: ir.Node, *, blocksize: int) -> None:
+    _space_depth(ctx, node, "SPACE_TO_DEPTH", blocksize)
+
+
+def _arg(ctx: Context, node: ir.Node, code: str, axis: int, keepdims: int, select_last_index: int) -> None:
+    if select_last_index:
+        raise ctx.error("select_last_index=1 is not supported")
+    x = ctx.tensor(node.inputs[0])
+    axis = axis + x.rank if axis < 0 else axis
+    y = ctx.output(node.outputs[0], dtype=np.int64)
+    opts = fb.ArgMaxOptionsT() if code == "ARG_MAX" else fb.ArgMinOptionsT()
+    opts.outputType = fb.TensorType.INT64
+    reduced = tuple(d for i, d in enumerate(x.shape) if i != axis)
+    target = y if not keepdims else ctx.tmp(code.lower(), reduced, np.int64)
+    ctx.op(code, [x, ctx.graph.const("axis", np.array([axis], np.int32))], [target], opts)
+    if keepdims:
+        ctx.reshape(target, y.shape, out=y)
+
+
+@converter("ArgMax", since=1)
+def arg_max(
+    ctx: Context, node: ir.Node, *, axis: int = 0, keepdims: int = 1, select_last_index: int = 0
+) -> None:
+    _arg(ctx, node, "ARG_MAX", axis, keepdims, select_last_index)
+
+
+@converter("ArgMin", since=1)
+def arg_min(
+    ctx: Context, node: ir.Node, *, axis: int = 0, keepdims: int = 1, select_last_index: int = 0
+) -> None:
+    _arg(ctx, node, "ARG_MIN", axis, keepdims, select_last_index)

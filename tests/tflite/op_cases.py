@@ -419,6 +419,23 @@ CASES: list[Case] = [
         opset=17,
     ),
     Case(
+        "batchnorm",
+        [n("BatchNormalization", ["x", "s", "b", "m", "v"])],
+        X4,
+        inits={"s": w(3), "b": w(3), "m": w(3), "v": np.abs(w(3)) + 0.1},
+        int8=True,
+    ),
+    Case(
+        "batchnorm_2d",
+        [n("BatchNormalization", ["x", "s", "b", "m", "v"], epsilon=1e-3)],
+        {"x": (2, 3)},
+        inits={"s": w(3), "b": w(3), "m": w(3), "v": np.abs(w(3)) + 0.1},
+    ),
+    Case("depth_to_space", [n("DepthToSpace", ["x"], blocksize=2)], {"x": (1, 8, 2, 3)}),
+    Case("space_to_depth", [n("SpaceToDepth", ["x"], blocksize=2)], {"x": (1, 2, 4, 6)}),
+    Case("argmax_keepdims", [n("ArgMax", ["x"], axis=1)], {"x": (2, 5, 3)}),
+    Case("argmin_last_axis", [n("ArgMin", ["x"], axis=-1, keepdims=0)], {"x": (2, 5, 3)}),
+    Case(
         "identity_dropout",
         [
             n("Identity", ["x"], ["a"]),

@@ -17,9 +17,12 @@ from tflite_helpers import convert_proto, edgekit_qdq, make_model, ort_qdq, rand
 INT8_CASES = [c for c in CASES if c.int8]
 # Ops onnxruntime's QDQ quantizer leaves in float when they stand alone (no integer reference from it).
 ORT_FLOAT = {"relu", "sigmoid", "tanh", "hardswish", "leaky_relu", "clip_relu6", "reduce_mean_v13"}
-PARAMS = [pytest.param(c, "edgekit", id=f"{c.id}-edgekit") for c in INT8_CASES] + [
-    pytest.param(c, "ort", id=f"{c.id}-ort") for c in INT8_CASES if c.id not in ORT_FLOAT
-]
+# Ops edgekit's quantizer has no rule for (a standalone BatchNormalization; load_model folds the usual
+# Conv -> BatchNormalization into the convolution).
+EDGEKIT_FLOAT = {"batchnorm"}
+PARAMS = [
+    pytest.param(c, "edgekit", id=f"{c.id}-edgekit") for c in INT8_CASES if c.id not in EDGEKIT_FLOAT
+] + [pytest.param(c, "ort", id=f"{c.id}-ort") for c in INT8_CASES if c.id not in ORT_FLOAT]
 
 
 def output_steps(qdq: onnx.ModelProto) -> list[float]:

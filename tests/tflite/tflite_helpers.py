@@ -24,7 +24,7 @@ def make_model(
         list(nodes),
         "test",
         [helper.make_tensor_value_info(n, FLOAT, list(s)) for n, s in inputs.items()],
-        [helper.make_tensor_value_info(n, FLOAT, None) for n in outputs],
+        [onnx.ValueInfoProto(name=n) for n in outputs],  # types and shapes from inference
         [numpy_helper.from_array(np.asarray(v), k) for k, v in (initializers or {}).items()],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
