@@ -87,7 +87,11 @@ def run_case(case: Path, supported: set[str]) -> tuple[str, str]:
         return "n/a", "inputs/outputs that are not plain tensors"
     names = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
     feeds = dict(zip(names, inputs, strict=True))
-    if not inputs or inputs[0].dtype != np.float32 or any(a.dtype != np.float32 for a in expected):
+    if (
+        not inputs
+        or inputs[0].dtype != np.float32
+        or any(a.dtype not in (np.float32, np.int64) for a in expected)
+    ):
         return "n/a", "non-float32 data input or outputs"
     note = ""
     params = [n for n, a in feeds.items() if a.dtype != np.float32]
