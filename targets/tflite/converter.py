@@ -20,7 +20,7 @@ from typing import Literal
 import numpy as np
 import onnx
 import onnx_ir as ir
-from edgekit.errors import ModelError
+from edgekit.errors import ModelError, TargetError
 from edgekit.targets.tflite import fusion, layout, quantized, writer
 from edgekit.targets.tflite.context import Context, permute, to_nchw_perm, to_nhwc_perm
 from edgekit.targets.tflite.graph import Graph, Op, Tensor
@@ -47,6 +47,10 @@ class ConvertOptions:
     io_dtype: IoDtype = "float32"
     target: str = "arm-cpu"
     per_tensor_weights: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if self.io_dtype not in ("float32", "int8", "uint8"):
+            raise TargetError(f"io_dtype must be float32, int8 or uint8, got {self.io_dtype!r}")
 
 
 @dataclass(frozen=True)

@@ -325,7 +325,7 @@ def integer_io(io_dtype: str, target: str) -> Callable[[Graph], Graph]:
         blockers = (
             float_ops(graph)
             if any(t.quant is not None for op in graph.ops for t in op.outputs)
-            else ["(no quantized tensors)"]
+            else ["everything (the model has no quantized tensors: quantize it first)"]
         )
         for t in graph.inputs:
             users = consumers.get(id(t), [])
@@ -364,7 +364,6 @@ def integer_io(io_dtype: str, target: str) -> Callable[[Graph], Graph]:
                 graph.ops.append(Op("QUANTIZE", [source], [out], None, dq.origin))
                 graph.outputs[i] = out
         graph.remove_dead()
-        graph.io_perms.update({})
         return graph
 
     return run
@@ -374,5 +373,4 @@ def _io_tensor(graph: Graph, name: str, like: Tensor, io_dtype: str) -> Tensor:
     quant = like.quant
     if io_dtype == "uint8":
         quant = Quant(quant.scale, quant.zero_point + 128, quant.axis)
-    t = Tensor(name, like.shape, np.uint8 if io_dtype == "uint8" else np.int8, quant=quant)
-    return t
+    return Tensor(name, like.shape, np.uint8 if io_dtype == "uint8" else np.int8, quant=quant)
