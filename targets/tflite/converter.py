@@ -1,14 +1,15 @@
-"""ONNX -> TFLite: translate op by op, then one readable, ordered pipeline of passes.
+"""ONNX -> TFLite: translate op by op, then one readable, ordered pipeline of passes (``_pipeline``).
 
-graph = translate(model)                  # one converter per ONNX op, explicit NCHW<->NHWC transposes
-fold_constant_transposes                  # transposed/reshaped weights become constants
-cancel_transposes                         # sink transposes through layout-agnostic ops, fold pairs
-flatten_into_fully_connected              # NCHW flatten before a dense layer -> permuted weights
-transposes_to_reshapes                    # transposes moving only unit dims are reshapes
-fuse_activations                          # RELU/RELU6 into the preceding conv/fc/add/pool
-quantize_kernels                          # DQ -> op -> Q becomes the integer kernel
-integer_io (nnapi)                        # int8/uint8 graph inputs and outputs
-finalize                                  # dead ops, topological order, I/O names
+translate                      one converter per ONNX op; explicit NCHW<->NHWC transposes
+fold_constant_transposes       transposed / reshaped weights become constants
+cancel_transposes              sink transposes through layout-agnostic ops, fold pairs
+choose_io_layout               NHWC inputs/outputs only where the edge transpose cancelled
+fuse_activations               RELU / RELU6 / RELU_N1_TO_1 into the preceding conv/fc/add/pool
+quantize_kernels               DEQUANTIZE -> op -> QUANTIZE becomes the integer kernel
+flatten_into_fully_connected   NCHW flatten before a dense layer -> permuted weights instead
+transposes_to_reshapes         transposes that move only unit dims become (merged) reshapes
+integer_io                     int8 / uint8 graph inputs and outputs (nnapi)
+finalize                       dead ops, topological order, ONNX names on the outputs
 """
 
 from __future__ import annotations
