@@ -17,11 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from edgekit.cli.common import console, err_console, parse_input_shapes
+from edgekit.cli.common import RichTrack, build_preprocess, console, err_console, parse_input_shapes
+from edgekit.cli.quantize_cmd import Color, Layout, Mean, ResizeMode, ResizeShorter, Scale, Size, Std
 from edgekit.errors import DataError, EdgekitError, OutputError, TargetError
 
 PRECISIONS = ("auto", "fp32", "int8")
 VERIFY_SAMPLES = 3
+#: Evaluation samples the quantizer uses for its per-layer SQNR (the device run uses all of --max-samples).
+LAYER_SAMPLES = 25
 
 
 def register(app: typer.Typer) -> None:
@@ -43,6 +46,7 @@ class DeployRequest:
     calib_samples: int = 100
     method: str = "minmax"
     preprocess: Mapping[str, Any] | None = None
+    eval_data: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,8 @@ class Packaged:
     path: Path
     precision: str
     verification: Mapping[str, Any]
+    #: The quantizer's report when this run quantized the model for the target (per-layer SQNR on the host).
+    quantize_report: Mapping[str, Any] | None = None
 
 
 def deploy(
@@ -60,6 +66,24 @@ def deploy(
         ..., "--output", "-o", help="Output folder; each target writes DIR/<target>."
     ),
     calib: Path = typer.Option(None, "--calib", help="Calibration data (.npz, .npy, image or array folder)."),
+    eval_data: Path = typer.Option(
+        None,
+        "--eval",
+        help="Evaluation data: run each bundle on the device and compare with fp32 on the host.",
+    ),
+    device: str = typer.Option(
+        None,
+        "--device",
+        help="Agent URL: local (default with --eval), serial:///dev/ttyUSB0?baud=N, tcp://host:port.",
+    ),
+    token: str = typer.Option(None, "--token", help="Shared token of a TCP agent on another host."),
+    report: Path = typer.Option(
+        None, "--report", help="Write the report here (.html; report.json and report.md go beside it)."
+    ),
+    fail_on_drop: float = typer.Option(
+        None, "--fail-on-drop", help="Exit 1 when any target's top-1 drops by more than this many pp."
+    ),
+    max_samples: int = typer.Option(None, "--max-samples", help="Evaluate at most this many samples."),
     precision: str = typer.Option("auto", "--precision", help="auto | fp32 | int8."),
     input_shape: list[str] = typer.Option(None, "--input-shape", help="NAME=D0,D1,... (repeatable)."),
     device_hint: str = typer.Option(
@@ -73,8 +97,24 @@ def deploy(
     preprocess: str = typer.Option(
         None, "--preprocess", help="Image preprocessing as JSON (or a .json file) for image-folder data."
     ),
+    size: Size = None,
+    resize_mode: ResizeMode = "resize",
+    resize_shorter: ResizeShorter = None,
+    color: Color = "RGB",
+    scale: Scale = 1.0,
+    mean: Mean = None,
+    std: Std = None,
+    layout: Layout = "NCHW",
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
-    """Package a model for one or more targets (quantizing first where a target needs int8)."""
+    """Package a model for one or more targets (quantizing first where a target needs int8); with --eval, run
+    each bundle on a device and write the accuracy-drop report."""
+    from edgekit.data import ImagePreprocess
+
+    pre = _read_preprocess(preprocess)
+    flags = build_preprocess(size, resize_mode, resize_shorter, color, scale, mean, std, layout)
+    if pre is None and flags != ImagePreprocess():
+        pre = flags.to_json()
     request = DeployRequest(
         model=model,
         targets=tuple(dict.fromkeys(target or ())),
@@ -86,16 +126,79 @@ def deploy(
         archive=archive,
         calib_samples=calib_samples,
         method=method,
-        preprocess=_read_preprocess(preprocess),
+        preprocess=pre,
+        eval_data=eval_data,
     )
-    results, failures = package_targets(request, say=lambda line: console.print(line, soft_wrap=True))
+    run = DeviceRun.from_options(request, device, token, report, fail_on_drop, max_samples)
+    track = RichTrack(enabled=not quiet)
+    results, failures = package_targets(
+        request, say=lambda line: console.print(line, soft_wrap=True), track=track
+    )
     if len(request.targets) == 1 and failures:
         raise TargetError(failures[0][1])
     for name, message in failures:
         err_console.print(f"[red]✗[/] {name}: {message}", soft_wrap=True)
+    if run is not None and results:
+        from edgekit.deploy_run import evaluate_on_device
+
+        outcome = evaluate_on_device(request, run, results, track, say=lambda line: console.print(line))
+        if outcome.failed:
+            err_console.print(
+                f"[bold red]gate:[/] top-1 drop above {run.fail_on_drop} pp on {', '.join(outcome.failed)}",
+                soft_wrap=True,
+            )
+            raise typer.Exit(1)
     if failures:
         names = ", ".join(name for name, _ in failures)
         raise TargetError(f"{len(failures)} of {len(request.targets)} targets failed ({names})")
+
+
+@dataclass(frozen=True)
+class DeviceRun:
+    """The device half of ``edgekit deploy``: where to run, what to write, when to fail."""
+
+    url: str
+    token: str | None
+    report: Path | None
+    fail_on_drop: float | None
+    max_samples: int | None
+
+    @classmethod
+    def from_options(
+        cls,
+        request: DeployRequest,
+        device: str | None,
+        token: str | None,
+        report: Path | None,
+        fail_on_drop: float | None,
+        max_samples: int | None,
+    ) -> DeviceRun | None:
+        if request.eval_data is None:
+            for flag, value in (("--device", device), ("--report", report), ("--fail-on-drop", fail_on_drop),
+                                ("--max-samples", max_samples)):  # fmt: skip
+                if value is not None:
+                    raise DataError(f"{flag} needs --eval DATA (the samples to run on the device)")
+            return None
+        if not request.eval_data.exists():
+            raise DataError(f"evaluation data not found: {request.eval_data}")
+        if max_samples is not None and max_samples < 1:
+            raise DataError(f"--max-samples must be at least 1, got {max_samples}")
+        if fail_on_drop is not None and fail_on_drop < 0:
+            raise DataError(
+                f"--fail-on-drop must be a non-negative number of percentage points, got {fail_on_drop}"
+            )
+        if report is not None:
+            from edgekit.model import check_writable
+
+            if report.suffix.lower() != ".html":
+                raise OutputError(
+                    f"--report expects an .html path (report.json and report.md go beside it): {report}"
+                )
+            folder = report.parent
+            while not folder.exists() and folder != folder.parent:
+                folder = folder.parent  # the report's folder is made when it is written
+            check_writable(folder / report.name)
+        return cls(device or "local", token, report, fail_on_drop, max_samples)
 
 
 def _read_preprocess(value: str | None) -> dict[str, Any] | None:
@@ -177,14 +280,24 @@ def _validate(request: DeployRequest) -> list[Any]:
     return targets
 
 
-def package_targets(request: DeployRequest, say: Any = print) -> tuple[list[Packaged], list[tuple[str, str]]]:
+def _preprocess(request: DeployRequest) -> Any:
+    from edgekit.data import ImagePreprocess
+
+    return ImagePreprocess.from_json(dict(request.preprocess)) if request.preprocess else None
+
+
+def package_targets(
+    request: DeployRequest, say: Any = print, track: Any = None
+) -> tuple[list[Packaged], list[tuple[str, str]]]:
     """Package ``request.model`` for every target; returns the bundles and the (target, error) failures.
 
     Errors in the request itself (bad options, unreadable model or data) raise before anything is
     written; a target that fails to package is reported and the others still run.
     """
     from edgekit.model import is_quantized, load_model
+    from edgekit.quantize.calibrate import no_progress
 
+    track = track or no_progress
     targets = _validate(request)
     notes: list[str] = []
     model = load_model(request.model, request.input_shapes, messages=notes)
@@ -210,20 +323,20 @@ def package_targets(request: DeployRequest, say: Any = print) -> tuple[list[Pack
     except OSError as exc:
         raise OutputError(f"cannot create {request.out_dir}: {exc.strerror or exc}") from None
 
-    quantized_models: dict[str, tuple[Any, dict[str, Any]]] = {}
+    quantized_models: dict[Any, tuple[Any, dict[str, Any], dict[str, Any]]] = {}
     results: list[Packaged] = []
     failures: list[tuple[str, str]] = []
     for target, precision in plan:
         try:
-            source, provenance = model, dict(base_provenance)
+            source, provenance, quant_report = model, dict(base_provenance), None
             if precision == "int8" and needs_quantization:
                 assert dataset is not None  # _choose_precision demands --calib for int8
-                if target.activation_dtype not in quantized_models:
-                    say(
-                        f"quantizing for {target.activation_dtype} activations on {len(dataset)} calibration sample(s)"
-                    )
-                    quantized_models[target.activation_dtype] = _quantize(request, dataset, target)
-                source, extra = quantized_models[target.activation_dtype]
+                scheme = _quantize_options(request, target)
+                if scheme not in quantized_models:
+                    say(f"quantizing for {target.name} ({scheme.activations} activations) on {len(dataset)} "
+                        "calibration sample(s)")  # fmt: skip
+                    quantized_models[scheme] = _quantize(request, dataset, scheme, track)
+                source, extra, quant_report = quantized_models[scheme]
                 provenance.update(extra)
             for problem in target.check(source):
                 if problem.severity != "error":
@@ -234,7 +347,7 @@ def package_targets(request: DeployRequest, say: Any = print) -> tuple[list[Pack
             failures.append((target.name, str(exc)))
             continue
         verification = _manifest_verification(path)
-        results.append(Packaged(target.name, path, precision, verification))
+        results.append(Packaged(target.name, path, precision, verification, quant_report))
         say(_summary_line(target.name, path, verification))
     if created and not results:
         with contextlib.suppress(OSError):
@@ -278,18 +391,32 @@ def _verify_samples(dataset: Any) -> tuple[dict[str, Any], ...]:
     return tuple(samples)
 
 
-def _quantize(request: DeployRequest, dataset: Any, target: Any) -> tuple[Any, dict[str, Any]]:
-    """The model quantized for ``target``'s activation dtype, and what provenance records about it."""
-    from edgekit import QuantizeOptions, quantize_model
+def _quantize_options(request: DeployRequest, target: Any) -> Any:
+    from edgekit import QuantizeOptions
+
+    return target.quantize_options(QuantizeOptions(method=request.method, samples=request.calib_samples))
+
+
+def _quantize(request: DeployRequest, dataset: Any, options: Any, track: Any) -> tuple[Any, dict, dict]:
+    """The model quantized with ``options`` (the target's scheme), what provenance records about it, and the
+    quantizer's report (with the per-layer SQNR on up to LAYER_SAMPLES evaluation samples)."""
+    from edgekit import quantize_model
     from edgekit.model import load_proto
 
-    options = QuantizeOptions(
-        activations=target.activation_dtype, method=request.method, samples=request.calib_samples
+    eval_data = request.eval_data if request.eval_data is not None else None
+    result = quantize_model(
+        request.model,
+        dataset,
+        options=options,
+        input_shapes=request.input_shapes,
+        eval_data=eval_data,
+        eval_limit=LAYER_SAMPLES,
+        preprocess=_preprocess(request),
+        track=track,
     )
-    result = quantize_model(request.model, dataset, options=options, input_shapes=request.input_shapes)
     used = result.report.get("calibration", {}).get("samples_used")
     extra = {"quantization": options.to_json(), "calibration_samples": used}
-    return load_proto(result.model, prepare=False), extra
+    return load_proto(result.model, prepare=False), extra, result.report
 
 
 def _manifest_verification(path: Path) -> dict[str, Any]:
