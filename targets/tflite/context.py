@@ -132,7 +132,7 @@ class Context:
                 qdata = np.expand_dims(qdata, insert_axis)
                 axis += int(axis >= insert_axis)
             axis = axis if perm is None else list(perm).index(axis)
-            tensor.qdata = np.ascontiguousarray(qdata if perm is None else np.transpose(qdata, perm))
+            tensor.qdata = np.asarray(qdata if perm is None else np.transpose(qdata, perm), order="C")
             tensor.qparams = Quant(quant.scale, quant.zero_point, axis)
         return tensor
 

@@ -48,7 +48,7 @@ def _transpose_const(graph: Graph, t: Tensor, perm: Sequence[int], rank: int) ->
     new.quant = t.quant
     if t.qdata is not None and t.qparams is not None:
         qdata = t.qdata.reshape(data.shape)
-        new.qdata = np.ascontiguousarray(np.transpose(qdata, perm))
+        new.qdata = np.asarray(np.transpose(qdata, perm), order="C")
         axis = t.qparams.axis + (rank - t.rank)
         new.qparams = type(t.qparams)(t.qparams.scale, t.qparams.zero_point, list(perm).index(axis))
     return new
