@@ -88,7 +88,7 @@ def test_float_model_with_calib_is_quantized_for_uint8(
         capsys, str(models["float"]), "-t", "intel-vpu", "-o", str(tmp_path), "--calib", str(models["calib"])
     )
     assert code == 0, err
-    assert "quantizing for uint8 activations on 8 calibration sample(s)" in out
+    assert "quantizing for intel-vpu (uint8 activations) on 8 calibration sample(s)" in out
     m = read_bundle(tmp_path / "intel-vpu").manifest
     assert m.verification["precision"] == "int8" and m.verification["passed"]
     assert (
@@ -167,7 +167,10 @@ def test_several_targets_each_get_their_activation_dtype(
         "--calib", str(models["calib"]),
     )  # fmt: skip
     assert code == 0, err
-    assert "quantizing for int8 activations" in out and "quantizing for uint8 activations" in out
+    assert (
+        "quantizing for arm-cpu (int8 activations)" in out
+        and "quantizing for intel-vpu (uint8 activations)" in out
+    )
     arm, vpu = read_bundle(tmp_path / "arm-cpu").manifest, read_bundle(tmp_path / "intel-vpu").manifest
     assert (arm.runtime, vpu.runtime) == ("tflite", "openvino")
     assert arm.provenance["quantization"]["activations"] == "int8"
