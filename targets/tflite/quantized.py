@@ -60,6 +60,9 @@ def _quantize_const(graph: Graph, t: Tensor, axis: int | None, symmetric: bool) 
         and not (symmetric and q.zero_point.any())
     ):
         return Tensor(graph.unique_name(t.name + "/q"), t.shape, np.int8, data=t.qdata, quant=q)
+    if q is not None:  # the QDQ model's integer weights do not fit the kernel (asymmetric, other axis)
+        why = "asymmetric (non-zero zero point)" if symmetric and q.zero_point.any() else f"on axis {q.axis}"
+        graph.notes.append(f"weights {t.name!r} are {why} in the QDQ model; requantized to symmetric int8")
     data = t.data.astype(np.float64)
     if axis is None or data.ndim == 0:
         lo, hi = min(float(data.min()), 0.0), max(float(data.max()), 0.0)
@@ -83,8 +86,8 @@ def _quantize_const(graph: Graph, t: Tensor, axis: int | None, symmetric: bool) 
 
 
 def _quantize_bias(graph: Graph, bias: Tensor, x: Quant, w: Quant) -> Tensor:
+    """int32 bias with scale input_scale * weight_scale: per channel, or one scale for per-tensor weights."""
     scale = x.scale.astype(np.float64)[0] * w.scale.astype(np.float64)
-    scale = np.broadcast_to(scale, bias.shape) if scale.size == 1 else scale
     qdata = np.clip(np.rint(bias.data.astype(np.float64) / scale), -(2**31), 2**31 - 1).astype(np.int32)
     quant = Quant(scale.astype(np.float32), np.zeros(scale.size, np.int64), 0)
     return Tensor(graph.unique_name(bias.name + "/q"), bias.shape, np.int32, data=qdata, quant=quant)

@@ -311,3 +311,48 @@ def test_lone_erf_is_expanded() -> None:
     model = make_model([helper.make_node("Erf", ["x"], ["y"])], {"x": (3, 4)}, ["y"])
     ops = op_types(convert_proto(model))
     assert "GELU" not in ops and ops["EXP"] == 1
+
+
+def _conv_dw_fc():
+    rng = np.random.default_rng(8)
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Conv", ["r", "w2"], ["d"], group=4),
+        helper.make_node("Flatten", ["d"], ["f"]),
+        helper.make_node("Gemm", ["f", "wf"], ["y"], transB=1),
+    ]
+    inits = {
+        "w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+        "b": rng.standard_normal(4).astype(np.float32),
+        "w2": rng.standard_normal((4, 1, 3, 3)).astype(np.float32),
+        "wf": rng.standard_normal((5, 16)).astype(np.float32),
+    }
+    return make_model(nodes, {"x": (1, 3, 4, 4)}, ["y"], inits)
+
+
+def test_per_tensor_weights_are_kept_exactly(tmp_path) -> None:
+    """onnxruntime's default (per_channel=False): one weight scale, one bias scale."""
+    from tflite_helpers import ort_qdq
+
+    model = _conv_dw_fc()
+    qdq = ort_qdq(model, [random_feeds(model, s) for s in range(8)], tmp_path, per_channel=False)
+    result = convert_proto(qdq, ConvertOptions(io_dtype="int8"))
+    assert result.float_ops == [] and result.notes == []
+    for seed in (30, 31):
+        feeds = random_feeds(model, seed)
+        np.testing.assert_allclose(run_tflite(result, feeds)[0], run_onnx(qdq, feeds)[0], atol=1e-6)
+
+
+def test_asymmetric_uint8_weights_are_requantized_and_reported(tmp_path) -> None:
+    from tflite_helpers import ort_qdq
+
+    model = _conv_dw_fc()
+    qdq = ort_qdq(
+        model, [random_feeds(model, s) for s in range(8)], tmp_path, per_channel=False, dtype="uint8"
+    )
+    result = convert_proto(qdq)
+    assert result.float_ops == []
+    assert any("asymmetric" in n and "requantized" in n for n in result.notes), result.notes
+    feeds = random_feeds(model, 30)
+    assert_close_to_range(run_tflite(result, feeds)[0], run_onnx(qdq, feeds)[0], rel=0.05)

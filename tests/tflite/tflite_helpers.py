@@ -128,7 +128,13 @@ def edgekit_qdq(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]]) -> o
     return quantize(load_proto(model), samples, QuantizeOptions(samples=len(samples))).proto()
 
 
-def ort_qdq(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], tmp_path) -> onnx.ModelProto:
+def ort_qdq(
+    model: onnx.ModelProto,
+    feeds: list[dict[str, np.ndarray]],
+    tmp_path,
+    per_channel: bool = True,
+    dtype: str = "int8",
+) -> onnx.ModelProto:
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     class Reader(CalibrationDataReader):
@@ -145,9 +151,9 @@ def ort_qdq(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], tmp_path
         str(dst),
         Reader(),
         quant_format=QuantFormat.QDQ,
-        per_channel=True,
-        activation_type=QuantType.QInt8,
-        weight_type=QuantType.QInt8,
+        per_channel=per_channel,
+        activation_type=QuantType.QInt8 if dtype == "int8" else QuantType.QUInt8,
+        weight_type=QuantType.QInt8 if dtype == "int8" else QuantType.QUInt8,
         extra_options={"ForceQuantizeNoInputCheck": True},
     )
     return onnx.load(dst)
