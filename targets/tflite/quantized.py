@@ -60,9 +60,12 @@ def _quantize_const(graph: Graph, t: Tensor, axis: int | None, symmetric: bool) 
         and not (symmetric and q.zero_point.any())
     ):
         return Tensor(graph.unique_name(t.name + "/q"), t.shape, np.int8, data=t.qdata, quant=q)
-    if q is not None:  # the QDQ model's integer weights do not fit the kernel (asymmetric, other axis)
-        why = "asymmetric (non-zero zero point)" if symmetric and q.zero_point.any() else f"on axis {q.axis}"
-        graph.notes.append(f"weights {t.name!r} are {why} in the QDQ model; requantized to symmetric int8")
+    if q is not None and symmetric and q.zero_point.any():  # the kernel needs symmetric weights
+        graph.notes.append(
+            f"weights {t.name!r} are asymmetric in the QDQ model; requantized to symmetric int8"
+        )
+    elif q is not None and axis is not None and not q.per_tensor:
+        graph.notes.append(f"weights {t.name!r} are per-channel on axis {q.axis}; requantized on axis {axis}")
     data = t.data.astype(np.float64)
     if axis is None or data.ndim == 0:
         lo, hi = min(float(data.min()), 0.0), max(float(data.max()), 0.0)
