@@ -12,6 +12,7 @@ from itertools import islice
 from typing import TypeVar
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 from edgekit.data import prefetched
 from edgekit.errors import DataError
@@ -72,10 +73,18 @@ def collect_statistics(
     graph_inputs = {v.name for v in model.graph.inputs}
     observed_names = [n for n in plan.activations if n not in plan.derived]
     captured = [n for n in observed_names if n not in graph_inputs]
-    runner = HostRunner(ir.to_proto(model), extra_outputs=captured)
+    # Min/max (and channel means) are reduced inside the graph: only scalars leave the runtime. Histograms need
+    # the tensors themselves.
+    reduce_in_graph = options.method == "minmax"
+    if reduce_in_graph:
+        proto, extra = _reduction_model(model, captured, options.bias_correction)
+        runner = HostRunner(proto, extra_outputs=extra)
+    else:
+        runner = HostRunner(ir.to_proto(model), extra_outputs=captured)
     minmax = {name: MinMax() for name in observed_names}
 
     seen = [0]
+    sums: dict[str, np.ndarray] = {}
 
     def observed(description: str) -> Iterator[tuple[str, np.ndarray]]:
         seen[0] = 0
@@ -84,11 +93,17 @@ def collect_statistics(
         for sample, outputs in track(runner.run_stream(samples), description, total):
             seen[0] += 1  # outputs are consumed before the next item is taken
             for name in observed_names:
-                yield name, (sample.inputs[name] if name in graph_inputs else outputs[name])
+                if name in graph_inputs:
+                    yield name, sample.inputs[name]
+                elif reduce_in_graph:
+                    yield name, np.array([outputs[name + _MIN], outputs[name + _MAX]]).reshape(-1)
+                    if options.bias_correction and name + _MEAN in outputs:
+                        sums[name] = sums.get(name, 0.0) + np.asarray(outputs[name + _MEAN], np.float64)
+                else:
+                    yield name, outputs[name]
         if seen[0] == 0:
             raise DataError("the calibration data set is empty")
 
-    sums: dict[str, np.ndarray] = {}
     histograms: dict[str, Histogram] = {}
     if options.method != "minmax":
         histograms = {name: Histogram(options.bins) for name in observed_names}
@@ -97,11 +112,39 @@ def collect_statistics(
         minmax[name].update(array)
         if histograms:
             histograms[name].update(array)
-        if options.bias_correction and array.ndim >= 1:
+        if options.bias_correction and (name in graph_inputs or not reduce_in_graph) and array.ndim >= 1:
             sums[name] = sums.get(name, 0.0) + channel_sum(array)
     samples = seen[0]
     means = {name: total / samples for name, total in sums.items()}
     return Statistics(minmax, histograms, samples, means)
+
+
+_MIN, _MAX, _MEAN = "__edgekit_min", "__edgekit_max", "__edgekit_mean"
+
+
+def _reduction_model(
+    model: ir.Model, names: list[str], channel_means: bool
+) -> tuple[onnx.ModelProto, list[str]]:
+    """The model plus ReduceMin/ReduceMax (and per-channel ReduceMean) of each tensor in ``names``."""
+    proto = ir.to_proto(model)
+    ranks = {v.name: len(v.shape) for n in model.graph for v in n.outputs if v.shape is not None}
+    outputs: list[str] = []
+    for name in names:
+        for op, suffix in (("ReduceMin", _MIN), ("ReduceMax", _MAX)):
+            proto.graph.node.append(onnx.helper.make_node(op, [name], [name + suffix], keepdims=0))
+            outputs.append(name + suffix)
+        rank = ranks.get(name)
+        if channel_means and rank:
+            axis = 1 if rank >= 3 else rank - 1
+            axes = name + _MEAN + "_axes"
+            proto.graph.initializer.append(
+                onnx.numpy_helper.from_array(np.array([i for i in range(rank) if i != axis], np.int64), axes)
+            )
+            proto.graph.node.append(
+                onnx.helper.make_node("ReduceMean", [name, axes], [name + _MEAN], keepdims=0)
+            )
+            outputs.append(name + _MEAN)
+    return proto, outputs
 
 
 def _length(dataset: Iterable, default: int) -> int:
