@@ -436,6 +436,31 @@ CASES: list[Case] = [
     Case("argmax_keepdims", [n("ArgMax", ["x"], axis=1)], {"x": (2, 5, 3)}),
     Case("argmin_last_axis", [n("ArgMin", ["x"], axis=-1, keepdims=0)], {"x": (2, 5, 3)}),
     Case(
+        "conv_then_reduce_spatial",
+        [n("Conv", ["x", "w"], ["c"]), n("ReduceMean", ["c"], axes=[2, 3], keepdims=0)],
+        X4,
+        inits={"w": w(4, 3, 1, 1)},
+        opset=13,
+    ),
+    Case(
+        "conv_then_reduce_channels",
+        [n("Conv", ["x", "w"], ["c"]), n("ReduceMax", ["c"], axes=[1], keepdims=0)],
+        X4,
+        inits={"w": w(4, 3, 1, 1)},
+        opset=13,
+    ),
+    Case(
+        "conv_then_concat_pad_prelu",
+        [
+            n("Conv", ["x", "w"], ["c"]),
+            n("Concat", ["c", "c"], ["cc"], axis=1),
+            n("Pad", ["cc", "p"], ["pp"]),
+            n("PRelu", ["pp", "s"]),
+        ],
+        X4,
+        inits={"w": w(4, 3, 1, 1), "p": i64(0, 0, 1, 0, 0, 0, 0, 2), "s": w(8, 1, 1)},
+    ),
+    Case(
         "identity_dropout",
         [
             n("Identity", ["x"], ["a"]),
