@@ -197,3 +197,30 @@ def test_check_accepts_ops_that_fold_to_constants() -> None:
     )
     model = ir.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]))
     assert get_target("arm-cpu").check(model) == []
+
+
+def test_device_agent_runs_the_nnapi_bundle(qdq_model, tmp_path) -> None:
+    """The agent's TFLite runner loads our bundle by the manifest's names and gets the same answers."""
+    from edgekit.device_agents.runtimes import open_runner
+
+    samples = _samples(qdq_model)
+    path = get_target("nnapi").package(
+        _load(qdq_model), tmp_path / "nn", PackageOptions(verify_samples=samples)
+    )
+    with read_bundle(path) as bundle:
+        runner = open_runner(bundle, threads=1)
+        spec_in, spec_out = bundle.manifest.inputs[0], bundle.manifest.outputs[0]
+        assert [t.name for t in runner.inputs] == [spec_in.name]
+        x = samples[0]["x"].transpose(0, 2, 3, 1)  # NHWC, as the manifest says
+        q = np.clip(np.rint(x / spec_in.scale) + spec_in.zero_point, -128, 127).astype(np.int8)
+        (out,), _ = runner.run([q])
+        runner.close()
+    got = (out.astype(np.float32) - spec_out.zero_point) * spec_out.scale
+    from tflite_helpers import run_onnx
+
+    expected = run_onnx(qdq_model, samples[0])[0]
+    assert (
+        int(np.argmax(got)) == int(np.argmax(expected))
+        or expected.reshape(-1)[np.argmax(got)] == expected.max()
+    )
+    assert np.abs(got.reshape(expected.shape) - expected).max() <= 0.05 * np.ptp(expected) + 1e-6
