@@ -241,27 +241,48 @@ def _other_input(node: ir.Node, value: ir.Value) -> ir.Value | None:
 
 def _is_scalar(ctx: Context, value: ir.Value | None, expected: float) -> bool:
     array = ctx.const(value)
+    producer = value.producer() if value is not None else None
+    if array is None and producer is not None and producer.op_type == "DequantizeLinear":
+        # a quantized constant whose DequantizeLinear comes later in the node order
+        parts = [ctx.const(v) for v in producer.inputs]
+        if len(parts) >= 2 and all(p is not None for p in parts):
+            zero = parts[2].astype(np.float64) if len(parts) > 2 else 0.0
+            array = (parts[0].astype(np.float64) - zero) * parts[1]
     return array is not None and array.size == 1 and abs(float(array.reshape(-1)[0]) - expected) < 1e-4
 
 
+def _after(value: ir.Value, op_type: str) -> tuple[ir.Node | None, ir.Value, list[ir.Node]]:
+    """The single ``op_type`` user of ``value``, looking through one QuantizeLinear/DequantizeLinear pair.
+
+    Returns (user, the value it reads, the Q/DQ nodes passed)."""
+    passed: list[ir.Node] = []
+    uses = list(value.uses())
+    if len(uses) == 1 and uses[0].node.op_type == "QuantizeLinear":
+        q = uses[0].node
+        dq_uses = list(q.outputs[0].uses())
+        if len(dq_uses) == 1 and dq_uses[0].node.op_type == "DequantizeLinear":
+            passed = [q, dq_uses[0].node]
+            value = dq_uses[0].node.outputs[0]
+    return _single_user(value, op_type), value, passed
+
+
 def _gelu_pattern(ctx: Context, node: ir.Node) -> tuple[ir.Value, ir.Node, list[ir.Node]] | None:
-    """x * 0.5 * (1 + erf(x / sqrt 2)) as exported by PyTorch: (x, the last node, the nodes after Erf)."""
+    """x * 0.5 * (1 + erf(x / sqrt 2)) as PyTorch exports it (also with Q/DQ pairs between the steps,
+    as in a QDQ model): (x, the last node, the nodes after Erf it covers)."""
     scaled = node.inputs[0].producer()
     if scaled is None or scaled.op_type not in ("Div", "Mul") or len(scaled.inputs) != 2:
         return None
     x, c = scaled.inputs
-    if (
-        not _is_scalar(ctx, c, 2**0.5 if scaled.op_type == "Div" else 2**-0.5)
-        or len(list(node.outputs[0].uses())) != 1
-    ):
+    if not _is_scalar(ctx, c, 2**0.5 if scaled.op_type == "Div" else 2**-0.5):
         return None
-    add = _single_user(node.outputs[0], "Add")
-    if add is None or not _is_scalar(ctx, _other_input(add, node.outputs[0]), 1.0):
+    add, erf_out, covered = _after(node.outputs[0], "Add")
+    if add is None or not _is_scalar(ctx, _other_input(add, erf_out), 1.0):
         return None
-    m1 = _single_user(add.outputs[0], "Mul")
+    m1, add_out, passed = _after(add.outputs[0], "Mul")
     if m1 is None:
         return None
-    other = _other_input(m1, add.outputs[0])
+    covered += [add, *passed, m1]
+    other = _other_input(m1, add_out)
     half = other.producer() if other is not None else None
     if (
         half is not None
@@ -269,13 +290,13 @@ def _gelu_pattern(ctx: Context, node: ir.Node) -> tuple[ir.Value, ir.Node, list[
         and x in half.inputs
         and _is_scalar(ctx, _other_input(half, x), 0.5)
     ):
-        return x, m1, [add, m1]  # (x * 0.5) * (1 + erf)
-    m2 = _single_user(m1.outputs[0], "Mul")
+        return x, m1, covered  # (x * 0.5) * (1 + erf)
+    m2, m1_out, passed = _after(m1.outputs[0], "Mul")
     if m2 is None:
         return None
-    last = _other_input(m2, m1.outputs[0])
+    last = _other_input(m2, m1_out)
     if (other is x and _is_scalar(ctx, last, 0.5)) or (_is_scalar(ctx, other, 0.5) and last is x):
-        return x, m2, [add, m1, m2]
+        return x, m2, [*covered, *passed, m2]
     return None
 
 
@@ -285,6 +306,10 @@ def erf(ctx: Context, node: ir.Node) -> None:
     if pattern is not None:  # the exact (erf) GELU: one TFLite op instead of the erf expansion
         x_value, last, covered = pattern
         ctx.claimed.update(id(n) for n in covered)
+        if any(n.op_type == "QuantizeLinear" for n in covered):
+            ctx.graph.notes.append(
+                f"GELU ({node.name}): erf pattern fused across its intermediate Q/DQ pairs (computed unrounded)"
+            )
         ctx.op("GELU", [ctx.tensor(x_value)], [ctx.output(last.outputs[0])], fb.GeluOptionsT())
         return
     x = ctx.tensor(node.inputs[0])

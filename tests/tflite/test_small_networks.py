@@ -126,4 +126,6 @@ def test_transformer_block() -> None:
     model = transformer_block()
     ops = op_types(_compare_fp32(model))
     assert ops.get("GELU") == 1 and ops.get("FULLY_CONNECTED") == 6
-    _compare_int8(model, max_rel=0.05)
+    int8 = _compare_int8(model, max_rel=0.05)
+    assert op_types(int8).get("GELU") == 1  # fused across the QDQ model's Q/DQ pairs, integer kernel
+    assert not any(op.startswith(("GELU", "FULLY_CONNECTED", "BATCH_MATMUL")) for op in int8.float_ops)
