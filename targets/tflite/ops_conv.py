@@ -200,19 +200,23 @@ def conv_transpose(
     y_value = node.outputs[0]
     y_shape = ctx.shape(y_value)
     full = [(x_shape[2 + i] - 1) * strides[i] + (kh, kw)[i] for i in range(2)]
-    # ONNX output = full - pads_begin - pads_end + output_padding: crop the full (VALID) result.
+    # ONNX output = full + output_padding - pads_begin - pads_end: compute the full (VALID) result,
+    # extended by output_padding (TRANSPOSE_CONV leaves positions no input reaches at bias), then crop.
+    mode = _decode(auto_pad)
+    extra_pad = list(output_padding or (0, 0))
     begin = []
     for i in range(2):
-        extra = full[i] - y_shape[2 + i]
-        if _decode(auto_pad) == "SAME_UPPER" or (_decode(auto_pad) == "NOTSET" and output_shape is not None):
-            start = extra // 2
-        elif _decode(auto_pad) == "SAME_LOWER":
-            start = extra - extra // 2
+        total = full[i] + extra_pad[i] - y_shape[2 + i]  # pads_begin + pads_end
+        if mode == "SAME_UPPER":
+            start = total // 2
+        elif mode == "SAME_LOWER" or output_shape is not None:
+            start = total - total // 2
         else:
             start = int(pads[i]) if pads is not None else 0
-        if extra < 0 or start < 0 or start > extra:
-            raise ctx.error("output_padding beyond the padding is not supported")
+        if start < 0:
+            raise ctx.error(f"negative padding ({start}) is not supported")
         begin.append(start)
+        full[i] = max(full[i], start + y_shape[2 + i])
     x = ctx.transpose(ctx.tensor(x_value), NCHW_TO_NHWC)
     full_shape = (y_shape[0], full[0], full[1], out_channels)
     opts = fb.TransposeConvOptionsT()

@@ -110,6 +110,24 @@ CASES: list[Case] = [
         int8=True,
     ),
     Case(
+        "conv_transpose_output_padding_beyond_pads",
+        [n("ConvTranspose", ["x", "w", "b"], strides=[3, 2], output_padding=[1, 1])],
+        X4,
+        inits={"w": w(3, 2, 3, 3), "b": w(2)},
+    ),
+    Case(
+        "conv_transpose_output_shape",
+        [n("ConvTranspose", ["x", "w"], strides=[2, 2], output_shape=[16, 17])],
+        X4,
+        inits={"w": w(3, 2, 3, 3)},
+    ),
+    Case(
+        "conv_transpose_same_upper",
+        [n("ConvTranspose", ["x", "w", "b"], strides=[2, 2], auto_pad="SAME_UPPER")],
+        X4,
+        inits={"w": w(3, 2, 3, 3), "b": w(2)},
+    ),
+    Case(
         "conv_transpose_pads",
         [n("ConvTranspose", ["x", "w"], strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1])],
         X4,
