@@ -79,6 +79,8 @@ def evaluate_on_device(
             if item.quantize_report:
                 entry["host_worst_layers"] = list(item.quantize_report.get("worst_layers", []))[:WORST_LAYERS]
             entries.append(entry)
+            for stage, seconds in (item.timings or {}).items():
+                timings[f"{stage.removesuffix('_s')}_{item.target}_s"] = seconds
             timings[f"upload_{item.target}_s"] = entry["transfer"]["upload_s"]
             timings[f"evaluate_{item.target}_s"] = entry["transfer"]["infer_wall_s"]
 

@@ -284,6 +284,11 @@ table.confusion td{min-width:1.6em;text-align:center}
 """
 
 
+def _machine(device: dict) -> str:
+    machine = (device.get("hello") or {}).get("machine")
+    return f" ({html.escape(str(machine))})" if machine else ""
+
+
 def render_html(report: dict) -> str:
     model = report.get("model", {})
     device = report.get("device") or {}
@@ -294,8 +299,7 @@ def render_html(report: dict) -> str:
         "<h1>edgekit accuracy-drop report</h1>",
         f"<p>Model <code>{html.escape(str(model.get('path')))}</code>, {report.get('samples', 0)} evaluation "
         f"samples{' with labels' if report.get('labelled') else ' without labels'}; device "
-        f"<code>{html.escape(str(device.get('url')))}</code> "
-        f"({html.escape(str((device.get('hello') or {}).get('machine', '')))}). fp32 runs on the host "
+        f"<code>{html.escape(str(device.get('url')))}</code>{_machine(device)}. fp32 runs on the host "
         "(OpenVINO CPU, f32); each target's bundle runs on the device through the agent.</p>",
         "<h2>Summary</h2>",
         _html_table(SUMMARY_HEADER, summary_rows(report), "summary"),

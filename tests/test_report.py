@@ -96,7 +96,9 @@ def make_report(tmp_path, labelled=True) -> dict:
         })  # fmt: skip
     return {"format_version": FORMAT_VERSION, "model": {"path": "m.onnx", "sha256": "ab" * 32, "size_bytes": 4000},
             "samples": 30, "labelled": labelled, "device": {"url": "local"}, "targets": targets,
-            "fail_on_drop": 1.0, "failed": []}  # fmt: skip
+            "fail_on_drop": 1.0,
+            "failed": [t["target"] for t in targets
+                       if t["evaluation"].get("accuracy", {}).get("top1_drop_pp", 0) > 1.0]}  # fmt: skip
 
 
 @pytest.mark.parametrize("labelled", [True, False])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,8 @@ class Packaged:
     verification: Mapping[str, Any]
     #: The quantizer's report when this run quantized the model for the target (per-layer SQNR on the host).
     quantize_report: Mapping[str, Any] | None = None
+    #: Wall time of this target's stages: quantize_s (0 when shared with an earlier target), package_s.
+    timings: Mapping[str, float] = field(default_factory=dict)
 
 
 def deploy(
@@ -329,6 +332,7 @@ def package_targets(
     for target, precision in plan:
         try:
             source, provenance, quant_report = model, dict(base_provenance), None
+            started = time.perf_counter()
             if precision == "int8" and needs_quantization:
                 assert dataset is not None  # _choose_precision demands --calib for int8
                 scheme = _quantize_options(request, target)
@@ -342,12 +346,14 @@ def package_targets(
                 if problem.severity != "error":
                     say(f"{target.name}: {problem}")
             options = _package_options(request, target, verify, preprocessing, provenance)
+            quantized_at = time.perf_counter()
             path = target.package(source, request.out_dir / target.name, options)
+            timings = {"quantize_s": quantized_at - started, "package_s": time.perf_counter() - quantized_at}
         except EdgekitError as exc:
             failures.append((target.name, str(exc)))
             continue
         verification = _manifest_verification(path)
-        results.append(Packaged(target.name, path, precision, verification, quant_report))
+        results.append(Packaged(target.name, path, precision, verification, quant_report, timings))
         say(_summary_line(target.name, path, verification))
     if created and not results:
         with contextlib.suppress(OSError):
