@@ -270,18 +270,20 @@ def _pool(
     strides = list(strides or (1, 1))
     spatial = x_shape[2:]
     explicit = _explicit_pads(spatial, kernel, strides, (1, 1), _decode(auto_pad), pads)
+    given = list(explicit)
     # ceil_mode (or any output size bigger than VALID gives) needs extra padding at the end.
     for i in range(2):
         need = (y_shape[2 + i] - 1) * strides[i] + kernel[i] - spatial[i] - explicit[i][0]
         if need > explicit[i][1]:
-            if code == "AVERAGE_POOL_2D":
-                raise ctx.error("ceil_mode with AveragePool is not supported")
             explicit[i] = (explicit[i][0], need)
     mode = _padding_mode(spatial, kernel, strides, (1, 1), explicit)
-    if code == "AVERAGE_POOL_2D" and mode == "SAME" and count_include_pad:
+    counts = None
+    if code == "AVERAGE_POOL_2D" and mode is not None and mode != "VALID" and count_include_pad:
         mode = None  # TFLite's SAME average excludes the padding; pad with zeros explicitly
-    if code == "AVERAGE_POOL_2D" and mode is None and not count_include_pad:
-        raise ctx.error("AveragePool with padding that is not TFLite's SAME needs count_include_pad=1")
+    if code == "AVERAGE_POOL_2D" and mode is None:
+        # Zero padding + VALID averages over the whole window; rescale each output by window size /
+        # the number of elements ONNX averages there (inside the input, or inside input + pads).
+        counts = _window_counts(spatial, kernel, strides, explicit, given if count_include_pad else None)
     x = ctx.transpose(x, NCHW_TO_NHWC)
     if mode is None:
         x = _pad_nhwc(
@@ -294,10 +296,39 @@ def _pool(
     opts.filterHeight, opts.filterWidth = kernel
     y_nhwc = ctx.tmp("pool_nhwc", permute(y_shape, NCHW_TO_NHWC))
     ctx.op(code, [x], [y_nhwc], opts)
+    if counts is not None and not np.all(counts == kernel[0] * kernel[1]):
+        factor = (kernel[0] * kernel[1] / counts).astype(np.float32)[None, :, :, None]
+        rescaled = ctx.tmp("pool_rescaled", y_nhwc.shape)
+        ctx.op("MUL", [y_nhwc, ctx.graph.const("window_scale", factor)], [rescaled], fb.MulOptionsT())
+        y_nhwc = rescaled
     if len(ctx.shape(y_value)) == 3:
         ctx.reshape(ctx.transpose(y_nhwc, NHWC_TO_NCHW), ctx.shape(y_value), out=ctx.output(y_value))
     else:
         ctx.transpose(y_nhwc, NHWC_TO_NCHW, out=ctx.output(y_value))
+
+
+def _window_counts(
+    spatial: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    padded: list[tuple[int, int]],
+    counted_pads: list[tuple[int, int]] | None,
+) -> np.ndarray:
+    """Per output position, how many window elements ONNX's AveragePool divides by."""
+    valid = np.ones(tuple(spatial), np.float64)
+    if counted_pads is not None:  # count_include_pad: the given pads count, ceil_mode's extra does not
+        valid = np.pad(valid, counted_pads, constant_values=1.0)
+        extra = [(b - cb, a - ca) for (b, a), (cb, ca) in zip(padded, counted_pads, strict=True)]
+        valid = np.pad(valid, extra, constant_values=0.0)
+    else:
+        valid = np.pad(valid, padded, constant_values=0.0)
+    out = [(valid.shape[i] - kernel[i]) // strides[i] + 1 for i in range(2)]
+    counts = np.zeros(out)
+    for oy in range(out[0]):
+        for ox in range(out[1]):
+            y0, x0 = oy * strides[0], ox * strides[1]
+            counts[oy, ox] = valid[y0 : y0 + kernel[0], x0 : x0 + kernel[1]].sum()
+    return counts
 
 
 @converter("MaxPool", since=1)

@@ -277,6 +277,28 @@ CASES: list[Case] = [
         [n("AveragePool", ["x"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1)],
         X4,
     ),
+    Case("avgpool_pads_exclude", [n("AveragePool", ["x"], kernel_shape=[3, 3], pads=[1, 0, 2, 1])], X4),
+    Case(
+        "avgpool_ceil",
+        [n("AveragePool", ["x"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)],
+        {"x": (1, 2, 8, 7)},
+    ),
+    Case(
+        "avgpool_ceil_include_pad",
+        [
+            n(
+                "AveragePool",
+                ["x"],
+                kernel_shape=[3, 3],
+                strides=[2, 2],
+                pads=[1, 1, 1, 1],
+                ceil_mode=1,
+                count_include_pad=1,
+            )
+        ],
+        {"x": (1, 2, 8, 7)},
+        opset=19,
+    ),
     Case("global_avgpool", [n("GlobalAveragePool", ["x"])], X4, int8=True),
     Case("global_maxpool", [n("GlobalMaxPool", ["x"])], X4),
     Case(
