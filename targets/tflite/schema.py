@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from ai_edge_litert import schema_py_generated as fb
 
-__all__ = ["fb", "builtin_code", "options_type", "tensor_type", "numpy_dtype", "activation_code"]
+__all__ = ["fb", "builtin_code", "options_type", "tensor_type", "activation_code"]
 
 _TENSOR_TYPES: dict[np.dtype, int] = {
     np.dtype(np.float32): fb.TensorType.FLOAT32,
@@ -17,7 +17,6 @@ _TENSOR_TYPES: dict[np.dtype, int] = {
     np.dtype(np.int64): fb.TensorType.INT64,
     np.dtype(np.bool_): fb.TensorType.BOOL,
 }
-_NUMPY_TYPES = {code: dtype for dtype, code in _TENSOR_TYPES.items()}
 
 
 def builtin_code(name: str) -> int:
@@ -34,10 +33,6 @@ def options_type(options: object) -> int:
 
 def tensor_type(dtype: np.dtype) -> int:
     return _TENSOR_TYPES[np.dtype(dtype)]
-
-
-def numpy_dtype(code: int) -> np.dtype:
-    return _NUMPY_TYPES[code]
 
 
 def activation_code(name: str) -> int:
