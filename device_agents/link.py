@@ -111,7 +111,47 @@ class SocketLink(Link):
             self.sock.close()
 
 
-class FdLink(Link):
+class _DuplexWriter:
+    """Write to a descriptor while draining what the peer sends meanwhile.
+
+    A pty or serial line has small kernel buffers in both directions. If both ends write a long stream and
+    neither reads (a large INFER request going out while acknowledgements come back), both block for ever.
+    So a write also reads whatever is readable into ``inbound``, which the next ``read`` returns first.
+    """
+
+    fd: int
+    description: str
+
+    def _init_duplex(self) -> None:
+        self.inbound = bytearray()
+
+    def _drain(self) -> None:
+        raise NotImplementedError
+
+    def _write_fd(self, data: bytes | bytearray | memoryview) -> None:
+        view = memoryview(data)
+        stalled_since = time.monotonic()
+        try:
+            while view:
+                readable, writable, _ = select.select([self.fd], [self.fd], [], 1.0)
+                if readable:
+                    self._drain()
+                if writable:
+                    n = os.write(self.fd, view[:READ_SIZE])
+                    view = view[n:]
+                    stalled_since = time.monotonic()
+                elif time.monotonic() - stalled_since > 30.0:
+                    raise LinkError(f"{self.description}: write stalled for 30 s")
+        except (OSError, ValueError) as exc:
+            raise LinkError(f"{self.description}: write failed: {exc}") from None
+
+    def _take_inbound(self) -> bytes:
+        data = bytes(self.inbound)
+        self.inbound.clear()
+        return data
+
+
+class FdLink(_DuplexWriter, Link):
     """A raw file descriptor, e.g. the master side of a pseudo-terminal pair."""
 
     def __init__(self, fd: int, description: str = "pty", byte_time: float = 0.0, owns_fd: bool = True):
@@ -120,20 +160,20 @@ class FdLink(Link):
         self.byte_time = byte_time
         self.owns_fd = owns_fd
         self._closed = False
+        self._init_duplex()
+
+    def _drain(self) -> None:
+        data = os.read(self.fd, READ_SIZE)
+        if not data:
+            raise LinkError(f"{self.description}: closed by the peer")
+        self.inbound += data
 
     def write(self, data: bytes) -> None:
-        view = memoryview(data)
-        try:
-            while view:
-                _, writable, _ = select.select([], [self.fd], [], 30.0)
-                if not writable:
-                    raise LinkError(f"{self.description}: write stalled for 30 s")
-                n = os.write(self.fd, view)
-                view = view[n:]
-        except (OSError, ValueError) as exc:
-            raise LinkError(f"{self.description}: write failed: {exc}") from None
+        self._write_fd(data)
 
     def read(self, timeout: float) -> bytes:
+        if self.inbound:
+            return self._take_inbound()
         try:
             readable, _, _ = select.select([self.fd], [], [], max(timeout, 0.0))
             if not readable:
@@ -152,7 +192,7 @@ class FdLink(Link):
                 os.close(self.fd)
 
 
-class SerialLink(Link):
+class SerialLink(_DuplexWriter, Link):
     """A serial port through pyserial (imported here, only when a serial link is used).
 
     pyserial discards pending input when it opens a port, so whatever the peer sent before is lost:
@@ -171,14 +211,30 @@ class SerialLink(Link):
         except (serial.SerialException, OSError, ValueError) as exc:
             raise LinkError(f"cannot open serial port {device}: {exc}") from None
         self._serial_error: Any = serial.SerialException
+        self._init_duplex()
+        try:
+            self.fd = self.port.fileno()
+        except (self._serial_error, OSError, AttributeError):  # not a POSIX port: plain blocking writes
+            self.fd = -1
+
+    def _drain(self) -> None:
+        self.inbound += self.port.read(max(self.port.in_waiting, 1))
 
     def write(self, data: bytes) -> None:
+        if self.fd >= 0:
+            try:
+                self._write_fd(data)
+            except self._serial_error as exc:
+                raise LinkError(f"{self.description}: write failed: {exc}") from None
+            return
         try:
             self.port.write(data)
         except (self._serial_error, OSError) as exc:
             raise LinkError(f"{self.description}: write failed: {exc}") from None
 
     def read(self, timeout: float) -> bytes:
+        if self.inbound:
+            return self._take_inbound()
         try:
             fileno = self.port.fileno()
             readable, _, _ = select.select([fileno], [], [], max(timeout, 0.0))
