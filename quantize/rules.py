@@ -8,7 +8,7 @@ that each TFLite kernel implements, so that the TFLite target can keep every sca
   symmetric int8, bias int32 with scale = input_scale * weight_scale; fused activation.
 - ADD / SUB / MUL: every input per-tensor with its own scale; fused activation.
 - MAX_POOL_2D / AVERAGE_POOL_2D / RESHAPE / SQUEEZE / EXPAND_DIMS / TRANSPOSE / CONCATENATION / PAD / SLICE /
-  SPLIT / GATHER / RESIZE_* / MAXIMUM / MINIMUM / REDUCE_MAX / DEPTH_TO_SPACE / SPACE_TO_DEPTH:
+  SPLIT / GATHER / RESIZE_* / MAXIMUM / MINIMUM / REDUCE_MAX:
   ``restrict_same_scale``: inputs and output share one scale.
 - SOFTMAX and LOGISTIC: output scale 1/256, zero point -128 (int8); TANH: 1/128, 0; LOG_SOFTMAX: 16/256, 127.
 - MEAN, RELU, LEAKY_RELU, PRELU, HARD_SWISH: own output scale.
@@ -114,8 +114,6 @@ register(
         "Gather",
         "Resize",
         "ReduceMax",
-        "DepthToSpace",
-        "SpaceToDepth",
     ),
     _SAME,
 )
