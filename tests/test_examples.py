@@ -1,0 +1,41 @@
+"""The examples run as a user would run them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+
+
+def run(*args, timeout=400) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                          cwd=ROOT)  # fmt: skip
+
+
+def test_python_api_example(tmp_path):
+    proc = run(ROOT / "examples" / "python_api.py", "--out", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    host = [line for line in proc.stdout.splitlines() if line.startswith("host:")]
+    device = [line for line in proc.stdout.splitlines() if line.startswith("device:")]
+    assert host and device and "on 360 samples" in device[0]
+    assert (tmp_path / "digits.int8.onnx").exists() and (tmp_path / "arm-cpu" / "manifest.json").exists()
+
+
+def test_imagenet_example_explains_itself():
+    proc = run(ROOT / "examples" / "imagenet" / "run.py", "--help", timeout=60)
+    assert proc.returncode == 0 and "IMAGES" in proc.stdout.upper()
+
+
+@pytest.mark.skipif(os.environ.get("EDGEKIT_SHARED") != "1" or not SHARED.exists(),
+                    reason="needs ../shared; opt in with EDGEKIT_SHARED=1")  # fmt: skip
+def test_imagenet_example_on_squeezenet(tmp_path):
+    proc = run(ROOT / "examples" / "imagenet" / "run.py", SHARED / "models" / "squeezenet1.1-fp32.onnx",
+               SHARED / "data" / "imagenet-sample-200", "--out", tmp_path, "--max-samples", "40", timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "report.html").exists()
