@@ -45,9 +45,17 @@ class Quantized:
 
 
 def quantize(
-    model: ir.Model, calibration: Iterable, options: QuantizeOptions, track: Track = no_progress
+    model: ir.Model,
+    calibration: Iterable,
+    options: QuantizeOptions,
+    track: Track = no_progress,
+    statistics: Statistics | None = None,
 ) -> Quantized:
-    """Quantize a prepared fp32 model (from :func:`edgekit.model.load_model`) to QDQ ONNX."""
+    """Quantize a prepared fp32 model (from :func:`edgekit.model.load_model`) to QDQ ONNX.
+
+    ``statistics`` from an earlier run on the same model, data and calibration options skip the calibration run:
+    targets that differ only in activation type or weight granularity share one pass over the data.
+    """
     if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph):
         raise QuantizationError(
             "the model is already quantized (it has QuantizeLinear/DequantizeLinear nodes)"
@@ -55,7 +63,7 @@ def quantize(
     plan = make_plan(model, options.exclude)
     if not plan.activations:
         raise QuantizationError("nothing to quantize: the model has no op with an integer kernel")
-    stats = collect_statistics(model, plan, calibration, options, track)
+    stats = statistics or collect_statistics(model, plan, calibration, options, track)
     params = choose_params(model, plan, stats, options)
 
     qmodel = ir.from_proto(ir.to_proto(model))  # a copy: the caller keeps its fp32 model

@@ -17,7 +17,7 @@ from edgekit.data import Dataset, ImagePreprocess, input_specs, open_dataset, pr
 from edgekit.errors import DataError
 from edgekit.metrics import Comparison, TensorError
 from edgekit.model import atomic_write_bytes, check_writable, load_model, save_model
-from edgekit.quantize.calibrate import Track, no_progress
+from edgekit.quantize.calibrate import Statistics, Track, no_progress
 from edgekit.quantize.options import QuantizeOptions
 from edgekit.quantize.pipeline import Quantized, quantize
 
@@ -111,12 +111,15 @@ def quantize_model(
     eval_limit: int | None = None,
     track: Track = no_progress,
     messages: list[str] | None = None,
+    statistics: Statistics | None = None,
 ) -> QuantizeResult:
     """Quantize an fp32 ONNX model to standard QDQ ONNX (int8 weights per channel, int8/uint8 activations).
 
     ``calib`` and ``eval_data`` are data paths (``.npz``, ``.npy``, an image folder) or iterables of samples
     with ``.inputs`` and ``.label``. With ``output`` the QDQ model is written atomically; with ``report_path``
-    the JSON report. Errors are :class:`edgekit.EdgekitError` subclasses with one-line messages.
+    the JSON report. ``statistics`` (``result.quantized.stats`` of an earlier call on the same model and data
+    with the same method, samples and bias correction) skip calibration. Errors are
+    :class:`edgekit.EdgekitError` subclasses with one-line messages.
     """
     for path in (output, report_path):
         if path is not None:
@@ -130,7 +133,7 @@ def quantize_model(
     eval_set = as_dataset(eval_data, fp32, preprocess, limit=eval_limit) if eval_data is not None else None
 
     start = time.perf_counter()
-    quantized = quantize(fp32, calib_set, options, track)
+    quantized = quantize(fp32, calib_set, options, track, statistics)
     proto = quantized.proto()
     timings["quantize_s"] = time.perf_counter() - start
 

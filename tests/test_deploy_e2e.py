@@ -144,3 +144,16 @@ def test_bad_device_options_are_one_line(digits, tmp_path, extra, message):
     assert run.returncode == 2, (run.stdout, run.stderr)
     lines = [line for line in run.stderr.splitlines() if line.strip() and not line.startswith("INFO:")]
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in run.stderr, run.stderr
+
+
+def test_target_settings_reach_the_targets(digits, tmp_path):
+    run = edgekit("deploy", digits.model, "-t", "nnapi", "-t", "arm-cpu", "--calib", digits.calib, "--io-dtype",
+                  "uint8", "--nnapi-feature-level", "3", "--keep-io-layout", "-o", tmp_path, "-q")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "NNAPI feature level 3" in run.stdout
+    nnapi = read_bundle(tmp_path / "nnapi").manifest
+    arm = read_bundle(tmp_path / "arm-cpu").manifest
+    assert nnapi.inputs[0].dtype == "uint8" and nnapi.inputs[0].shape == (1, 1, 8, 8)  # NCHW kept
+    assert arm.inputs[0].dtype == "float32" and arm.inputs[0].layout == "NCHW"
+    # one calibration pass served both schemes (they differ only in weight granularity and dtypes)
+    assert run.stdout.count("quantizing for") == 2

@@ -48,6 +48,9 @@ class DeployRequest:
     method: str = "minmax"
     preprocess: Mapping[str, Any] | None = None
     eval_data: Path | None = None
+    #: Target-specific settings given on the command line, passed to the targets whose options have them:
+    #: keep_io_layout (arm-cpu, nnapi), io_dtype and feature_level (nnapi).
+    target_settings: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,19 @@ def deploy(
     mean: Mean = None,
     std: Std = None,
     layout: Layout = "NCHW",
+    keep_io_layout: bool = typer.Option(
+        False,
+        "--keep-io-layout",
+        help="TFLite targets: keep the ONNX (NCHW) layout at the inputs and outputs.",
+    ),
+    io_dtype: str = typer.Option(
+        None, "--io-dtype", help="nnapi: int8 (default) or uint8 inputs and outputs."
+    ),
+    nnapi_feature_level: int = typer.Option(
+        None,
+        "--nnapi-feature-level",
+        help="nnapi: the NNAPI feature level the compatibility report is for (1-8).",
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Package a model for one or more targets (quantizing first where a target needs int8); with --eval, run
@@ -131,6 +147,15 @@ def deploy(
         method=method,
         preprocess=pre,
         eval_data=eval_data,
+        target_settings={
+            k: v
+            for k, v in (
+                ("keep_io_layout", keep_io_layout or None),
+                ("io_dtype", io_dtype),
+                ("feature_level", nnapi_feature_level),
+            )
+            if v is not None
+        },  # fmt: skip
     )
     run = DeviceRun.from_options(request, device, token, report, fail_on_drop, max_samples)
     track = RichTrack(enabled=not quiet)
@@ -326,7 +351,8 @@ def package_targets(
     except OSError as exc:
         raise OutputError(f"cannot create {request.out_dir}: {exc.strerror or exc}") from None
 
-    quantized_models: dict[Any, tuple[Any, dict[str, Any], dict[str, Any]]] = {}
+    quantized_models: dict[Any, tuple[Any, dict[str, Any], dict[str, Any], Any]] = {}
+    statistics: dict[tuple, Any] = {}  # calibration statistics shared by schemes that differ only in dtypes
     results: list[Packaged] = []
     failures: list[tuple[str, str]] = []
     for target, precision in plan:
@@ -339,8 +365,12 @@ def package_targets(
                 if scheme not in quantized_models:
                     say(f"quantizing for {target.name} ({scheme.activations} activations) on {len(dataset)} "
                         "calibration sample(s)")  # fmt: skip
-                    quantized_models[scheme] = _quantize(request, dataset, scheme, track)
-                source, extra, quant_report = quantized_models[scheme]
+                    stats_key = (scheme.method, scheme.samples, scheme.bias_correction, scheme.exclude)
+                    quantized_models[scheme] = _quantize(
+                        request, dataset, scheme, track, statistics.get(stats_key)
+                    )
+                    statistics[stats_key] = quantized_models[scheme][3]
+                source, extra, quant_report, _ = quantized_models[scheme]
                 provenance.update(extra)
             for problem in target.check(source):
                 if problem.severity != "error":
@@ -371,12 +401,20 @@ def _package_options(
         if request.device_hint and request.device_hint.upper() in target.device_hints
         else None
     )
+    target_options = None
+    if target.options_type is not None and request.target_settings:
+        import dataclasses
+
+        names = {f.name for f in dataclasses.fields(target.options_type)}
+        given = {k: v for k, v in request.target_settings.items() if k in names}
+        target_options = target.options_type(**given) if given else None
     return PackageOptions(
         verify_samples=verify,
         preprocessing=preprocessing,
         provenance=provenance,
         archive=request.archive,
         device_hint=hint,
+        target_options=target_options,
     )
 
 
@@ -403,7 +441,9 @@ def _quantize_options(request: DeployRequest, target: Any) -> Any:
     return target.quantize_options(QuantizeOptions(method=request.method, samples=request.calib_samples))
 
 
-def _quantize(request: DeployRequest, dataset: Any, options: Any, track: Any) -> tuple[Any, dict, dict]:
+def _quantize(
+    request: DeployRequest, dataset: Any, options: Any, track: Any, statistics: Any = None
+) -> tuple[Any, dict, dict, Any]:
     """The model quantized with ``options`` (the target's scheme), what provenance records about it, and the
     quantizer's report (with the per-layer SQNR on up to LAYER_SAMPLES evaluation samples)."""
     from edgekit import quantize_model
@@ -419,10 +459,11 @@ def _quantize(request: DeployRequest, dataset: Any, options: Any, track: Any) ->
         eval_limit=LAYER_SAMPLES,
         preprocess=_preprocess(request),
         track=track,
+        statistics=statistics,
     )
     used = result.report.get("calibration", {}).get("samples_used")
     extra = {"quantization": options.to_json(), "calibration_samples": used}
-    return load_proto(result.model, prepare=False), extra, result.report
+    return load_proto(result.model, prepare=False), extra, result.report, result.quantized.stats
 
 
 def _manifest_verification(path: Path) -> dict[str, Any]:
@@ -438,9 +479,10 @@ def _summary_line(name: str, path: Path, verification: Mapping[str, Any]) -> str
     samples = verification.get("samples")
     figures = f"max error {err:.2g} of the output range on {samples} sample(s)" if err is not None else ""
     line = f"[green]✓[/] {name} → {path} ({', '.join(x for x in (precision, figures) if x)})"
-    npu = verification.get("npu")
-    if isinstance(npu, Mapping) and npu.get("note"):
-        line += f"\n  {name}: {npu['note']}"
+    for key in ("npu", "nnapi"):
+        extra = verification.get(key)
+        if isinstance(extra, Mapping) and extra.get("note"):
+            line += f"\n  {name}: {extra['note']}"
     return line
 
 
