@@ -71,7 +71,10 @@ def collect_statistics(
     from edgekit.runtime import HostRunner
 
     graph_inputs = {v.name for v in model.graph.inputs}
-    observed_names = [n for n in plan.activations if n not in plan.derived]
+    # Derived ranges come from their group; fixed ranges need no observation at all.
+    observed_names = [
+        n for n in plan.activations if n not in plan.derived and plan.fixed_of(plan.group(n)) is None
+    ]
     captured = [n for n in observed_names if n not in graph_inputs]
     # Min/max (and channel means) are reduced inside the graph: only scalars leave the runtime. Histograms need
     # the tensors themselves.
@@ -178,7 +181,7 @@ def choose_params(
     nodes = {n.name: n for n in model.graph}
     ranges: dict[str, tuple[float, float]] = {}
     for name in plan.activations:
-        if name in plan.derived:
+        if name in plan.derived or plan.fixed_of(plan.group(name)) is not None:
             continue
         mm = stats.minmax[name]
         if mm.count == 0:

@@ -26,6 +26,10 @@ class QuantizeOptions:
     bias_correction: bool = False
     #: Per-channel weights for Gemm/MatMul too (False for NNAPI, whose FULLY_CONNECTED takes one weight scale).
     dense_per_channel: bool = True
+    #: A Softmax/Sigmoid/Tanh/LogSoftmax whose output is a model output stays float (its input is quantized).
+    #: Targets with float outputs dequantize there anyway; its fixed int8 grid (1/256) would tie close scores.
+    #: Fully integer targets (nnapi) set it False.
+    float_output_heads: bool = True
     #: Node names kept in float.
     exclude: frozenset[str] = field(default_factory=frozenset)
 
@@ -52,5 +56,6 @@ class QuantizeOptions:
             "samples": self.samples,
             "percentile": self.percentile if self.method == "percentile" else None,
             "bias_correction": self.bias_correction,
+            "float_output_heads": self.float_output_heads,
             "exclude": sorted(self.exclude),
         }

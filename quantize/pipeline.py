@@ -60,7 +60,7 @@ def quantize(
         raise QuantizationError(
             "the model is already quantized (it has QuantizeLinear/DequantizeLinear nodes)"
         )
-    plan = make_plan(model, options.exclude)
+    plan = make_plan(model, options.exclude, options.float_output_heads)
     if not plan.activations:
         raise QuantizationError("nothing to quantize: the model has no op with an integer kernel")
     stats = statistics or collect_statistics(model, plan, calibration, options, track)

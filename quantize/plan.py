@@ -114,10 +114,40 @@ def _range_preserving(node: ir.Node) -> bool:
     return True
 
 
-def make_plan(model: ir.Model, exclude: frozenset[str] = frozenset()) -> QuantPlan:
+#: Why an output head (Softmax/Sigmoid/... producing a model output) is left in float.
+FLOAT_HEAD_REASON = (
+    "model output of a fixed-range op kept float: float-output targets dequantize it anyway, and its int8 grid "
+    "(1/256) would tie close scores"
+)
+
+
+_RESHAPING = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"})
+
+
+def _output_heads(model: ir.Model) -> set[str]:
+    """Fixed-range ops (Softmax, Sigmoid, ...) whose output is a model output, directly or through reshapes
+    (the version converter wraps an old Softmax in Flatten/Reshape), with those reshapes."""
+    heads: set[str] = set()
+    for out in model.graph.outputs:
+        chain = []
+        node = out.producer()
+        while node is not None and node.op_type in _RESHAPING and len(node.outputs) == 1:
+            chain.append(node)
+            source = node.inputs[0]
+            node = source.producer() if source is not None and len(list(source.uses())) == 1 else None
+        rule = rules.rule_for(node) if node is not None else None
+        if rule is not None and rule.fixed_output is not None and len(list(node.outputs[0].uses())) <= 1:
+            heads.update(n.name for n in [node, *chain])
+    return heads
+
+
+def make_plan(
+    model: ir.Model, exclude: frozenset[str] = frozenset(), float_output_heads: bool = False
+) -> QuantPlan:
     plan = QuantPlan()
     seen: set[str] = set()
     fused_nodes: set[str] = set()
+    heads = _output_heads(model) if float_output_heads else set()
 
     def add_activation(value: ir.Value) -> None:
         assert value.name
@@ -132,6 +162,9 @@ def make_plan(model: ir.Model, exclude: frozenset[str] = frozenset()) -> QuantPl
         rule = rules.rule_for(node)
         if node.name in exclude:
             plan.float_ops.append(FloatOp(node.name, node.op_type, "excluded by the user"))
+            continue
+        if node.name in heads:
+            plan.float_ops.append(FloatOp(node.name, node.op_type, FLOAT_HEAD_REASON))
             continue
         if rule is None:
             plan.float_ops.append(FloatOp(node.name, node.op_type, rules.FLOAT_REASON))

@@ -57,11 +57,12 @@ class NnapiTarget(Target):
     options_type = NnapiOptions
 
     def quantize_options(self, base: Any) -> Any:
-        """int8 activations, and one weight scale per FULLY_CONNECTED: NNAPI takes per-channel weights on
-        convolutions only, and a per-channel FULLY_CONNECTED makes the whole delegation fail."""
+        """int8 activations everywhere (fully integer, output heads included), and one weight scale per
+        FULLY_CONNECTED: NNAPI takes per-channel weights on convolutions only, and a per-channel
+        FULLY_CONNECTED makes the whole delegation fail."""
         from dataclasses import replace
 
-        return replace(base, activations="int8", dense_per_channel=False)
+        return replace(base, activations="int8", dense_per_channel=False, float_output_heads=False)
 
     def check(self, model: ir.Model) -> list[Problem]:
         if not is_quantized(model):

@@ -15,7 +15,7 @@ from edgekit.quantize.calibrate import params_for_range
 from edgekit.quantize.observers import Histogram, MinMax, choose_range
 from edgekit.quantize.options import QuantizeOptions
 from edgekit.quantize.pipeline import quantize
-from edgekit.quantize.plan import make_plan
+from edgekit.quantize.plan import FLOAT_HEAD_REASON, make_plan
 from edgekit.quantize.qdq import quantize_bias, quantize_weight
 from edgekit.runtime import HostRunner
 from onnx import numpy_helper
@@ -164,7 +164,7 @@ def test_signed_histogram_clips_both_tails():
 
 def test_plan_follows_the_tflite_rules():
     model = load_proto(mixed_ops_model())
-    plan = make_plan(model)
+    plan = make_plan(model, float_output_heads=False)
     # Relu fused into the conv: the conv output is not quantized, the relu output is.
     assert plan.fused == {"c": "relu"}
     assert "c" not in plan.activations and "r" in plan.activations
@@ -194,7 +194,7 @@ def quantize_proto(proto, data, **options):
 def test_qdq_model_runs_the_same_in_onnxruntime_reference_and_openvino(activations):
     source = rename_input(squeezenet_like(opset=7), "x")
     calib = samples((1, 3, 33, 33), n=24)
-    fp32, q = quantize_proto(source, calib, activations=activations)
+    fp32, q = quantize_proto(source, calib, activations=activations, float_output_heads=False)
     proto = q.proto()
     onnx.checker.check_model(proto, full_check=True)
     assert proto.opset_import[0].version >= 19
@@ -219,7 +219,7 @@ def test_qdq_model_runs_the_same_in_onnxruntime_reference_and_openvino(activatio
 
 
 def test_quantized_model_keeps_scales_where_tflite_needs_them():
-    fp32, q = quantize_proto(mixed_ops_model(), samples((1, 2, 4, 4), n=16))
+    fp32, q = quantize_proto(mixed_ops_model(), samples((1, 2, 4, 4), n=16), float_output_heads=False)
     proto = q.proto()
     init = initializers(proto)
 
@@ -261,8 +261,12 @@ def test_quantized_model_keeps_scales_where_tflite_needs_them():
 
 
 def test_uint8_activations_shift_zero_points():
-    _, q8 = quantize_proto(mixed_ops_model(), samples((1, 2, 4, 4)), activations="int8")
-    _, qu = quantize_proto(mixed_ops_model(), samples((1, 2, 4, 4)), activations="uint8")
+    _, q8 = quantize_proto(
+        mixed_ops_model(), samples((1, 2, 4, 4)), activations="int8", float_output_heads=False
+    )
+    _, qu = quantize_proto(
+        mixed_ops_model(), samples((1, 2, 4, 4)), activations="uint8", float_output_heads=False
+    )
     assert q8.params["prob"].zero_point == -128 and qu.params["prob"].zero_point == 0
     assert q8.params["r"].zero_point == -128 and qu.params["r"].zero_point == 0
     assert q8.params["r"].scale == pytest.approx(qu.params["r"].scale)
@@ -372,3 +376,25 @@ def test_prefetched_keeps_order_propagates_errors_and_stops_early():
     assert [next(gen) for _ in range(5)] == [0, 1, 2, 3, 4]
     gen.close()  # stopping early stops the producer: bounded read-ahead
     assert len(produced) <= 5 + 2 + 2
+
+
+def test_output_heads_stay_float_by_default_and_reuse_statistics():
+    source = rename_input(squeezenet_like(opset=7), "x")
+    data = samples((1, 3, 33, 33), n=16)
+    model, heads_float = quantize_proto(source, data)
+    proto = heads_float.proto()
+    softmax = next(n for n in proto.graph.node if n.op_type == "Softmax")
+    assert next(n for n in proto.graph.node if n.output[0] == softmax.input[0]).op_type == "DequantizeLinear"
+    # No Q/DQ after the head: from the softmax to the model output (the opset-7 softmax became
+    # Flatten -> Softmax -> Reshape when the model was upgraded), everything is float.
+    after = proto.graph.node[list(proto.graph.node).index(softmax) :]
+    assert [n.op_type for n in after] == ["Softmax", "Reshape"] and after[-1].output[0] == "prob"
+    assert {f.op_type for f in heads_float.plan.float_ops} == {"Softmax", "Reshape"}
+    assert {f.reason for f in heads_float.plan.float_ops} == {FLOAT_HEAD_REASON}
+    # A fully integer target quantizes the head too; the same statistics serve it (fixed ranges need none).
+    integer = quantize(model, [], QuantizeOptions(float_output_heads=False), statistics=heads_float.stats)
+    assert integer.params["prob"].scale == pytest.approx(1 / 256)
+    sess_f, sess_i = ort_session(proto), ort_session(integer.proto())
+    for sample in samples((1, 3, 33, 33), n=3, seed=4):
+        a, b = sess_f.run(None, sample.inputs)[0], sess_i.run(None, sample.inputs)[0]
+        assert np.abs(a - b).max() <= 1 / 256 + 1e-6  # differ by the head's rounding only

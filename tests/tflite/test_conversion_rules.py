@@ -240,7 +240,9 @@ def test_uint8_activations_become_int8_kernels() -> None:
     inits = {"w": (rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32), "b": np.zeros(4, np.float32)}
     model = make_model(nodes, {"x": (1, 3, 8, 8)}, ["y"], inits)
     samples = [Sample(random_feeds(model, s), None, str(s)) for s in range(4)]
-    qdq = quantize(load_proto(model), samples, QuantizeOptions(activations="uint8", samples=4)).proto()
+    qdq = quantize(
+        load_proto(model), samples, QuantizeOptions(activations="uint8", samples=4, float_output_heads=False)
+    ).proto()
     assert any(i.data_type == TensorProto.UINT8 for i in qdq.graph.initializer)
     result = convert_proto(qdq, ConvertOptions(io_dtype="uint8"))
     assert result.float_ops == [] and result.inputs[0].dtype == "uint8"
@@ -267,7 +269,7 @@ def test_fully_integer_fails_listing_the_float_ops() -> None:
     ]
     model = make_model(nodes, {"x": (1, 2, 4, 4)}, ["y"], {"w": np.ones((2, 2, 1, 1), np.float32) * 0.1})
     samples = [Sample(random_feeds(model, s), None, str(s)) for s in range(2)]
-    qdq = quantize(load_proto(model), samples, QuantizeOptions(samples=2)).proto()
+    qdq = quantize(load_proto(model), samples, QuantizeOptions(samples=2, float_output_heads=False)).proto()
     convert_proto(qdq, ConvertOptions(io_dtype="float32"))  # hybrid is fine for arm-cpu
     with pytest.raises(TargetError, match="cannot make the model fully integer for nnapi: .*the_erf") as info:
         convert_proto(qdq, ConvertOptions(io_dtype="int8", target="nnapi"))

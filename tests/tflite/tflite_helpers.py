@@ -125,7 +125,9 @@ def edgekit_qdq(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]]) -> o
     from edgekit.quantize.pipeline import quantize
 
     samples = [Sample(f, None, str(i)) for i, f in enumerate(feeds)]
-    return quantize(load_proto(model), samples, QuantizeOptions(samples=len(samples))).proto()
+    return quantize(
+        load_proto(model), samples, QuantizeOptions(samples=len(samples), float_output_heads=False)
+    ).proto()
 
 
 def ort_qdq(
