@@ -7,6 +7,8 @@ documentation says: ``quant_pre_process`` then ``quantize_static`` (QDQ, per-cha
 activations, MinMax). Both QDQ models are then evaluated by the same runtime (onnxruntime CPU) on the same
 evaluation data against the fp32 model: top-1, its drop, and top-1 agreement with fp32.
 
+The same models are also evaluated by OpenVINO (CPU, f32), the runtime of edgekit's own host evaluation.
+
 Jobs: SqueezeNet 1.1 (opset 7) calibrated on 100 of the 200 shared ImageNet photos and evaluated on all 200;
 MNIST-8 (opset 8) calibrated on 200 MNIST test images and evaluated on all 10,000. When onnxruntime fails on a
 model as given (it does on both), it is run again on the opset-19 model that edgekit's loader produces, so the
@@ -216,6 +218,8 @@ def job(name: str, model: Path, calib: Path, val: Path, samples: int, pre, metho
         candidates["onnxruntime"] = theirs
     acc = evaluate(model, candidates, val, pre)
     result["accuracy"] = acc
+    acc_ov = evaluate(model, candidates, val, pre, runtime="openvino")
+    result["accuracy_openvino"] = acc_ov
     print(
         f"{'':14}{'time s':>9}{'peak RSS MB':>13}{'size x fp32':>13}{'top-1 %':>9}{'drop pp':>9}{'agree %':>9}"
     )
@@ -228,6 +232,11 @@ def job(name: str, model: Path, calib: Path, val: Path, samples: int, pre, metho
         print(f"{k:14}{r['seconds']:9.2f}{r['peak_rss_mb']:13.0f}{path.stat().st_size / fp32_size:13.3f}"
               f"{a['top1']:9.2f}{a['drop_pp']:9.2f}{a['agreement']:9.2f}")  # fmt: skip
         result[k + "_size_ratio"] = path.stat().st_size / fp32_size
+    print("evaluated by OpenVINO (CPU, f32; edgekit's host runtime) instead of onnxruntime:")
+    for k, a in acc_ov.items():
+        print(
+            f"  {k:12} top-1 {a['top1']:.2f} %  drop {a['drop_pp']:.2f} pp  agreement {a['agreement']:.2f} %"
+        )
     if r_ort.get("ok") and r_ours.get("ok"):
         ratio = r_ours["seconds"] / r_ort["seconds"]
         result["time_ratio"] = ratio
