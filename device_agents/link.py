@@ -111,31 +111,34 @@ class SocketLink(Link):
             self.sock.close()
 
 
-class _DuplexWriter:
-    """Write to a descriptor while draining what the peer sends meanwhile.
+class FdLink(Link):
+    """A raw file descriptor, e.g. the master side of a pseudo-terminal pair.
 
-    A pty or serial line has small kernel buffers in both directions. If both ends write a long stream and
-    neither reads (a large INFER request going out while acknowledgements come back), both block for ever.
-    So a write also reads whatever is readable into ``inbound``, which the next ``read`` returns first.
+    A pty has small kernel buffers and blocks a writer whose peer does not read. If both ends write a long stream
+    at once (a large INFER request retransmitted while the agent writes its reply), both would block for ever. So
+    a write here also reads whatever is readable into ``inbound``, which the next ``read`` returns first: this
+    end never stops reading, and the agent's writes always complete.
     """
 
-    fd: int
-    description: str
-
-    def _init_duplex(self) -> None:
+    def __init__(self, fd: int, description: str = "pty", byte_time: float = 0.0, owns_fd: bool = True):
+        self.fd = fd
+        self.description = description
+        self.byte_time = byte_time
+        self.owns_fd = owns_fd
+        self._closed = False
         self.inbound = bytearray()
 
-    def _drain(self) -> None:
-        raise NotImplementedError
-
-    def _write_fd(self, data: bytes | bytearray | memoryview) -> None:
+    def write(self, data: bytes) -> None:
         view = memoryview(data)
         stalled_since = time.monotonic()
         try:
             while view:
                 readable, writable, _ = select.select([self.fd], [self.fd], [], 1.0)
                 if readable:
-                    self._drain()
+                    chunk = os.read(self.fd, READ_SIZE)
+                    if not chunk:
+                        raise LinkError(f"{self.description}: closed by the peer")
+                    self.inbound += chunk
                 if writable:
                     n = os.write(self.fd, view[:READ_SIZE])
                     view = view[n:]
@@ -145,35 +148,11 @@ class _DuplexWriter:
         except (OSError, ValueError) as exc:
             raise LinkError(f"{self.description}: write failed: {exc}") from None
 
-    def _take_inbound(self) -> bytes:
-        data = bytes(self.inbound)
-        self.inbound.clear()
-        return data
-
-
-class FdLink(_DuplexWriter, Link):
-    """A raw file descriptor, e.g. the master side of a pseudo-terminal pair."""
-
-    def __init__(self, fd: int, description: str = "pty", byte_time: float = 0.0, owns_fd: bool = True):
-        self.fd = fd
-        self.description = description
-        self.byte_time = byte_time
-        self.owns_fd = owns_fd
-        self._closed = False
-        self._init_duplex()
-
-    def _drain(self) -> None:
-        data = os.read(self.fd, READ_SIZE)
-        if not data:
-            raise LinkError(f"{self.description}: closed by the peer")
-        self.inbound += data
-
-    def write(self, data: bytes) -> None:
-        self._write_fd(data)
-
     def read(self, timeout: float) -> bytes:
         if self.inbound:
-            return self._take_inbound()
+            data = bytes(self.inbound)
+            self.inbound.clear()
+            return data
         try:
             readable, _, _ = select.select([self.fd], [], [], max(timeout, 0.0))
             if not readable:
@@ -192,7 +171,7 @@ class FdLink(_DuplexWriter, Link):
                 os.close(self.fd)
 
 
-class SerialLink(_DuplexWriter, Link):
+class SerialLink(Link):
     """A serial port through pyserial (imported here, only when a serial link is used).
 
     pyserial discards pending input when it opens a port, so whatever the peer sent before is lost:
@@ -211,30 +190,16 @@ class SerialLink(_DuplexWriter, Link):
         except (serial.SerialException, OSError, ValueError) as exc:
             raise LinkError(f"cannot open serial port {device}: {exc}") from None
         self._serial_error: Any = serial.SerialException
-        self._init_duplex()
-        try:
-            self.fd = self.port.fileno()
-        except (self._serial_error, OSError, AttributeError):  # not a POSIX port: plain blocking writes
-            self.fd = -1
-
-    def _drain(self) -> None:
-        self.inbound += self.port.read(max(self.port.in_waiting, 1))
 
     def write(self, data: bytes) -> None:
-        if self.fd >= 0:
-            try:
-                self._write_fd(data)
-            except self._serial_error as exc:
-                raise LinkError(f"{self.description}: write failed: {exc}") from None
-            return
+        # A real serial line does not block the writer when the peer stops reading (unread bytes are lost and
+        # retransmitted); on a pty the host side (FdLink) drains while it writes, so both cannot block.
         try:
             self.port.write(data)
         except (self._serial_error, OSError) as exc:
             raise LinkError(f"{self.description}: write failed: {exc}") from None
 
     def read(self, timeout: float) -> bytes:
-        if self.inbound:
-            return self._take_inbound()
         try:
             fileno = self.port.fileno()
             readable, _, _ = select.select([fileno], [], [], max(timeout, 0.0))
