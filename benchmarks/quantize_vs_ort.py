@@ -120,16 +120,37 @@ def worker_main(args: argparse.Namespace) -> None:
 # ------------------------------------------------------------------------------------------- evaluation
 
 
-def evaluate(fp32: Path, candidates: dict[str, Path], data: Path, pre: dict | None) -> dict[str, dict]:
-    """top-1 (with labels), drop, agreement with fp32, all run by onnxruntime CPU."""
-    import onnxruntime as ort
+def evaluate(
+    fp32: Path, candidates: dict[str, Path], data: Path, pre: dict | None, runtime: str = "onnxruntime"
+) -> dict[str, dict]:
+    """top-1 (with labels), drop, agreement with fp32, every model run by ``runtime``: onnxruntime CPU, or
+    OpenVINO CPU in f32 as edgekit's host evaluation does."""
     from edgekit.data import ImagePreprocess, input_specs, open_dataset
     from edgekit.model import load_model
 
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    sessions = {"fp32": ort.InferenceSession(str(fp32), opts)}
-    sessions.update({k: ort.InferenceSession(str(p), opts) for k, p in candidates.items()})
+    if runtime == "openvino":
+        import onnx
+        from edgekit.runtime import HostRunner
+
+        class _OpenVino:
+            def __init__(self, path: Path):
+                self.runner = HostRunner(onnx.load(str(path)))
+
+            def run(self, _names, feeds):
+                return list(self.runner.run(feeds).values())
+
+        make = _OpenVino
+    else:
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+
+        def make(path: Path):
+            return ort.InferenceSession(str(path), opts)
+
+    sessions = {"fp32": make(fp32)}
+    sessions.update({k: make(p) for k, p in candidates.items()})
     dataset = open_dataset(
         data, input_specs(load_model(fp32)), ImagePreprocess.from_json(pre) if pre else None
     )
