@@ -111,9 +111,21 @@ def run_worker(
     return {"ok": True, **json.loads(lines[-1])}
 
 
+def peak_rss_mb() -> float:
+    """This process's own peak RSS (VmHWM). ``getrusage``'s ru_maxrss is not: Linux keeps the parent's peak in it
+    across fork and exec, so every worker would report at least the benchmark driver's size."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def worker_main(args: argparse.Namespace) -> None:
     result = worker_ours(args) if args.worker == "ours" else worker_ort(args)
-    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["peak_rss_mb"] = peak_rss_mb()
     print(json.dumps(result))
 
 
