@@ -275,6 +275,20 @@ def default_verify_samples(
     return tuple(samples)
 
 
+def worst_error_within(
+    figures: Mapping[str, Any], tolerance: float, target: str, artifact: str, samples: int
+) -> float:
+    """The largest error relative to the output range in ``figures`` (from :func:`compare_outputs`); a
+    TargetError when it exceeds ``tolerance`` (the artifact is then not written)."""
+    worst = max((o["max_rel_error"] for o in figures["outputs"].values()), default=0.0)
+    if worst > tolerance:
+        raise TargetError(
+            f"{target}: verification failed: {artifact} differs from the source model by {worst:.3g} of the "
+            f"output range on {samples} sample(s) (tolerance {tolerance:g})"
+        )
+    return worst
+
+
 def compare_outputs(
     reference: Sequence[Mapping[str, np.ndarray]], actual: Sequence[Mapping[str, np.ndarray]]
 ) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from edgekit.targets.base import (
     io_specs,
     register_target,
     static_dims,
+    worst_error_within,
 )
 
 log = logging.getLogger("edgekit")
@@ -403,12 +404,7 @@ def _verify(
             raise TargetError(f"intel-vpu: the IR lost the output(s) {missing}")
         actual.append({n: got[n] for n in host.output_names})
     figures = compare_outputs(reference, actual)
-    worst = max((o["max_rel_error"] for o in figures["outputs"].values()), default=0.0)
-    if worst > tolerance:
-        raise TargetError(
-            f"intel-vpu: verification failed: the IR differs from the source model by {worst:.3g} of the "
-            f"output range on {len(samples)} sample(s) (tolerance {tolerance:g})"
-        )
+    worst = worst_error_within(figures, tolerance, "intel-vpu", "the IR", len(samples))
     return {
         "reference": "source ONNX model on the host (OpenVINO CPU, f32)",
         "device": "CPU (INFERENCE_PRECISION_HINT f32)",

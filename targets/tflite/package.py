@@ -19,6 +19,7 @@ from edgekit.targets.base import (
     complete_provenance,
     default_verify_samples,
     static_dims,
+    worst_error_within,
 )
 from edgekit.targets.tflite.converter import ConversionResult, ConvertOptions, TensorInfo, convert
 from edgekit.targets.tflite.registry import lookup
@@ -118,12 +119,7 @@ def verify(
         reference.append({info.name: np.asarray(got[info.name]) for info in result.outputs})
     actual = [run_tflite(result.data, result, sample) for sample in samples]
     figures = compare_outputs(reference, actual)
-    worst = max((o["max_rel_error"] for o in figures["outputs"].values()), default=0.0)
-    if worst > tolerance:
-        raise TargetError(
-            f"{target}: verification failed: the .tflite differs from the source model by {worst:.3g} of the "
-            f"output range on {len(samples)} sample(s) (tolerance {tolerance:g})"
-        )
+    worst = worst_error_within(figures, tolerance, target, "the .tflite", len(samples))
     return {
         "reference": "source ONNX model on the host (OpenVINO CPU, f32)",
         "runtime": "LiteRT interpreter (ai-edge-litert)",
