@@ -18,8 +18,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-METHODS = ("minmax", "percentile", "entropy", "mse")
-
 
 @dataclass
 class MinMax:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
 
 import numpy as np
 import onnx_ir as ir
@@ -67,27 +66,10 @@ def only_consumer(value: ir.Value) -> ir.Node | None:
 def replace_value(old: ir.Value, new: ir.Value) -> None:
     """Make every reader of ``old`` read ``new``, keeping graph output names stable."""
     if old.is_graph_output():
-        graph = old.graph
-        assert graph is not None
         name = old.name
         old.name = None
         new.name = name
     ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
-
-
-def static_shape(value: ir.Value) -> tuple[int, ...] | None:
-    if value.shape is None:
-        return None
-    dims = []
-    for d in value.shape:
-        if not isinstance(d, int):
-            return None
-        dims.append(d)
-    return tuple(dims)
-
-
-def remove_nodes(graph: ir.Graph, nodes: Iterable[ir.Node]) -> None:
-    graph.remove(list(nodes), safe=False)
 
 
 def attr(node: ir.Node, name: str, default=None):

@@ -255,7 +255,7 @@ class FuseBiasAddPass(ir.passes.InPlacePass):
 
 def _is_channel_vector(addend: np.ndarray, channels: int, out_rank: int | None, channel_dim: int) -> bool:
     if addend.size != channels or out_rank is None:
-        return addend.size == 1 and False
+        return False
     shape = list(addend.shape)
     # Right-align against the output: the only non-1 dim must land on the channel axis.
     if len(shape) > out_rank:
