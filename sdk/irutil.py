@@ -15,10 +15,6 @@ def const_array(value: ir.Value | None) -> np.ndarray | None:
     return value.const_value.numpy()
 
 
-def is_const(value: ir.Value | None) -> bool:
-    return value is not None and value.const_value is not None
-
-
 class NameScope:
     """Hands out value and node names that are unique in one graph."""
 
