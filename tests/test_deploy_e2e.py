@@ -144,6 +144,7 @@ def test_bad_device_options_are_one_line(digits, tmp_path, extra, message):
     assert run.returncode == 2, (run.stdout, run.stderr)
     lines = [line for line in run.stderr.splitlines() if line.strip() and not line.startswith("INFO:")]
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in run.stderr, run.stderr
+    assert not (tmp_path / "out").exists()  # checked before anything was packaged
 
 
 def test_target_settings_reach_the_targets(digits, tmp_path):

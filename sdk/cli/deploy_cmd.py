@@ -158,6 +158,8 @@ def deploy(
         },  # fmt: skip
     )
     run = DeviceRun.from_options(request, device, token, report, fail_on_drop, max_samples)
+    if run is not None and run.url != "local":
+        _probe(run)  # an unreachable or refusing device fails now, before the slow work
     track = RichTrack(enabled=not quiet)
     results, failures = package_targets(
         request, say=lambda line: console.print(line, soft_wrap=True), track=track
@@ -179,6 +181,13 @@ def deploy(
     if failures:
         names = ", ".join(name for name, _ in failures)
         raise TargetError(f"{len(failures)} of {len(request.targets)} targets failed ({names})")
+
+
+def _probe(run: DeviceRun) -> None:
+    from edgekit.device_agents.client import connect
+
+    with connect(run.url, token=run.token) as client:
+        client.hello()
 
 
 @dataclass(frozen=True)
