@@ -127,6 +127,8 @@ class FdLink(Link):
         self.owns_fd = owns_fd
         self._closed = False
         self.inbound = bytearray()
+        # Non-blocking: a write to a blocking pty waits until all of it fits, which is the deadlock to avoid.
+        os.set_blocking(fd, False)
 
     def write(self, data: bytes) -> None:
         view = memoryview(data)
@@ -135,18 +137,29 @@ class FdLink(Link):
             while view:
                 readable, writable, _ = select.select([self.fd], [self.fd], [], 1.0)
                 if readable:
-                    chunk = os.read(self.fd, READ_SIZE)
-                    if not chunk:
-                        raise LinkError(f"{self.description}: closed by the peer")
-                    self.inbound += chunk
+                    self.inbound += self._read_available()
+                n = 0
                 if writable:
-                    n = os.write(self.fd, view[:READ_SIZE])
+                    try:
+                        n = os.write(self.fd, view[:READ_SIZE])
+                    except BlockingIOError:
+                        n = 0
+                if n:
                     view = view[n:]
                     stalled_since = time.monotonic()
                 elif time.monotonic() - stalled_since > 30.0:
                     raise LinkError(f"{self.description}: write stalled for 30 s")
         except (OSError, ValueError) as exc:
             raise LinkError(f"{self.description}: write failed: {exc}") from None
+
+    def _read_available(self) -> bytes:
+        try:
+            data = os.read(self.fd, READ_SIZE)
+        except BlockingIOError:
+            return b""
+        if not data:
+            raise LinkError(f"{self.description}: closed by the peer")
+        return data
 
     def read(self, timeout: float) -> bytes:
         if self.inbound:
@@ -157,12 +170,11 @@ class FdLink(Link):
             readable, _, _ = select.select([self.fd], [], [], max(timeout, 0.0))
             if not readable:
                 return b""
-            data = os.read(self.fd, READ_SIZE)
+            return self._read_available()
+        except LinkError:
+            raise
         except (OSError, ValueError) as exc:
             raise LinkError(f"{self.description}: closed ({exc})") from None
-        if not data:
-            raise LinkError(f"{self.description}: closed by the peer")
-        return data
 
     def close(self) -> None:
         if self.owns_fd and not self._closed:
