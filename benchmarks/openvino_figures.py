@@ -16,7 +16,6 @@ Targets: fp16 error <= 1e-2, int8 agreement >= 99 %, fp16 bin <= 0.52x, int8 bin
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import sys
 import tempfile
@@ -32,6 +31,7 @@ import openvino as ov
 from edgekit.data import ImagePreprocess, input_specs, open_dataset
 from edgekit.model import load_model, load_proto
 from edgekit.targets.base import PackageOptions, get_target
+from shared_data import default_shared, mnist_npz
 
 CALIB_SAMPLES = 100
 CPU_F32 = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
@@ -53,25 +53,6 @@ class Built:
     qdq: onnx.ModelProto
     calib_seconds: float
     package_seconds: dict[str, float]
-
-
-def default_shared() -> Path:
-    here = Path(__file__).resolve()
-    for candidate in (here.parents[2] / "shared", here.parents[1] / "shared", Path("/work/shared")):
-        if (candidate / "models").is_dir():
-            return candidate
-    return here.parents[2] / "shared"
-
-
-def mnist_npz(shared: Path, count: int, folder: Path) -> Path:
-    """The first ``count`` MNIST test images as raw 0..255 floats (mnist-8's input) with labels."""
-    with gzip.open(shared / "data/mnist/t10k-images-idx3-ubyte.gz") as f:
-        images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 1, 28, 28)[:count]
-    with gzip.open(shared / "data/mnist/t10k-labels-idx1-ubyte.gz") as f:
-        labels = np.frombuffer(f.read(), np.uint8, offset=8)[:count]
-    path = folder / "mnist.npz"
-    np.savez(path, Input3=images.astype(np.float32), labels=labels.astype(np.int64))
-    return path
 
 
 def cases(shared: Path, mnist_count: int, folder: Path) -> list[Case]:

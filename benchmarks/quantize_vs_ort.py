@@ -18,7 +18,6 @@ figures still compare like with like.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import resource
 import subprocess
@@ -28,6 +27,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from shared_data import default_shared, mnist_npz
 
 SQUEEZENET_PRE = {"size": [224, 224], "color": "BGR", "mean": [104.0, 117.0, 123.0], "layout": "NCHW"}
 
@@ -189,22 +189,6 @@ def evaluate(
 # ------------------------------------------------------------------------------------------- jobs
 
 
-def mnist_npz(shared: Path, tmp: Path) -> tuple[Path, Path]:
-    def idx(name: str) -> np.ndarray:
-        with gzip.open(shared / "data" / "mnist" / name) as fh:
-            raw = fh.read()
-        dims = raw[3]
-        shape = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(dims)]
-        return np.frombuffer(raw, np.uint8, offset=4 + 4 * dims).reshape(shape)
-
-    images = idx("t10k-images-idx3-ubyte.gz").astype(np.float32).reshape(-1, 1, 1, 28, 28)
-    labels = idx("t10k-labels-idx1-ubyte.gz").astype(np.int64)
-    calib, val = tmp / "mnist_calib.npz", tmp / "mnist_val.npz"
-    np.savez(calib, Input3=images[:200])
-    np.savez(val, Input3=images, labels=labels)
-    return calib, val
-
-
 REPEATS = 3
 
 
@@ -293,7 +277,7 @@ def job(name: str, model: Path, calib: Path, val: Path, samples: int, pre, metho
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shared", type=Path, default=Path(__file__).resolve().parents[1].parent / "shared")
+    parser.add_argument("--shared", type=Path, default=default_shared())
     parser.add_argument("--methods", default="minmax,percentile,entropy,mse")
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     parser.add_argument("--worker", choices=["ours", "ort"])
@@ -315,7 +299,9 @@ def main() -> None:
         images = shared / "data" / "imagenet-sample-200"
         results["squeezenet"] = job("squeezenet1.1", shared / "models" / "squeezenet1.1-fp32.onnx", images,
                                     images, 100, SQUEEZENET_PRE, methods, tmp)  # fmt: skip
-        calib, val = mnist_npz(shared, tmp)
+        (tmp / "calib").mkdir()
+        (tmp / "val").mkdir()
+        calib, val = mnist_npz(shared, 200, tmp / "calib"), mnist_npz(shared, 10_000, tmp / "val")
         results["mnist"] = job("mnist-8", shared / "models" / "mnist-8.onnx", calib, val, 200, None, [], tmp)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")

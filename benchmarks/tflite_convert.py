@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+from shared_data import default_shared, mnist_npz
 
 SQUEEZENET_PRE = {"size": [224, 224], "color": "BGR", "mean": [104.0, 117.0, 123.0], "layout": "NCHW"}
 
@@ -38,24 +38,6 @@ class Case:
     model: Path
     data: Path
     preprocess: dict | None
-
-
-def default_shared() -> Path:
-    here = Path(__file__).resolve()
-    for candidate in (here.parents[2] / "shared", here.parents[1] / "shared", Path("/work/shared")):
-        if (candidate / "models").is_dir():
-            return candidate
-    return here.parents[2] / "shared"
-
-
-def mnist_npz(shared: Path, count: int, folder: Path) -> Path:
-    with gzip.open(shared / "data/mnist/t10k-images-idx3-ubyte.gz") as f:
-        images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 1, 28, 28)[:count]
-    with gzip.open(shared / "data/mnist/t10k-labels-idx1-ubyte.gz") as f:
-        labels = np.frombuffer(f.read(), np.uint8, offset=8)[:count]
-    path = folder / "mnist.npz"
-    np.savez(path, Input3=images.astype(np.float32), labels=labels.astype(np.int64))
-    return path
 
 
 def cases(shared: Path, mnist_count: int, folder: Path) -> list[Case]:
