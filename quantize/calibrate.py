@@ -76,14 +76,23 @@ def collect_statistics(
         n for n in plan.activations if n not in plan.derived and plan.fixed_of(plan.group(n)) is None
     ]
     captured = [n for n in observed_names if n not in graph_inputs]
+    # Bias correction needs the channel means of every weight op's input, derived ranges (a Concat's or a
+    # MaxPool's output) included.
+    mean_only = []
+    if options.bias_correction:
+        mean_only = list(
+            dict.fromkeys(w.input_tensor for w in plan.weights if w.input_tensor not in observed_names)
+        )
     # Min/max (and channel means) are reduced inside the graph: only scalars leave the runtime. Histograms need
     # the tensors themselves.
     reduce_in_graph = options.method == "minmax"
     if reduce_in_graph:
-        proto, extra = _reduction_model(model, captured, options.bias_correction)
+        proto, extra = _reduction_model(model, captured, mean_only, options.bias_correction)
         runner = HostRunner(proto, extra_outputs=extra)
     else:
-        runner = HostRunner(ir.to_proto(model), extra_outputs=captured)
+        runner = HostRunner(
+            ir.to_proto(model), extra_outputs=captured + [n for n in mean_only if n not in graph_inputs]
+        )
     minmax = {name: MinMax() for name in observed_names}
 
     seen = [0]
@@ -104,6 +113,16 @@ def collect_statistics(
                         sums[name] = sums.get(name, 0.0) + np.asarray(outputs[name + _MEAN], np.float64)
                 else:
                     yield name, outputs[name]
+            for name in mean_only:
+                if name in graph_inputs:
+                    array = sample.inputs[name]
+                elif reduce_in_graph:
+                    array = outputs[name + _MEAN]
+                    sums[name] = sums.get(name, 0.0) + np.asarray(array, np.float64)
+                    continue
+                else:
+                    array = outputs[name]
+                sums[name] = sums.get(name, 0.0) + channel_sum(array)
         if seen[0] == 0:
             raise DataError("the calibration data set is empty")
 
@@ -126,16 +145,19 @@ _MIN, _MAX, _MEAN = "__edgekit_min", "__edgekit_max", "__edgekit_mean"
 
 
 def _reduction_model(
-    model: ir.Model, names: list[str], channel_means: bool
+    model: ir.Model, names: list[str], mean_only: list[str], channel_means: bool
 ) -> tuple[onnx.ModelProto, list[str]]:
-    """The model plus ReduceMin/ReduceMax (and per-channel ReduceMean) of each tensor in ``names``."""
+    """The model plus ReduceMin/ReduceMax (and per-channel ReduceMean) of each tensor in ``names``, and the
+    per-channel ReduceMean alone of each tensor in ``mean_only``."""
     proto = ir.to_proto(model)
     ranks = {v.name: len(v.shape) for n in model.graph for v in n.outputs if v.shape is not None}
+    ranks.update({v.name: len(v.shape) for v in model.graph.inputs if v.shape is not None})
     outputs: list[str] = []
-    for name in names:
-        for op, suffix in (("ReduceMin", _MIN), ("ReduceMax", _MAX)):
-            proto.graph.node.append(onnx.helper.make_node(op, [name], [name + suffix], keepdims=0))
-            outputs.append(name + suffix)
+    for name in [*names, *mean_only]:
+        if name in names:
+            for op, suffix in (("ReduceMin", _MIN), ("ReduceMax", _MAX)):
+                proto.graph.node.append(onnx.helper.make_node(op, [name], [name + suffix], keepdims=0))
+                outputs.append(name + suffix)
         rank = ranks.get(name)
         if channel_means and rank:
             axis = 1 if rank >= 3 else rank - 1

@@ -119,25 +119,45 @@ FLOAT_HEAD_REASON = (
     "model output of a fixed-range op kept float: float-output targets dequantize it anyway, and its int8 grid "
     "(1/256) would tie close scores"
 )
+#: Why the pooling that feeds a float output head is left in float too.
+FLOAT_POOL_REASON = (
+    "pools the logits of a float output head: kept float, as the mean of int8 values is finer than the int8 grid "
+    "and requantizing it would tie close scores"
+)
 
 
 _RESHAPING = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"})
+_POOLING = frozenset({"GlobalAveragePool", "ReduceMean"})
 
 
-def _output_heads(model: ir.Model) -> set[str]:
+def _single_use_producer(value: ir.Value | None) -> ir.Node | None:
+    if value is None or len(list(value.uses())) != 1:
+        return None
+    return value.producer()
+
+
+def _output_heads(model: ir.Model) -> dict[str, str]:
     """Fixed-range ops (Softmax, Sigmoid, ...) whose output is a model output, directly or through reshapes
-    (the version converter wraps an old Softmax in Flatten/Reshape), with those reshapes."""
-    heads: set[str] = set()
+    (the version converter wraps an old Softmax in Flatten/Reshape), with those reshapes; and, in front of the
+    head, a global average pool with its reshapes (the pooled logits), each mapped to the reason it stays float."""
+    heads: dict[str, str] = {}
     for out in model.graph.outputs:
         chain = []
         node = out.producer()
         while node is not None and node.op_type in _RESHAPING and len(node.outputs) == 1:
             chain.append(node)
-            source = node.inputs[0]
-            node = source.producer() if source is not None and len(list(source.uses())) == 1 else None
+            node = _single_use_producer(node.inputs[0])
         rule = rules.rule_for(node) if node is not None else None
-        if rule is not None and rule.fixed_output is not None and len(list(node.outputs[0].uses())) <= 1:
-            heads.update(n.name for n in [node, *chain])
+        if rule is None or rule.fixed_output is None or len(list(node.outputs[0].uses())) > 1:
+            continue
+        heads.update((n.name, FLOAT_HEAD_REASON) for n in [node, *chain])
+        before: list[ir.Node] = []
+        source = _single_use_producer(node.inputs[0])
+        while source is not None and source.op_type in _RESHAPING and len(source.outputs) == 1:
+            before.append(source)
+            source = _single_use_producer(source.inputs[0])
+        if source is not None and source.op_type in _POOLING:
+            heads.update((n.name, FLOAT_POOL_REASON) for n in [*before, source])
     return heads
 
 
@@ -147,7 +167,7 @@ def make_plan(
     plan = QuantPlan()
     seen: set[str] = set()
     fused_nodes: set[str] = set()
-    heads = _output_heads(model) if float_output_heads else set()
+    heads = _output_heads(model) if float_output_heads else {}
 
     def add_activation(value: ir.Value) -> None:
         assert value.name
@@ -164,7 +184,7 @@ def make_plan(
             plan.float_ops.append(FloatOp(node.name, node.op_type, "excluded by the user"))
             continue
         if node.name in heads:
-            plan.float_ops.append(FloatOp(node.name, node.op_type, FLOAT_HEAD_REASON))
+            plan.float_ops.append(FloatOp(node.name, node.op_type, heads[node.name]))
             continue
         if rule is None:
             plan.float_ops.append(FloatOp(node.name, node.op_type, rules.FLOAT_REASON))

@@ -15,7 +15,7 @@ from edgekit.quantize.calibrate import params_for_range
 from edgekit.quantize.observers import Histogram, MinMax, choose_range
 from edgekit.quantize.options import QuantizeOptions
 from edgekit.quantize.pipeline import quantize
-from edgekit.quantize.plan import FLOAT_HEAD_REASON, make_plan
+from edgekit.quantize.plan import FLOAT_HEAD_REASON, FLOAT_POOL_REASON, make_plan
 from edgekit.quantize.qdq import quantize_bias, quantize_weight
 from edgekit.runtime import HostRunner
 from onnx import numpy_helper
@@ -332,19 +332,43 @@ def test_dense_weights_can_be_per_tensor_for_nnapi():
         assert np.abs(got - expected).max() < 0.05 * np.abs(expected).max()
 
 
+def _dequantized_conv(proto: onnx.ModelProto, conv_name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The weight and bias a QDQ model's conv really computes with (its DequantizeLinear inputs, dequantized),
+    and the bias scale."""
+    init = initializers(proto)
+    conv = next(n for n in proto.graph.node if n.name == conv_name)
+    out = []
+    for tensor in conv.input[1:3]:
+        dq = next(n for n in proto.graph.node if n.output[0] == tensor)
+        q, scale = init[dq.input[0]].astype(np.float64), init[dq.input[1]].astype(np.float64)
+        out.append((q * scale.reshape((-1,) + (1,) * (q.ndim - 1)) if scale.ndim else q * scale, scale))
+    (w, _), (b, bias_scale) = out
+    return w, b, bias_scale
+
+
 def test_bias_correction_removes_the_mean_shift_of_weight_rounding():
-    # Coarse weights make the rounding shift visible: a 1x1 conv whose weights all round the same way.
+    # The claim of bias correction: on the calibration data, the quantized weights plus the corrected bias
+    # give each output channel of a conv the same mean as the float weights and bias. The classifier is a
+    # 1x1 conv, so its channel means are W @ E[x] + b with E[x] the per-channel mean of its input.
     source = rename_input(squeezenet_like(opset=7), "x")
     data = samples((1, 3, 33, 33), n=24)
     fp32, plain = quantize_proto(source, data)
     _, corrected = quantize_proto(source, data, bias_correction=True)
-    base, a, b = ort_session(to_proto(fp32)), ort_session(plain.proto()), ort_session(corrected.proto())
-    err_plain = err_corrected = 0.0
-    for sample in samples((1, 3, 33, 33), n=8, seed=11):
-        ref = base.run(None, sample.inputs)[0]
-        err_plain += float(np.abs(a.run(None, sample.inputs)[0] - ref).mean())
-        err_corrected += float(np.abs(b.run(None, sample.inputs)[0] - ref).mean())
-    assert err_corrected <= err_plain * 1.05  # never meaningfully worse
+    float_proto = to_proto(fp32)
+    conv = next(n for n in float_proto.graph.node if n.name == "classifier")
+    probe = onnx.helper.make_tensor_value_info(conv.input[0], onnx.TensorProto.FLOAT, None)
+    float_proto.graph.output.append(probe)
+    sess = ort_session(float_proto)
+    mean_x = np.mean([sess.run([conv.input[0]], s.inputs)[0].mean(axis=(0, 2, 3)) for s in data], axis=0)
+    init = initializers(float_proto)
+    w = init[conv.input[1]].astype(np.float64)[:, :, 0, 0]
+    b = init[conv.input[2]].astype(np.float64)
+    shifts = {}
+    for key, q in (("plain", plain), ("corrected", corrected)):
+        wq, bq, bias_step = _dequantized_conv(q.proto(), "classifier")
+        shifts[key] = np.abs((wq[:, :, 0, 0] - w) @ mean_x + (bq - b))
+    assert shifts["plain"].max() > 4 * bias_step.max()  # rounding the weights did shift the channel means
+    assert np.all(shifts["corrected"] <= bias_step)  # corrected to within the bias's own rounding
     # and the biases really changed
     pb = initializers(plain.proto())
     cb = initializers(corrected.proto())
@@ -383,14 +407,21 @@ def test_output_heads_stay_float_by_default_and_reuse_statistics():
     data = samples((1, 3, 33, 33), n=16)
     model, heads_float = quantize_proto(source, data)
     proto = heads_float.proto()
-    softmax = next(n for n in proto.graph.node if n.op_type == "Softmax")
-    assert next(n for n in proto.graph.node if n.output[0] == softmax.input[0]).op_type == "DequantizeLinear"
-    # No Q/DQ after the head: from the softmax to the model output (the opset-7 softmax became
-    # Flatten -> Softmax -> Reshape when the model was upgraded), everything is float.
-    after = proto.graph.node[list(proto.graph.node).index(softmax) :]
-    assert [n.op_type for n in after] == ["Softmax", "Reshape"] and after[-1].output[0] == "prob"
-    assert {f.op_type for f in heads_float.plan.float_ops} == {"Softmax", "Reshape"}
-    assert {f.reason for f in heads_float.plan.float_ops} == {FLOAT_HEAD_REASON}
+    # The pooled logits stay float too: the classifier's int8 output is dequantized, then pooled in float
+    # (the mean of int8 values is finer than the int8 grid), and from there to the model output (the opset-7
+    # softmax became Flatten -> Softmax -> Reshape when the model was upgraded) everything is float.
+    gap = next(n for n in proto.graph.node if n.op_type == "GlobalAveragePool")
+    assert next(n for n in proto.graph.node if n.output[0] == gap.input[0]).op_type == "DequantizeLinear"
+    after = proto.graph.node[list(proto.graph.node).index(gap) :]
+    assert [n.op_type for n in after] == ["GlobalAveragePool", "Flatten", "Softmax", "Reshape"]
+    assert after[-1].output[0] == "prob"
+    reasons = {f.op_type: f.reason for f in heads_float.plan.float_ops}
+    assert reasons == {
+        "GlobalAveragePool": FLOAT_POOL_REASON,
+        "Flatten": FLOAT_POOL_REASON,
+        "Softmax": FLOAT_HEAD_REASON,
+        "Reshape": FLOAT_HEAD_REASON,
+    }
     # A fully integer target quantizes the head too; the same statistics serve it (fixed ranges need none).
     integer = quantize(model, [], QuantizeOptions(float_output_heads=False), statistics=heads_float.stats)
     assert integer.params["prob"].scale == pytest.approx(1 / 256)
