@@ -7,6 +7,7 @@ choose_io_layout               NHWC inputs/outputs only where the edge transpose
 fuse_activations               RELU / RELU6 / RELU_N1_TO_1 into the preceding conv/fc/add/pool
 quantize_kernels               DEQUANTIZE -> op -> QUANTIZE becomes the integer kernel
 flatten_into_fully_connected   NCHW flatten before a dense layer -> permuted weights instead
+drop_reshape_before_fully_connected  FULLY_CONNECTED flattens its input itself
 transposes_to_reshapes         transposes that move only unit dims become (merged) reshapes
 integer_io                     int8 / uint8 graph inputs and outputs (nnapi)
 finalize                       dead ops, topological order, ONNX names on the outputs
@@ -99,6 +100,7 @@ def _pipeline(options: ConvertOptions) -> list[Pass]:
         fusion.fuse_activations,
         quantized.quantize_kernels(options.per_tensor_weights),
         fusion.flatten_into_fully_connected,
+        fusion.drop_reshape_before_fully_connected,
         layout.transposes_to_reshapes,
         quantized.integer_io(options.io_dtype, options.target),
         finalize,

@@ -1,4 +1,5 @@
-"""Fusion passes: activations into the preceding op, and NHWC flattening into FULLY_CONNECTED weights."""
+"""Fusion passes: activations into the preceding op, NHWC flattening into FULLY_CONNECTED weights, and the
+reshape FULLY_CONNECTED does itself."""
 
 from __future__ import annotations
 
@@ -84,6 +85,43 @@ def flatten_into_fully_connected(graph: Graph) -> Graph:
             user.inputs[1] = new_w
         op.inputs[0] = x
         producers = graph.producers()
+        consumers = graph.consumers()
+    graph.remove_dead()
+    return graph
+
+
+def drop_reshape_before_fully_connected(graph: Graph) -> Graph:
+    """RESHAPE [N, K] -> FULLY_CONNECTED (K input features): the reshape goes.
+
+    FULLY_CONNECTED without ``keep_num_dims`` flattens its input to [size / K, K] itself (in the tensor's own
+    order, which is what a row-major RESHAPE does), so the op, its output tensor and its shape constant are
+    redundant. The reshape must not change the quantization (a RESHAPE never does) and its output must feed
+    nothing else.
+    """
+    consumers = graph.consumers()
+    for op in list(graph.ops):
+        if op.code != "RESHAPE" or op.outputs[0].rank != 2:
+            continue
+        x, flat = op.inputs[0], op.outputs[0]
+        users = consumers.get(id(flat), [])
+        if (
+            not users
+            or graph.is_graph_output(flat)
+            or x.rank < 2
+            or (x.quant is None) != (flat.quant is None)
+            or (x.quant is not None and not x.quant.same_as(flat.quant))
+            or any(
+                u.code != "FULLY_CONNECTED"
+                or u.inputs[0] is not flat
+                or u.options.keepNumDims
+                or len(u.inputs[1].shape) != 2
+                or u.inputs[1].shape[1] != flat.shape[1]
+                for u in users
+            )
+        ):
+            continue
+        for user in users:
+            user.inputs[0] = x
         consumers = graph.consumers()
     graph.remove_dead()
     return graph

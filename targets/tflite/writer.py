@@ -2,7 +2,8 @@
 
 The schema's ``Buffer.data`` carries ``force_align: 16`` but the generated Python object API packs it
 with the element alignment only (1 byte), so weight buffers are packed here with an explicit 16-byte
-alignment (:class:`_AlignedBuffer`). Identical constant buffers are stored once.
+alignment (:class:`_AlignedBuffer`). Identical constant buffers are stored once, and so are identical
+quantization parameters (vectors and tables) and shape vectors: flatbuffers lets tables share them.
 """
 
 from __future__ import annotations
@@ -90,13 +91,44 @@ class _SharedQuantization(fb.QuantizationParametersT):
         return self._cache[key]
 
     def Pack(self, builder: flatbuffers.Builder) -> int:  # noqa: N802 - flatbuffers API name
+        # The table itself is shared too: tensors with the same parameters (a pool's input and output, say)
+        # point at one table.
+        key = ("table", self.scale.tobytes() + self.zeroPoint.tobytes() + bytes([self.quantizedDimension]))
+        if key in self._cache:
+            return self._cache[key]
         scale = self._vector(builder, "scale", self.scale)
         zero_point = self._vector(builder, "zero_point", self.zeroPoint)
         fb.QuantizationParametersStart(builder)
         fb.QuantizationParametersAddScale(builder, scale)
         fb.QuantizationParametersAddZeroPoint(builder, zero_point)
         fb.QuantizationParametersAddQuantizedDimension(builder, self.quantizedDimension)
-        return fb.QuantizationParametersEnd(builder)
+        self._cache[key] = fb.QuantizationParametersEnd(builder)
+        return self._cache[key]
+
+
+class _SharedShapeTensor(fb.TensorT):
+    """A ``TensorT`` whose shape vector is written once per distinct shape."""
+
+    def __init__(self, cache: dict[tuple[str, bytes], int]):
+        super().__init__()
+        self._cache = cache
+
+    def Pack(self, builder: flatbuffers.Builder) -> int:  # noqa: N802 - flatbuffers API name
+        shape = np.asarray(self.shape, dtype="<i4")
+        key = ("shape", shape.tobytes())
+        if key not in self._cache:
+            self._cache[key] = builder.CreateNumpyVector(shape)
+        name = builder.CreateString(self.name) if self.name is not None else None
+        quantization = self.quantization.Pack(builder) if self.quantization is not None else None
+        fb.TensorStart(builder)
+        fb.TensorAddShape(builder, self._cache[key])
+        fb.TensorAddType(builder, self.type)
+        fb.TensorAddBuffer(builder, self.buffer)
+        if name is not None:
+            fb.TensorAddName(builder, name)
+        if quantization is not None:
+            fb.TensorAddQuantization(builder, quantization)
+        return fb.TensorEnd(builder)
 
 
 # Ops whose first version is above 1.
@@ -125,7 +157,7 @@ def serialize(graph: Graph, description: str = "edgekit") -> bytes:
     def index_of(t: Tensor) -> int:
         if id(t) in tensor_index:
             return tensor_index[id(t)]
-        ft = fb.TensorT()
+        ft = _SharedShapeTensor(vectors)
         ft.name = t.name
         ft.shape = np.asarray(t.shape, dtype=np.int32)
         ft.type = tensor_type(t.dtype)

@@ -103,11 +103,12 @@ def test_int8_plain_cnn_has_no_transpose_and_is_integer() -> None:
     assert ops.get("QUANTIZE") == 1 and ops.get("DEQUANTIZE") == 1  # only at the edges
 
 
-def test_nchw_flatten_before_dense_layer_needs_no_transpose() -> None:
+def test_nchw_flatten_before_dense_layer_needs_no_transpose_or_reshape() -> None:
     model = mnist_like()
     for source in (model, edgekit_qdq(model, [random_feeds(model, s) for s in range(4)])):
         result = convert_proto(source)
         assert "TRANSPOSE" not in op_types(result), op_types(result)
+        assert "RESHAPE" not in op_types(result), op_types(result)  # FULLY_CONNECTED flattens by itself
         for seed in (0, 1):
             feeds = random_feeds(model, seed)
             expected, actual = run_onnx(source, feeds)[0], run_tflite(result, feeds)[0]

@@ -133,3 +133,37 @@ def test_identical_quantization_vectors_are_stored_once() -> None:
             starts.add(q.ZeroPointAsNumpy().__array_interface__["data"][0])
     assert per_channel == 4  # two weights, two biases
     assert len(starts) == 1
+
+
+def test_identical_quantization_tables_and_shapes_are_stored_once() -> None:
+    """Tensors with equal quantization parameters point at one table, equal shapes at one vector; the model
+    still runs and reads back every tensor's own shape and parameters."""
+    from tflite_helpers import edgekit_qdq
+
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[1, 1]),  # same scale, same shape as its input
+        helper.make_node("MaxPool", ["p"], ["y"], kernel_shape=[2, 2], strides=[2, 2]),
+    ]
+    model = make_model(nodes, {"x": (1, 4, 6, 6)}, ["y"], {})
+    qdq = edgekit_qdq(model, [random_feeds(model, s) for s in range(3)])
+    result = convert_proto(qdq)
+    sub = fb.Model.GetRootAs(result.data, 0).Subgraphs(0)
+    tables: dict[bytes, list[int]] = {}
+    shapes: dict[bytes, list[int]] = {}
+    for i in range(sub.TensorsLength()):
+        t = sub.Tensors(i)
+        q = t.Quantization()
+        if q is not None and q.ScaleLength():
+            key = q.ScaleAsNumpy().tobytes() + q.ZeroPointAsNumpy().tobytes()
+            tables.setdefault(key, []).append(q._tab.Pos)
+        shape = t.ShapeAsNumpy()
+        shapes.setdefault(shape.tobytes(), []).append(shape.__array_interface__["data"][0])
+    assert all(len(set(positions)) == 1 for positions in tables.values())
+    assert all(len(set(positions)) == 1 for positions in shapes.values())
+    # the case happened: the int8 pools' tensors share one table, and the 1x1 pool's input and output one shape
+    assert max(len(p) for p in tables.values()) >= 3
+    assert max(len(p) for p in shapes.values()) >= 2
+    for seed in (0, 1):
+        feeds = random_feeds(model, seed)
+        assert_close_to_range(run_tflite(result, feeds)[0], run_onnx(qdq, feeds)[0], rel=0.02)
