@@ -68,6 +68,18 @@ def test_quantize_the_digits_example_end_to_end(digits, tmp_path):
     assert data["output"]["size_bytes"] == out.stat().st_size
 
 
+def test_integer_head_quantizes_the_softmax_too(digits, tmp_path):
+    out, report = tmp_path / "digits.int8.onnx", tmp_path / "report.json"
+    run = edgekit("quantize", digits.model, "--calib", digits.calib, "--integer-head", "-o", out, "--report",
+                  report, "--quiet")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    data = json.loads(report.read_text())
+    assert data["quantization"]["float_ops"] == []
+    graph = onnx.load(out).graph
+    softmax = next(n for n in graph.node if n.op_type == "Softmax")
+    assert [n.op_type for n in graph.node if softmax.output[0] in n.input] == ["QuantizeLinear"]
+
+
 def bad_npz(path: Path, **arrays) -> Path:
     np.savez(path, **arrays)
     return path

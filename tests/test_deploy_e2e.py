@@ -158,3 +158,14 @@ def test_target_settings_reach_the_targets(digits, tmp_path):
     assert arm.inputs[0].dtype == "float32" and arm.inputs[0].layout == "NCHW"
     # one calibration pass served both schemes (they differ only in weight granularity and dtypes)
     assert run.stdout.count("quantizing for") == 2
+    assert arm.provenance["quantization"]["float_output_heads"] is True  # the default: a float Softmax head
+    assert "SOFTMAX" in arm.verification["float_ops"][0]
+
+
+def test_integer_head_quantizes_the_softmax_of_float_output_targets(digits, tmp_path):
+    run = edgekit("deploy", digits.model, "-t", "arm-cpu", "--calib", digits.calib, "--integer-head", "-o",
+                  tmp_path, "-q")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    arm = read_bundle(tmp_path / "arm-cpu").manifest
+    assert arm.provenance["quantization"]["float_output_heads"] is False
+    assert arm.verification["float_ops"] == []  # everything between the edge QUANTIZE/DEQUANTIZE is integer

@@ -19,7 +19,17 @@ from typing import Any
 
 import typer
 from edgekit.cli.common import RichTrack, build_preprocess, console, err_console, parse_input_shapes
-from edgekit.cli.quantize_cmd import Color, Layout, Mean, ResizeMode, ResizeShorter, Scale, Size, Std
+from edgekit.cli.quantize_cmd import (
+    INTEGER_HEAD_HELP,
+    Color,
+    Layout,
+    Mean,
+    ResizeMode,
+    ResizeShorter,
+    Scale,
+    Size,
+    Std,
+)
 from edgekit.errors import DataError, EdgekitError, OutputError, TargetError
 
 PRECISIONS = ("auto", "fp32", "int8")
@@ -46,6 +56,8 @@ class DeployRequest:
     archive: bool = False
     calib_samples: int = 100
     method: str = "minmax"
+    #: Quantize the output head (Softmax and the pooling before it) too, on targets with float outputs.
+    integer_head: bool = False
     preprocess: Mapping[str, Any] | None = None
     eval_data: Path | None = None
     #: Target-specific settings given on the command line, passed to the targets whose options have them:
@@ -100,6 +112,7 @@ def deploy(
         100, "--calib-samples", help="Calibration samples used when quantizing."
     ),
     method: str = typer.Option("minmax", "--method", help="Calibration method when quantizing."),
+    integer_head: bool = typer.Option(False, "--integer-head", help=INTEGER_HEAD_HELP),
     preprocess: str = typer.Option(
         None, "--preprocess", help="Image preprocessing as JSON (or a .json file) for image-folder data."
     ),
@@ -145,6 +158,7 @@ def deploy(
         archive=archive,
         calib_samples=calib_samples,
         method=method,
+        integer_head=integer_head,
         preprocess=pre,
         eval_data=eval_data,
         target_settings={
@@ -447,7 +461,10 @@ def _verify_samples(dataset: Any) -> tuple[dict[str, Any], ...]:
 def _quantize_options(request: DeployRequest, target: Any) -> Any:
     from edgekit import QuantizeOptions
 
-    return target.quantize_options(QuantizeOptions(method=request.method, samples=request.calib_samples))
+    base = QuantizeOptions(
+        method=request.method, samples=request.calib_samples, float_output_heads=not request.integer_head
+    )
+    return target.quantize_options(base)
 
 
 def _quantize(

@@ -9,6 +9,11 @@ import typer
 from edgekit.cli.common import RichTrack, build_preprocess, console, err_console, parse_input_shapes
 from rich.table import Table
 
+INTEGER_HEAD_HELP = (
+    "Quantize the output head too (a Softmax/Sigmoid model output and the global pooling before it): about 2 % "
+    "faster on SqueezeNet in LiteRT, but close top scores can then tie."
+)
+
 # Options shared with `edgekit deploy` (image preprocessing for image-folder data).
 Size = Annotated[
     str | None, typer.Option("--size", help="Resize images to H,W (default: the model input's).")
@@ -54,6 +59,7 @@ def quantize(
         bool, typer.Option("--bias-correction", help="Biases absorb the mean shift of weight rounding.")
     ] = False,
     exclude: Annotated[list[str] | None, typer.Option("--exclude", help="Keep this node in float.")] = None,
+    integer_head: Annotated[bool, typer.Option("--integer-head", help=INTEGER_HEAD_HELP)] = False,
     max_samples: Annotated[
         int | None, typer.Option("--max-samples", help="Evaluate at most N samples.")
     ] = None,
@@ -78,6 +84,7 @@ def quantize(
         samples=samples,
         percentile=percentile,
         bias_correction=bias_correction,
+        float_output_heads=not integer_head,
         exclude=frozenset(exclude or ()),
     )
     preprocess = build_preprocess(size, resize_mode, resize_shorter, color, scale, mean, std, layout)
