@@ -131,7 +131,8 @@ _POOLING = frozenset({"GlobalAveragePool", "ReduceMean"})
 
 
 def _single_use_producer(value: ir.Value | None) -> ir.Node | None:
-    if value is None or len(list(value.uses())) != 1:
+    """The producer of ``value`` if its one consumer is the only reader (no other use, not a model output)."""
+    if value is None or len(list(value.uses())) != 1 or value.is_graph_output():
         return None
     return value.producer()
 
@@ -146,7 +147,8 @@ def _output_heads(model: ir.Model) -> dict[str, str]:
         node = out.producer()
         while node is not None and node.op_type in _RESHAPING and len(node.outputs) == 1:
             chain.append(node)
-            node = _single_use_producer(node.inputs[0])
+            source = node.inputs[0]
+            node = source.producer() if source is not None and len(list(source.uses())) == 1 else None
         rule = rules.rule_for(node) if node is not None else None
         if rule is None or rule.fixed_output is None or len(list(node.outputs[0].uses())) > 1:
             continue

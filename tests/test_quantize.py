@@ -182,6 +182,47 @@ def test_plan_follows_the_tflite_rules():
     assert plan.constants == [("add_const", 1)]
 
 
+def _pooled_head_model(gap_is_also_an_output: bool) -> onnx.ModelProto:
+    rng = np.random.default_rng(3)
+    nodes = [
+        onnx.helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv"),
+        onnx.helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        onnx.helper.make_node("GlobalAveragePool", ["r"], ["gap"], name="gap"),
+        onnx.helper.make_node("Flatten", ["gap"], ["flat"], name="flatten"),
+        onnx.helper.make_node("Softmax", ["flat"], ["prob"], name="softmax"),
+    ]
+    outputs = [onnx.helper.make_tensor_value_info("prob", onnx.TensorProto.FLOAT, [1, 4])]
+    if gap_is_also_an_output:
+        outputs.append(onnx.helper.make_tensor_value_info("gap", onnx.TensorProto.FLOAT, [1, 4, 1, 1]))
+    graph = onnx.helper.make_graph(
+        nodes,
+        "pooled_head",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 6, 6])],
+        outputs,
+        [
+            numpy_helper.from_array(rng.normal(size=(4, 3, 1, 1)).astype(np.float32), "w"),
+            numpy_helper.from_array(rng.normal(size=4).astype(np.float32), "b"),
+        ],
+    )
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 19)])
+
+
+def test_the_pool_of_a_float_head_stays_float_only_when_it_feeds_nothing_else():
+    plan = make_plan(load_proto(_pooled_head_model(False)), float_output_heads=True)
+    assert {(f.node, f.reason) for f in plan.float_ops} == {
+        ("gap", FLOAT_POOL_REASON),
+        ("flatten", FLOAT_POOL_REASON),
+        ("softmax", FLOAT_HEAD_REASON),
+    }
+    assert "r" in plan.activations and "gap" not in plan.activations
+    # The pooled tensor is also a model output of its own: it is quantized as usual, only the softmax is float.
+    plan = make_plan(load_proto(_pooled_head_model(True)), float_output_heads=True)
+    assert [(f.node, f.reason) for f in plan.float_ops] == [("softmax", FLOAT_HEAD_REASON)]
+    assert "gap" in plan.activations
+    # Integer heads: nothing stays float.
+    assert make_plan(load_proto(_pooled_head_model(False)), float_output_heads=False).float_ops == []
+
+
 # ------------------------------------------------------------------------------------- whole pipeline
 
 
