@@ -78,21 +78,20 @@ def collect_statistics(
     captured = [n for n in observed_names if n not in graph_inputs]
     # Bias correction needs the channel means of every weight op's input, derived ranges (a Concat's or a
     # MaxPool's output) included.
-    mean_only = []
+    mean_only: list[str] = []
     if options.bias_correction:
         mean_only = list(
             dict.fromkeys(w.input_tensor for w in plan.weights if w.input_tensor not in observed_names)
         )
+    mean_captured = [n for n in mean_only if n not in graph_inputs]
     # Min/max (and channel means) are reduced inside the graph: only scalars leave the runtime. Histograms need
     # the tensors themselves.
     reduce_in_graph = options.method == "minmax"
     if reduce_in_graph:
-        proto, extra = _reduction_model(model, captured, mean_only, options.bias_correction)
+        proto, extra = _reduction_model(model, captured, mean_captured, options.bias_correction)
         runner = HostRunner(proto, extra_outputs=extra)
     else:
-        runner = HostRunner(
-            ir.to_proto(model), extra_outputs=captured + [n for n in mean_only if n not in graph_inputs]
-        )
+        runner = HostRunner(ir.to_proto(model), extra_outputs=captured + mean_captured)
     minmax = {name: MinMax() for name in observed_names}
 
     seen = [0]
@@ -114,15 +113,11 @@ def collect_statistics(
                 else:
                     yield name, outputs[name]
             for name in mean_only:
-                if name in graph_inputs:
-                    array = sample.inputs[name]
-                elif reduce_in_graph:
-                    array = outputs[name + _MEAN]
-                    sums[name] = sums.get(name, 0.0) + np.asarray(array, np.float64)
-                    continue
+                if reduce_in_graph and name not in graph_inputs:
+                    mean = np.asarray(outputs[name + _MEAN], np.float64)
                 else:
-                    array = outputs[name]
-                sums[name] = sums.get(name, 0.0) + channel_sum(array)
+                    mean = channel_sum(sample.inputs[name] if name in graph_inputs else outputs[name])
+                sums[name] = sums.get(name, 0.0) + mean
         if seen[0] == 0:
             raise DataError("the calibration data set is empty")
 
@@ -151,7 +146,6 @@ def _reduction_model(
     per-channel ReduceMean alone of each tensor in ``mean_only``."""
     proto = ir.to_proto(model)
     ranks = {v.name: len(v.shape) for n in model.graph for v in n.outputs if v.shape is not None}
-    ranks.update({v.name: len(v.shape) for v in model.graph.inputs if v.shape is not None})
     outputs: list[str] = []
     for name in [*names, *mean_only]:
         if name in names:

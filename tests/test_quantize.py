@@ -387,14 +387,15 @@ def _dequantized_conv(proto: onnx.ModelProto, conv_name: str) -> tuple[np.ndarra
     return w, b, bias_scale
 
 
-def test_bias_correction_removes_the_mean_shift_of_weight_rounding():
+@pytest.mark.parametrize("method", ["minmax", "percentile"])  # means reduced in the graph / from the tensors
+def test_bias_correction_removes_the_mean_shift_of_weight_rounding(method):
     # The claim of bias correction: on the calibration data, the quantized weights plus the corrected bias
     # give each output channel of a conv the same mean as the float weights and bias. The classifier is a
     # 1x1 conv, so its channel means are W @ E[x] + b with E[x] the per-channel mean of its input.
     source = rename_input(squeezenet_like(opset=7), "x")
     data = samples((1, 3, 33, 33), n=24)
-    fp32, plain = quantize_proto(source, data)
-    _, corrected = quantize_proto(source, data, bias_correction=True)
+    fp32, plain = quantize_proto(source, data, method=method)
+    _, corrected = quantize_proto(source, data, bias_correction=True, method=method)
     float_proto = to_proto(fp32)
     conv = next(n for n in float_proto.graph.node if n.name == "classifier")
     probe = onnx.helper.make_tensor_value_info(conv.input[0], onnx.TensorProto.FLOAT, None)
