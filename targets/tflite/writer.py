@@ -70,6 +70,16 @@ class _AlignedBuffer(fb.BufferT):
         return fb.BufferEnd(builder)
 
 
+def _shared_vector(
+    builder: flatbuffers.Builder, cache: dict[tuple[str, bytes], int], kind: str, array: np.ndarray
+) -> int:
+    """The offset of a vector with ``array``'s content, created the first time that content is asked for."""
+    key = (kind, array.tobytes())
+    if key not in cache:
+        cache[key] = builder.CreateNumpyVector(array)
+    return cache[key]
+
+
 class _SharedQuantization(fb.QuantizationParametersT):
     """Quantization parameters whose scale / zero-point vectors are written once per distinct content.
 
@@ -84,20 +94,14 @@ class _SharedQuantization(fb.QuantizationParametersT):
         self.zeroPoint = np.asarray(quant.zero_point, dtype="<i8")
         self.quantizedDimension = int(quant.axis)
 
-    def _vector(self, builder: flatbuffers.Builder, kind: str, array: np.ndarray) -> int:
-        key = (kind, array.tobytes())
-        if key not in self._cache:
-            self._cache[key] = builder.CreateNumpyVector(array)
-        return self._cache[key]
-
     def Pack(self, builder: flatbuffers.Builder) -> int:  # noqa: N802 - flatbuffers API name
         # The table itself is shared too: tensors with the same parameters (a pool's input and output, say)
         # point at one table.
         key = ("table", self.scale.tobytes() + self.zeroPoint.tobytes() + bytes([self.quantizedDimension]))
         if key in self._cache:
             return self._cache[key]
-        scale = self._vector(builder, "scale", self.scale)
-        zero_point = self._vector(builder, "zero_point", self.zeroPoint)
+        scale = _shared_vector(builder, self._cache, "scale", self.scale)
+        zero_point = _shared_vector(builder, self._cache, "zero_point", self.zeroPoint)
         fb.QuantizationParametersStart(builder)
         fb.QuantizationParametersAddScale(builder, scale)
         fb.QuantizationParametersAddZeroPoint(builder, zero_point)
@@ -114,14 +118,11 @@ class _SharedShapeTensor(fb.TensorT):
         self._cache = cache
 
     def Pack(self, builder: flatbuffers.Builder) -> int:  # noqa: N802 - flatbuffers API name
-        shape = np.asarray(self.shape, dtype="<i4")
-        key = ("shape", shape.tobytes())
-        if key not in self._cache:
-            self._cache[key] = builder.CreateNumpyVector(shape)
+        shape = _shared_vector(builder, self._cache, "shape", np.asarray(self.shape, dtype="<i4"))
         name = builder.CreateString(self.name) if self.name is not None else None
         quantization = self.quantization.Pack(builder) if self.quantization is not None else None
         fb.TensorStart(builder)
-        fb.TensorAddShape(builder, self._cache[key])
+        fb.TensorAddShape(builder, shape)
         fb.TensorAddType(builder, self.type)
         fb.TensorAddBuffer(builder, self.buffer)
         if name is not None:
