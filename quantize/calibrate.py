@@ -147,13 +147,13 @@ def _reduction_model(
     proto = ir.to_proto(model)
     ranks = {v.name: len(v.shape) for n in model.graph for v in n.outputs if v.shape is not None}
     outputs: list[str] = []
-    for name in [*names, *mean_only]:
-        if name in names:
-            for op, suffix in (("ReduceMin", _MIN), ("ReduceMax", _MAX)):
-                proto.graph.node.append(onnx.helper.make_node(op, [name], [name + suffix], keepdims=0))
-                outputs.append(name + suffix)
+    for name in names:
+        for op, suffix in (("ReduceMin", _MIN), ("ReduceMax", _MAX)):
+            proto.graph.node.append(onnx.helper.make_node(op, [name], [name + suffix], keepdims=0))
+            outputs.append(name + suffix)
+    for name in [*names, *mean_only] if channel_means else []:
         rank = ranks.get(name)
-        if channel_means and rank:
+        if rank:
             axis = 1 if rank >= 3 else rank - 1
             axes = name + _MEAN + "_axes"
             proto.graph.initializer.append(

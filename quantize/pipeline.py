@@ -63,10 +63,12 @@ def quantize(
     plan = make_plan(model, options.exclude, options.float_output_heads)
     if not plan.activations:
         raise QuantizationError("nothing to quantize: the model has no op with an integer kernel")
-    # Statistics are collected for the integer-head plan, a superset (it observes the pooled logits a float head
-    # keeps float), so that either kind of target can reuse them.
-    observe = make_plan(model, options.exclude, False) if options.float_output_heads else plan
-    stats = statistics or collect_statistics(model, observe, calibration, options, track)
+    stats = statistics
+    if stats is None:
+        # Collected for the integer-head plan, a superset (it observes the pooled logits a float head keeps float),
+        # so that either kind of target can reuse them.
+        observe = make_plan(model, options.exclude, False) if options.float_output_heads else plan
+        stats = collect_statistics(model, observe, calibration, options, track)
     params = choose_params(model, plan, stats, options)
 
     qmodel = ir.from_proto(ir.to_proto(model))  # a copy: the caller keeps its fp32 model

@@ -6,6 +6,7 @@ The plan is what statistics are collected for (:mod:`edgekit.quantize.calibrate`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -131,10 +132,26 @@ _POOLING = frozenset({"GlobalAveragePool", "ReduceMean"})
 
 
 def _single_use_producer(value: ir.Value | None) -> ir.Node | None:
-    """The producer of ``value`` if its one consumer is the only reader (no other use, not a model output)."""
-    if value is None or len(list(value.uses())) != 1 or value.is_graph_output():
+    """The producer of ``value`` if one node uses it (it may also be a model output)."""
+    if value is None or len(list(value.uses())) != 1:
         return None
     return value.producer()
+
+
+def _sole_reader_producer(value: ir.Value | None) -> ir.Node | None:
+    """The producer of ``value`` if its one consumer is the only reader (no other use, not a model output)."""
+    return None if value is None or value.is_graph_output() else _single_use_producer(value)
+
+
+def _through_reshapes(
+    node: ir.Node | None, producer: Callable[[ir.Value | None], ir.Node | None]
+) -> tuple[list[ir.Node], ir.Node | None]:
+    """Walk up from ``node`` through single-output reshapes: the reshapes passed and the first other node."""
+    chain: list[ir.Node] = []
+    while node is not None and node.op_type in _RESHAPING and len(node.outputs) == 1:
+        chain.append(node)
+        node = producer(node.inputs[0])
+    return chain, node
 
 
 def _output_heads(model: ir.Model) -> dict[str, str]:
@@ -143,21 +160,12 @@ def _output_heads(model: ir.Model) -> dict[str, str]:
     head, a global average pool with its reshapes (the pooled logits), each mapped to the reason it stays float."""
     heads: dict[str, str] = {}
     for out in model.graph.outputs:
-        chain = []
-        node = out.producer()
-        while node is not None and node.op_type in _RESHAPING and len(node.outputs) == 1:
-            chain.append(node)
-            source = node.inputs[0]
-            node = source.producer() if source is not None and len(list(source.uses())) == 1 else None
+        chain, node = _through_reshapes(out.producer(), _single_use_producer)
         rule = rules.rule_for(node) if node is not None else None
         if rule is None or rule.fixed_output is None or len(list(node.outputs[0].uses())) > 1:
             continue
         heads.update((n.name, FLOAT_HEAD_REASON) for n in [node, *chain])
-        before: list[ir.Node] = []
-        source = _single_use_producer(node.inputs[0])
-        while source is not None and source.op_type in _RESHAPING and len(source.outputs) == 1:
-            before.append(source)
-            source = _single_use_producer(source.inputs[0])
+        before, source = _through_reshapes(_sole_reader_producer(node.inputs[0]), _sole_reader_producer)
         if source is not None and source.op_type in _POOLING:
             heads.update((n.name, FLOAT_POOL_REASON) for n in [*before, source])
     return heads
