@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 from edgekit.errors import ModelError, TargetError
-from edgekit.targets.tflite import fusion, layout, quantized, writer
+from edgekit.targets.tflite import fusion, layout, lowering, quantized, writer
 from edgekit.targets.tflite.context import Context, permute, to_nchw_perm, to_nhwc_perm
 from edgekit.targets.tflite.graph import Graph, Op, Tensor
 from edgekit.targets.tflite.registry import call, lookup
@@ -102,6 +102,8 @@ def _pipeline(options: ConvertOptions) -> list[Pass]:
         fusion.flatten_into_fully_connected,
         fusion.drop_reshape_before_fully_connected,
         layout.transposes_to_reshapes,
+        lowering.float_spatial_mean_to_average_pool,
+        lowering.softmax_on_last_axis,
         quantized.integer_io(options.io_dtype, options.target),
         finalize,
     ]
@@ -111,11 +113,7 @@ def convert(
     model: ir.Model | onnx.ModelProto, options: ConvertOptions = ConvertOptions()
 ) -> ConversionResult:
     """Convert an ONNX model (static shapes, opset >= 7) to a TFLite flatbuffer."""
-    if isinstance(model, onnx.ModelProto):
-        model = ir.from_proto(onnx.shape_inference.infer_shapes(model, data_prop=True))
-    graph = translate(model, options)
-    for run in _pipeline(options):
-        graph = run(graph)
+    graph = build_graph(model, options)
     data = writer.serialize(graph)
     return ConversionResult(
         data=data,
@@ -125,6 +123,16 @@ def convert(
         notes=list(graph.notes),
         float_ops=quantized.float_ops(graph),
     )
+
+
+def build_graph(model: ir.Model | onnx.ModelProto, options: ConvertOptions = ConvertOptions()) -> Graph:
+    """The TFLite graph ``convert`` serialises: the ONNX graph translated, then every pass run."""
+    if isinstance(model, onnx.ModelProto):
+        model = ir.from_proto(onnx.shape_inference.infer_shapes(model, data_prop=True))
+    graph = translate(model, options)
+    for run in _pipeline(options):
+        graph = run(graph)
+    return graph
 
 
 def _info(graph: Graph, t: Tensor) -> TensorInfo:
