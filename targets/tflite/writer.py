@@ -147,8 +147,12 @@ def _op_version(code: str, graph_op_inputs: list[Tensor | None]) -> int:
     return _MIN_VERSIONS.get(code, 1)
 
 
-def serialize(graph: Graph, description: str = "edgekit") -> bytes:
-    """The flatbuffer bytes of ``graph`` (ops must already be in execution order)."""
+def serialize(graph: Graph, description: str = "edgekit", *, names: bool = True) -> bytes:
+    """The flatbuffer bytes of ``graph`` (ops must already be in execution order).
+
+    ``names=False`` leaves out every name (tensors, subgraph), the description and the signature: the
+    smallest file LiteRT still runs, with tensors found by index only (``benchmarks/tflite_size_floor.py``).
+    """
     buffers: list[fb.BufferT] = [_AlignedBuffer()]  # buffer 0: the empty sentinel
     buffer_index: dict[bytes, int] = {}
     tensors: list[fb.TensorT] = []
@@ -159,7 +163,7 @@ def serialize(graph: Graph, description: str = "edgekit") -> bytes:
         if id(t) in tensor_index:
             return tensor_index[id(t)]
         ft = _SharedShapeTensor(vectors)
-        ft.name = t.name
+        ft.name = t.name if names else None
         ft.shape = np.asarray(t.shape, dtype=np.int32)
         ft.type = tensor_type(t.dtype)
         ft.quantization = None if t.quant is None else _SharedQuantization(t.quant, vectors)
@@ -182,7 +186,7 @@ def serialize(graph: Graph, description: str = "edgekit") -> bytes:
     opcode_index: dict[tuple[str, int], int] = {}
     operators: list[fb.OperatorT] = []
     sub = fb.SubGraphT()
-    sub.name = "main"
+    sub.name = "main" if names else None
     sub.inputs = [index_of(t) for t in graph.inputs]
     for op in graph.ops:
         version = _op_version(op.code, op.inputs)
@@ -208,11 +212,11 @@ def serialize(graph: Graph, description: str = "edgekit") -> bytes:
 
     model = fb.ModelT()
     model.version = SCHEMA_VERSION
-    model.description = description
+    model.description = description if names else None
     model.operatorCodes = opcodes
     model.subgraphs = [sub]
     model.buffers = buffers
-    model.signatureDefs = [_signature(graph, sub)]
+    model.signatureDefs = [_signature(graph, sub)] if names else None
     builder = flatbuffers.Builder(1024)
     builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
     return bytes(builder.Output())

@@ -84,6 +84,30 @@ def test_serialized_model_runs_and_has_signature() -> None:
     assert_close_to_range(result.outputs[0].to_onnx(out["y"]), expected)
 
 
+def test_names_false_leaves_out_names_and_signature_and_runs_identically() -> None:
+    from ai_edge_litert.interpreter import Interpreter
+    from edgekit.targets.tflite.converter import build_graph
+
+    model = _odd_sized_model()
+    full = writer.serialize(build_graph(model))
+    bare = writer.serialize(build_graph(model), names=False)
+    assert len(bare) < len(full)
+    parsed = fb.Model.GetRootAs(bare, 0)
+    sub = parsed.Subgraphs(0)
+    assert parsed.SignatureDefsLength() == 0 and parsed.Description() is None and sub.Name() is None
+    assert all(sub.Tensors(i).Name() is None for i in range(sub.TensorsLength()))
+    assert b"serving_default" not in bare and b"serving_default" in full
+    x = random_feeds(model)["x"].transpose(0, 2, 3, 1)
+    outputs = []
+    for data in (full, bare):
+        interpreter = Interpreter(model_content=data)
+        interpreter.allocate_tensors()
+        interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
+        interpreter.invoke()
+        outputs.append(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]))
+    np.testing.assert_array_equal(outputs[0], outputs[1])
+
+
 def test_write_is_atomic(tmp_path) -> None:
     result = convert_proto(_odd_sized_model())
     target = tmp_path / "m.tflite"
