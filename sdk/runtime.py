@@ -1,6 +1,13 @@
 """Host execution of ONNX models (fp32 and QDQ) on OpenVINO's CPU plugin in f32 precision.
 
 Intermediate tensors are captured by adding them as graph outputs before compiling.
+
+A QDQ model runs with the constant DequantizeLinear nodes of its convolutions and matrix products
+(weights, biases) folded into float initializers, which is exactly what they compute. Left as they
+are, OpenVINO runs those ops as u8 x s8 integer kernels, which on x86 CPUs without VNNI (AVX2 only)
+can saturate their 16-bit intermediate sums: on such a CPU a 16-input Gemm with weights near 127 came
+out 3.9 away from the QDQ model's answer (``tests/test_runtime.py``). Activation quantization still
+runs, as float FakeQuantize.
 """
 
 from __future__ import annotations
@@ -47,6 +54,74 @@ def with_outputs(proto: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProt
     return out
 
 
+#: Ops OpenVINO runs as integer multiply-accumulate kernels when their inputs are quantized.
+_INTEGER_KERNEL_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+
+
+def fold_constant_dequantize(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``proto`` whose DequantizeLinear nodes of constant (initializer) inputs are float initializers.
+
+    Only those read by convolutions and matrix products (the integer multiply-accumulate kernels): OpenVINO
+    2026.4's CPU plugin crashed compiling a QDQ model whose Add read a folded constant.
+
+    ``(x - zero_point) * scale`` in float32, per tensor or per axis; blocked quantization (``block_size``)
+    and DequantizeLinear of graph inputs or computed tensors are left alone. ``proto`` itself if there is
+    nothing to fold.
+    """
+    inits = {t.name: t for t in proto.graph.initializer}
+    outputs = {o.name for o in proto.graph.output}
+    readers: dict[str, set[str]] = {}
+    for n in proto.graph.node:
+        for name in n.input:
+            readers.setdefault(name, set()).add(n.op_type)
+    foldable = [
+        n
+        for n in proto.graph.node
+        if n.op_type == "DequantizeLinear"
+        and n.domain in ("", "ai.onnx")
+        and readers.get(n.output[0], set()) <= _INTEGER_KERNEL_OPS
+        and n.input[0] in inits
+        and all(name in inits for name in n.input[1:] if name)
+        and n.output[0] not in outputs
+        and not any(a.name == "block_size" and a.i for a in n.attribute)
+    ]
+    if not foldable:
+        return proto
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    folded = {id(n) for n in foldable}
+    keep = [n for n in proto.graph.node if id(n) not in folded]
+    new_inits = [_dequantized(n, inits) for n in foldable]
+    del out.graph.node[:]
+    out.graph.node.extend(keep)
+    used = {name for n in keep for name in n.input} | outputs
+    if any(
+        a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in keep for a in n.attribute
+    ):
+        used |= set(inits)  # subgraphs may read any initializer: keep them all
+    kept_inits = [t for t in proto.graph.initializer if t.name in used]
+    del out.graph.initializer[:]
+    out.graph.initializer.extend(kept_inits + [t for t in new_inits if t.name in used])
+    return out
+
+
+def _dequantized(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto]) -> onnx.TensorProto:
+    x = onnx.numpy_helper.to_array(inits[node.input[0]]).astype(np.float64)
+    scale = onnx.numpy_helper.to_array(inits[node.input[1]]).astype(np.float64)
+    zero = (
+        onnx.numpy_helper.to_array(inits[node.input[2]]).astype(np.float64)
+        if len(node.input) > 2 and node.input[2]
+        else np.zeros_like(scale)
+    )
+    if scale.ndim == 1 and x.ndim > 0:
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 1) % x.ndim
+        shape = [1] * x.ndim
+        shape[axis] = -1
+        scale, zero = scale.reshape(shape), zero.reshape(shape)
+    value = ((x - zero) * scale).astype(np.float32)
+    return onnx.numpy_helper.from_array(value, node.output[0])
+
+
 class HostRunner:
     """Compile an ONNX model once and run it sample by sample."""
 
@@ -57,8 +132,12 @@ class HostRunner:
         *,
         threads: int | None = None,
         streams: int = 1,
+        exact_qdq: bool = True,
     ):
+        """``exact_qdq=False`` runs a QDQ model as OpenVINO would deploy it, on its int8 kernels."""
         proto = ir.to_proto(model) if isinstance(model, ir.Model) else model
+        if exact_qdq:
+            proto = fold_constant_dequantize(proto)
         proto = with_outputs(proto, list(extra_outputs))
         config = dict(F32_CONFIG)
         if streams > 1:

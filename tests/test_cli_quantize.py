@@ -59,12 +59,13 @@ def test_quantize_the_digits_example_end_to_end(digits, tmp_path):
     onnx.checker.check_model(model, full_check=True)
     val = np.load(digits.val)
     x = val["input"][:20].reshape(20, 1, 1, 8, 8).astype(np.float32)
-    sess, ref = ort.InferenceSession(str(out)), ReferenceEvaluator(model)
-    agree = sum(
-        int(np.argmax(sess.run(None, {"input": s})[0]) == np.argmax(ref.run(None, {"input": s})[0]))
-        for s in x
-    )
-    assert agree == 20
+    # onnxruntime node by node: its fused integer kernels round differently on CPUs without VNNI
+    # (19 of 20 top-1s agreed on an AVX2-only machine); the QDQ semantics are the node-by-node ones.
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess, ref = ort.InferenceSession(str(out), options), ReferenceEvaluator(model)
+    for s in x:
+        np.testing.assert_allclose(sess.run(None, {"input": s})[0], ref.run(None, {"input": s})[0], atol=1e-5)
     assert data["output"]["size_bytes"] == out.stat().st_size
 
 

@@ -30,7 +30,15 @@ def prepared(model: onnx.ModelProto) -> ir.Model:
 
 
 def ort_run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    """onnxruntime node by node: a QDQ model's exact semantics.
+
+    With graph optimizations on, onnxruntime fuses Q/DQ pairs into its integer kernels; on an AVX2 CPU
+    without VNNI (where its docs warn that u8 x s8 products can saturate) those were up to 4 output
+    steps from the node-by-node result on this model, the OpenVINO IR at most 3.
+    """
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     return sess.run(None, {"x": x})[0]
 
 
@@ -264,6 +272,8 @@ def test_int8_ir_agrees_with_the_qdq_model(int8_bundle: Path, qdq_model: onnx.Mo
         and v["passed"] is True
         and v["tolerance"] == IntelVpuOptions().int8_tolerance
     )
+    # Beside the conversion check: the IR against the QDQ model's exact semantics (this CPU's kernels).
+    assert 0.0 <= v["max_rel_error_vs_exact_qdq"] <= 0.05
 
 
 def test_int8_bin_is_smaller_than_fp16(int8_bundle: Path, fp16_bundle: Path) -> None:

@@ -1,0 +1,162 @@
+"""Host execution (edgekit.runtime): a QDQ model runs with its exact semantics on any x86 CPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from edgekit.runtime import HostRunner, fold_constant_dequantize
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+
+def exact(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """onnxruntime node by node (no fused integer kernels): the QDQ model's own semantics."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), options).run(None, feeds)
+
+
+def saturating_gemm() -> onnx.ModelProto:
+    """QDQ Gemm, 16 inputs in [0, 1] (uint8 activations) times int8 weights near 127.
+
+    u8 x s8 kernels that add products pairwise in 16 bits (AVX2 without VNNI) overflow here:
+    2 x 255 x 127 > 32767.
+    """
+    rng = np.random.default_rng(0)
+    w = np.clip(np.rint(125 + 2 * rng.standard_normal((10, 16))), -127, 127).astype(np.int8)
+    inits = [
+        numpy_helper.from_array(w, "w_q"),
+        numpy_helper.from_array(np.full(10, 1 / 127, np.float32), "w_scale"),
+        numpy_helper.from_array(np.zeros(10, np.int8), "w_zp"),
+        numpy_helper.from_array(np.array(1 / 255, np.float32), "x_scale"),
+        numpy_helper.from_array(np.array(0, np.uint8), "x_zp"),
+        numpy_helper.from_array(np.arange(10, dtype=np.int32) * 100 - 400, "b_q"),
+        numpy_helper.from_array(np.full(10, 1 / 255 / 127, np.float32), "b_scale"),
+        numpy_helper.from_array(np.array(16 / 255, np.float32), "y_scale"),
+        numpy_helper.from_array(np.array(0, np.uint8), "y_zp"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "x_scale", "x_zp"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "x_scale", "x_zp"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["w_q", "w_scale", "w_zp"], ["wd"], axis=0),
+        helper.make_node("DequantizeLinear", ["b_q", "b_scale"], ["bd"], axis=0),
+        helper.make_node("Gemm", ["xd", "wd", "bd"], ["g"], transB=1),
+        helper.make_node("QuantizeLinear", ["g", "y_scale", "y_zp"], ["gq"]),
+        helper.make_node("DequantizeLinear", ["gq", "y_scale", "y_zp"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "saturating",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def test_qdq_model_runs_exactly_where_integer_kernels_would_saturate() -> None:
+    model = saturating_gemm()
+    runner = HostRunner(model)
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        x = rng.uniform(0.5, 1.0, (1, 16)).astype(np.float32)  # large inputs: the sums that overflow
+        np.testing.assert_allclose(runner.run({"x": x})["y"], exact(model, {"x": x})[0], atol=1e-6)
+
+
+def test_fold_computes_what_dequantize_linear_computes() -> None:
+    model = saturating_gemm()
+    folded = fold_constant_dequantize(model)
+    assert [n.op_type for n in folded.graph.node] == [
+        "QuantizeLinear",
+        "DequantizeLinear",  # of the activation: not a constant, stays
+        "Gemm",
+        "QuantizeLinear",
+        "DequantizeLinear",
+    ]
+    names = {t.name for t in folded.graph.initializer}
+    assert {"wd", "bd"} <= names and not {"w_q", "w_zp", "b_q", "b_scale"} & names  # unused ones go
+    onnx.checker.check_model(folded, full_check=True)
+    reference = ReferenceEvaluator(model)
+    values = {t.name: numpy_helper.to_array(t) for t in folded.graph.initializer}
+    for name in ("wd", "bd"):
+        expected = reference.run([name], {"x": np.zeros((1, 16), np.float32)})[0]
+        assert values[name].dtype == np.float32
+        np.testing.assert_array_equal(values[name], expected)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_fold_per_axis_and_without_zero_point(axis: int) -> None:
+    rng = np.random.default_rng(2)
+    q = rng.integers(-128, 128, (3, 4, 2)).astype(np.int8)
+    scale = rng.uniform(0.01, 0.1, q.shape[axis]).astype(np.float32)
+    zp = rng.integers(-5, 5, q.shape[axis]).astype(np.int8)
+    for inputs in (["q", "s", "z"], ["q", "s"]):
+        graph = helper.make_graph(
+            [
+                helper.make_node("DequantizeLinear", inputs, ["d"], axis=axis),
+                helper.make_node("MatMul", ["x", "d"], ["y"]),
+            ],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5, 4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 5, 2])],
+            [
+                numpy_helper.from_array(q, "q"),
+                numpy_helper.from_array(scale, "s"),
+                numpy_helper.from_array(zp, "z"),
+            ],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+        x = rng.standard_normal((3, 5, 4)).astype(np.float32)
+        folded = fold_constant_dequantize(model)
+        assert [n.op_type for n in folded.graph.node] == ["MatMul"]
+        np.testing.assert_array_equal(
+            ReferenceEvaluator(folded).run(None, {"x": x})[0],
+            ReferenceEvaluator(model).run(None, {"x": x})[0],
+        )
+        np.testing.assert_allclose(HostRunner(model).run({"x": x})["y"], exact(model, {"x": x})[0], rtol=1e-5)
+
+
+def test_constants_read_by_other_ops_stay_dequantize_nodes() -> None:
+    """An Add reading a folded constant crashed OpenVINO 2026.4's compiler: only MAC kernels' inputs fold."""
+    graph = helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["q", "s"], ["d"]), helper.make_node("Add", ["x", "d"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [
+            numpy_helper.from_array(np.arange(4, dtype=np.int8), "q"),
+            numpy_helper.from_array(np.float32(0.5), "s"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+    assert fold_constant_dequantize(model) is model
+
+
+def test_fold_leaves_float_models_and_non_constant_or_blocked_dequantize_alone() -> None:
+    fp32 = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Relu", ["x"], ["y"])],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        ),
+        opset_imports=[helper.make_opsetid("", 19)],
+    )
+    assert fold_constant_dequantize(fp32) is fp32
+    blocked = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("DequantizeLinear", ["q", "s"], ["d"], axis=0, block_size=2),
+             helper.make_node("Add", ["d", "x"], ["y"])],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+            [numpy_helper.from_array(np.arange(4, dtype=np.int8), "q"),
+             numpy_helper.from_array(np.array([0.5, 0.25], np.float32), "s")],
+        ),
+        opset_imports=[helper.make_opsetid("", 21)],
+    )  # fmt: skip
+    assert fold_constant_dequantize(blocked) is blocked
