@@ -9,6 +9,8 @@ quantize_kernels               DEQUANTIZE -> op -> QUANTIZE becomes the integer 
 flatten_into_fully_connected   NCHW flatten before a dense layer -> permuted weights instead
 drop_reshape_before_fully_connected  FULLY_CONNECTED flattens its input itself
 transposes_to_reshapes         transposes that move only unit dims become (merged) reshapes
+float_spatial_mean_to_average_pool  float MEAN over H, W -> one AVERAGE_POOL_2D (cheaper in XNNPACK)
+softmax_on_last_axis           SOFTMAX reads the tensor before a RESHAPE that keeps its rows; no-op RESHAPEs go
 integer_io                     int8 / uint8 graph inputs and outputs (nnapi)
 finalize                       dead ops, topological order, ONNX names on the outputs
 """
