@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx.reference import ReferenceEvaluator
+from ort_reference import node_by_node
 from quant_models import shape_subgraph_model
 
 
@@ -61,9 +61,7 @@ def test_quantize_the_digits_example_end_to_end(digits, tmp_path):
     x = val["input"][:20].reshape(20, 1, 1, 8, 8).astype(np.float32)
     # onnxruntime node by node: its fused integer kernels round differently on CPUs without VNNI
     # (19 of 20 top-1s agreed on an AVX2-only machine); the QDQ semantics are the node-by-node ones.
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess, ref = ort.InferenceSession(str(out), options), ReferenceEvaluator(model)
+    sess, ref = node_by_node(out), ReferenceEvaluator(model)
     for s in x:
         np.testing.assert_allclose(sess.run(None, {"input": s})[0], ref.run(None, {"input": s})[0], atol=1e-5)
     assert data["output"]["size_bytes"] == out.stat().st_size

@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from edgekit.errors import ModelError
 from edgekit.model import load_model, to_proto
 from edgekit.runtime import HostRunner
+from ort_reference import run_node_by_node as ort_run
 from quant_models import mnist_like, shape_subgraph_model, squeezenet_like
-
-
-def ort_run(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return ort.InferenceSession(model.SerializeToString(), options).run(None, feeds)
 
 
 def save(model: onnx.ModelProto, tmp_path, name: str = "m.onnx"):

@@ -7,7 +7,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from edgekit.errors import QuantizationError
 from edgekit.model import load_proto, to_proto
@@ -20,6 +19,7 @@ from edgekit.quantize.qdq import quantize_bias, quantize_weight
 from edgekit.runtime import HostRunner
 from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
+from ort_reference import node_by_node as ort_session
 from quant_models import mixed_ops_model, mnist_like, squeezenet_like
 
 
@@ -37,12 +37,6 @@ def rename_input(model: onnx.ModelProto, new: str) -> onnx.ModelProto:
     for node in model.graph.node:
         node.input[:] = [new if i == old else i for i in node.input]
     return model
-
-
-def ort_session(proto: onnx.ModelProto) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return ort.InferenceSession(proto.SerializeToString(), options)
 
 
 def initializers(proto: onnx.ModelProto) -> dict[str, np.ndarray]:

@@ -4,18 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from edgekit.runtime import HostRunner, fold_constant_dequantize
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
-
-
-def exact(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """onnxruntime node by node (no fused integer kernels): the QDQ model's own semantics."""
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return ort.InferenceSession(model.SerializeToString(), options).run(None, feeds)
+from ort_reference import run_node_by_node as exact
 
 
 def saturating_gemm() -> onnx.ModelProto:

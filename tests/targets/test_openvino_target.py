@@ -20,6 +20,7 @@ from edgekit.model import load_proto
 from edgekit.targets import base
 from edgekit.targets.base import PackageOptions, Problem, Target, get_target, register_target, target_names
 from edgekit.targets.openvino_ir import IntelVpuOptions, IntelVpuTarget, export_blob
+from ort_reference import node_by_node
 
 
 def prepared(model: onnx.ModelProto) -> ir.Model:
@@ -36,10 +37,7 @@ def ort_run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
     without VNNI (where its docs warn that u8 x s8 products can saturate) those were up to 4 output
     steps from the node-by-node result on this model, the OpenVINO IR at most 3.
     """
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return sess.run(None, {"x": x})[0]
+    return node_by_node(model).run(None, {"x": x})[0]
 
 
 def ov_compile(bundle_dir: Path):
@@ -370,9 +368,7 @@ def test_shared_squeezenet_fp16_and_int8(tmp_path: Path) -> None:
     assert (int8 / "model.bin").stat().st_size <= 0.3 * onnx_size
     ref = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"])
     fp16_ir, int8_ir = ov_compile(fp16), ov_compile(int8)
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # exact QDQ rounding
-    qdq_ref = ort.InferenceSession(qdq.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    qdq_ref = node_by_node(qdq)  # exact QDQ rounding
     agree = 0
     for s in images:
         probs = ref.run(None, s.inputs)[0]

@@ -50,12 +50,9 @@ def random_feeds(
 
 def run_onnx(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
     """The reference: onnxruntime's CPU provider with graph optimizations off."""
-    import onnxruntime as ort
+    from ort_reference import run_node_by_node
 
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return sess.run(None, dict(feeds))
+    return run_node_by_node(model, feeds)
 
 
 def run_tflite(result: ConversionResult, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
@@ -118,7 +115,10 @@ def assert_close_to_range(actual: np.ndarray, expected: np.ndarray, rel: float =
     assert err <= rel * max(value_range, 1e-3), f"max abs error {err:.3g} > {rel} x range {value_range:.3g}"
 
 
-def edgekit_qdq(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]]) -> onnx.ModelProto:
+def edgekit_qdq(
+    model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], float_output_heads: bool = False
+) -> onnx.ModelProto:
+    """edgekit's QDQ model; integer output heads unless ``float_output_heads`` (the quantizer's default)."""
     from edgekit.data import Sample
     from edgekit.model import load_proto
     from edgekit.quantize.options import QuantizeOptions
@@ -126,7 +126,9 @@ def edgekit_qdq(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]]) -> o
 
     samples = [Sample(f, None, str(i)) for i, f in enumerate(feeds)]
     return quantize(
-        load_proto(model), samples, QuantizeOptions(samples=len(samples), float_output_heads=False)
+        load_proto(model),
+        samples,
+        QuantizeOptions(samples=len(samples), float_output_heads=float_output_heads),
     ).proto()
 
 
