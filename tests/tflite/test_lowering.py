@@ -47,17 +47,6 @@ def classifier_head(pool: str, softmax_opset: int = 11) -> object:
     )
 
 
-def _default_qdq(model, feeds):
-    """edgekit's default quantization: the pooling before a float softmax head stays float."""
-    from edgekit.data import Sample
-    from edgekit.model import load_proto
-    from edgekit.quantize.options import QuantizeOptions
-    from edgekit.quantize.pipeline import quantize
-
-    samples = [Sample(f, None, str(i)) for i, f in enumerate(feeds)]
-    return quantize(load_proto(model), samples, QuantizeOptions(samples=len(samples))).proto()
-
-
 @pytest.mark.parametrize("pool", ["gap", "reduce_mean"])
 def test_float_spatial_mean_becomes_one_average_pool_and_softmax_needs_no_reshape(pool) -> None:
     model = classifier_head(pool)
@@ -90,7 +79,7 @@ def test_integer_mean_stays_mean_and_float_head_mean_becomes_average_pool() -> N
     assert op_types(int_head).get("MEAN") == 1 and "AVERAGE_POOL_2D" not in op_types(int_head)
     assert int_head.float_ops == []
 
-    qdq = _default_qdq(model, feeds)
+    qdq = edgekit_qdq(model, feeds, float_output_heads=True)  # the default: the pooling stays float
     float_head = convert_proto(qdq)
     ops = op_types(float_head)
     assert ops.get("AVERAGE_POOL_2D") == 1 and "MEAN" not in ops and "RESHAPE" not in ops, ops
