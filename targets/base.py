@@ -275,12 +275,17 @@ def default_verify_samples(
     return tuple(samples)
 
 
+def worst_rel_error(figures: Mapping[str, Any]) -> float:
+    """The largest ``max_rel_error`` over the outputs in ``figures`` (from :func:`compare_outputs`)."""
+    return max((o["max_rel_error"] for o in figures["outputs"].values()), default=0.0)
+
+
 def worst_error_within(
     figures: Mapping[str, Any], tolerance: float, target: str, artifact: str, samples: int
 ) -> float:
     """The largest error relative to the output range in ``figures`` (from :func:`compare_outputs`); a
     TargetError when it exceeds ``tolerance`` (the artifact is then not written)."""
-    worst = max((o["max_rel_error"] for o in figures["outputs"].values()), default=0.0)
+    worst = worst_rel_error(figures)
     if worst > tolerance:
         raise TargetError(
             f"{target}: verification failed: {artifact} differs from the source model by {worst:.3g} of the "
