@@ -79,7 +79,8 @@ def fold_constant_dequantize(proto: onnx.ModelProto) -> onnx.ModelProto:
         for n in proto.graph.node
         if n.op_type == "DequantizeLinear"
         and n.domain in ("", "ai.onnx")
-        and readers.get(n.output[0], set()) <= _INTEGER_KERNEL_OPS
+        and n.output[0] in readers
+        and readers[n.output[0]] <= _INTEGER_KERNEL_OPS
         and n.input[0] in inits
         and all(name in inits for name in n.input[1:] if name)
         and n.output[0] not in outputs
@@ -101,7 +102,7 @@ def fold_constant_dequantize(proto: onnx.ModelProto) -> onnx.ModelProto:
         used |= set(inits)  # subgraphs may read any initializer: keep them all
     kept_inits = [t for t in proto.graph.initializer if t.name in used]
     del out.graph.initializer[:]
-    out.graph.initializer.extend(kept_inits + [t for t in new_inits if t.name in used])
+    out.graph.initializer.extend(kept_inits + new_inits)
     return out
 
 
