@@ -103,9 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         with np.load(npz) as f:
             images, labels = f["Input3"][: args.eval], f["labels"][: args.eval]
         qdq = {}
+        specs = input_specs(load_model(source))
         for dense_per_channel in (True, False):
             path = folder / f"qdq-{dense_per_channel}.onnx"
-            data = open_dataset(npz, input_specs(load_model(source)), limit=args.calib)
+            data = open_dataset(npz, specs, limit=args.calib)
             options = QuantizeOptions(samples=args.calib, dense_per_channel=dense_per_channel)
             quantize_model(source, data, options=options, output=path)
             qdq[dense_per_channel] = path
@@ -122,13 +123,14 @@ def main(argv: list[str] | None = None) -> int:
             if reference is None:
                 reference = outputs
             top1 = outputs.argmax(1)
+            buffer_bytes = data_bytes(data)
             rows.append(
                 {
                     "variant": name,
                     "bytes": len(data),
                     "ratio": len(data) / onnx_bytes,
-                    "data_bytes": data_bytes(data),
-                    "structure_bytes": len(data) - data_bytes(data),
+                    "data_bytes": buffer_bytes,
+                    "structure_bytes": len(data) - buffer_bytes,
                     **counts(data),
                     "top1": float(np.mean(top1 == labels)),
                     "agree_default": float(np.mean(top1 == reference.argmax(1))),
