@@ -281,6 +281,24 @@ class LoadedBundle:
 # helpers
 
 
+def current_umask() -> int:
+    """The process umask, read without changing it where the OS allows (/proc), else by setting it back."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(path: str | os.PathLike[str], directory: bool = False) -> None:
+    """Give a file made by ``mkstemp``/``mkdtemp`` (0600/0700) the mode a plain ``open``/``mkdir`` would."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~current_umask())
+
+
 def check_format_version(version: str) -> None:
     """Accept any ``1.x``; anything else is a clear BundleError."""
     match = re.fullmatch(r"(\d+)\.(\d+)", version)
@@ -378,6 +396,7 @@ def write_bundle(
     bundle_name = dest.name[: -len(ARCHIVE_SUFFIX)] if archive else dest.name
     tmp = Path(tempfile.mkdtemp(prefix=f".{bundle_name}.", suffix=".tmp", dir=parent))
     try:
+        follow_umask(tmp, directory=True)
         model_files = []
         for name, content, role in entries:
             target = tmp / name
@@ -424,6 +443,7 @@ def _write_archive(src: Path, dest: Path, top: str) -> None:
                 info.mode = 0o644
                 with open(item, "rb") as f:
                     tar.addfile(info, f)
+        follow_umask(tmp_name)
         os.replace(tmp_name, dest)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import onnx
 import onnx_ir as ir
+from edgekit.device_agents.bundle import follow_umask
 from edgekit.errors import ModelError, OutputError
 from google.protobuf.message import DecodeError
 
@@ -226,6 +227,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+        follow_umask(tmp)
         os.replace(tmp, target)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)

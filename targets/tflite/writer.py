@@ -9,8 +9,6 @@ quantization parameters (vectors and tables) and shape vectors: flatbuffers lets
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from pathlib import Path
 
 import flatbuffers
@@ -240,17 +238,10 @@ def _signature(graph: Graph, sub: fb.SubGraphT) -> fb.SignatureDefT:
 
 
 def write(data: bytes, path: str | Path) -> Path:
-    """Write atomically: a temp file in the same directory, then rename."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """Write atomically (a temp file in the same directory, then rename), with the umask's mode."""
+    from edgekit.model import atomic_write_bytes
+
+    return atomic_write_bytes(path, data)
 
 
 def buffer_layout(data: bytes) -> list[tuple[int, int]]:

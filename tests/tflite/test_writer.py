@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from edgekit.errors import OutputError
 from edgekit.targets.tflite import writer
 from edgekit.targets.tflite.graph import Graph
 from edgekit.targets.tflite.schema import fb
@@ -114,7 +115,7 @@ def test_write_is_atomic(tmp_path) -> None:
     result.save(target)
     assert target.read_bytes() == result.data
     assert [p.name for p in tmp_path.iterdir()] == ["m.tflite"]
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(OutputError, match="does not exist"):
         writer.write(result.data, tmp_path / "missing" / "m.tflite")
     assert [p.name for p in tmp_path.iterdir()] == ["m.tflite"]
 
