@@ -30,6 +30,18 @@ def test_python_api_example(tmp_path):
 def test_imagenet_example_explains_itself():
     proc = run(ROOT / "examples" / "imagenet" / "run.py", "--help", timeout=60)
     assert proc.returncode == 0 and "IMAGES" in proc.stdout.upper()
+    assert "examples/imagenet/build" in proc.stdout
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="not a git checkout (git check-ignore needs one)")
+def test_example_output_folders_are_ignored_by_git():
+    """Every example writes under its own build/ folder, which git ignores (the clone stays clean)."""
+    outputs = ["examples/imagenet/build/report.html", "examples/digits/build/deploy/report.html",
+               "examples/digits/build/api/digits.int8.onnx"]  # fmt: skip
+    proc = subprocess.run(
+        ["git", "check-ignore", *outputs], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert proc.stdout.split() == outputs
 
 
 @pytest.mark.skipif(os.environ.get("EDGEKIT_SHARED") != "1" or not SHARED.exists(),

@@ -24,7 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", type=Path)
     parser.add_argument("images", type=Path)
-    parser.add_argument("--out", type=Path, default=Path("out-imagenet"))
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).resolve().parent / "build",
+        help="output folder (default: examples/imagenet/build, git-ignored)",
+    )  # fmt: skip
     parser.add_argument("--max-samples", type=int)
     args = parser.parse_args(argv)
     command = [
