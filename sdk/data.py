@@ -503,6 +503,8 @@ class _ImageFolderSource(_Source):
         self.preprocess = preprocess or ImagePreprocess()
         self.labels_from = "none"
         self.classes: list[str] = []
+        #: label -> class name, where the data names its classes (non-numeric sub-folders, labels.csv's 3rd column)
+        self.class_names: dict[int, str] = {}
         self.items: list[tuple[Path, int | None]] = self._list_items()
         self.count = len(self.items)
         self.has_labels = self.labels_from != "none"
@@ -531,6 +533,8 @@ class _ImageFolderSource(_Source):
         self.labels_from = "folders"
         self.classes = [d.name for d in class_dirs]
         numeric = all(name.isdigit() for name in self.classes)
+        if not numeric:
+            self.class_names = dict(enumerate(self.classes))
         items = []
         for index, d in enumerate(class_dirs):
             label = int(d.name) if numeric else index
@@ -563,6 +567,8 @@ class _ImageFolderSource(_Source):
             if name in labels and labels[name] != label:
                 raise DataError(f"{csv_path} row {line}: {name!r} is listed twice with different labels")
             labels[name] = label
+            if len(row) >= 3 and row[2].strip():
+                self.class_names[label] = row[2].strip()
         unlisted = [p.name for p in top_images if p.name not in labels]
         if unlisted:
             more = f" (and {len(unlisted) - 1} more)" if len(unlisted) > 1 else ""
@@ -641,6 +647,8 @@ class _ImageFolderSource(_Source):
         out: dict[str, Any] = {"labels_from": self.labels_from}
         if self.classes:
             out["classes"] = len(self.classes)
+        if self.class_names:
+            out["class_names"] = {str(k): v for k, v in sorted(self.class_names.items())}
         return out
 
 

@@ -135,6 +135,40 @@ def output_rows(target: dict) -> list[list[str]]:
 OUTPUT_HEADER = ["output", "cosine", "SQNR dB", "MAE", "RMSE", "relative L2", "max abs error"]
 
 
+def change_label(drop_pp: float) -> str:
+    """The device's top-1 change against fp32 in words: "drop 0.50 pp", "gain 0.50 pp", "no change"."""
+    if abs(drop_pp) < 0.005:
+        return "no change"
+    return f"{'drop' if drop_pp > 0 else 'gain'} {abs(drop_pp):.2f} pp"
+
+
+def transfer_sentence(target: dict) -> str | None:
+    """Upload and evaluation wall time, with on-device compute kept apart (the same words in every rendering)."""
+    tr = target.get("transfer") or {}
+    if not tr:
+        return None
+    return (
+        f"Upload {_f(tr.get('upload_s'), 2)} s; evaluation wall time {_f(tr.get('infer_wall_s'), 2)} s "
+        f"of which on-device compute {_f(tr.get('compute_s'), 2)} s (transfer and protocol overhead "
+        f"{_f(tr.get('overhead_per_sample_ms'), 3)} ms per sample, kept apart from latency)."
+    )
+
+
+def size_sentence(target: dict) -> str:
+    """The bundle's size, split by file role, so a graph file that outweighs tiny weights is visible."""
+    text = f"Bundle `{target.get('bundle')}`, {_f((target.get('size_bytes') or 0) / 1e6, 3)} MB on disk"
+    files = target.get("files") or []
+    if len(files) > 1:
+        parts = [f"{f['name']} ({f.get('role', 'model')}) {_kb(f.get('size_bytes'))}" for f in files]
+        text += ": " + ", ".join(parts)
+    return text + "."
+
+
+def _kb(size: int | None) -> str:
+    size = size or 0
+    return f"{size / 1e6:.3f} MB" if size >= 1e6 else f"{size / 1e3:.1f} KB"
+
+
 def _md_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
@@ -161,14 +195,10 @@ def render_markdown(report: dict) -> str:
                   + (f"**failed** for {', '.join(failed)}." if failed else "passed.")]  # fmt: skip
     for t in report["targets"]:
         parts += ["", f"## {t['target']}", ""]
-        parts += [f"Bundle `{t.get('bundle')}`, {_f((t.get('size_bytes') or 0) / 1e6, 3)} MB on disk."]
-        tr = t.get("transfer") or {}
-        if tr:
-            parts += [
-                f"Upload {_f(tr.get('upload_s'), 2)} s; evaluation wall time {_f(tr.get('infer_wall_s'), 2)} s "
-                f"of which on-device compute {_f(tr.get('compute_s'), 2)} s (transfer and protocol overhead "
-                f"{_f(tr.get('overhead_per_sample_ms'), 3)} ms per sample, kept apart from latency)."
-            ]
+        parts += [size_sentence(t)]
+        transfer = transfer_sentence(t)
+        if transfer:
+            parts += [transfer]
         parts += ["", _md_table(OUTPUT_HEADER, output_rows(t))]
         layers = t.get("host_worst_layers") or []
         if layers:
@@ -200,39 +230,60 @@ def _plots(report: dict) -> list[tuple[str, str]]:
     names = [t["target"] for t in targets]
     plots: list[tuple[str, str]] = []
 
-    # 1. accuracy and drop (or agreement without labels)
-    fig, ax = plt.subplots(figsize=(max(4.5, 1.6 * len(names)), 3.2))
+    # 1. accuracy, and the change against fp32 on its own zoomed axis (or agreement without labels)
     x = np.arange(len(names))
     accs = [(t.get("evaluation") or {}).get("accuracy") for t in targets]
     if all(accs):
+        fig, (ax, ax2) = plt.subplots(1, 2, figsize=(max(8.0, 3.2 * len(names)), 3.4))
         ref = [a["reference_top1"] for a in accs]
         dev = [a["candidate_top1"] for a in accs]
         ax.bar(x - 0.2, ref, 0.4, label="fp32 (host)", color="#8da0cb")
-        bars = ax.bar(x + 0.2, dev, 0.4, label="device", color="#fc8d62")
-        for b, a in zip(bars, accs, strict=True):
-            ax.annotate(f"-{a['top1_drop_pp']:.2f} pp", (b.get_x() + b.get_width() / 2, b.get_height()),
-                        ha="center", va="bottom", fontsize=8)  # fmt: skip
+        ax.bar(x + 0.2, dev, 0.4, label="device", color="#fc8d62")
+        low, high = min(ref + dev), max(ref + dev)
+        ax.set_ylim(max(0.0, low - max(5.0, 0.2 * (high - low))), min(100.0, high + 2.0) + 0.5)
         ax.set_ylabel("top-1 %")
-        ax.set_title("top-1 accuracy per target")
-        ax.legend(loc="lower right", fontsize=8)
+        ax.set_title("top-1 accuracy per target", pad=24)
+        ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, fontsize=8, frameon=False)
+        ax.set_xticks(x, names)
+        change = [-a["top1_drop_pp"] for a in accs]
+        colors = ["#1b9e77" if c >= 0 else "#d95f02" for c in change]
+        bars = ax2.bar(x, change, 0.5, color=colors)
+        ax2.axhline(0.0, color="#444", linewidth=0.8)
+        span = max(0.5, max(abs(c) for c in change))
+        ax2.set_ylim(-1.3 * span, 1.3 * span)
+        for b, a in zip(bars, accs, strict=True):
+            top = b.get_height() >= 0
+            ax2.annotate(change_label(a["top1_drop_pp"]), (b.get_x() + b.get_width() / 2, b.get_height()),
+                         ha="center", va="bottom" if top else "top", fontsize=8)  # fmt: skip
+        ax2.set_ylabel("device - fp32, pp")
+        ax2.set_title("top-1 change against fp32", pad=24)
+        ax2.set_xticks(x, names)
     else:
+        fig, ax = plt.subplots(figsize=(max(4.5, 1.6 * len(names)), 3.2))
         agree = [(t.get("evaluation") or {}).get("top1_agreement") or 0.0 for t in targets]
         ax.bar(x, agree, 0.5, color="#66c2a5")
+        ax.set_ylim(max(0.0, min(agree) - 5.0), 100.5)
         ax.set_ylabel("top-1 agreement with fp32 %")
         ax.set_title("agreement with fp32 per target")
-    ax.set_xticks(x, names)
+        ax.set_xticks(x, names)
+    fig.tight_layout()
     plots.append(("accuracy", _png(fig)))
 
-    # 2. per-layer SQNR (host-side quantizer), worst layers per quantized target
+    # 2. per-layer SQNR (host-side quantizer), worst layers per quantized target, one row per target
     with_layers = [t for t in targets if t.get("host_worst_layers")]
     if with_layers:
-        fig, axes = plt.subplots(1, len(with_layers), figsize=(4.8 * len(with_layers), 3.4), squeeze=False)
-        for ax, t in zip(axes[0], with_layers, strict=True):
-            rows = [r for r in t["host_worst_layers"] if r.get("sqnr_db") is not None][::-1]
-            ax.barh([r["tensor"][-28:] for r in rows], [r["sqnr_db"] for r in rows], color="#e78ac3")
+        rows_per = [
+            [r for r in t["host_worst_layers"] if r.get("sqnr_db") is not None][::-1] for t in with_layers
+        ]
+        heights = [max(1.6, 0.28 * len(r) + 0.8) for r in rows_per]
+        fig, axes = plt.subplots(len(with_layers), 1, figsize=(8.0, sum(heights)), squeeze=False,
+                                 gridspec_kw={"height_ratios": heights})  # fmt: skip
+        for ax, t, rows in zip(axes[:, 0], with_layers, rows_per, strict=True):
+            ax.barh([_short(r["tensor"]) for r in rows], [r["sqnr_db"] for r in rows], color="#e78ac3")
             ax.set_xlabel("SQNR dB (higher is better)")
             ax.set_title(f"{t['target']}: worst layers", fontsize=9)
             ax.tick_params(axis="y", labelsize=7)
+        fig.tight_layout()
         plots.append(("layers", _png(fig)))
 
     # 3. on-device latency distribution
@@ -248,28 +299,43 @@ def _plots(report: dict) -> list[tuple[str, str]]:
     return plots
 
 
+def _short(name: str, width: int = 44) -> str:
+    """A layer name cut in the middle, so long names keep both ends and never run into the next plot."""
+    if len(name) <= width:
+        return name
+    half = (width - 1) // 2
+    return name[:half] + "…" + name[-(width - 1 - half) :]
+
+
 def _html_table(header: list[str], rows: list[list[str]], cls: str = "") -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def _confusion_html(target: dict) -> str:
+def _confusion_html(target: dict, class_names: dict[str, str]) -> str:
+    """A confusion matrix for up to 20 classes; beyond, the confusions that repeat (none: no table)."""
     triples = (target.get("evaluation") or {}).get("confusion") or []
     if not triples:
         return ""
+
+    def name(c: int) -> str:
+        return f"{class_names[str(c)]} ({c})" if str(c) in class_names else str(c)
+
     classes = sorted({t for t, _, _ in triples} | {p for _, p, _ in triples})
     if len(classes) <= 20:
         idx = {c: i for i, c in enumerate(classes)}
         m = np.zeros((len(classes), len(classes)), int)
         for t, p, c in triples:
             m[idx[t], idx[p]] += c
-        rows = [[str(c)] + [str(v) if v else "" for v in m[i]] for i, c in enumerate(classes)]
+        rows = [[name(c)] + [str(v) if v else "" for v in m[i]] for i, c in enumerate(classes)]
         return "<h4>confusion matrix (rows: label, columns: device prediction)</h4>" + _html_table(
-            ["label"] + [str(c) for c in classes], rows, "confusion"
+            ["label"] + [name(c) for c in classes], rows, "confusion"
         )
-    wrong = sorted(((c, t, p) for t, p, c in triples if t != p), reverse=True)[:10]
-    rows = [[str(t), str(p), str(c)] for c, t, p in wrong]
+    wrong = sorted(((c, t, p) for t, p, c in triples if t != p and c > 1), reverse=True)[:10]
+    if not wrong:
+        return ""
+    rows = [[name(t), name(p), str(c)] for c, t, p in wrong]
     return "<h4>most frequent confusions</h4>" + _html_table(
         ["label", "predicted", "count"], rows, "confusion"
     )
@@ -282,6 +348,12 @@ text-align:right}th{background:#f0f0f0}td:first-child,th:first-child{text-align:
 img{max-width:100%;margin:.5em 0}.fail{color:#b00;font-weight:bold}.ok{color:#070}
 table.confusion td{min-width:1.6em;text-align:center}
 """
+
+
+def _code(markdown: str) -> str:
+    """Escape a sentence and turn its `backticks` into <code>."""
+    pieces = html.escape(markdown).split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(pieces))
 
 
 def _machine(device: dict) -> str:
@@ -312,9 +384,11 @@ def render_html(report: dict) -> str:
         parts.append(f"<img alt='{name}' id='plot-{name}' src='{uri}'>")
     for t in report["targets"]:
         parts.append(f"<h2>{html.escape(t['target'])}</h2>")
-        parts.append(f"<p>Bundle <code>{html.escape(str(t.get('bundle')))}</code>, "
-                     f"{_f((t.get('size_bytes') or 0) / 1e6, 3)} MB.</p>")  # fmt: skip
+        parts.append(f"<p class='size'>{_code(size_sentence(t))}</p>")
+        transfer = transfer_sentence(t)
+        if transfer:
+            parts.append(f"<p class='transfer'>{html.escape(transfer)}</p>")
         parts.append(_html_table(OUTPUT_HEADER, output_rows(t), "outputs"))
-        parts.append(_confusion_html(t))
+        parts.append(_confusion_html(t, (report.get("data") or {}).get("class_names") or {}))
     parts.append("</body></html>")
     return "\n".join(parts)

@@ -149,3 +149,97 @@ def test_report_command_bad_input(tmp_path, content, message):
     run = run_cli("report", src, "--html", tmp_path / "o.html")
     assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.stderr
     assert not (tmp_path / "o.html").exists()
+
+
+def test_change_labels_say_drop_or_gain():
+    from edgekit.report import change_label
+
+    assert change_label(0.0) == "no change" and change_label(-0.0) == "no change"
+    assert change_label(0.5) == "drop 0.50 pp"
+    assert change_label(-0.5) == "gain 0.50 pp"
+
+
+def _figures(monkeypatch) -> list:
+    """Render the report's plots, keeping the matplotlib figures instead of their PNGs."""
+    import edgekit.report as report_module
+
+    figures = []
+
+    def keep(fig):
+        fig.canvas.draw()
+        figures.append(fig)
+        return "data:image/png;base64,"
+
+    monkeypatch.setattr(report_module, "_png", keep)
+    return figures
+
+
+def test_plots_show_the_change_zoomed_and_nothing_overlaps(tmp_path, monkeypatch):
+    import edgekit.report as report_module
+
+    report = make_report(tmp_path)
+    accs = [t["evaluation"]["accuracy"] for t in report["targets"]]
+    accs[0].update(reference_top1=90.0, candidate_top1=90.0, top1_drop_pp=0.0)
+    accs[1].update(reference_top1=90.0, candidate_top1=90.5, top1_drop_pp=-0.5)
+    long_name = "backbone/stage4/block12/conv_pointwise_expand/Conv_output_0_quantized"
+    report["targets"][0]["host_worst_layers"][0]["tensor"] = long_name
+    figures = _figures(monkeypatch)
+    report_module._plots(report)
+    accuracy, layers = figures[0], figures[1]
+    texts = [t.get_text() for ax in accuracy.axes for t in ax.texts]
+    assert texts == ["no change", "gain 0.50 pp"]
+    assert not any(t.startswith("-") for t in texts)
+    bars_ax = accuracy.axes[0]
+    assert bars_ax.get_ylim()[0] > 50  # zoomed: a 0.5 pp change is visible
+    renderer = accuracy.canvas.get_renderer()
+    legend = bars_ax.get_legend().get_window_extent(renderer)
+    assert legend.y0 >= bars_ax.get_window_extent(renderer).y1 - 1  # above the bars, never over one
+    # the worst-layer plots are stacked, labels cut in the middle, and no two axes overlap
+    labels = [t.get_text() for ax in layers.axes for t in ax.get_yticklabels()]
+    assert all(len(label) <= 44 for label in labels) and any("…" in label for label in labels)
+    boxes = [ax.get_tightbbox(layers.canvas.get_renderer()) for ax in layers.axes]
+    for a, b in zip(boxes, boxes[1:], strict=False):
+        assert a.y0 >= b.y1 - 1 or b.y0 >= a.y1 - 1
+
+
+def test_html_has_transfer_and_file_sizes(tmp_path):
+    report = make_report(tmp_path)
+    report["targets"][1].update(
+        transfer={"upload_s": 0.25, "upload_bytes": 9000, "infer_wall_s": 1.5, "compute_s": 0.9,
+                  "overhead_per_sample_ms": 2.0},
+        files=[{"name": "model.xml", "role": "model", "size_bytes": 15000},
+               {"name": "model.bin", "role": "weights", "size_bytes": 2000}],
+    )  # fmt: skip
+    page, md = render_html(report), render_markdown(report)
+    for text in (page, md):
+        assert "Upload 0.25 s; evaluation wall time 1.50 s of which on-device compute 0.90 s" in text
+        assert "model.xml (model) 15.0 KB, model.bin (weights) 2.0 KB" in text
+
+
+def test_confusions_use_class_names_and_skip_single_counts(tmp_path):
+    from edgekit.report import _confusion_html
+
+    names = {str(i): f"class{i}" for i in range(30)}
+    once = {"evaluation": {"confusion": [[i, i + 1, 1] for i in range(25)]}}
+    assert _confusion_html(once, names) == ""  # nothing repeats: no table
+    twice = {"evaluation": {"confusion": [[i, i + 1, 1] for i in range(25)] + [[3, 7, 4]]}}
+    page = _confusion_html(twice, names)
+    assert "class3 (3)" in page and "class7 (7)" in page and page.count("<tr>") == 2
+
+
+def test_data_names_classes_from_folders_and_labels_csv(tmp_path):
+    from edgekit.data import InputSpec, open_dataset
+
+    spec = [InputSpec("x", (1, 3, 8, 8), "float32")]
+    for folder, label in (("cat", 0), ("dog", 1)):
+        (tmp_path / "f" / folder).mkdir(parents=True)
+        Image.new("RGB", (8, 8), (label * 200, 10, 10)).save(tmp_path / "f" / folder / "a.png")
+    assert open_dataset(tmp_path / "f", spec).describe()["class_names"] == {"0": "cat", "1": "dog"}
+    (tmp_path / "c").mkdir()
+    for name in ("a.png", "b.png"):
+        Image.new("RGB", (8, 8)).save(tmp_path / "c" / name)
+    (tmp_path / "c" / "labels.csv").write_text(
+        "file,label,name\na.png,281,tabby cat\nb.png,207,golden retriever\n"
+    )
+    described = open_dataset(tmp_path / "c", spec).describe()
+    assert described["class_names"] == {"207": "golden retriever", "281": "tabby cat"}
