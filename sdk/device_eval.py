@@ -135,7 +135,7 @@ def run_on_device(
         "bundle": str(bundle),
         "runtime": manifest.runtime,
         "size_bytes": sum(f.size for f in manifest.model_files),
-        "files": [{"name": f.name, "role": f.role, "size_bytes": f.size} for f in manifest.model_files],
+        "files": [{"name": f.path, "role": f.role, "size_bytes": f.size} for f in manifest.model_files],
         "evaluation": comparison.to_json(),
         "latency_ms": latency_summary(times),
         "latency_samples_ms": [round(t * 1e3, 4) for t in times],

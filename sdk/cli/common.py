@@ -8,8 +8,9 @@ import typer
 from edgekit.errors import EdgekitError
 from rich.console import Console
 
-console = Console(stderr=False, highlight=False)
-err_console = Console(stderr=True, highlight=False)
+# soft_wrap: a long line (a path, a file list) is never broken into several when stdout is not a terminal.
+console = Console(stderr=False, highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -98,10 +99,13 @@ def build_preprocess(
 
 
 class RichTrack:
-    """A ``track(iterable, description, total)`` that draws rich progress bars (on stderr)."""
+    """A ``track(iterable, description, total)`` that draws rich progress bars (on stderr).
+
+    Only on a terminal: piped or logged, a bar would leave a blank line behind.
+    """
 
     def __init__(self, enabled: bool = True):
-        self.enabled = enabled
+        self.enabled = enabled and err_console.is_terminal
 
     def __call__(self, items, description: str, total: int):
         if not self.enabled:
