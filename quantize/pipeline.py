@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -30,6 +31,8 @@ from edgekit.quantize.plan import QuantPlan, make_plan
 from edgekit.quantize.qdq import InsertActivationQDQPass, QuantizeWeightsPass
 from onnx_ir.passes.common import RemoveUnusedNodesPass, ShapeInferencePass, TopologicalSortPass
 
+log = logging.getLogger("edgekit")
+
 
 @dataclass
 class Quantized:
@@ -42,6 +45,21 @@ class Quantized:
 
     def proto(self) -> onnx.ModelProto:
         return ir.to_proto(self.model)
+
+
+def _warn_degenerate_inputs(model: ir.Model, stats: Statistics) -> None:
+    """Name every model input whose calibration data holds one value only: its scale says nothing of real data."""
+    for value in model.graph.inputs:
+        seen = stats.minmax.get(value.name)
+        if seen is not None and seen.count and seen.lo == seen.hi:
+            what = "all zero" if seen.lo == 0 else f"constant ({seen.lo:g})"
+            log.warning(
+                "calibration data for input %r is %s over %d sample(s): its scale cannot fit real inputs; "
+                "check the data",
+                value.name,
+                what,
+                stats.samples,
+            )
 
 
 def quantize(
@@ -69,6 +87,7 @@ def quantize(
         # so that either kind of target can reuse them.
         observe = make_plan(model, options.exclude, False) if options.float_output_heads else plan
         stats = collect_statistics(model, observe, calibration, options, track)
+        _warn_degenerate_inputs(model, stats)
     params = choose_params(model, plan, stats, options)
 
     qmodel = ir.from_proto(ir.to_proto(model))  # a copy: the caller keeps its fp32 model

@@ -212,11 +212,21 @@ def _check_sample_shape(where: str, per_sample: Sequence[int], spec: InputSpec) 
 
 
 def _check_dtype(where: str, dtype: np.dtype, spec: InputSpec) -> None:
+    """Data must be of the input's kind: float for a float input (any width), integers for an integer one.
+
+    Integer data for a float input is refused rather than cast: it is nearly always unpreprocessed data (raw
+    pixels, token ids) fed to the wrong input, and a cast would hide that until the scales come out wrong.
+    """
     numeric = dtype.kind in "biuf"
-    if not numeric or not np.can_cast(dtype, spec.dtype, casting="same_kind"):
+    want_float = spec.dtype.kind == "f"
+    same_kind = (dtype.kind == "f") == want_float and np.can_cast(dtype, spec.dtype, casting="same_kind")
+    if not numeric or not same_kind:
+        hint = ""
+        if numeric and want_float:
+            hint = f" (convert and preprocess it first, e.g. .astype(np.{spec.dtype.name}))"
         raise DataError(
             f"{where}: input {spec.name!r} expects {spec.dtype.name} data, got {dtype.name}"
-            + ("" if numeric else " (not numeric)")
+            + (hint if numeric else " (not numeric)")
         )
 
 

@@ -171,3 +171,17 @@ def test_bad_option_values_are_one_line(digits, tmp_path):
     assert_clean_failure(run, "--method must be one of", out)
     run = edgekit("quantize", digits.model, "--calib", digits.calib, "-o", out, "--input-shape", "input=1,x")
     assert_clean_failure(run, "--input-shape", out)
+
+
+@pytest.mark.parametrize("value, words", [(0.0, "all zero"), (0.5, "constant (0.5)")])
+def test_degenerate_calibration_data_is_named(digits, tmp_path, value, words):
+    with np.load(digits.calib) as data:
+        name = next(k for k in data.files if k != "labels")
+        shape = data[name].shape
+    np.savez(tmp_path / "flat.npz", **{name: np.full(shape, value, np.float32)})
+    run = edgekit("quantize", digits.model, "--calib", tmp_path / "flat.npz", "-o", tmp_path / "q.onnx")
+    assert run.returncode == 0, run.stderr
+    warning = [line for line in run.stderr.splitlines() if "calibration data for input" in line]
+    assert len(warning) == 1 and repr(name) in warning[0] and words in warning[0], run.stderr
+    run = edgekit("quantize", digits.model, "--calib", digits.calib, "-o", tmp_path / "ok.onnx")
+    assert run.returncode == 0 and "calibration data for input" not in run.stderr

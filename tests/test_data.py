@@ -69,8 +69,8 @@ def test_npz_samples_labels_and_describe(tmp_path: Path) -> None:
     json.dumps(info)
 
 
-def test_npz_batched_compressed_multi_input_int_cast_and_limit(tmp_path: Path) -> None:
-    a = _rng().integers(0, 16, size=(5, 1, 1, 8, 8)).astype(np.int64)  # batch dim already per sample
+def test_npz_batched_compressed_multi_input_cast_and_limit(tmp_path: Path) -> None:
+    a = _rng().integers(0, 16, size=(5, 1, 1, 8, 8)).astype(np.float16)  # batch dim already per sample
     b = _rng(1).normal(size=(5, 4)).astype(np.float64)
     np.savez_compressed(tmp_path / "m.npz", a=a, b=b)
     specs = [InputSpec("a", (1, 1, 8, 8), np.float32), InputSpec("b", (1, 4), np.float32)]
@@ -85,6 +85,15 @@ def test_npz_batched_compressed_multi_input_int_cast_and_limit(tmp_path: Path) -
     # A second pass reads the same data again.
     np.testing.assert_array_equal(list(ds)[1].inputs["b"], samples[1].inputs["b"])
     assert open_dataset(tmp_path / "m.npz", specs, limit=50).__len__() == 5
+
+
+def test_integer_data_for_a_float_input_is_refused(tmp_path: Path) -> None:
+    """Integer data (raw pixels, ids) for a float input is refused, not cast; integer widths still convert."""
+    np.savez(tmp_path / "i.npz", x=np.ones((3, 1, 4), np.int64))
+    msg = _error(open_dataset, tmp_path / "i.npz", [InputSpec("x", (1, 4), np.float32)])
+    assert "expects float32 data, got int64" in msg and "astype" in msg and "\n" not in msg
+    ds = open_dataset(tmp_path / "i.npz", [InputSpec("x", (1, 4), np.int32)])
+    assert next(iter(ds)).inputs["x"].dtype == np.int32
 
 
 def test_npz_float_labels_with_integer_values_are_accepted(tmp_path: Path) -> None:
@@ -105,7 +114,9 @@ def test_arrays_round_trip_through_the_stream_reader(
 ) -> None:
     stored = _rng(count).normal(size=(count, *([1] if batched else []), *dims)) * 10
     stored = stored.astype(dtype)
-    spec = InputSpec("x", (1, *dims), np.float32)
+    # each kind reads into an input of its kind (integer data for a float input is refused, see below)
+    want = {"f": np.float32, "i": np.int64, "u": np.int64, "b": np.bool_}[stored.dtype.kind]
+    spec = InputSpec("x", (1, *dims), want)
     path = tmp_path / f"d.{kind[:3]}"
     if kind == "npy":
         np.save(path, stored)
@@ -115,8 +126,8 @@ def test_arrays_round_trip_through_the_stream_reader(
     assert len(samples) == count
     for i, sample in enumerate(samples):
         got = sample.inputs["x"]
-        assert got.shape == (1, *dims) and got.dtype == np.float32 and got.flags.c_contiguous
-        np.testing.assert_array_equal(got.reshape(-1), stored[i].astype(np.float32).reshape(-1))
+        assert got.shape == (1, *dims) and got.dtype == want and got.flags.c_contiguous
+        np.testing.assert_array_equal(got.reshape(-1), stored[i].astype(want).reshape(-1))
 
 
 def test_npz_model_input_named_labels_is_data(tmp_path: Path) -> None:
