@@ -193,8 +193,10 @@ def deploy(
             )
             raise typer.Exit(1)
     if failures:
-        names = ", ".join(name for name, _ in failures)
-        raise TargetError(f"{len(failures)} of {len(request.targets)} targets failed ({names})")
+        # The bundles that were written stay (each is whole and verified); the last line says what is where.
+        written = [f"{item.target} written to {item.path}" for item in results]
+        failed = [f"{name} failed: {message}" for name, message in failures]
+        raise TargetError("; ".join(written + failed))
 
 
 def _probe(run: DeviceRun) -> None:
