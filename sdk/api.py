@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import time
 from collections.abc import Iterable, Mapping
@@ -20,9 +21,12 @@ from edgekit.model import atomic_write_bytes, check_writable, load_model, save_m
 from edgekit.quantize.calibrate import Statistics, Track, no_progress
 from edgekit.quantize.options import QuantizeOptions
 from edgekit.quantize.pipeline import Quantized, quantize
+from edgekit.sanity import InputRanges, calibration_ranges, data_warnings
 
 #: How many layers the report lists as the worst.
 WORST_LAYERS = 10
+
+log = logging.getLogger("edgekit")
 
 
 @dataclass
@@ -76,8 +80,10 @@ def evaluate(
     output_names = [v.name for v in fp32.graph.outputs]
     comparison = Comparison()
     per_layer = {n: TensorError() for n in layers}
+    ranges = InputRanges()
     total = _length(dataset, limit)
     for sample in track(prefetched(islice(iter(dataset), limit)), "evaluating fp32 vs int8", total):
+        ranges.update(sample.inputs)
         ref = ref_runner.run(sample.inputs)
         cand = q_runner.run(sample.inputs)
         comparison.update({n: ref[n] for n in output_names}, {n: cand[n] for n in output_names}, sample.label)
@@ -87,7 +93,7 @@ def evaluate(
         raise DataError("the evaluation data set is empty")
     layer_rows = [{"tensor": n, **per_layer[n].to_json()} for n in layers]
     layer_rows.sort(key=lambda r: (r["sqnr_db"] is None, r["sqnr_db"] if r["sqnr_db"] is not None else 0.0))
-    return comparison.to_json(), layer_rows
+    return {**comparison.to_json(), "input_ranges": ranges.to_json()}, layer_rows
 
 
 def _length(dataset: Iterable, limit: int | None) -> int:
@@ -153,6 +159,9 @@ def quantize_model(
         "calibration": {
             **(calib_set.describe() if isinstance(calib_set, Dataset) else {"kind": "iterable"}),
             "samples_used": quantized.stats.samples,
+            "input_ranges": calibration_ranges(
+                quantized.stats.minmax, quantized.stats.means, [v.name for v in fp32.graph.inputs]
+            ),
         },
     }
     if eval_set is not None:
@@ -165,6 +174,15 @@ def quantize_model(
         }
         report["layers"] = layers
         report["worst_layers"] = layers[:WORST_LAYERS]
+        accuracy = comparison.get("accuracy") or {}
+        report["warnings"] = data_warnings(
+            accuracy.get("reference_top1"),
+            accuracy.get("labelled_samples", 0),
+            comparison["input_ranges"],
+            report["calibration"]["input_ranges"],
+        )
+        for warning in report["warnings"]:
+            log.warning(warning)
 
     output_path = None
     if output is not None:

@@ -48,6 +48,25 @@ def _upload_progress(enabled: bool):
     return bar
 
 
+def _data_warnings(entries: Sequence[dict], packaged: Sequence[Any], reference: Any) -> list[str]:
+    """Preprocessing checks: fp32's own top-1 (the same reference for every target) and the inputs' ranges in the
+    evaluation data against the calibration data's, where this run quantized."""
+    from edgekit.sanity import data_warnings
+
+    accuracy = next((e["evaluation"]["accuracy"] for e in entries if e["evaluation"].get("accuracy")), {})
+    calib = next(
+        (
+            item.quantize_report["calibration"]["input_ranges"]
+            for item in packaged
+            if item.quantize_report and "input_ranges" in item.quantize_report.get("calibration", {})
+        ),
+        None,
+    )
+    return data_warnings(
+        accuracy.get("reference_top1"), accuracy.get("labelled_samples", 0), reference.ranges.to_json(), calib
+    )
+
+
 def evaluate_on_device(
     request: Any, run: Any, packaged: Sequence[Any], track: Callable, say: Callable[[str], None]
 ) -> Outcome:
@@ -84,6 +103,9 @@ def evaluate_on_device(
             timings[f"upload_{item.target}_s"] = entry["transfer"]["upload_s"]
             timings[f"evaluate_{item.target}_s"] = entry["transfer"]["infer_wall_s"]
 
+    warnings = _data_warnings(entries, packaged, reference)
+    for warning in warnings:
+        say(f"warning: {warning}")
     failed = []
     if run.fail_on_drop is not None:
         for e in entries:
@@ -104,6 +126,7 @@ def evaluate_on_device(
         "samples": len(reference.samples),
         "labelled": reference.labelled,
         "device": {"url": run.url, "hello": _hello_summary(hello)},
+        "warnings": warnings,
         "fail_on_drop": run.fail_on_drop,
         "failed": failed,
         "targets": entries,

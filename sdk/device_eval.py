@@ -20,6 +20,7 @@ import onnx_ir as ir
 from edgekit.device_agents.bundle import Manifest, TensorSpec, read_bundle
 from edgekit.metrics import Comparison
 from edgekit.report import latency_summary
+from edgekit.sanity import InputRanges
 
 #: Samples sent to the agent in one INFER request.
 BATCH = 16
@@ -34,6 +35,8 @@ class Reference:
     samples: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray], int | None]] = field(
         default_factory=list
     )
+    #: min/max/mean of every float input over the evaluation data (for the preprocessing checks)
+    ranges: InputRanges = field(default_factory=InputRanges)
 
     @property
     def labelled(self) -> bool:
@@ -51,6 +54,7 @@ def host_reference(
     )
     total = min(len(dataset), limit or len(dataset)) if hasattr(dataset, "__len__") else (limit or 0)
     for sample in track(islice(iter(dataset), limit), "fp32 on the host", total):
+        ref.ranges.update(sample.inputs)
         ref.samples.append((sample.inputs, runner.run(sample.inputs), sample.label))
     return ref
 

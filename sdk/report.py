@@ -189,6 +189,8 @@ def render_markdown(report: dict) -> str:
         "",
         _md_table(SUMMARY_HEADER, summary_rows(report)),
     ]
+    for warning in report.get("warnings") or []:
+        parts += ["", f"**Warning:** {warning}"]
     if report.get("fail_on_drop") is not None:
         failed = report.get("failed") or []
         parts += ["", f"Gate: top-1 drop must be at most {report['fail_on_drop']} pp: "
@@ -345,7 +347,7 @@ _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em;color:#222;max-width:1200px}
 table{border-collapse:collapse;margin:.6em 0;font-size:13px}th,td{border:1px solid #ccc;padding:3px 8px;
 text-align:right}th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}
-img{max-width:100%;margin:.5em 0}.fail{color:#b00;font-weight:bold}.ok{color:#070}
+img{max-width:100%;margin:.5em 0}.fail{color:#b00;font-weight:bold}.ok{color:#070}.warning{color:#a60}
 table.confusion td{min-width:1.6em;text-align:center}
 """
 
@@ -375,6 +377,7 @@ def render_html(report: dict) -> str:
         "(OpenVINO CPU, f32); each target's bundle runs on the device through the agent.</p>",
         "<h2>Summary</h2>",
         _html_table(SUMMARY_HEADER, summary_rows(report), "summary"),
+        *(f"<p class='warning'>Warning: {html.escape(w)}</p>" for w in report.get("warnings") or []),
     ]
     if report.get("fail_on_drop") is not None:
         cls, text = ("fail", f"failed for {', '.join(failed)}") if failed else ("ok", "passed")

@@ -23,3 +23,31 @@ def test_piped_deploy_prints_whole_lines_and_no_blank_ones(digits, tmp_path) -> 
     assert len(wrote) == 1 and all(str(out / f"report.{ext}") in wrote[0] for ext in ("json", "md", "html"))
     bundle = [line for line in run.stdout.splitlines() if "arm-cpu →" in line]
     assert len(bundle) == 1 and str(out / "arm-cpu") in bundle[0]
+
+
+def test_deploy_report_warns_when_fp32_itself_scores_low(digits, tmp_path) -> None:
+    import json
+
+    import numpy as np
+
+    with np.load(digits.val) as data:
+        name = next(k for k in data.files if k != "labels")
+        np.savez(
+            tmp_path / "shuffled.npz",
+            **{name: data[name], "labels": np.random.default_rng(1).permutation(data["labels"])},
+        )
+    run = subprocess.run(
+        [sys.executable, "-m", "edgekit.cli.main", "deploy", str(digits.model), "--target", "arm-cpu",
+         "--eval", str(tmp_path / "shuffled.npz"), "--max-samples", "60", "-o", str(tmp_path / "out"),
+         "--report", str(tmp_path / "out" / "report.html")],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    warning = [
+        line for line in run.stdout.splitlines() if line.startswith("warning: fp32 on the host scores only")
+    ]
+    assert len(warning) == 1, run.stdout
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["warnings"] == [warning[0].removeprefix("warning: ")]
+    assert "fp32 on the host scores only" in (tmp_path / "out" / "report.html").read_text()
+    assert "fp32 on the host scores only" in (tmp_path / "out" / "report.md").read_text()

@@ -185,3 +185,27 @@ def test_degenerate_calibration_data_is_named(digits, tmp_path, value, words):
     assert len(warning) == 1 and repr(name) in warning[0] and words in warning[0], run.stderr
     run = edgekit("quantize", digits.model, "--calib", digits.calib, "-o", tmp_path / "ok.onnx")
     assert run.returncode == 0 and "calibration data for input" not in run.stderr
+
+
+def test_inputs_that_look_preprocessed_wrongly_are_named(digits, tmp_path):
+    """fp32 scoring near chance, or evaluation inputs far outside the calibration range, give one warning each."""
+    with np.load(digits.val) as data:
+        name = next(k for k in data.files if k != "labels")
+        x, labels = data[name], data["labels"]
+    np.savez(tmp_path / "scaled.npz", **{name: x * 8, "labels": labels})
+    np.savez(tmp_path / "shuffled.npz", **{name: x, "labels": np.random.default_rng(0).permutation(labels)})
+    for data, words in (
+        ("scaled.npz", f"input {name!r} spans [0, 8]"),
+        ("shuffled.npz", "fp32 on the host scores only"),
+    ):
+        report = tmp_path / f"{data}.json"
+        run = edgekit("quantize", digits.model, "--calib", digits.calib, "--eval", tmp_path / data,
+                      "-o", tmp_path / "q.onnx", "--report", report)  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        warnings = [line for line in run.stderr.splitlines() if line.startswith("warning: ")]
+        assert len(warnings) == 1 and words in warnings[0], run.stderr
+        assert json.loads(report.read_text())["warnings"] == [warnings[0].removeprefix("warning: ")]
+    run = edgekit(
+        "quantize", digits.model, "--calib", digits.calib, "--eval", digits.val, "-o", tmp_path / "q.onnx"
+    )
+    assert run.returncode == 0 and "warning:" not in run.stderr, run.stderr

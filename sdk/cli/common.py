@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import typer
 from edgekit.errors import EdgekitError
 from rich.console import Console
+from rich.markup import escape
 
 # soft_wrap: a long line (a path, a file list) is never broken into several when stdout is not a terminal.
 console = Console(stderr=False, highlight=False, soft_wrap=True)
@@ -19,8 +21,24 @@ def fail(message: str, code: int = 2) -> None:
     raise SystemExit(code)
 
 
+class _ConsoleWarnings(logging.Handler):
+    """The library's warnings (logger ``edgekit``) as one ``warning:`` line each on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        err_console.print(f"[yellow]warning:[/] {escape(record.getMessage())}", soft_wrap=True)
+
+
+def route_warnings() -> None:
+    logger = logging.getLogger("edgekit")
+    if not any(isinstance(h, _ConsoleWarnings) for h in logger.handlers):
+        handler = _ConsoleWarnings(logging.WARNING)
+        logger.addHandler(handler)
+        logger.propagate = False
+
+
 def run_app(app: typer.Typer, argv: Sequence[str]) -> None:
     """Run the typer app; typed errors from anywhere below become one line and exit code 2."""
+    route_warnings()
     try:
         app(list(argv), standalone_mode=True)
     except EdgekitError as exc:
