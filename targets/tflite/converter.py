@@ -44,13 +44,16 @@ class ConvertOptions:
     edges of a quantized model); "int8"/"uint8" make them integer (fully integer models only).
     ``target``: the target name used in messages. ``per_tensor_weights``: TFLite ops (e.g.
     ``{"FULLY_CONNECTED"}``) whose per-channel int8 weights are requantized per tensor, for runtimes
-    that lack the per-channel kernel (NNAPI); each is reported in ``notes``.
+    that lack the per-channel kernel (NNAPI); each is reported in ``notes``. ``strict_integer`` (with
+    integer ``io_dtype``): refuse a model with ops left in float; off, they stay float between
+    DEQUANTIZE/QUANTIZE and the inputs/outputs next to them stay float32.
     """
 
     keep_io_layout: bool = False
     io_dtype: IoDtype = "float32"
     target: str = "arm-cpu"
     per_tensor_weights: frozenset[str] = frozenset()
+    strict_integer: bool = True
 
     def __post_init__(self) -> None:
         if self.io_dtype not in ("float32", "int8", "uint8"):
@@ -106,7 +109,7 @@ def _pipeline(options: ConvertOptions) -> list[Pass]:
         layout.transposes_to_reshapes,
         lowering.float_spatial_mean_to_average_pool,
         lowering.softmax_on_last_axis,
-        quantized.integer_io(options.io_dtype, options.target),
+        quantized.integer_io(options.io_dtype, options.target, options.strict_integer),
         finalize,
     ]
 

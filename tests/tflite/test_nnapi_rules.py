@@ -526,8 +526,13 @@ def test_report_json_and_summary():
         "#1 CUSTOM:EdgekitTestOp: custom op 'EdgekitTestOp' is not an operation the NNAPI delegate maps"
     ]
     assert [op["index"] for op in data["ops"]] == [0, 1, 2]
-    assert report.summary.startswith("NNAPI feature level 3 (Android API 29, NNAPI 1.2): 2/3 ops delegated")
-    assert report.summary.endswith("1 op(s) stay on the CPU: CUSTOM:EdgekitTestOp")
+    assert report.summary == (
+        "NNAPI feature level 3 (Android API 29, NNAPI 1.2): 2 partition(s) delegated (2/3 ops), "
+        "1 op(s) on the CPU: CUSTOM:EdgekitTestOp"
+    )
+    assert data["delegated_partition_ops"] == [[0], [2]]
+    why = "custom op 'EdgekitTestOp' is not an operation the NNAPI delegate maps"
+    assert data["cpu_ops"] == [{"index": 1, "op": "CUSTOM:EdgekitTestOp", "why": why}]
 
 
 def test_render_summary_lists_each_op_with_its_reason():
