@@ -353,9 +353,9 @@ class NnapiReport:
 
     @property
     def cpu_op_kinds(self) -> list[str]:
-        """The kinds of CPU ops, computing ops first, in execution order (QUANTIZE/DEQUANTIZE last)."""
+        """The kinds of the refused ops, computing ops first, in execution order (QUANTIZE/DEQUANTIZE last)."""
         edges = ("QUANTIZE", "DEQUANTIZE")
-        ordered = sorted(self.cpu_ops, key=lambda op: (op.op in edges, op.index))
+        ordered = sorted(self.unsupported, key=lambda op: (op.op in edges, op.index))
         return list(dict.fromkeys(op.op for op in ordered))
 
     @property
@@ -380,7 +380,14 @@ class NnapiReport:
         if self.partitions > self.delegated_partitions:
             head += f" ({self.partitions} delegable, the delegate takes the {self.max_partitions} largest)"
         if self.cpu_ops:
-            head += f", {len(self.cpu_ops)} op(s) on the CPU: {', '.join(self.cpu_op_kinds)}"
+            head += f", {len(self.cpu_ops)} op(s) on the CPU"
+            left = len(self.cpu_ops) - len(self.unsupported)
+            if self.unsupported:
+                head += f": {', '.join(self.cpu_op_kinds)}"
+            if left:
+                head += (
+                    f"{' and ' if self.unsupported else ': '}{left} supported op(s) of partitions not taken"
+                )
         if self.float_io and self.integer_accelerator:
             head += f"; float32 inputs/outputs (computed in float): {', '.join(self.float_io)}"
         return head

@@ -428,6 +428,11 @@ def test_partition_limit_keeps_the_three_largest():
     assert report.delegated_ops == 3 + 2 + 4
     single = [op for op in report.ops if op.supported and not op.delegated]
     assert [op.index for op in single] == [4]  # the 1-op run is the one left on the CPU
+    kinds = ", ".join(report.cpu_op_kinds)
+    assert report.summary.endswith(
+        f"{len(report.cpu_ops)} op(s) on the CPU: {kinds} and 1 supported op(s) of partitions not taken"
+    )
+    assert "not among the 3 largest" in report.why_on_cpu(single[0])
     unlimited = check_nnapi(chain_with_breaks([3, 1, 2, 4]), max_partitions=0)
     assert (unlimited.delegated_partitions, unlimited.delegated_ops) == (4, 10)
 
