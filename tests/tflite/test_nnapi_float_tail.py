@@ -8,6 +8,7 @@ constants, Div and Concat. Bundles are run in LiteRT and compared with the QDQ m
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -255,3 +256,33 @@ def test_deploy_cli_default_and_strict_integer(float_model, tmp_path, capsys) ->
         and "DIV" in lines[0]
     )
     assert not (tmp_path / "b" / "nnapi").exists()
+
+
+SHARED = Path(__file__).resolve().parents[3] / "shared"
+
+
+@pytest.mark.shared
+@pytest.mark.skipif(
+    os.environ.get("EDGEKIT_SHARED") != "1", reason="needs ../shared; opt in with EDGEKIT_SHARED=1"
+)
+def test_shared_ppocr_det_deploys_to_nnapi(tmp_path, capsys) -> None:
+    """PP-OCRv4 det (a Paddle export with dynamic dims) deploys to nnapi: fully integer in partitions, or
+    with float ops on the CPU, which --strict-integer then refuses naming them."""
+    args = [
+        str(SHARED / "models" / "ch_PP-OCRv4_det_infer.onnx"), "-t", "nnapi", "--input-shape", "x=1,3,320,320",
+        "--calib", str(SHARED / "data" / "imagenet-sample-200"), "--color", "BGR", "--scale", "0.00392157",
+        "--mean", "0.485,0.456,0.406", "--std", "0.229,0.224,0.225", "--calib-samples", "20", "-q",
+    ]  # fmt: skip
+    code, out, err = _deploy(capsys, *args, "-o", str(tmp_path / "a"))
+    assert code == 0, err
+    with read_bundle(tmp_path / "a" / "nnapi") as bundle:
+        report = json.loads(bundle.path("nnapi_compatibility.json").read_text())
+        v = bundle.manifest.verification
+    assert v["passed"] and report["delegated_partitions"] >= 1 and not report["delegation_fails"]
+    assert report["summary"] in out
+    code, out, err = _deploy(capsys, *args, "-o", str(tmp_path / "b"), "--strict-integer")
+    if v["float_ops"]:
+        assert code == 2 and "cannot make the model fully integer" in err
+        assert v["float_ops"][0] in err
+    else:
+        assert code == 0 and report["fully_delegated"], err
