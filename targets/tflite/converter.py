@@ -41,7 +41,7 @@ class ConvertOptions:
     ``keep_io_layout``: keep ONNX's NCHW layout for image inputs/outputs (one transpose at each edge)
     instead of NHWC. (Without it, rank-4 float inputs/outputs are NHWC where that costs no transpose
     inside, i.e. images feeding/leaving NHWC kernels; other rank-4 tensors keep the ONNX layout.) ``io_dtype``: "float32" keeps float inputs/outputs (QUANTIZE/DEQUANTIZE at the
-    edges of a quantized model); "int8"/"uint8" make them integer (fully integer models only).
+    edges of a quantized model); "int8"/"uint8" make them integer (quantized models only).
     ``target``: the target name used in messages. ``per_tensor_weights``: TFLite ops (e.g.
     ``{"FULLY_CONNECTED"}``) whose per-channel int8 weights are requantized per tensor, for runtimes
     that lack the per-channel kernel (NNAPI); each is reported in ``notes``. ``strict_integer`` (with
