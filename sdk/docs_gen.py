@@ -17,19 +17,24 @@ END = "<!-- supported-ops:end -->"
 
 
 def supported_ops_table() -> str:
+    from edgekit.passes import DropNoOpsPass
     from edgekit.quantize import rules
     from edgekit.targets.tflite.registry import supported_ops
 
     tflite = set(supported_ops())
     integer = set(rules.supported_ops())
-    ops = sorted(tflite | integer)
+    removed = set(DropNoOpsPass.op_types)  # gone before any target sees the model (inspect says the same)
+    ops = sorted(tflite | integer | removed)
     lines = [
-        "| ONNX op | arm-cpu fp32 | arm-cpu int8 | nnapi (fully integer) | int8 rule (quantizer) |",
+        "| ONNX op | arm-cpu fp32 | arm-cpu int8 | nnapi | int8 rule (quantizer) |",
         "|---|---|---|---|---|",
     ]
     for op in ops:
-        fp32 = "✓" if op in tflite else "✗"
-        if op in ("QuantizeLinear", "DequantizeLinear"):
+        fp32 = "✓" if op in tflite or op in removed else "✗"
+        if op in removed:
+            int8 = nnapi = "✓ (removed before conversion)"
+            rule = "-"
+        elif op in ("QuantizeLinear", "DequantizeLinear"):
             int8 = nnapi = "✓ (edges, requantize)" if op in tflite else "✗"
             rule = "-"
         else:
@@ -38,7 +43,9 @@ def supported_ops_table() -> str:
                 if op in tflite and op in integer
                 else ("✓ float kernel" if op in tflite else "✗")
             )
-            nnapi = "✓" if op in tflite and op in integer else "✗"
+            nnapi = (
+                "✓ delegated" if op in tflite and op in integer else ("CPU (float)" if op in tflite else "✗")
+            )
             rule = _rule_text(rules, op) if op in integer else "stays float"
         lines.append(f"| {op} | {fp32} | {int8} | {nnapi} | {rule} |")
     return "\n".join(lines)

@@ -44,11 +44,14 @@ _FOLD_LIMIT_BYTES = 64 << 20
 class DropNoOpsPass(ir.passes.InPlacePass):
     """Remove Identity and inference-time Dropout: their output is their input."""
 
+    #: The op types removed (``edgekit.docs_gen`` lists them as removed before conversion, as inspect does).
+    op_types = ("Identity", "Dropout")
+
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         modified = False
         for node in list(model.graph):
-            if node.op_type == "Identity" or (
-                node.op_type == "Dropout" and (len(node.outputs) < 2 or not node.outputs[1].uses())
+            if node.op_type in self.op_types and (
+                node.op_type != "Dropout" or len(node.outputs) < 2 or not node.outputs[1].uses()
             ):
                 source, out = node.inputs[0], node.outputs[0]
                 if source is None or (

@@ -1,10 +1,12 @@
-"""The ``nnapi`` target: a fully integer .tflite for Android's NNAPI delegate.
+"""The ``nnapi`` target: an integer .tflite for Android's NNAPI delegate, float islands on the CPU.
 
-Only quantized (QDQ) models: inputs and outputs int8 (``io_dtype="uint8"`` for older accelerators),
-no float tensor anywhere between; a model that cannot be made fully integer fails, listing the ops
-that stop it. ``nnapi_compatibility.json`` records, for every op, whether the NNAPI delegate takes it
-at the chosen feature level and why not, and how many partitions the delegate would create
-(``edgekit.targets.tflite.nnapi``).
+Only quantized (QDQ) models. The integer body runs as int8 kernels, which the NNAPI delegate takes in
+partitions; ops that cannot be integer (a detector's box decoding: EXP, DIV, ...) stay float between
+DEQUANTIZE/QUANTIZE and run on the CPU. Inputs and outputs are int8 (``io_dtype="uint8"`` for older
+accelerators) where the first/last op is integer, float32 where it computes in float (a note says
+which). ``strict_integer`` refuses any float op instead, listing them. ``nnapi_compatibility.json``
+records, for every op, whether the delegate takes it at the chosen feature level and why not, the
+delegated partitions and the ops left on the CPU with the reason (``edgekit.targets.tflite.nnapi``).
 """
 
 from __future__ import annotations
@@ -31,16 +33,18 @@ NNAPI_PER_TENSOR = frozenset({"FULLY_CONNECTED"})
 class NnapiOptions:
     """Options of the ``nnapi`` target.
 
-    ``io_dtype``: "int8" or "uint8" model inputs/outputs. ``feature_level``: the NNAPI feature level the
-    compatibility report is for (1..8, Android API 27..35; default 4 = Android 11). ``keep_io_layout``:
-    keep NCHW image inputs/outputs. ``tolerance``: the largest verification error against the QDQ
-    model, relative to the output's value range.
+    ``io_dtype``: "int8" or "uint8" model inputs/outputs (where the op next to them is integer).
+    ``feature_level``: the NNAPI feature level the compatibility report is for (1..8, Android API
+    27..35; default 4 = Android 11). ``keep_io_layout``: keep NCHW image inputs/outputs.
+    ``tolerance``: the largest verification error against the QDQ model, relative to the output's
+    value range. ``strict_integer``: refuse a model with ops that stay float (fully integer or nothing).
     """
 
     io_dtype: Literal["int8", "uint8"] = "int8"
     feature_level: int = 4
     keep_io_layout: bool = False
     tolerance: float = 0.15
+    strict_integer: bool = False
 
     def __post_init__(self) -> None:
         if self.io_dtype not in ("int8", "uint8"):
@@ -52,12 +56,15 @@ class NnapiTarget(Target):
     name = "nnapi"
     runtime = "tflite"
     activation_dtype = "int8"
-    description = "Android NNAPI via TFLite: fully integer (int8 or uint8 I/O), with a delegate report"
+    description = (
+        "Android NNAPI via TFLite: integer body delegated (int8 or uint8 I/O), float ops on the CPU, "
+        "with a delegate report"
+    )
     supports_float = False
     options_type = NnapiOptions
 
     def quantize_options(self, base: Any) -> Any:
-        """int8 activations everywhere (fully integer, output heads included), and one weight scale per
+        """int8 activations everywhere (integer output heads included), and one weight scale per
         FULLY_CONNECTED: NNAPI takes per-channel weights on convolutions only, and a per-channel
         FULLY_CONNECTED makes the whole delegation fail."""
         from dataclasses import replace
@@ -69,7 +76,9 @@ class NnapiTarget(Target):
             return check_model(model, self.name, ConvertOptions(target=self.name)) + [
                 Problem("info", None, None, "nnapi runs integer models only: quantize first (--calib DATA)")
             ]
-        options = ConvertOptions(io_dtype="int8", target=self.name, per_tensor_weights=NNAPI_PER_TENSOR)
+        options = ConvertOptions(
+            io_dtype="int8", target=self.name, per_tensor_weights=NNAPI_PER_TENSOR, strict_integer=False
+        )
         return check_model(model, self.name, options)
 
     def package(self, model: ir.Model, out_dir: Path, options: PackageOptions) -> Path:
@@ -83,11 +92,13 @@ class NnapiTarget(Target):
             io_dtype=opts.io_dtype,
             target=self.name,
             per_tensor_weights=NNAPI_PER_TENSOR,
+            strict_integer=opts.strict_integer,
         )
         result = convert(model, convert_options)
-        floats = is_fully_integer(result.data)
-        assert not floats, f"converter left float tensors in a fully integer model: {floats}"
-        report = check_nnapi(result.data, opts.feature_level)
+        if opts.strict_integer:
+            floats = is_fully_integer(result.data)
+            assert not floats, f"converter left float tensors in a fully integer model: {floats}"
+        report = check_nnapi(result.data, opts.feature_level, integer_accelerator=True)
         log.info("nnapi: %s", report.summary)
         extra_report = {
             "nnapi": {
@@ -96,6 +107,9 @@ class NnapiTarget(Target):
                 "delegated_ops": report.delegated_ops,
                 "op_count": len(report.ops),
                 "partitions": report.delegated_partitions,
+                "cpu_ops": [op.op for op in report.cpu_ops],
+                "float_io": list(report.float_io),
+                "strict_integer": opts.strict_integer,
                 "fully_delegated": report.fully_delegated,
                 "note": report.summary,
             }

@@ -4,7 +4,7 @@
 
 Runs the real command line on the model and data that `train.py` writes, so what you see is what a user sees:
 `edgekit deploy` quantizes the model per target, packages arm-cpu (int8 TFLite), intel-vpu (OpenVINO IR, u8
-activations) and nnapi (fully integer TFLite), pushes each bundle to the embedded local agent (a subprocess on a
+activations) and nnapi (integer TFLite), pushes each bundle to the embedded local agent (a subprocess on a
 pseudo-terminal: the real serial code path), runs the held-out split on it, and writes the accuracy-drop report
 (`DIR/deploy/report.html`, `.json`, `.md`). Everything is offline: the data ship with scikit-learn.
 """

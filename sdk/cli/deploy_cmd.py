@@ -61,7 +61,7 @@ class DeployRequest:
     preprocess: Mapping[str, Any] | None = None
     eval_data: Path | None = None
     #: Target-specific settings given on the command line, passed to the targets whose options have them:
-    #: keep_io_layout (arm-cpu, nnapi), io_dtype and feature_level (nnapi).
+    #: keep_io_layout (arm-cpu, nnapi), io_dtype, feature_level and strict_integer (nnapi).
     target_settings: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -137,6 +137,11 @@ def deploy(
         "--nnapi-feature-level",
         help="nnapi: the NNAPI feature level the compatibility report is for (1-8).",
     ),
+    strict_integer: bool = typer.Option(
+        False,
+        "--strict-integer",
+        help="nnapi: refuse a model with ops that stay float (by default they run on the CPU).",
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Package a model for one or more targets (quantizing first where a target needs int8); with --eval, run
@@ -167,6 +172,7 @@ def deploy(
                 ("keep_io_layout", keep_io_layout or None),
                 ("io_dtype", io_dtype),
                 ("feature_level", nnapi_feature_level),
+                ("strict_integer", strict_integer or None),
             )
             if v is not None
         },  # fmt: skip

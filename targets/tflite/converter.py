@@ -41,16 +41,19 @@ class ConvertOptions:
     ``keep_io_layout``: keep ONNX's NCHW layout for image inputs/outputs (one transpose at each edge)
     instead of NHWC. (Without it, rank-4 float inputs/outputs are NHWC where that costs no transpose
     inside, i.e. images feeding/leaving NHWC kernels; other rank-4 tensors keep the ONNX layout.) ``io_dtype``: "float32" keeps float inputs/outputs (QUANTIZE/DEQUANTIZE at the
-    edges of a quantized model); "int8"/"uint8" make them integer (fully integer models only).
+    edges of a quantized model); "int8"/"uint8" make them integer (quantized models only).
     ``target``: the target name used in messages. ``per_tensor_weights``: TFLite ops (e.g.
     ``{"FULLY_CONNECTED"}``) whose per-channel int8 weights are requantized per tensor, for runtimes
-    that lack the per-channel kernel (NNAPI); each is reported in ``notes``.
+    that lack the per-channel kernel (NNAPI); each is reported in ``notes``. ``strict_integer`` (with
+    integer ``io_dtype``): refuse a model with ops left in float; off, they stay float between
+    DEQUANTIZE/QUANTIZE and the inputs/outputs next to them stay float32.
     """
 
     keep_io_layout: bool = False
     io_dtype: IoDtype = "float32"
     target: str = "arm-cpu"
     per_tensor_weights: frozenset[str] = frozenset()
+    strict_integer: bool = True
 
     def __post_init__(self) -> None:
         if self.io_dtype not in ("float32", "int8", "uint8"):
@@ -106,7 +109,7 @@ def _pipeline(options: ConvertOptions) -> list[Pass]:
         layout.transposes_to_reshapes,
         lowering.float_spatial_mean_to_average_pool,
         lowering.softmax_on_last_axis,
-        quantized.integer_io(options.io_dtype, options.target),
+        quantized.integer_io(options.io_dtype, options.target, options.strict_integer),
         finalize,
     ]
 

@@ -312,6 +312,9 @@ class NnapiReport:
     delegated_partitions: int  # partitions that run on NNAPI (0 when the delegation fails)
     max_partitions: int
     dynamic_tensors: tuple[str, ...] = ()  # tensors sized at run time: the delegate refuses the graph
+    partition_ops: tuple[tuple[int, ...], ...] = ()  # op indices of each delegated partition
+    integer_accelerator: bool = False  # float ops were counted as refused by the device (check_nnapi)
+    float_io: tuple[str, ...] = ()  # model inputs/outputs that are float (next to a float op)
 
     @property
     def delegated_ops(self) -> int:
@@ -335,6 +338,27 @@ class NnapiReport:
         return bool(self.ops) and self.delegated_ops == len(self.ops)
 
     @property
+    def cpu_ops(self) -> tuple[OpDecision, ...]:
+        """The ops TFLite runs itself (on the CPU): every op not delegated."""
+        return tuple(op for op in self.ops if not op.delegated)
+
+    def why_on_cpu(self, op: OpDecision) -> str:
+        if op.reasons:
+            return "; ".join(op.reasons)
+        if self.delegation_fails:
+            return "supported, but the delegation fails (see the summary)"
+        return (
+            f"supported, but its partition is not among the {self.max_partitions} largest the delegate takes"
+        )
+
+    @property
+    def cpu_op_kinds(self) -> list[str]:
+        """The kinds of the refused ops, computing ops first, in execution order (QUANTIZE/DEQUANTIZE last)."""
+        edges = ("QUANTIZE", "DEQUANTIZE")
+        ordered = sorted(self.unsupported, key=lambda op: (op.op in edges, op.index))
+        return list(dict.fromkeys(op.op for op in ordered))
+
+    @property
     def summary(self) -> str:
         api, name = FEATURE_LEVELS[self.feature_level]
         head = f"NNAPI feature level {self.feature_level} (Android API {api}, {name}): "
@@ -351,14 +375,22 @@ class NnapiReport:
                 f"the operands of {culprits}, which the delegate's Validate accepts"
             )
         head += (
-            f"{self.delegated_ops}/{len(self.ops)} ops delegated in {self.delegated_partitions} partition(s)"
+            f"{self.delegated_partitions} partition(s) delegated ({self.delegated_ops}/{len(self.ops)} ops)"
         )
         if self.partitions > self.delegated_partitions:
             head += f" ({self.partitions} delegable, the delegate takes the {self.max_partitions} largest)"
-        if not self.unsupported:
-            return head
-        kinds = sorted({op.op for op in self.unsupported})
-        return f"{head}; {len(self.unsupported)} op(s) stay on the CPU: {', '.join(kinds)}"
+        if self.cpu_ops:
+            head += f", {len(self.cpu_ops)} op(s) on the CPU"
+            left = len(self.cpu_ops) - len(self.unsupported)
+            if self.unsupported:
+                head += f": {', '.join(self.cpu_op_kinds)}"
+            if left:
+                head += (
+                    f"{' and ' if self.unsupported else ': '}{left} supported op(s) of partitions not taken"
+                )
+        if self.float_io and self.integer_accelerator:
+            head += f"; float32 inputs/outputs (computed in float): {', '.join(self.float_io)}"
+        return head
 
     def to_json(self) -> dict:
         """The content of ``nnapi_compatibility.json``."""
@@ -377,6 +409,10 @@ class NnapiReport:
             "fully_delegated": self.fully_delegated,
             "delegation_fails": self.delegation_fails,
             "dynamic_tensors": list(self.dynamic_tensors),
+            "integer_accelerator": self.integer_accelerator,
+            "float_io": list(self.float_io),
+            "delegated_partition_ops": [list(p) for p in self.partition_ops],
+            "cpu_ops": [{"index": op.index, "op": op.op, "why": self.why_on_cpu(op)} for op in self.cpu_ops],
             "unsupported": [f"#{op.index} {op.op}: {'; '.join(op.reasons)}" for op in self.unsupported],
             "summary": self.summary,
         }
@@ -396,12 +432,22 @@ def check_nnapi(
     feature_level: int = DEFAULT_FEATURE_LEVEL,
     *,
     max_partitions: int = DEFAULT_MAX_PARTITIONS,
+    integer_accelerator: bool = False,
 ) -> NnapiReport:
-    """Decide, for every operator, whether the TFLite NNAPI delegate takes it, and why not."""
+    """Decide, for every operator, whether the TFLite NNAPI delegate takes it, and why not.
+
+    ``integer_accelerator``: the device is an integer-only accelerator (what the ``nnapi`` target
+    builds for), so ops with float operands stay on the CPU: the delegate keeps only the ops the
+    device supports (``GetNodesSupportedByAccelerator``). Off, float ops are judged by ``Validate``
+    alone (an upper bound).
+    """
     if feature_level not in FEATURE_LEVELS:
         raise TargetError(f"NNAPI feature level must be one of 1..8, got {feature_level}")
     graph = _parse(tflite_bytes)
     checks = [_check_op(op, feature_level) for op in graph.ops]
+    if integer_accelerator:
+        for check in checks:
+            _float_on_cpu(check)
     validated = [not c.reasons[: c.validate_reasons] for c in checks]
     delegable = [s for s in _partition(graph, validated) if validated[s[0]]]
     taken = _limit_partitions(delegable, max_partitions)
@@ -433,7 +479,30 @@ def check_nnapi(
         delegated_partitions=0 if breakers or dynamic else len(taken),
         max_partitions=max_partitions,
         dynamic_tensors=dynamic,
+        partition_ops=() if breakers or dynamic else tuple(tuple(p) for p in taken),
+        integer_accelerator=integer_accelerator,
+        float_io=tuple(
+            graph.tensors[i].name
+            for i in (*graph.inputs, *graph.outputs)
+            if graph.tensors[i].dtype in _FLOAT_TYPES
+        ),
     )
+
+
+def _float_on_cpu(check: Check) -> None:
+    """An op with a float operand is refused by an integer-only device (before partitioning)."""
+    floats = [
+        t.name
+        for t in (*check.op.inputs, *check.op.outputs)
+        if t is not None and not t.constant and t.dtype in _FLOAT_TYPES
+    ]
+    if floats:
+        check.reasons.insert(
+            check.validate_reasons,
+            f"computes in float ('{floats[0]}'): an integer-only accelerator refuses float operands, so it "
+            f"runs on the CPU (the delegate keeps the ops the device supports)",
+        )
+        check.validate_reasons += 1
 
 
 def _check_op(op: OpView, level: int) -> Check:

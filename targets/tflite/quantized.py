@@ -319,8 +319,13 @@ def float_ops(graph: Graph) -> list[str]:
     return result
 
 
-def integer_io(io_dtype: str, target: str) -> Callable[[Graph], Graph]:
-    """A pass making the graph's inputs and outputs int8/uint8 (no float tensor left anywhere)."""
+def integer_io(io_dtype: str, target: str, strict: bool = True) -> Callable[[Graph], Graph]:
+    """A pass making the graph's inputs and outputs int8/uint8.
+
+    ``strict``: no float tensor may be left anywhere (else a TargetError lists the float ops). Not
+    strict: float islands stay (DEQUANTIZE/QUANTIZE at their borders); an input read only by QUANTIZE
+    and an output written by DEQUANTIZE become integer, the others stay float32, each with a note.
+    """
 
     def run(graph: Graph) -> Graph:
         if io_dtype == "float32":
@@ -328,25 +333,35 @@ def integer_io(io_dtype: str, target: str) -> Callable[[Graph], Graph]:
         graph.remove_dead()
         consumers = graph.consumers()
         producers = graph.producers()
+        quantized = any(t.quant is not None for op in graph.ops for t in op.outputs)
         blockers = (
             float_ops(graph)
-            if any(t.quant is not None for op in graph.ops for t in op.outputs)
+            if quantized
             else ["everything (the model has no quantized tensors: quantize it first)"]
         )
-        for t in graph.inputs:
-            users = consumers.get(id(t), [])
-            if _is_float(t) and (not users or any(u.code != "QUANTIZE" for u in users)):
-                blockers.append(f"input {t.name!r} is used as float")
-        for t in graph.outputs:
-            prod = producers.get(id(t))
-            if _is_float(t) and (prod is None or prod.code != "DEQUANTIZE"):
-                blockers.append(f"output {t.name!r} is computed in float")
-        if blockers:
+        float_inputs = [
+            t
+            for t in graph.inputs
+            if _is_float(t)
+            and (not consumers.get(id(t)) or any(u.code != "QUANTIZE" for u in consumers[id(t)]))
+        ]
+        float_outputs = [
+            t
+            for t in graph.outputs
+            if _is_float(t) and (producers.get(id(t)) is None or producers[id(t)].code != "DEQUANTIZE")
+        ]
+        blockers += [f"input {t.name!r} is used as float" for t in float_inputs]
+        blockers += [f"output {t.name!r} is computed in float" for t in float_outputs]
+        if blockers and (strict or not quantized):
             raise TargetError(
                 f"cannot make the model fully integer for {target}: these stay float: {', '.join(dict.fromkeys(blockers))}"
             )
+        for t in float_inputs:
+            graph.notes.append(f"input {t.name!r} stays float32: the op reading it computes in float")
+        for t in float_outputs:
+            graph.notes.append(f"output {t.name!r} stays float32: the op writing it computes in float")
         for i, t in enumerate(list(graph.inputs)):
-            if not _is_float(t):
+            if not _is_float(t) or any(t is f for f in float_inputs):
                 continue
             users = consumers[id(t)]
             first = users[0].outputs[0]
@@ -359,7 +374,7 @@ def integer_io(io_dtype: str, target: str) -> Callable[[Graph], Graph]:
                     graph.replace_uses(user.outputs[0], new_input)
                     graph.ops.remove(user)
         for i, t in enumerate(list(graph.outputs)):
-            if not _is_float(t):
+            if not _is_float(t) or any(t is f for f in float_outputs):
                 continue
             dq = producers[id(t)]
             source = dq.inputs[0]

@@ -428,6 +428,11 @@ def test_partition_limit_keeps_the_three_largest():
     assert report.delegated_ops == 3 + 2 + 4
     single = [op for op in report.ops if op.supported and not op.delegated]
     assert [op.index for op in single] == [4]  # the 1-op run is the one left on the CPU
+    kinds = ", ".join(report.cpu_op_kinds)
+    assert report.summary.endswith(
+        f"{len(report.cpu_ops)} op(s) on the CPU: {kinds} and 1 supported op(s) of partitions not taken"
+    )
+    assert "not among the 3 largest" in report.why_on_cpu(single[0])
     unlimited = check_nnapi(chain_with_breaks([3, 1, 2, 4]), max_partitions=0)
     assert (unlimited.delegated_partitions, unlimited.delegated_ops) == (4, 10)
 
@@ -526,8 +531,13 @@ def test_report_json_and_summary():
         "#1 CUSTOM:EdgekitTestOp: custom op 'EdgekitTestOp' is not an operation the NNAPI delegate maps"
     ]
     assert [op["index"] for op in data["ops"]] == [0, 1, 2]
-    assert report.summary.startswith("NNAPI feature level 3 (Android API 29, NNAPI 1.2): 2/3 ops delegated")
-    assert report.summary.endswith("1 op(s) stay on the CPU: CUSTOM:EdgekitTestOp")
+    assert report.summary == (
+        "NNAPI feature level 3 (Android API 29, NNAPI 1.2): 2 partition(s) delegated (2/3 ops), "
+        "1 op(s) on the CPU: CUSTOM:EdgekitTestOp"
+    )
+    assert data["delegated_partition_ops"] == [[0], [2]]
+    why = "custom op 'EdgekitTestOp' is not an operation the NNAPI delegate maps"
+    assert data["cpu_ops"] == [{"index": 1, "op": "CUSTOM:EdgekitTestOp", "why": why}]
 
 
 def test_render_summary_lists_each_op_with_its_reason():
@@ -751,6 +761,15 @@ ONE_OP_CASES = {
     "int8 SQUEEZE": (lambda: one_op("SQUEEZE", [[1, 1, 4]], [[4]], options("SqueezeOptions", squeezeDims=[0, 1]), 1, "int8"), 4),
     "int8 SPLIT": (lambda: one_op("SPLIT", [i32(1, shape=()), [1, 4]], [[1, 2], [1, 2]], options("SplitOptions", numSplits=2), 2, "int8"), 4),
     "int8 QUANTIZE from float": (lambda: one_op("QUANTIZE", [([1, 4])], [([1, 4], "int8")]), 4),
+    # MobileNetV3's activations as the converter writes them in int8: HARD_SWISH (ANEURALNETWORKS_HARD_SWISH
+    # from level 4, lowered by the delegate to MUL/ADD/RELU1 below it), HardSigmoid as MUL and ADD by int8
+    # scalars; RELU_0_TO_1 has no NNAPI mapping.
+    "int8 HARD_SWISH": (lambda: one_op("HARD_SWISH", [[1, 4]], [[1, 4]], None, 1, "int8"), 1),
+    "int8 MUL by a scalar": (lambda: one_op("MUL", [[1, 4], np.array(127, np.int8)], [[1, 4]], options("MulOptions"), 2, "int8"), 1),
+    "int8 ADD of a scalar": (lambda: one_op("ADD", [[1, 4], np.array(64, np.int8)], [[1, 4]], options("AddOptions"), 2, "int8"), 1),
+    "int8 RELU_N1_TO_1": (lambda: one_op("RELU_N1_TO_1", [[1, 4]], [[1, 4]], None, 1, "int8"), 1),
+    "int8 LOGISTIC": (lambda: one_op("LOGISTIC", [[1, 4]], [[1, 4]], None, 2, "int8", {"scale": 1 / 256, "zero_point": -128}), 1),
+    "RELU_0_TO_1": (lambda: one_op("RELU_0_TO_1", [[1, 4]], [[1, 4]]), None),
 }
 # fmt: on
 
