@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 import typer
+import typer.main
 from edgekit.errors import EdgekitError
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperArgument
 
 # soft_wrap: a long line (a path, a file list) is never broken into several when stdout is not a terminal.
 console = Console(stderr=False, highlight=False, soft_wrap=True)
@@ -36,11 +39,67 @@ def route_warnings() -> None:
         logger.propagate = False
 
 
+#: Value names shown in --help where the option's own name would say less (the rest: the name in capitals).
+METAVARS = {
+    "output": "DIR", "calib": "DATA", "eval_data": "DATA", "accuracy_data": "DATA", "input_shape": "NAME=D0,D1,...",
+    "device": "URL", "report": "PATH", "html": "PATH", "md": "PATH", "fail_on_drop": "PP", "max_samples": "N",
+    "calib_samples": "N", "samples": "N", "eval_samples": "N",
+}  # fmt: skip
+
+
+class _Argument(TyperArgument):
+    """An argument shown as ``MODEL`` in the usage line, as in every CLI, not typer's ``{model}``."""
+
+    def _usage_display_name(self) -> str:
+        name = self.display_name_raw + ("..." if self.nargs != 1 else "")
+        return name if self.required else f"[{name}]"
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        return ""  # the name says what it is
+
+
+def _tidy_param(param: Any) -> None:
+    if isinstance(param, TyperArgument):
+        param.__class__ = _Argument
+        param.metavar = param.metavar or param.name.upper()
+    elif getattr(param, "is_flag", False) or getattr(param, "count", False):
+        param.metavar = ""  # a flag takes no value: no type tag
+    elif param.metavar is None:
+        param.metavar = METAVARS.get(param.name, param.name.upper())
+
+
+def _tidy_help(command: Any) -> Any:
+    """Value names instead of typer's type tags (``<bool>``, ``<list[str]>``) in every command's help."""
+    base = type(command)
+
+    class Tidy(base):  # type: ignore[misc, valid-type]
+        def get_params(self, ctx):
+            params = super().get_params(ctx)
+            for param in params:
+                _tidy_param(param)
+            return params
+
+        def format_help(self, ctx, formatter):
+            for param in self.get_params(ctx):
+                if "{targets}" in (
+                    getattr(param, "help", None) or ""
+                ):  # the registry is read for --help only
+                    from edgekit.targets.base import target_names
+
+                    param.help = param.help.replace("{targets}", ", ".join(target_names()))
+            return super().format_help(ctx, formatter)
+
+    command.__class__ = Tidy
+    for sub in getattr(command, "commands", {}).values():
+        _tidy_help(sub)
+    return command
+
+
 def run_app(app: typer.Typer, argv: Sequence[str]) -> None:
     """Run the typer app; typed errors from anywhere below become one line and exit code 2."""
     route_warnings()
     try:
-        app(list(argv), standalone_mode=True)
+        _tidy_help(typer.main.get_command(app))(list(argv), prog_name="edgekit", standalone_mode=True)
     except EdgekitError as exc:
         fail(str(exc), exc.exit_code)
     except _agent_errors() as exc:  # errors of the device agent package, which cannot import edgekit

@@ -79,7 +79,9 @@ class Packaged:
 
 def deploy(
     model: Path = typer.Argument(..., help="ONNX model: float, or QDQ from `edgekit quantize`."),
-    target: list[str] = typer.Option(None, "--target", "-t", help="Target to package for (repeatable)."),
+    target: list[str] = typer.Option(
+        None, "--target", "-t", help="Target to package for (repeatable): {targets}."
+    ),
     output: Path = typer.Option(
         ..., "--output", "-o", help="Output folder; each target writes DIR/<target>."
     ),
