@@ -85,7 +85,7 @@ def evaluate_on_device(
 
     source_size = Path(request.model).stat().st_size
     entries = []
-    bar = _upload_progress(getattr(track, "enabled", False))
+    bar = _upload_progress(getattr(track, "live", False))
     say(f"connecting to the agent at {run.url}")
     with connect(run.url, token=run.token) as client:
         hello = client.hello()

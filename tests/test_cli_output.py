@@ -23,6 +23,9 @@ def test_piped_deploy_prints_whole_lines_and_no_blank_ones(digits, tmp_path) -> 
     assert len(wrote) == 1 and all(str(out / f"report.{ext}") in wrote[0] for ext in ("json", "md", "html"))
     bundle = [line for line in run.stdout.splitlines() if "arm-cpu →" in line]
     assert len(bundle) == 1 and str(out / "arm-cpu") in bundle[0]
+    # one line per stage instead of a bar
+    for stage in ("calibrating", "fp32 on the host", "evaluating on the device (arm-cpu)"):
+        assert sum(line.startswith(f"{stage}: done in ") for line in run.stderr.splitlines()) == 1, run.stderr
 
 
 def test_deploy_report_warns_when_fp32_itself_scores_low(digits, tmp_path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -176,17 +177,28 @@ def build_preprocess(
 
 
 class RichTrack:
-    """A ``track(iterable, description, total)`` that draws rich progress bars (on stderr).
+    """A ``track(iterable, description, total)`` that shows progress on stderr.
 
-    Only on a terminal: piped or logged, a bar would leave a blank line behind.
+    On a terminal, rich progress bars (``live``). Piped or logged, a bar would leave a blank line behind, so
+    each stage prints one line when it ends instead: what it did, how many items, how long it took.
     """
 
     def __init__(self, enabled: bool = True):
-        self.enabled = enabled and err_console.is_terminal
+        self.enabled = enabled
+        self.live = enabled and err_console.is_terminal
 
     def __call__(self, items, description: str, total: int):
         if not self.enabled:
             yield from items
+            return
+        if not self.live:
+            start, done = time.perf_counter(), 0
+            for item in items:
+                yield item
+                done += 1
+            err_console.print(
+                f"{description}: {done} done in {time.perf_counter() - start:.1f} s", soft_wrap=True
+            )
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
