@@ -197,7 +197,7 @@ class RichTrack:
                 yield item
                 done += 1
             err_console.print(
-                f"{description}: {done} done in {time.perf_counter() - start:.1f} s", soft_wrap=True
+                f"{description}: done in {time.perf_counter() - start:.1f} s ({done} steps)", soft_wrap=True
             )
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
