@@ -25,28 +25,28 @@ shared = pytest.mark.skipif(
 )
 
 
-def corrupt_first_weight(proto: onnx.ModelProto, int8: bool = False) -> onnx.ModelProto:
-    """A copy with one output channel of the first 4-D float weight negated (``int8``: the first 2-D int8
-    weight negated whole)."""
+def corrupt_weight(proto: onnx.ModelProto, int8: bool = False, which: int = 0) -> onnx.ModelProto:
+    """A copy with one output channel of a 4-D float weight negated (``which``: its index among them, -1 the
+    last); ``int8``: the first 2-D int8 weight negated whole."""
     bad = onnx.ModelProto()
     bad.CopyFrom(proto)
     if int8:
         w = next(t for t in bad.graph.initializer if t.data_type == TensorProto.INT8 and len(t.dims) == 2)
         array = np.clip(-numpy_helper.to_array(w).astype(np.int16), -127, 127).astype(np.int8)
     else:
-        w = next(t for t in bad.graph.initializer if t.data_type == TensorProto.FLOAT and len(t.dims) == 4)
+        w = [t for t in bad.graph.initializer if t.data_type == TensorProto.FLOAT and len(t.dims) == 4][which]
         array = numpy_helper.to_array(w).copy()
         array[0] = -array[0]
     w.CopyFrom(numpy_helper.from_array(array, w.name))
     return bad
 
 
-def with_corrupted_conversion(monkeypatch: pytest.MonkeyPatch, int8: bool = False) -> None:
+def with_corrupted_conversion(monkeypatch: pytest.MonkeyPatch, int8: bool = False, which: int = 0) -> None:
     convert = openvino_ir._convert
     monkeypatch.setattr(
         openvino_ir,
         "_convert",
-        lambda proto, folder, compress: convert(corrupt_first_weight(proto, int8), folder, compress),
+        lambda proto, folder, compress: convert(corrupt_weight(proto, int8, which), folder, compress),
     )
 
 
@@ -289,6 +289,8 @@ def test_ppocr_det_fp16_ir_on_photos(size, tmp_path, monkeypatch) -> None:
     out = v["outputs"]["sigmoid_0.tmp_0"]
     assert out["kind"] == "probabilities" and out["error_scale"] == 1.0 and out["passed"]
     assert old_yardstick(out) > 0.01
-    with_corrupted_conversion(monkeypatch)
+    # A channel of the head's last ConvTranspose negated. (One channel of the first convolution negated moved
+    # 30 of 1.6 M probabilities by more than 0.05 on these photos: no more than fp16 itself, and accepted.)
+    with_corrupted_conversion(monkeypatch, which=-1)
     with pytest.raises(TargetError, match=r"output 'sigmoid_0.tmp_0' \(probabilities\)"):
         package_ir(model, tmp_path / "bad", samples)
