@@ -286,9 +286,10 @@ def _check_int8(proto: onnx.ModelProto, source: Path, ov_model: Any, compiled: A
     """FakeQuantize(256) where every Q/DQ pair was; u8/i8 convolutions in the CPU runtime model.
 
     OpenVINO's ONNX frontend turns each activation Q/DQ pair into FakeQuantize followed by its
-    dequantization (Convert/Subtract/Multiply); its offline transformations then fold those and merge
-    FakeQuantize ops that repeat the same quantization (e.g. on both sides of a Concat with shared
-    scales). The pairs are checked on the frontend's conversion, the merged count is reported.
+    dequantization (Convert/Subtract/Multiply), which the IR keeps (see :func:`_convert`); the CPU plugin
+    folds those and merges FakeQuantize ops that repeat the same quantization (e.g. on both sides of a
+    Concat with shared scales) when it compiles. The pairs are checked on the frontend's conversion, the
+    IR's count is reported.
     """
     pairs = _activation_qdq_outputs(proto)
     missing, levels = _pair_fake_quantizes(source, pairs)
