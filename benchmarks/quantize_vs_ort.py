@@ -12,6 +12,10 @@ onnxruntime fuses Q/DQ into integer kernels whose u8 x s8 products saturate on x
 The same models are also run by OpenVINO (CPU) on its int8 kernels (``HostRunner(exact_qdq=False)``), as an
 OpenVINO deployment of the QDQ file would run them; edgekit's own host evaluation runs the exact semantics.
 
+Both quantizers use int8 activations here (like with like: onnxruntime's documented default), although
+``edgekit quantize`` writes uint8 activations by default, the scheme OpenVINO runs right
+(docs/quantization.md); the OpenVINO figures of edgekit's default file are in tests/test_portable_qdq.py.
+
 Jobs: SqueezeNet 1.1 (opset 7) calibrated on 100 of the 200 shared ImageNet photos and evaluated on all 200;
 MNIST-8 (opset 8) calibrated on 200 MNIST test images and evaluated on all 10,000. When onnxruntime fails on a
 model as given (it does on both), it is run again on the opset-19 model that edgekit's loader produces, so the

@@ -107,7 +107,9 @@ def main(argv: list[str] | None = None) -> int:
         for dense_per_channel in (True, False):
             path = folder / f"qdq-{dense_per_channel}.onnx"
             data = open_dataset(npz, specs, limit=args.calib)
-            options = QuantizeOptions(samples=args.calib, dense_per_channel=dense_per_channel)
+            options = QuantizeOptions(
+                activations="int8", samples=args.calib, dense_per_channel=dense_per_channel
+            )
             quantize_model(source, data, options=options, output=path)
             qdq[dense_per_channel] = path
         variants = [

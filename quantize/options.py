@@ -12,8 +12,10 @@ ACTIVATION_DTYPES = ("int8", "uint8")
 
 @dataclass(frozen=True)
 class QuantizeOptions:
-    #: Activation type: asymmetric per-tensor ``int8`` (TFLite's scheme) or ``uint8`` (OpenVINO's, older NPUs).
-    activations: str = "int8"
+    #: Activation type, asymmetric per tensor: ``uint8`` (the default: a standalone QDQ file runs right on
+    #: onnxruntime and OpenVINO alike) or ``int8`` (TFLite's scheme; OpenVINO runs it less exactly). Targets
+    #: choose their own (``Target.activation_dtype``): the TFLite converter takes either.
+    activations: str = "uint8"
     #: Calibration method for activation ranges.
     method: str = "minmax"
     #: Number of calibration samples used (the first N of the data set).

@@ -14,7 +14,7 @@ from pathlib import Path
 import onnx_ir as ir
 from edgekit.targets.base import PackageOptions, Problem, Target, register_target
 from edgekit.targets.tflite.converter import ConvertOptions
-from edgekit.targets.tflite.package import check_model, is_quantized, package_tflite
+from edgekit.targets.tflite.package import check_model, package_tflite
 
 
 @dataclass(frozen=True)
@@ -22,13 +22,13 @@ class ArmCpuOptions:
     """Options of the ``arm-cpu`` target.
 
     ``keep_io_layout``: keep ONNX's NCHW layout for image inputs/outputs (one transpose at each edge)
-    instead of NHWC. ``fp32_tolerance`` / ``int8_tolerance``: the largest verification error against
-    the source model (fp32 ONNX, or the QDQ model), relative to the output's value range.
+    instead of NHWC. ``fp32_tolerance``: the largest verification error of an fp32 .tflite against the
+    source model, relative to the output's scale; an int8 .tflite is judged against its QDQ model by the
+    int8 yardstick (:data:`edgekit.targets.base.YARDSTICKS`).
     """
 
     keep_io_layout: bool = False
     fp32_tolerance: float = 1e-4
-    int8_tolerance: float = 0.15
 
 
 @register_target
@@ -47,5 +47,4 @@ class ArmCpuTarget(Target):
         convert_options = ConvertOptions(
             keep_io_layout=opts.keep_io_layout, io_dtype="float32", target=self.name
         )
-        tolerance = opts.int8_tolerance if is_quantized(model) else opts.fp32_tolerance
-        return package_tflite(self, model, out_dir, options, convert_options, tolerance)
+        return package_tflite(self, model, out_dir, options, convert_options, opts.fp32_tolerance)

@@ -254,7 +254,9 @@ def test_qdq_model_runs_the_same_in_onnxruntime_reference_and_openvino(activatio
 
 
 def test_quantized_model_keeps_scales_where_tflite_needs_them():
-    fp32, q = quantize_proto(mixed_ops_model(), samples((1, 2, 4, 4), n=16), float_output_heads=False)
+    fp32, q = quantize_proto(
+        mixed_ops_model(), samples((1, 2, 4, 4), n=16), activations="int8", float_output_heads=False
+    )
     proto = q.proto()
     init = initializers(proto)
 

@@ -513,7 +513,12 @@ def _summary_line(name: str, path: Path, verification: Mapping[str, Any]) -> str
     precision = verification.get("precision", "")
     err = verification.get("max_rel_error")
     samples = verification.get("samples")
-    figures = f"max error {err:.2g} of the output range on {samples} sample(s)" if err is not None else ""
+    outputs = verification.get("outputs") or {}
+    cosines = [o["cosine"] for o in outputs.values() if "cosine" in o]
+    cosine = f"cosine {min(cosines):.5f}, " if cosines and precision != "fp32" else ""
+    figures = (
+        f"{cosine}max error {err:.2g} of the output scale on {samples} sample(s)" if err is not None else ""
+    )
     line = f"[green]✓[/] {name} → {path} ({', '.join(x for x in (precision, figures) if x)})"
     for key in ("npu", "nnapi"):
         extra = verification.get(key)

@@ -51,7 +51,13 @@ def quantize(
     report: Annotated[Path | None, typer.Option("--report", help="Write the JSON report here.")] = None,
     method: Annotated[str, typer.Option("--method", help="minmax | percentile | entropy | mse")] = "minmax",
     samples: Annotated[int, typer.Option("--samples", help="Calibration samples to use.")] = 100,
-    activations: Annotated[str, typer.Option("--activations", help="int8 (default) or uint8.")] = "int8",
+    activations: Annotated[
+        str,
+        typer.Option(
+            "--activations",
+            help="uint8 (default: the file runs right on onnxruntime and OpenVINO) or int8 (TFLite's scheme).",
+        ),
+    ] = "uint8",
     percentile: Annotated[
         float, typer.Option("--percentile", help="Kept percentile (percentile method).")
     ] = 99.999,

@@ -269,7 +269,8 @@ def test_fully_integer_fails_listing_the_float_ops() -> None:
     ]
     model = make_model(nodes, {"x": (1, 2, 4, 4)}, ["y"], {"w": np.ones((2, 2, 1, 1), np.float32) * 0.1})
     samples = [Sample(random_feeds(model, s), None, str(s)) for s in range(2)]
-    qdq = quantize(load_proto(model), samples, QuantizeOptions(samples=2, float_output_heads=False)).proto()
+    options = QuantizeOptions(activations="int8", samples=2, float_output_heads=False)
+    qdq = quantize(load_proto(model), samples, options).proto()
     convert_proto(qdq, ConvertOptions(io_dtype="float32"))  # hybrid is fine for arm-cpu
     with pytest.raises(TargetError, match="cannot make the model fully integer for nnapi: .*the_erf") as info:
         convert_proto(qdq, ConvertOptions(io_dtype="int8", target="nnapi"))

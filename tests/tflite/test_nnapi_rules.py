@@ -659,7 +659,7 @@ def test_shared_squeezenet_int8_is_fully_integer_and_delegated():
         Sample({name: RNG.uniform(0, 255, (1, 3, 224, 224)).astype(np.float32)}, None, str(i))
         for i in range(4)
     ]
-    qdq = quantize(model, calib, QuantizeOptions(float_output_heads=False)).proto()
+    qdq = quantize(model, calib, QuantizeOptions(activations="int8", float_output_heads=False)).proto()
     data = convert(qdq, ConvertOptions(io_dtype="int8", target="nnapi")).data
     assert is_fully_integer(data) == []
     at4, at2 = check_nnapi(data, 4), check_nnapi(data, 2)

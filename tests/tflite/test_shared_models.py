@@ -65,7 +65,9 @@ def test_shared_model_fp32_and_int8(name, samples) -> None:
         expected, actual = run_onnx(original, sample)[0], run_tflite(fp32, sample)[0]
         assert np.abs(actual - expected).max() <= 1e-4 * np.ptp(expected)
     calib = [Sample(f, None, str(i)) for i, f in enumerate(feeds[:8])]
-    qdq = quantize(load_model(path), calib, QuantizeOptions(samples=8, float_output_heads=False)).proto()
+    qdq = quantize(
+        load_model(path), calib, QuantizeOptions(activations="int8", samples=8, float_output_heads=False)
+    ).proto()
     int8 = convert(load_proto(qdq, prepare=False))
     assert "TRANSPOSE" not in op_types(int8) and int8.float_ops == []
     agree = 0
@@ -74,7 +76,7 @@ def test_shared_model_fp32_and_int8(name, samples) -> None:
         agree += q[np.argmax(got)] == q.max() or got[np.argmax(q)] == got.max()
     assert agree >= len(feeds[8:]) - 1  # >= 15 of 16 (the benchmark: 100 % on 200 images)
     # The arm-cpu default: a float output head (and, for SqueezeNet, float pooled logits): no ties, strict top-1.
-    qdq = quantize(load_model(path), calib, QuantizeOptions(samples=8)).proto()
+    qdq = quantize(load_model(path), calib, QuantizeOptions(activations="int8", samples=8)).proto()
     int8 = convert(load_proto(qdq, prepare=False))
     assert "TRANSPOSE" not in op_types(int8)
     for sample in feeds[8:]:

@@ -128,7 +128,7 @@ def edgekit_qdq(
     return quantize(
         load_proto(model),
         samples,
-        QuantizeOptions(samples=len(samples), float_output_heads=float_output_heads),
+        QuantizeOptions(activations="int8", samples=len(samples), float_output_heads=float_output_heads),
     ).proto()
 
 
