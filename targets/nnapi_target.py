@@ -36,14 +36,12 @@ class NnapiOptions:
     ``io_dtype``: "int8" or "uint8" model inputs/outputs (where the op next to them is integer).
     ``feature_level``: the NNAPI feature level the compatibility report is for (1..8, Android API
     27..35; default 4 = Android 11). ``keep_io_layout``: keep NCHW image inputs/outputs.
-    ``tolerance``: the largest verification error against the QDQ model, relative to the output's
-    value range. ``strict_integer``: refuse a model with ops that stay float (fully integer or nothing).
+    ``strict_integer``: refuse a model with ops that stay float (fully integer or nothing).
     """
 
     io_dtype: Literal["int8", "uint8"] = "int8"
     feature_level: int = 4
     keep_io_layout: bool = False
-    tolerance: float = 0.15
     strict_integer: bool = False
 
     def __post_init__(self) -> None:
@@ -116,5 +114,5 @@ class NnapiTarget(Target):
         }
         files = {REPORT_FILE: json.dumps(report.to_json(), indent=2).encode()}
         return package_tflite(
-            self, model, out_dir, options, convert_options, opts.tolerance, files, extra_report, result=result
+            self, model, out_dir, options, convert_options, None, files, extra_report, result=result
         )

@@ -107,7 +107,7 @@ def verify(
     model: ir.Model,
     result: ConversionResult,
     samples: Sequence[Mapping[str, np.ndarray]],
-    tolerance: float,
+    tolerance: float | None,
     target: str,
 ) -> dict[str, Any]:
     """Run the .tflite (LiteRT) and the source model (host, OpenVINO f32) on ``samples`` and compare."""
@@ -163,7 +163,7 @@ def package_tflite(
     out_dir: Path,
     options: PackageOptions,
     convert_options: ConvertOptions,
-    tolerance: float,
+    tolerance: float | None,
     extra_files: Mapping[str, bytes] | None = None,
     extra_report: Mapping[str, Any] | None = None,
     result: ConversionResult | None = None,
