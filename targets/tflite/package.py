@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import onnx_ir as ir
+from edgekit import isolated
 from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, Requirement, TensorSpec, write_bundle
 from edgekit.errors import EdgekitError, TargetError, UnsupportedOpError
 from edgekit.targets.base import (
@@ -72,21 +73,38 @@ def check_model(model: ir.Model, target: str, convert_options: ConvertOptions) -
 def run_tflite(
     data: bytes, result: ConversionResult, feeds: Mapping[str, np.ndarray], threads: int = 2
 ) -> dict[str, np.ndarray]:
-    """Run the converted model on ONNX-layout float feeds; float outputs in the ONNX layout."""
+    """Run the converted model on ONNX-layout float feeds; float outputs in the ONNX layout.
+
+    In this process: a graph LiteRT aborts on takes the caller down (:func:`verify` runs it in a child).
+    """
+    return run_tflite_samples(data, result.inputs, result.outputs, [feeds], threads)[0]
+
+
+def run_tflite_samples(
+    data: bytes,
+    inputs: Sequence[TensorInfo],
+    outputs: Sequence[TensorInfo],
+    samples: Sequence[Mapping[str, np.ndarray]],
+    threads: int = 2,
+) -> list[dict[str, np.ndarray]]:
+    """:func:`run_tflite` on each sample, with one interpreter."""
     from ai_edge_litert.interpreter import Interpreter
 
     interpreter = Interpreter(model_content=data, num_threads=threads)
     interpreter.allocate_tensors()
     ins = {d["name"]: d["index"] for d in interpreter.get_input_details()}
     outs = {d["name"]: d["index"] for d in interpreter.get_output_details()}
-    for info in result.inputs:
-        if info.name not in feeds:
-            raise TargetError(f"verification sample has no input {info.name!r}")
-        interpreter.set_tensor(ins[info.name], to_model_input(info, np.asarray(feeds[info.name])))
-    interpreter.invoke()
-    return {
-        info.name: from_model_output(info, interpreter.get_tensor(outs[info.name])) for info in result.outputs
-    }
+    results = []
+    for feeds in samples:
+        for info in inputs:
+            if info.name not in feeds:
+                raise TargetError(f"verification sample has no input {info.name!r}")
+            interpreter.set_tensor(ins[info.name], to_model_input(info, np.asarray(feeds[info.name])))
+        interpreter.invoke()
+        results.append(
+            {info.name: from_model_output(info, interpreter.get_tensor(outs[info.name])) for info in outputs}
+        )
+    return results
 
 
 def to_model_input(info: TensorInfo, array: np.ndarray) -> np.ndarray:
@@ -111,19 +129,32 @@ def verify(
     target: str,
 ) -> dict[str, Any]:
     """Run the .tflite (LiteRT) and the source model (host, OpenVINO f32) on ``samples`` and compare."""
-    from edgekit.runtime import HostRunner
-
-    host = HostRunner(model)
-    reference = []
-    for sample in samples:
-        got = host.run(dict(sample))
-        reference.append({info.name: np.asarray(got[info.name]) for info in result.outputs})
-    actual = [run_tflite(result.data, result, sample) for sample in samples]
+    # Both runtimes run in a child process: LiteRT aborts the process on some graphs, OpenVINO can crash
+    # compiling one; either becomes a TargetError here.
+    proto = ir.to_proto(model).SerializeToString()
+    feeds = [{name: np.asarray(a) for name, a in sample.items()} for sample in samples]
+    reference, actual = isolated.call(
+        _reference_and_tflite,
+        proto,
+        result.data,
+        result.inputs,
+        result.outputs,
+        feeds,
+        what="LiteRT",
+        doing="running the converted model",
+    )
     names = [info.name for info in result.outputs]
 
     def int8_kernels() -> list[dict[str, np.ndarray]]:  # the rounding noise of another int8 runtime
-        kernels = HostRunner(model, exact_qdq=False)
-        return [{n: kernels.run(dict(s))[n] for n in names} for s in samples]
+        return isolated.call(
+            _host_outputs,
+            proto,
+            feeds,
+            names,
+            exact_qdq=False,
+            what="OpenVINO",
+            doing="running the QDQ model on its int8 kernels",
+        )
 
     quantized = is_quantized(model)
     stick = yardstick("int8") if quantized else yardstick("fp32", tolerance)
@@ -141,6 +172,31 @@ def verify(
         "runtime": "LiteRT interpreter (ai-edge-litert)",
         **figures,
     }
+
+
+def _host_outputs(
+    proto: bytes, samples: Sequence[Mapping[str, np.ndarray]], names: Sequence[str], exact_qdq: bool = True
+) -> list[dict[str, np.ndarray]]:
+    """(Run in a child.) The outputs ``names`` of a serialized ONNX model on the host, per sample."""
+    import onnx
+    from edgekit.runtime import HostRunner
+
+    host = HostRunner(onnx.load_model_from_string(proto), exact_qdq=exact_qdq)
+    return [{n: np.asarray(host.run(dict(s))[n]) for n in names} for s in samples]
+
+
+def _reference_and_tflite(
+    proto: bytes,
+    data: bytes,
+    inputs: Sequence[TensorInfo],
+    outputs: Sequence[TensorInfo],
+    samples: Sequence[Mapping[str, np.ndarray]],
+) -> tuple[list[dict[str, np.ndarray]], list[dict[str, np.ndarray]]]:
+    """(Run in a child by :func:`verify`.) The source model on the host and the .tflite on LiteRT."""
+    isolated.stage("OpenVINO", "running the source model on the host")
+    reference = _host_outputs(proto, samples, [info.name for info in outputs])
+    isolated.stage("LiteRT", "running the converted model")
+    return reference, run_tflite_samples(data, inputs, outputs, samples)
 
 
 def tensor_specs(infos: Sequence[TensorInfo]) -> tuple[TensorSpec, ...]:

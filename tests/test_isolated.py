@@ -1,0 +1,50 @@
+"""edgekit.isolated: a native crash in the child becomes one typed line; the parent survives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from edgekit import isolated
+from edgekit.errors import DataError, TargetError, UnsupportedOpError
+
+import isolated_fns
+
+
+def test_result_and_arrays_round_trip():
+    rng = np.random.default_rng(0)
+    arrays = {"x": rng.standard_normal((2, 3, 64, 64)).astype(np.float32), "i": np.arange(5)}
+    got = isolated.call(isolated_fns.double, arrays, what="test", doing="doubling")
+    assert set(got) == {"x", "i"}
+    np.testing.assert_array_equal(got["x"], arrays["x"] * 2)
+    np.testing.assert_array_equal(got["i"], arrays["i"] * 2)
+
+
+def test_child_killed_by_sigabrt_is_a_typed_one_line_error():
+    with pytest.raises(TargetError) as info:
+        isolated.call(
+            isolated_fns.abort_after_message,
+            "tensorflow/lite/kernels/gather.cc:80 indices out of range",
+            what="LiteRT",
+            doing="running the converted model",
+        )
+    message = str(info.value)
+    assert message == (
+        "LiteRT aborted (SIGABRT) while running the converted model: "
+        "tensorflow/lite/kernels/gather.cc:80 indices out of range"
+    )
+    assert "\n" not in message
+
+
+def test_exception_in_child_becomes_its_first_meaningful_line():
+    with pytest.raises(DataError) as info:
+        isolated.call(isolated_fns.raise_runtime_error, what="LiteRT", doing="verifying", error=DataError)
+    assert (
+        str(info.value)
+        == "LiteRT failed while verifying: tensorflow/lite/kernels/pad.cc:120 zero points differ"
+    )
+
+
+def test_typed_error_in_child_is_reraised_as_is():
+    with pytest.raises(UnsupportedOpError) as info:
+        isolated.call(isolated_fns.raise_typed, what="x", doing="y")
+    assert "unsupported op 'Foo' (node 'node_7') for target 'arm-cpu'" in str(info.value)
