@@ -90,7 +90,7 @@ class ConstantFoldPass(ir.passes.InPlacePass):
     def _fold(node: ir.Node, opset: int) -> list[np.ndarray] | None:
         if node.op_type in ("Shape", "Size") and node.inputs[0] is not None:
             shape = node.inputs[0].shape
-            if shape is None or not all(isinstance(d, int) for d in shape):
+            if shape is None or not all(isinstance(d, int) and d >= 0 for d in shape):
                 return None
             dims = np.array(list(shape), dtype=np.int64)
             if node.op_type == "Size":

@@ -123,6 +123,16 @@ def _dequantized(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto]) ->
     return onnx.numpy_helper.from_array(value, node.output[0])
 
 
+def compile_check(path: str, config: Mapping[str, str]) -> None:
+    """Read and compile a model file on OpenVINO's CPU plugin (run in a child by ``HostRunner(isolate=True)``)."""
+    core = _core()
+    try:
+        core.compile_model(core.read_model(path), "CPU", dict(config))
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unknown error"
+        raise ModelError(f"OpenVINO cannot compile the model: {first}") from None
+
+
 class HostRunner:
     """Compile an ONNX model once and run it sample by sample."""
 
@@ -134,8 +144,13 @@ class HostRunner:
         threads: int | None = None,
         streams: int = 1,
         exact_qdq: bool = True,
+        isolate: bool = False,
     ):
-        """``exact_qdq=False`` runs a QDQ model as OpenVINO would deploy it, on its int8 kernels."""
+        """``exact_qdq=False`` runs a QDQ model as OpenVINO would deploy it, on its int8 kernels.
+
+        ``isolate=True`` first compiles the model in a child process (:mod:`edgekit.isolated`), so that an
+        OpenVINO crash on a model edgekit wrote is a ModelError rather than the end of the process.
+        """
         proto = ir.to_proto(model) if isinstance(model, ir.Model) else model
         if exact_qdq:
             proto = fold_constant_dequantize(proto)
@@ -152,6 +167,17 @@ class HostRunner:
         with tempfile.TemporaryDirectory(prefix="edgekit-ov-") as tmp:
             path = Path(tmp, "model.onnx")
             path.write_bytes(proto.SerializeToString())
+            if isolate:
+                from edgekit import isolated
+
+                isolated.call(
+                    compile_check,
+                    str(path),
+                    config,
+                    what="OpenVINO",
+                    doing="compiling the model on the host",
+                    error=ModelError,
+                )
             try:
                 ov_model = core.read_model(str(path))
                 self._compiled = core.compile_model(ov_model, "CPU", config)
@@ -179,7 +205,7 @@ class HostRunner:
         for name in self.input_names:
             expected = self._input_info.get(name)
             got = tuple(np.shape(feeds[name]))
-            if expected and all(expected) and expected != got:
+            if expected and all(d > 0 for d in expected) and expected != got:  # <= 0: a dynamic dim
                 raise DataError(f"input {name!r}: expected shape {list(expected)}, got {list(got)}")
         return {n: np.ascontiguousarray(feeds[n]) for n in self.input_names}
 

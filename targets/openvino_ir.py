@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import onnx
 import onnx_ir as ir
+from edgekit import isolated
 from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, Requirement, write_bundle
 from edgekit.errors import TargetError
 from edgekit.targets.base import (
@@ -133,6 +134,14 @@ class IntelVpuTarget(Target):
             report: dict[str, Any] = {
                 "precision": "int8" if quantized else ("fp16" if opts.compress_to_fp16 else "fp32")
             }
+            # OpenVINO can crash compiling or running an IR: do both once where a crash cannot end the CLI.
+            isolated.call(
+                _compile_and_run,
+                str(converted.xml),
+                [dict(s) for s in samples[:1]],
+                what="OpenVINO",
+                doing="compiling the IR on the CPU",
+            )
             compiled = _compile_cpu(core, converted.ov_model)
             if quantized:
                 report["int8"] = _check_int8(proto, converted.source, converted.ov_model, compiled)
@@ -380,6 +389,15 @@ def _compile_cpu(core: Any, ov_model: Any) -> Any:
         raise TargetError(
             f"intel-vpu: the OpenVINO CPU plugin cannot compile the IR: {_first_line(exc)}"
         ) from None
+
+
+def _compile_and_run(xml: str, samples: Sequence[Mapping[str, np.ndarray]]) -> None:
+    """(Run in a child by ``package``.) Compile the saved IR on the CPU plugin and run ``samples`` on it."""
+    core = _ov().Core()
+    compiled = _compile_cpu(core, core.read_model(xml))
+    isolated.stage("OpenVINO", "running the IR on the CPU")
+    for sample in samples:
+        run_compiled(compiled, sample)
 
 
 def run_compiled(compiled: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -25,6 +25,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 from edgekit.errors import ModelError, TargetError
+from edgekit.model import forget_nonpositive_dims
 from edgekit.targets.tflite import fusion, layout, lowering, quantized, writer
 from edgekit.targets.tflite.context import Context, permute, to_nchw_perm, to_nhwc_perm
 from edgekit.targets.tflite.graph import Graph, Op, Tensor
@@ -133,7 +134,10 @@ def convert(
 def build_graph(model: ir.Model | onnx.ModelProto, options: ConvertOptions = ConvertOptions()) -> Graph:
     """The TFLite graph ``convert`` serialises: the ONNX graph translated, then every pass run."""
     if isinstance(model, onnx.ModelProto):
-        model = ir.from_proto(onnx.shape_inference.infer_shapes(model, data_prop=True))
+        proto = onnx.ModelProto()
+        proto.CopyFrom(model)
+        forget_nonpositive_dims(proto)  # -1 is a dynamic dim (Paddle exports), not a size
+        model = ir.from_proto(onnx.shape_inference.infer_shapes(proto, data_prop=True))
     graph = translate(model, options)
     for run in _pipeline(options):
         graph = run(graph)
@@ -236,7 +240,7 @@ def _infer_missing_shapes(ctx: Context, node: ir.Node) -> None:
         tensor_type = inferred.get(v.name)
         if tensor_type is None or not tensor_type.tensor_type.HasField("shape"):
             continue
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.tensor_type.shape.dim]
+        dims = [d.dim_value if d.dim_value > 0 else None for d in tensor_type.tensor_type.shape.dim]
         if all(d is not None for d in dims):
             v.shape = ir.Shape(dims)
             if v.dtype is None:
