@@ -16,12 +16,14 @@ import tempfile
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import onnx
-import onnx_ir as ir
 from edgekit.errors import DataError, ModelError
+
+if TYPE_CHECKING:  # onnx_ir is slow to import: TFLite verification's child process runs without it
+    import onnx_ir as ir
 
 T = TypeVar("T")
 
@@ -151,7 +153,11 @@ class HostRunner:
         ``isolate=True`` first compiles the model in a child process (:mod:`edgekit.isolated`), so that an
         OpenVINO crash on a model edgekit wrote is a ModelError rather than the end of the process.
         """
-        proto = ir.to_proto(model) if isinstance(model, ir.Model) else model
+        if not isinstance(model, onnx.ModelProto):
+            import onnx_ir as ir
+
+            model = ir.to_proto(model)
+        proto = model
         if exact_qdq:
             proto = fold_constant_dequantize(proto)
         proto = with_outputs(proto, list(extra_outputs))

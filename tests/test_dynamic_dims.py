@@ -60,7 +60,9 @@ def files(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_paddle_minus_one_dims_need_input_shape_and_say_so(files, capsys):
-    code, _, err = cli(capsys, "quantize", str(files["paddle"]), "--calib", str(files["calib"]), "-o", "x.onnx")
+    code, _, err = cli(
+        capsys, "quantize", str(files["paddle"]), "--calib", str(files["calib"]), "-o", "x.onnx"
+    )
     assert code == 2
     assert err.strip().splitlines() == [
         "error: input 'x' has dynamic dimensions ['?', 3, '?', '?']; pass --input-shape x=N,3,N,N"
@@ -79,7 +81,9 @@ def test_paddle_minus_one_dims_quantize_with_input_shape(files, tmp_path, capsys
     assert dims == list(SHAPE)
     # The QDQ file runs, and stays close to the float model (onnxruntime for both).
     x = np.load(files["calib"])[0]
-    ref = ort.InferenceSession(str(files["paddle"]), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    ref = ort.InferenceSession(str(files["paddle"]), providers=["CPUExecutionProvider"]).run(None, {"x": x})[
+        0
+    ]
     got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert got.shape == ref.shape == (1, 5, 1, 1)
     np.testing.assert_allclose(got, ref, atol=0.1 * float(np.abs(ref).max()))

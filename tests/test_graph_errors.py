@@ -121,4 +121,6 @@ def test_an_unexpected_pass_failure_says_which_pass_without_reprs(monkeypatch):
     monkeypatch.setattr(passes.ir.passes, "PassManager", with_broken)
     with pytest.raises(ModelError) as info:
         prepare(model)
-    assert str(info.value) == "cannot prepare the model's graph: _BrokenPass failed: KeyError: 'no such value'"
+    assert (
+        str(info.value) == "cannot prepare the model's graph: _BrokenPass failed: KeyError: 'no such value'"
+    )

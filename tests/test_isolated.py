@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import isolated_fns
 import numpy as np
 import pytest
 from edgekit import isolated
 from edgekit.errors import DataError, TargetError, UnsupportedOpError
-
-import isolated_fns
 
 
 def test_result_and_arrays_round_trip():

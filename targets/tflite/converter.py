@@ -25,6 +25,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 from edgekit.errors import ModelError, TargetError
+from edgekit.litert_run import TensorInfo  # noqa: F401 - defined there to be light, used here
 from edgekit.model import forget_nonpositive_dims
 from edgekit.targets.tflite import fusion, layout, lowering, quantized, writer
 from edgekit.targets.tflite.context import Context, permute, to_nchw_perm, to_nhwc_perm
@@ -59,27 +60,6 @@ class ConvertOptions:
     def __post_init__(self) -> None:
         if self.io_dtype not in ("float32", "int8", "uint8"):
             raise TargetError(f"io_dtype must be float32, int8 or uint8, got {self.io_dtype!r}")
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    """A model input or output as the .tflite file has it."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-    layout: str | None  # "NHWC" / "NCHW" for image tensors
-    onnx_to_tflite_perm: tuple[int, ...] | None  # transpose the ONNX tensor by this to get the TFLite one
-    scale: float | None = None
-    zero_point: int | None = None
-
-    def to_tflite(self, array: np.ndarray) -> np.ndarray:
-        return np.transpose(array, self.onnx_to_tflite_perm) if self.onnx_to_tflite_perm else array
-
-    def to_onnx(self, array: np.ndarray) -> np.ndarray:
-        if not self.onnx_to_tflite_perm:
-            return array
-        return np.transpose(array, np.argsort(self.onnx_to_tflite_perm))
 
 
 @dataclass

@@ -12,6 +12,7 @@ import onnx_ir as ir
 from edgekit import isolated
 from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, Requirement, TensorSpec, write_bundle
 from edgekit.errors import EdgekitError, TargetError, UnsupportedOpError
+from edgekit.litert_run import TensorInfo, host_outputs, reference_and_tflite, run_tflite_samples
 from edgekit.targets.base import (
     PackageOptions,
     Problem,
@@ -23,7 +24,7 @@ from edgekit.targets.base import (
     verify_outputs,
     yardstick,
 )
-from edgekit.targets.tflite.converter import ConversionResult, ConvertOptions, TensorInfo, convert
+from edgekit.targets.tflite.converter import ConversionResult, ConvertOptions, convert
 from edgekit.targets.tflite.registry import lookup
 
 log = logging.getLogger("edgekit")
@@ -80,47 +81,6 @@ def run_tflite(
     return run_tflite_samples(data, result.inputs, result.outputs, [feeds], threads)[0]
 
 
-def run_tflite_samples(
-    data: bytes,
-    inputs: Sequence[TensorInfo],
-    outputs: Sequence[TensorInfo],
-    samples: Sequence[Mapping[str, np.ndarray]],
-    threads: int = 2,
-) -> list[dict[str, np.ndarray]]:
-    """:func:`run_tflite` on each sample, with one interpreter."""
-    from ai_edge_litert.interpreter import Interpreter
-
-    interpreter = Interpreter(model_content=data, num_threads=threads)
-    interpreter.allocate_tensors()
-    ins = {d["name"]: d["index"] for d in interpreter.get_input_details()}
-    outs = {d["name"]: d["index"] for d in interpreter.get_output_details()}
-    results = []
-    for feeds in samples:
-        for info in inputs:
-            if info.name not in feeds:
-                raise TargetError(f"verification sample has no input {info.name!r}")
-            interpreter.set_tensor(ins[info.name], to_model_input(info, np.asarray(feeds[info.name])))
-        interpreter.invoke()
-        results.append(
-            {info.name: from_model_output(info, interpreter.get_tensor(outs[info.name])) for info in outputs}
-        )
-    return results
-
-
-def to_model_input(info: TensorInfo, array: np.ndarray) -> np.ndarray:
-    array = info.to_tflite(array)
-    if info.scale is not None and info.dtype in ("int8", "uint8"):
-        limits = np.iinfo(np.dtype(info.dtype))
-        array = np.clip(np.rint(array / info.scale) + info.zero_point, limits.min, limits.max)
-    return array.astype(info.dtype)
-
-
-def from_model_output(info: TensorInfo, array: np.ndarray) -> np.ndarray:
-    if info.scale is not None and info.dtype in ("int8", "uint8"):
-        array = (array.astype(np.float32) - info.zero_point) * np.float32(info.scale)
-    return info.to_onnx(np.asarray(array))
-
-
 def verify(
     model: ir.Model,
     result: ConversionResult,
@@ -134,7 +94,7 @@ def verify(
     proto = ir.to_proto(model).SerializeToString()
     feeds = [{name: np.asarray(a) for name, a in sample.items()} for sample in samples]
     reference, actual = isolated.call(
-        _reference_and_tflite,
+        reference_and_tflite,
         proto,
         result.data,
         result.inputs,
@@ -147,7 +107,7 @@ def verify(
 
     def int8_kernels() -> list[dict[str, np.ndarray]]:  # the rounding noise of another int8 runtime
         return isolated.call(
-            _host_outputs,
+            host_outputs,
             proto,
             feeds,
             names,
@@ -172,31 +132,6 @@ def verify(
         "runtime": "LiteRT interpreter (ai-edge-litert)",
         **figures,
     }
-
-
-def _host_outputs(
-    proto: bytes, samples: Sequence[Mapping[str, np.ndarray]], names: Sequence[str], exact_qdq: bool = True
-) -> list[dict[str, np.ndarray]]:
-    """(Run in a child.) The outputs ``names`` of a serialized ONNX model on the host, per sample."""
-    import onnx
-    from edgekit.runtime import HostRunner
-
-    host = HostRunner(onnx.load_model_from_string(proto), exact_qdq=exact_qdq)
-    return [{n: np.asarray(host.run(dict(s))[n]) for n in names} for s in samples]
-
-
-def _reference_and_tflite(
-    proto: bytes,
-    data: bytes,
-    inputs: Sequence[TensorInfo],
-    outputs: Sequence[TensorInfo],
-    samples: Sequence[Mapping[str, np.ndarray]],
-) -> tuple[list[dict[str, np.ndarray]], list[dict[str, np.ndarray]]]:
-    """(Run in a child by :func:`verify`.) The source model on the host and the .tflite on LiteRT."""
-    isolated.stage("OpenVINO", "running the source model on the host")
-    reference = _host_outputs(proto, samples, [info.name for info in outputs])
-    isolated.stage("LiteRT", "running the converted model")
-    return reference, run_tflite_samples(data, inputs, outputs, samples)
 
 
 def tensor_specs(infos: Sequence[TensorInfo]) -> tuple[TensorSpec, ...]:
