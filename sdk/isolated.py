@@ -66,13 +66,18 @@ def meaningful_lines(text: str) -> list[str]:
     for raw in text.splitlines():
         # LiteRT's error reporter runs its messages together: "...(2 != 0)Node number 0 (PADV2) failed..."
         line = re.sub(r"(?<=[^\s;])(Node number \d+ \()", r"; \1", raw.strip())
-        if (
-            line
-            and not line.startswith(_NOISE)
-            and line not in ("Aborted", "Traceback (most recent call last):")
-        ):
+        # Headers that only introduce what follows (OpenVINO: "Exception from src/...cpp:84:", "Summary:").
+        if line and not line.startswith(_NOISE) and line != "Aborted" and not line.endswith(":"):
             lines.append(line)
     return lines
+
+
+def first_message(text: str) -> str | None:
+    """The line of an exception's message that names the problem: OpenVINO's summary item ("-- No conversion
+    rule found for operations: X") if there is one, else the first meaningful line (LiteRT's check)."""
+    lines = meaningful_lines(text)
+    item = next((ln for ln in lines if ln.startswith("-- ")), None)
+    return item[3:] if item else (lines[0] if lines else None)
 
 
 def call(
@@ -140,8 +145,7 @@ def call(
         module, qualname, message = value
         raise _rebuild(module, qualname, message, error)
     type_name, message = value
-    lines = meaningful_lines(message)
-    raise error(f"{what} failed while {doing}: {lines[0] if lines else type_name}")
+    raise error(f"{what} failed while {doing}: {first_message(message) or type_name}")
 
 
 def _rebuild(module: str, qualname: str, message: str, fallback: type[EdgekitError]) -> EdgekitError:

@@ -125,14 +125,34 @@ def _dequantized(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto]) ->
     return onnx.numpy_helper.from_array(value, node.output[0])
 
 
-def compile_check(path: str, config: Mapping[str, str]) -> None:
-    """Read and compile a model file on OpenVINO's CPU plugin (run in a child by ``HostRunner(isolate=True)``)."""
+def compile_check(
+    path: str, config: Mapping[str, str], samples: Sequence[Mapping[str, np.ndarray]] = ()
+) -> None:
+    """Read a model file (ONNX or IR), compile it on OpenVINO's CPU plugin and run ``samples`` on it.
+
+    Meant for a child process (:mod:`edgekit.isolated`): a crash there is an error message here.
+    """
     core = _core()
-    try:
-        core.compile_model(core.read_model(path), "CPU", dict(config))
-    except RuntimeError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unknown error"
-        raise ModelError(f"OpenVINO cannot compile the model: {first}") from None
+    compiled = core.compile_model(core.read_model(path), "CPU", dict(config))
+    for sample in samples:
+        compiled.create_infer_request().infer(dict(sample))
+
+
+def preflight_ir(
+    xml: str, source: bytes, samples: Sequence[Mapping[str, np.ndarray]], exact_qdq: Sequence[bool]
+) -> None:
+    """(Run in a child.) Compile and run an IR on the CPU, then its ONNX source as :class:`HostRunner` runs it
+    (once per ``exact_qdq`` mode), on ``samples``; says which step is at work."""
+    from edgekit import isolated
+
+    isolated.stage("OpenVINO", "compiling and running the IR on the CPU")
+    compile_check(xml, F32_CONFIG, samples)
+    proto = onnx.load_model_from_string(source)
+    for exact in exact_qdq:
+        isolated.stage("OpenVINO", "running the source model on the host")
+        runner = HostRunner(proto, exact_qdq=exact)
+        for sample in samples:
+            runner.run(sample)
 
 
 class HostRunner:

@@ -31,6 +31,7 @@ import onnx_ir as ir
 from edgekit import isolated
 from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, Requirement, write_bundle
 from edgekit.errors import TargetError
+from edgekit.runtime import preflight_ir
 from edgekit.targets.base import (
     PackageOptions,
     Problem,
@@ -134,12 +135,15 @@ class IntelVpuTarget(Target):
             report: dict[str, Any] = {
                 "precision": "int8" if quantized else ("fp16" if opts.compress_to_fp16 else "fp32")
             }
-            # OpenVINO can crash compiling or running an IR: do both once where a crash cannot end the CLI.
+            # OpenVINO can crash compiling or running an IR or a QDQ model: do what verification does once,
+            # on one sample, where a crash cannot end the CLI.
             isolated.call(
-                _compile_and_run,
+                preflight_ir,
                 str(converted.xml),
+                proto.SerializeToString(),
                 [dict(s) for s in samples[:1]],
-                what="OpenVINO",
+                (False, True) if quantized else (True,),
+                what="intel-vpu: OpenVINO",
                 doing="compiling the IR on the CPU",
             )
             compiled = _compile_cpu(core, converted.ov_model)
@@ -389,15 +393,6 @@ def _compile_cpu(core: Any, ov_model: Any) -> Any:
         raise TargetError(
             f"intel-vpu: the OpenVINO CPU plugin cannot compile the IR: {_first_line(exc)}"
         ) from None
-
-
-def _compile_and_run(xml: str, samples: Sequence[Mapping[str, np.ndarray]]) -> None:
-    """(Run in a child by ``package``.) Compile the saved IR on the CPU plugin and run ``samples`` on it."""
-    core = _ov().Core()
-    compiled = _compile_cpu(core, core.read_model(xml))
-    isolated.stage("OpenVINO", "running the IR on the CPU")
-    for sample in samples:
-        run_compiled(compiled, sample)
 
 
 def run_compiled(compiled: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

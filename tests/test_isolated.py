@@ -47,3 +47,28 @@ def test_typed_error_in_child_is_reraised_as_is():
     with pytest.raises(UnsupportedOpError) as info:
         isolated.call(isolated_fns.raise_typed, what="x", doing="y")
     assert "unsupported op 'Foo' (node 'node_7') for target 'arm-cpu'" in str(info.value)
+
+
+def test_openvino_failure_in_a_child_is_named_by_its_summary_line(tmp_path):
+    """HostRunner(isolate=True) compiles in a child; OpenVINO's multi-line error becomes its summary item."""
+    import onnx
+    from edgekit.errors import ModelError
+    from edgekit.runtime import HostRunner
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Scramble", ["x"], ["y"], domain="vendor.ops")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 19), helper.make_opsetid("vendor.ops", 1)]
+    )
+    onnx.checker.check_model(model)
+    with pytest.raises(ModelError) as info:
+        HostRunner(model, isolate=True)
+    assert str(info.value) == (
+        "OpenVINO failed while compiling the model on the host: "
+        "No conversion rule found for operations: vendor.ops.Scramble"
+    )
