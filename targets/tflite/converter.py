@@ -190,7 +190,7 @@ def _infer_missing_shapes(ctx: Context, node: ir.Node) -> None:
     shape inference could not propagate it.)
     """
     outputs = [v for v in node.outputs if v.name]
-    if all(v.shape is not None and all(isinstance(d, int) for d in v.shape) for v in outputs):
+    if all(v.shape is not None and all(isinstance(d, int) and d >= 0 for d in v.shape) for v in outputs):
         return
     if node.domain not in ("", "ai.onnx"):
         return
