@@ -113,3 +113,11 @@ def test_dynamic_batch_is_fixed_to_one_and_said_once(files, tmp_path, capsys):
     assert err.count("batch fixed to 1") == 1 and note in err.splitlines()
     assert "batch fixed" not in out
     assert read_bundle(tmp_path / "out" / "arm-cpu").manifest.inputs[0].shape[0] == 1
+
+
+def test_inspect_shows_minus_one_as_dynamic_and_checks_with_input_shape(files):
+    from edgekit.inspect import inspect_model
+
+    report = inspect_model(files["paddle"], {"x": SHAPE}, targets=["arm-cpu"])
+    assert report.inputs[0].shape == ("?", 3, "?", "?")
+    assert report.targets[0].not_checked is None
