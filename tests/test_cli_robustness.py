@@ -59,3 +59,14 @@ def test_edgekit_debug_shows_the_traceback(capsys, monkeypatch):
     assert code == INTERNAL_ERROR_EXIT
     assert "Traceback (most recent call last)" in err and "KeyError" in err
     assert err.strip().splitlines()[-1] == "error: internal error: KeyError: 'missing key'"
+
+
+def test_error_lines_are_plain_text_not_markup(tmp_path, capsys):
+    """A path with brackets (rich markup syntax) is printed as it is."""
+    from edgekit.cli.main import app
+
+    missing = tmp_path / "model[v2].onnx"
+    with pytest.raises(SystemExit) as exit_info:
+        run_app(app, ["inspect", str(missing)])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip() == f"error: model file not found: {missing}"

@@ -22,8 +22,8 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def fail(message: str, code: int = 2) -> None:
-    """Print one error line and exit."""
-    err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    """Print one error line and exit (``message`` is plain text: "[v2]" in a path is not markup)."""
+    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     raise SystemExit(code)
 
 
@@ -127,7 +127,7 @@ def run_app(app: typer.Typer, argv: Sequence[str]) -> None:
             hint = f" (set {DEBUG_ENV}=1 for the traceback)"
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
         detail = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
-        fail(f"internal error: {escape(detail)}{hint}", INTERNAL_ERROR_EXIT)
+        fail(f"internal error: {detail}{hint}", INTERNAL_ERROR_EXIT)
 
 
 def _agent_errors() -> tuple[type[BaseException], ...]:
