@@ -126,7 +126,7 @@ def call(
         reader.join()
     stderr, what, doing = _split_stages(stderr_bytes.decode("utf-8", "replace"), what, doing)
     if os.environ.get("EDGEKIT_DEBUG") and stderr.strip():
-        sys.stderr.write(stderr)
+        sys.stderr.write(stderr.rstrip("\n") + "\n")
     raw = b"".join(chunks)
     if proc.returncode < 0 or not raw:
         lines = meaningful_lines(stderr)
