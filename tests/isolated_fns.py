@@ -27,3 +27,13 @@ def raise_runtime_error() -> None:
 
 def raise_typed() -> None:
     raise UnsupportedOpError("Foo", "node_7", "arm-cpu", ["Add", "Conv"])
+
+
+def sleep_long() -> None:
+    import time
+
+    time.sleep(120)
+
+
+def pid() -> int:
+    return os.getpid()

@@ -72,3 +72,20 @@ def test_openvino_failure_in_a_child_is_named_by_its_summary_line(tmp_path):
         "OpenVINO failed while compiling the model on the host: "
         "No conversion rule found for operations: vendor.ops.Scramble"
     )
+
+
+def test_each_call_gets_a_fresh_child_and_survives_the_previous_ones_crash():
+    import os
+
+    first = isolated.call(isolated_fns.pid, what="test", doing="pid")
+    with pytest.raises(TargetError, match=r"aborted \(SIGABRT\)"):
+        isolated.call(isolated_fns.abort_after_message, "boom", what="test", doing="aborting")
+    second = isolated.call(isolated_fns.pid, what="test", doing="pid")
+    assert len({first, second, os.getpid()}) == 3
+
+
+def test_a_call_that_does_not_finish_is_stopped_and_the_next_one_runs():
+    with pytest.raises(TargetError) as info:
+        isolated.call(isolated_fns.sleep_long, what="LiteRT", doing="running the converted model", timeout=1)
+    assert str(info.value) == "LiteRT did not finish within 1 s while running the converted model"
+    assert isolated.call(isolated_fns.double, {"x": np.ones(2)}, what="t", doing="d")["x"].tolist() == [2, 2]
