@@ -89,7 +89,9 @@ def collect_statistics(
     reduce_in_graph = options.method == "minmax"
     if reduce_in_graph:
         proto, extra = _reduction_model(model, captured, mean_captured, options.bias_correction)
-        runner = HostRunner(proto, extra_outputs=extra)
+        runner = HostRunner(
+            proto, extra_outputs=extra, isolate=True
+        )  # a graph edgekit wrote: compile it apart
     else:
         runner = HostRunner(ir.to_proto(model), extra_outputs=captured + mean_captured)
     minmax = {name: MinMax() for name in observed_names}

@@ -76,7 +76,9 @@ def evaluate(
     graph_inputs = {v.name for v in fp32.graph.inputs}
     layers = [n for n in quantized.plan.activations if n not in graph_inputs]
     ref_runner = HostRunner(ir.to_proto(fp32), extra_outputs=layers)
-    q_runner = HostRunner(quantized.proto(), extra_outputs=[quantized.dequantized[n] for n in layers])
+    q_runner = HostRunner(
+        quantized.proto(), extra_outputs=[quantized.dequantized[n] for n in layers], isolate=True
+    )
     output_names = [v.name for v in fp32.graph.outputs]
     comparison = Comparison()
     per_layer = {n: TensorError() for n in layers}

@@ -168,7 +168,7 @@ def input_specs(model: Any) -> list[InputSpec]:
             raise DataError(
                 f"model input {value.name!r} has type {value.dtype.name}, which data cannot feed"
             ) from None
-        shape = tuple(d if isinstance(d, int) else -1 for d in value.shape)
+        shape = tuple(d if isinstance(d, int) and d > 0 else -1 for d in value.shape)
         specs.append(InputSpec(value.name, shape, dtype))
     return specs
 

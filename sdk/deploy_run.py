@@ -77,7 +77,7 @@ def evaluate_on_device(
 
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    fp32 = load_model(request.model, request.input_shapes)
+    fp32 = load_model(request.model, request.input_shapes, messages=[])  # notes already announced
     preprocess = ImagePreprocess.from_json(dict(request.preprocess)) if request.preprocess else None
     dataset = open_dataset(request.eval_data, input_specs(fp32), preprocess, limit=run.max_samples)
     reference = host_reference(fp32, dataset, run.max_samples, track)

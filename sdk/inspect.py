@@ -112,9 +112,7 @@ def _tensor_info(value: onnx.ValueInfoProto) -> TensorInfo:
     ttype = value.type.tensor_type
     shape = None
     if ttype.HasField("shape"):
-        shape = tuple(
-            d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in ttype.shape.dim
-        )
+        shape = tuple(d.dim_value if d.dim_value > 0 else (d.dim_param or "?") for d in ttype.shape.dim)
     return TensorInfo(value.name, shape, _dtype_name(ttype.elem_type))
 
 

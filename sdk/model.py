@@ -81,12 +81,38 @@ def _graph_inputs(proto: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     return [i for i in proto.graph.input if i.name not in initializers]
 
 
+def forget_nonpositive_dims(proto: onnx.ModelProto) -> None:
+    """Make every ``dim_value <= 0`` an unknown dimension, in place (graph inputs, outputs, value_info,
+    subgraphs included).
+
+    PaddlePaddle (and some other) exporters write ``dim_value: -1`` for a dynamic dimension; read as a number,
+    it contradicts every real size and poisons shape inference and constant folding.
+    """
+
+    def graph_values(graph: onnx.GraphProto):
+        yield from graph.input
+        yield from graph.output
+        yield from graph.value_info
+        for node in graph.node:
+            for a in node.attribute:
+                for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+                    yield from graph_values(sub)
+
+    for value in graph_values(proto.graph):
+        if not value.type.HasField("tensor_type") or not value.type.tensor_type.HasField("shape"):
+            continue
+        for d in value.type.tensor_type.shape.dim:
+            if d.HasField("dim_value") and d.dim_value <= 0:
+                d.ClearField("dim_value")
+
+
 def fix_input_shapes(
     proto: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]] | None = None
 ) -> list[str]:
     """Give every graph input a static shape; returns messages about what was assumed.
 
     A dynamic first dimension defaults to 1 (the batch); any other dynamic dimension needs ``input_shapes``.
+    A ``dim_value <= 0`` is dynamic (see :func:`forget_nonpositive_dims`).
     """
     input_shapes = dict(input_shapes or {})
     inputs = _graph_inputs(proto)
@@ -98,7 +124,7 @@ def fix_input_shapes(
     for value in inputs:
         tensor_type = value.type.tensor_type
         dims = tensor_type.shape.dim
-        current = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in dims]
+        current = [d.dim_value if d.dim_value > 0 else (d.dim_param or "?") for d in dims]
         if value.name in input_shapes:
             shape = input_shapes[value.name]
             if tensor_type.HasField("shape") and len(shape) != len(dims):
@@ -107,7 +133,7 @@ def fix_input_shapes(
                     f"the model's input has rank {len(dims)} {current}"
                 )
             for d, fixed in zip(dims, shape, strict=True):
-                if d.HasField("dim_value") and d.dim_value not in (0, fixed):
+                if d.HasField("dim_value") and d.dim_value > 0 and d.dim_value != fixed:
                     raise ModelError(
                         f"--input-shape {value.name}: dimension {fixed} contradicts the model's {current}"
                     )
@@ -121,9 +147,7 @@ def fix_input_shapes(
         if dynamic == [0]:
             dims[0].Clear()
             dims[0].dim_value = 1
-            messages.append(
-                f"input {value.name!r}: dynamic batch dimension set to 1 (use --input-shape to change)"
-            )
+            messages.append(f"input {value.name!r}: batch fixed to 1; pass --input-shape to choose")
         elif dynamic:
             raise ModelError(
                 f"input {value.name!r} has dynamic dimensions {current}; "
@@ -188,11 +212,13 @@ def load_proto(
     kept = [i for i in proto.graph.input if i.name not in initializers]
     del proto.graph.input[:]
     proto.graph.input.extend(kept)
+    forget_nonpositive_dims(proto)
     notes = fix_input_shapes(proto, input_shapes)
-    for note in notes:
-        log.warning(note)
     if messages is not None:
-        messages.extend(notes)
+        messages.extend(notes)  # the caller announces them (once per command, not once per load)
+    else:
+        for note in notes:
+            log.warning(note)
     _clear_stale_shapes(proto)
     proto = infer_shapes(proto)
     try:

@@ -7,11 +7,12 @@ DequantizeLinear nodes (and the constants they read) alone, so a QDQ model survi
 from __future__ import annotations
 
 import logging
+import re
 
 import numpy as np
 import onnx
 import onnx_ir as ir
-from edgekit.errors import ModelError
+from edgekit.errors import EdgekitError, ModelError
 from edgekit.irutil import NameScope, add_initializer, attr, const_array, only_consumer, replace_value
 from onnx_ir.passes.common import (
     LiftConstantsToInitializersPass,
@@ -90,7 +91,7 @@ class ConstantFoldPass(ir.passes.InPlacePass):
     def _fold(node: ir.Node, opset: int) -> list[np.ndarray] | None:
         if node.op_type in ("Shape", "Size") and node.inputs[0] is not None:
             shape = node.inputs[0].shape
-            if shape is None or not all(isinstance(d, int) for d in shape):
+            if shape is None or not all(isinstance(d, int) and d >= 0 for d in shape):
                 return None
             dims = np.array(list(shape), dtype=np.int64)
             if node.op_type == "Size":
@@ -310,17 +311,91 @@ class MatMulAddToGemmPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified)
 
 
+#: Ops whose output size depends on the values of their inputs, never on shapes alone.
+_DATA_DEPENDENT = frozenset({"NonZero", "Unique", "Compress", "NonMaxSuppression", "StringSplit"})
+_CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
+
+
+def _is_static(shape: ir.Shape | None) -> bool:
+    return shape is not None and all(isinstance(d, int) and d >= 0 for d in shape)
+
+
+def _shape_text(shape: ir.Shape | None) -> str:
+    if shape is None:
+        return "unknown rank"
+    return "[" + ", ".join(str(d) if isinstance(d, int) and d >= 0 else "?" for d in shape) + "]"
+
+
+def _op_text(node: ir.Node) -> str:
+    """``Conv node 'conv1'``, ``com.microsoft.QLinearAdd node 'add_3'``."""
+    op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+    return f"{op} node {node.name!r}"
+
+
+def _why_no_static_shape(node: ir.Node) -> str:
+    """Why the outputs of ``node``, whose inputs all have static shapes, do not."""
+    if node.domain not in ("", "ai.onnx"):
+        return f"{node.domain}.{node.op_type} is a custom op whose output shape onnx cannot infer"
+    if node.op_type in _DATA_DEPENDENT:
+        return f"the size of {node.op_type}'s output depends on its input values"
+    if node.op_type in _CONTROL_FLOW:
+        return f"the output shape of control flow ({node.op_type}) depends on the data"
+    computed = [v.name for v in node.inputs[1:] if v is not None and v.const_value is None]
+    if computed:
+        return (
+            f"its shape depends on the value of {computed[0]!r}, which is computed at run time "
+            "(not a constant)"
+        )
+    return "onnx shape inference cannot infer it"
+
+
+def explain_dynamic_shape(value: ir.Value) -> str:
+    """One sentence: which tensor has no static shape, which op produced it, and where that comes from.
+
+    Follows the first input without a static shape back to the op where the shapes stop being static
+    (its inputs all static: a custom op, a data-dependent op, a shape computed at run time) or to a
+    dynamic graph input.
+    """
+    node = value.producer()
+    head = f"tensor {value.name!r}"
+    if node is not None:
+        head += f" (output of {_op_text(node)})"
+    head += f" has no static shape ({_shape_text(value.shape)})"
+    seen: set[int] = set()
+    current = node
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        dynamic = next((v for v in current.inputs if v is not None and not _is_static(v.shape)), None)
+        if dynamic is None:
+            reason = _why_no_static_shape(current)
+            if current is node:
+                return f"{head}: {reason}"
+            return (
+                f"{head}: it is computed from {current.outputs[0].name!r}, output of {_op_text(current)}, "
+                f"and {reason}"
+            )
+        if dynamic.producer() is None:
+            return (
+                f"{head}: graph input {dynamic.name!r} has shape {_shape_text(dynamic.shape)}; "
+                f"pass --input-shape {dynamic.name}=D0,D1,..."
+            )
+        current = dynamic.producer()
+    return f"{head}: onnx shape inference cannot infer it"
+
+
 class CheckStaticShapesPass(ir.passes.InPlacePass):
-    """Every tensor must have a static shape after preparation (the targets need them)."""
+    """Every tensor must have a static shape after preparation (the targets need them).
+
+    A tensor whose shape is partly known (its rank, some dims) but not static is refused with the reason
+    (:func:`explain_dynamic_shape`); tensors without any shape are left to the converters, which infer
+    what onnx could not and refuse what they cannot.
+    """
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         for node in model.graph:
             for out in node.outputs:
-                if out.shape is not None and not all(isinstance(d, int) for d in out.shape):
-                    raise ModelError(
-                        f"tensor {out.name!r} (output of {node.op_type} {node.name!r}) has dynamic shape "
-                        f"{list(out.shape)}; fix the model's input shapes with --input-shape"
-                    )
+                if out.shape is not None and not _is_static(out.shape):
+                    raise ModelError(explain_dynamic_shape(out))
         return ir.passes.PassResult(model, False)
 
 
@@ -347,10 +422,25 @@ def prepare(model: ir.Model) -> ir.Model:
     )
     try:
         return pipeline(model).model
-    except ModelError:
+    except EdgekitError:
         raise
     except ir.passes.PassError as exc:
-        cause = exc.__cause__ or exc
-        if isinstance(cause, ModelError):
-            raise cause from None
-        raise ModelError(f"cannot prepare the model's graph: {cause}") from None
+        raise _unwrap_pass_error(exc) from None
+
+
+def _unwrap_pass_error(exc: ir.passes.PassError) -> EdgekitError:
+    """The error a pass raised, out of the PassManager's PassErrors (nested, one per step and per pass)."""
+    pass_name = "a graph pass"
+    cause: BaseException = exc
+    while isinstance(cause, ir.passes.PassError):
+        match = re.search(r"'<(?:[\w.]+\.)?(\w+) object at 0x[0-9a-f]+>' pass", str(cause))
+        if match:
+            pass_name = match.group(1)
+        if cause.__cause__ is None:
+            break
+        cause = cause.__cause__
+    if isinstance(cause, EdgekitError):
+        return cause
+    lines = [ln.strip() for ln in str(cause).splitlines() if ln.strip()]
+    detail = f"{type(cause).__name__}: {lines[0]}" if lines else type(cause).__name__
+    return ModelError(f"cannot prepare the model's graph: {pass_name} failed: {detail}")

@@ -16,12 +16,14 @@ import tempfile
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import onnx
-import onnx_ir as ir
 from edgekit.errors import DataError, ModelError
+
+if TYPE_CHECKING:  # onnx_ir is slow to import: TFLite verification's child process runs without it
+    import onnx_ir as ir
 
 T = TypeVar("T")
 
@@ -123,6 +125,36 @@ def _dequantized(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto]) ->
     return onnx.numpy_helper.from_array(value, node.output[0])
 
 
+def compile_check(
+    path: str, config: Mapping[str, str], samples: Sequence[Mapping[str, np.ndarray]] = ()
+) -> None:
+    """Read a model file (ONNX or IR), compile it on OpenVINO's CPU plugin and run ``samples`` on it.
+
+    Meant for a child process (:mod:`edgekit.isolated`): a crash there is an error message here.
+    """
+    core = _core()
+    compiled = core.compile_model(core.read_model(path), "CPU", dict(config))
+    for sample in samples:
+        compiled.create_infer_request().infer(dict(sample))
+
+
+def preflight_ir(
+    xml: str, source: bytes, samples: Sequence[Mapping[str, np.ndarray]], exact_qdq: Sequence[bool]
+) -> None:
+    """(Run in a child.) Compile and run an IR on the CPU, then its ONNX source as :class:`HostRunner` runs it
+    (once per ``exact_qdq`` mode), on ``samples``; says which step is at work."""
+    from edgekit import isolated
+
+    isolated.stage("OpenVINO", "compiling and running the IR on the CPU")
+    compile_check(xml, F32_CONFIG, samples)
+    proto = onnx.load_model_from_string(source)
+    for exact in exact_qdq:
+        isolated.stage("OpenVINO", "running the source model on the host")
+        runner = HostRunner(proto, exact_qdq=exact)
+        for sample in samples:
+            runner.run(sample)
+
+
 class HostRunner:
     """Compile an ONNX model once and run it sample by sample."""
 
@@ -134,9 +166,18 @@ class HostRunner:
         threads: int | None = None,
         streams: int = 1,
         exact_qdq: bool = True,
+        isolate: bool = False,
     ):
-        """``exact_qdq=False`` runs a QDQ model as OpenVINO would deploy it, on its int8 kernels."""
-        proto = ir.to_proto(model) if isinstance(model, ir.Model) else model
+        """``exact_qdq=False`` runs a QDQ model as OpenVINO would deploy it, on its int8 kernels.
+
+        ``isolate=True`` first compiles the model in a child process (:mod:`edgekit.isolated`), so that an
+        OpenVINO crash on a model edgekit wrote is a ModelError rather than the end of the process.
+        """
+        if not isinstance(model, onnx.ModelProto):
+            import onnx_ir as ir
+
+            model = ir.to_proto(model)
+        proto = model
         if exact_qdq:
             proto = fold_constant_dequantize(proto)
         proto = with_outputs(proto, list(extra_outputs))
@@ -152,6 +193,17 @@ class HostRunner:
         with tempfile.TemporaryDirectory(prefix="edgekit-ov-") as tmp:
             path = Path(tmp, "model.onnx")
             path.write_bytes(proto.SerializeToString())
+            if isolate:
+                from edgekit import isolated
+
+                isolated.call(
+                    compile_check,
+                    str(path),
+                    config,
+                    what="OpenVINO",
+                    doing="compiling the model on the host",
+                    error=ModelError,
+                )
             try:
                 ov_model = core.read_model(str(path))
                 self._compiled = core.compile_model(ov_model, "CPU", config)
@@ -179,7 +231,7 @@ class HostRunner:
         for name in self.input_names:
             expected = self._input_info.get(name)
             got = tuple(np.shape(feeds[name]))
-            if expected and all(expected) and expected != got:
+            if expected and all(d > 0 for d in expected) and expected != got:  # <= 0: a dynamic dim
                 raise DataError(f"input {name!r}: expected shape {list(expected)}, got {list(got)}")
         return {n: np.ascontiguousarray(feeds[n]) for n in self.input_names}
 

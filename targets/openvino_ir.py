@@ -28,8 +28,10 @@ from typing import Any
 import numpy as np
 import onnx
 import onnx_ir as ir
+from edgekit import isolated
 from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, Requirement, write_bundle
 from edgekit.errors import TargetError
+from edgekit.runtime import preflight_ir
 from edgekit.targets.base import (
     PackageOptions,
     Problem,
@@ -133,6 +135,17 @@ class IntelVpuTarget(Target):
             report: dict[str, Any] = {
                 "precision": "int8" if quantized else ("fp16" if opts.compress_to_fp16 else "fp32")
             }
+            # OpenVINO can crash compiling or running an IR or a QDQ model: do what verification does once,
+            # on one sample, where a crash cannot end the CLI.
+            isolated.call(
+                preflight_ir,
+                str(converted.xml),
+                proto.SerializeToString(),
+                [dict(s) for s in samples[:1]],
+                (False, True) if quantized else (True,),
+                what="intel-vpu: OpenVINO",
+                doing="compiling the IR on the CPU",
+            )
             compiled = _compile_cpu(core, converted.ov_model)
             if quantized:
                 report["int8"] = _check_int8(proto, converted.source, converted.ov_model, compiled)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
+import traceback
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,8 +22,8 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def fail(message: str, code: int = 2) -> None:
-    """Print one error line and exit."""
-    err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    """Print one error line and exit (``message`` is plain text: "[v2]" in a path is not markup)."""
+    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     raise SystemExit(code)
 
 
@@ -96,8 +98,18 @@ def _tidy_help(command: Any) -> Any:
     return command
 
 
+#: Exit code of an unexpected exception (a bug in edgekit, not bad input, which exits with 2).
+INTERNAL_ERROR_EXIT = 3
+#: Set (to anything non-empty) to see the traceback of an internal error and the native libraries' stderr.
+DEBUG_ENV = "EDGEKIT_DEBUG"
+
+
 def run_app(app: typer.Typer, argv: Sequence[str]) -> None:
-    """Run the typer app; typed errors from anywhere below become one line and exit code 2."""
+    """Run the typer app; typed errors from anywhere below become one line and exit code 2.
+
+    Anything else is a bug: one line ``internal error: ...`` and exit code 3, the traceback only with
+    ``EDGEKIT_DEBUG=1``.
+    """
     route_warnings()
     try:
         _tidy_help(typer.main.get_command(app))(list(argv), prog_name="edgekit", standalone_mode=True)
@@ -107,6 +119,15 @@ def run_app(app: typer.Typer, argv: Sequence[str]) -> None:
         fail(str(exc), 2)
     except KeyboardInterrupt:
         fail("interrupted", 130)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: never a traceback by default
+        if os.environ.get(DEBUG_ENV):
+            traceback.print_exc()
+            hint = ""
+        else:
+            hint = f" (set {DEBUG_ENV}=1 for the traceback)"
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        detail = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+        fail(f"internal error: {detail}{hint}", INTERNAL_ERROR_EXIT)
 
 
 def _agent_errors() -> tuple[type[BaseException], ...]:

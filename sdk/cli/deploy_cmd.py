@@ -184,7 +184,10 @@ def deploy(
         _probe(run)  # an unreachable or refusing device fails now, before the slow work
     track = RichTrack(enabled=not quiet)
     results, failures = package_targets(
-        request, say=lambda line: console.print(line, soft_wrap=True), track=track
+        request,
+        say=lambda line: console.print(line, soft_wrap=True),
+        track=track,
+        warn=lambda line: err_console.print(line, soft_wrap=True, markup=False),
     )
     if len(request.targets) == 1 and failures:
         raise TargetError(failures[0][1])
@@ -348,9 +351,12 @@ def _preprocess(request: DeployRequest) -> Any:
 
 
 def package_targets(
-    request: DeployRequest, say: Any = print, track: Any = None
+    request: DeployRequest, say: Any = print, track: Any = None, warn: Any = None
 ) -> tuple[list[Packaged], list[tuple[str, str]]]:
     """Package ``request.model`` for every target; returns the bundles and the (target, error) failures.
+
+    ``say`` prints progress; ``warn`` (default ``say``) prints the notes about the model (a batch fixed to 1),
+    once.
 
     Errors in the request itself (bad options, unreadable model or data) raise before anything is
     written; a target that fails to package is reported and the others still run.
@@ -363,7 +369,7 @@ def package_targets(
     notes: list[str] = []
     model = load_model(request.model, request.input_shapes, messages=notes)
     for note in notes:
-        say(f"note: {note}")
+        (warn or say)(f"note: {note}")
     quantized = is_quantized(model)
     plan = [(t, _choose_precision(request, t, quantized)) for t in targets]
     needs_quantization = any(p == "int8" for _, p in plan) and not quantized
@@ -496,6 +502,7 @@ def _quantize(
         preprocess=_preprocess(request),
         track=track,
         statistics=statistics,
+        messages=[],  # its notes (a batch fixed to 1) were announced when the command loaded the model
     )
     used = result.report.get("calibration", {}).get("samples_used")
     extra = {"quantization": options.to_json(), "calibration_samples": used}

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 from edgekit.cli.common import console, parse_input_shapes
+from rich.markup import escape
 from rich.table import Table
 
 OK, NO = "✓", "✗"
@@ -49,7 +50,8 @@ def _render(result) -> None:
         io.add_column(column)
     for kind, tensors in (("input", result.inputs), ("output", result.outputs)):
         for t in tensors:
-            io.add_row(kind, t.name, _shape(t.shape), t.dtype)
+            # Escaped: "[p2o.DynamicDimension.0, 3, ?, ?]" would otherwise be read as a rich markup tag.
+            io.add_row(kind, escape(t.name), escape(_shape(t.shape)), t.dtype)
     console.print(io)
 
     ops = Table(title="op inventory and target support", title_justify="left")

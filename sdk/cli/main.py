@@ -19,6 +19,34 @@ app = typer.Typer(
     add_completion=False,
 )
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        common.console.print(f"edgekit {installed_version()}", highlight=False)
+        raise typer.Exit()
+
+
+def installed_version() -> str:
+    """The installed distribution's version (its metadata), or the package's own when not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("edgekit")
+    except PackageNotFoundError:
+        import edgekit
+
+        return edgekit.__version__
+
+
+@app.callback()
+def _root(
+    _version: bool = typer.Option(
+        False, "--version", help="Print the version and exit.", is_eager=True, callback=_print_version
+    ),
+) -> None:
+    """Take a trained ONNX model to edge hardware and prove what it costs in accuracy."""
+
+
 # One line per sub-command module, in the order they appear in --help.
 quantize_cmd.register(app)
 inspect_cmd.register(app)

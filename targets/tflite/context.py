@@ -86,7 +86,7 @@ class Context:
             return tuple(array.shape)
         if value.name in self._tensors:
             return self._tensors[value.name].shape
-        if value.shape is None or not all(isinstance(d, int) for d in value.shape):
+        if value.shape is None or not all(isinstance(d, int) and d >= 0 for d in value.shape):
             raise self.error(
                 f"value {value.name!r} has no static shape ({value.shape}); fix it with --input-shape"
             )

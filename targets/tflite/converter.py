@@ -25,6 +25,8 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 from edgekit.errors import ModelError, TargetError
+from edgekit.litert_run import TensorInfo  # noqa: F401 - defined there to be light, used here
+from edgekit.model import forget_nonpositive_dims
 from edgekit.targets.tflite import fusion, layout, lowering, quantized, writer
 from edgekit.targets.tflite.context import Context, permute, to_nchw_perm, to_nhwc_perm
 from edgekit.targets.tflite.graph import Graph, Op, Tensor
@@ -58,27 +60,6 @@ class ConvertOptions:
     def __post_init__(self) -> None:
         if self.io_dtype not in ("float32", "int8", "uint8"):
             raise TargetError(f"io_dtype must be float32, int8 or uint8, got {self.io_dtype!r}")
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    """A model input or output as the .tflite file has it."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-    layout: str | None  # "NHWC" / "NCHW" for image tensors
-    onnx_to_tflite_perm: tuple[int, ...] | None  # transpose the ONNX tensor by this to get the TFLite one
-    scale: float | None = None
-    zero_point: int | None = None
-
-    def to_tflite(self, array: np.ndarray) -> np.ndarray:
-        return np.transpose(array, self.onnx_to_tflite_perm) if self.onnx_to_tflite_perm else array
-
-    def to_onnx(self, array: np.ndarray) -> np.ndarray:
-        if not self.onnx_to_tflite_perm:
-            return array
-        return np.transpose(array, np.argsort(self.onnx_to_tflite_perm))
 
 
 @dataclass
@@ -133,7 +114,10 @@ def convert(
 def build_graph(model: ir.Model | onnx.ModelProto, options: ConvertOptions = ConvertOptions()) -> Graph:
     """The TFLite graph ``convert`` serialises: the ONNX graph translated, then every pass run."""
     if isinstance(model, onnx.ModelProto):
-        model = ir.from_proto(onnx.shape_inference.infer_shapes(model, data_prop=True))
+        proto = onnx.ModelProto()
+        proto.CopyFrom(model)
+        forget_nonpositive_dims(proto)  # -1 is a dynamic dim (Paddle exports), not a size
+        model = ir.from_proto(onnx.shape_inference.infer_shapes(proto, data_prop=True))
     graph = translate(model, options)
     for run in _pipeline(options):
         graph = run(graph)
@@ -206,7 +190,7 @@ def _infer_missing_shapes(ctx: Context, node: ir.Node) -> None:
     shape inference could not propagate it.)
     """
     outputs = [v for v in node.outputs if v.name]
-    if all(v.shape is not None and all(isinstance(d, int) for d in v.shape) for v in outputs):
+    if all(v.shape is not None and all(isinstance(d, int) and d >= 0 for d in v.shape) for v in outputs):
         return
     if node.domain not in ("", "ai.onnx"):
         return
@@ -236,7 +220,7 @@ def _infer_missing_shapes(ctx: Context, node: ir.Node) -> None:
         tensor_type = inferred.get(v.name)
         if tensor_type is None or not tensor_type.tensor_type.HasField("shape"):
             continue
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.tensor_type.shape.dim]
+        dims = [d.dim_value if d.dim_value > 0 else None for d in tensor_type.tensor_type.shape.dim]
         if all(d is not None for d in dims):
             v.shape = ir.Shape(dims)
             if v.dtype is None:

@@ -9,8 +9,10 @@ from typing import Any
 
 import numpy as np
 import onnx_ir as ir
+from edgekit import isolated
 from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, Requirement, TensorSpec, write_bundle
 from edgekit.errors import EdgekitError, TargetError, UnsupportedOpError
+from edgekit.litert_run import TensorInfo, host_outputs, reference_and_tflite, run_tflite_samples
 from edgekit.targets.base import (
     PackageOptions,
     Problem,
@@ -22,7 +24,7 @@ from edgekit.targets.base import (
     verify_outputs,
     yardstick,
 )
-from edgekit.targets.tflite.converter import ConversionResult, ConvertOptions, TensorInfo, convert
+from edgekit.targets.tflite.converter import ConversionResult, ConvertOptions, convert
 from edgekit.targets.tflite.registry import lookup
 
 log = logging.getLogger("edgekit")
@@ -72,35 +74,11 @@ def check_model(model: ir.Model, target: str, convert_options: ConvertOptions) -
 def run_tflite(
     data: bytes, result: ConversionResult, feeds: Mapping[str, np.ndarray], threads: int = 2
 ) -> dict[str, np.ndarray]:
-    """Run the converted model on ONNX-layout float feeds; float outputs in the ONNX layout."""
-    from ai_edge_litert.interpreter import Interpreter
+    """Run the converted model on ONNX-layout float feeds; float outputs in the ONNX layout.
 
-    interpreter = Interpreter(model_content=data, num_threads=threads)
-    interpreter.allocate_tensors()
-    ins = {d["name"]: d["index"] for d in interpreter.get_input_details()}
-    outs = {d["name"]: d["index"] for d in interpreter.get_output_details()}
-    for info in result.inputs:
-        if info.name not in feeds:
-            raise TargetError(f"verification sample has no input {info.name!r}")
-        interpreter.set_tensor(ins[info.name], to_model_input(info, np.asarray(feeds[info.name])))
-    interpreter.invoke()
-    return {
-        info.name: from_model_output(info, interpreter.get_tensor(outs[info.name])) for info in result.outputs
-    }
-
-
-def to_model_input(info: TensorInfo, array: np.ndarray) -> np.ndarray:
-    array = info.to_tflite(array)
-    if info.scale is not None and info.dtype in ("int8", "uint8"):
-        limits = np.iinfo(np.dtype(info.dtype))
-        array = np.clip(np.rint(array / info.scale) + info.zero_point, limits.min, limits.max)
-    return array.astype(info.dtype)
-
-
-def from_model_output(info: TensorInfo, array: np.ndarray) -> np.ndarray:
-    if info.scale is not None and info.dtype in ("int8", "uint8"):
-        array = (array.astype(np.float32) - info.zero_point) * np.float32(info.scale)
-    return info.to_onnx(np.asarray(array))
+    In this process: a graph LiteRT aborts on takes the caller down (:func:`verify` runs it in a child).
+    """
+    return run_tflite_samples(data, result.inputs, result.outputs, [feeds], threads)[0]
 
 
 def verify(
@@ -111,19 +89,32 @@ def verify(
     target: str,
 ) -> dict[str, Any]:
     """Run the .tflite (LiteRT) and the source model (host, OpenVINO f32) on ``samples`` and compare."""
-    from edgekit.runtime import HostRunner
-
-    host = HostRunner(model)
-    reference = []
-    for sample in samples:
-        got = host.run(dict(sample))
-        reference.append({info.name: np.asarray(got[info.name]) for info in result.outputs})
-    actual = [run_tflite(result.data, result, sample) for sample in samples]
+    # Both runtimes run in a child process: LiteRT aborts the process on some graphs, OpenVINO can crash
+    # compiling one; either becomes a TargetError here.
+    proto = ir.to_proto(model).SerializeToString()
+    feeds = [{name: np.asarray(a) for name, a in sample.items()} for sample in samples]
+    reference, actual = isolated.call(
+        reference_and_tflite,
+        proto,
+        result.data,
+        result.inputs,
+        result.outputs,
+        feeds,
+        what="LiteRT",
+        doing="running the converted model",
+    )
     names = [info.name for info in result.outputs]
 
     def int8_kernels() -> list[dict[str, np.ndarray]]:  # the rounding noise of another int8 runtime
-        kernels = HostRunner(model, exact_qdq=False)
-        return [{n: kernels.run(dict(s))[n] for n in names} for s in samples]
+        return isolated.call(
+            host_outputs,
+            proto,
+            feeds,
+            names,
+            exact_qdq=False,
+            what="OpenVINO",
+            doing="running the QDQ model on its int8 kernels",
+        )
 
     quantized = is_quantized(model)
     stick = yardstick("int8") if quantized else yardstick("fp32", tolerance)

@@ -1,0 +1,110 @@
+"""Running a converted .tflite on LiteRT, and the source model on the host beside it.
+
+:func:`reference_and_tflite` is what TFLite verification runs in a child process (:mod:`edgekit.isolated`):
+this module imports only numpy, so the child starts fast (onnx, OpenVINO and LiteRT are imported when
+called; onnx_ir, which the converter needs, is not imported at all).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from edgekit import isolated
+from edgekit.errors import TargetError
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """A model input or output as the .tflite file has it."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    layout: str | None  # "NHWC" / "NCHW" for image tensors
+    onnx_to_tflite_perm: tuple[int, ...] | None  # transpose the ONNX tensor by this to get the TFLite one
+    scale: float | None = None
+    zero_point: int | None = None
+
+    def to_tflite(self, array: np.ndarray) -> np.ndarray:
+        return np.transpose(array, self.onnx_to_tflite_perm) if self.onnx_to_tflite_perm else array
+
+    def to_onnx(self, array: np.ndarray) -> np.ndarray:
+        if not self.onnx_to_tflite_perm:
+            return array
+        return np.transpose(array, np.argsort(self.onnx_to_tflite_perm))
+
+
+def to_model_input(info: TensorInfo, array: np.ndarray) -> np.ndarray:
+    array = info.to_tflite(array)
+    if info.scale is not None and info.dtype in ("int8", "uint8"):
+        limits = np.iinfo(np.dtype(info.dtype))
+        array = np.clip(np.rint(array / info.scale) + info.zero_point, limits.min, limits.max)
+    return array.astype(info.dtype)
+
+
+def from_model_output(info: TensorInfo, array: np.ndarray) -> np.ndarray:
+    if info.scale is not None and info.dtype in ("int8", "uint8"):
+        array = (array.astype(np.float32) - info.zero_point) * np.float32(info.scale)
+    return info.to_onnx(np.asarray(array))
+
+
+def run_tflite_samples(
+    data: bytes,
+    inputs: Sequence[TensorInfo],
+    outputs: Sequence[TensorInfo],
+    samples: Sequence[Mapping[str, np.ndarray]],
+    threads: int = 2,
+) -> list[dict[str, np.ndarray]]:
+    """Run the .tflite on each sample (ONNX-layout float feeds) with one interpreter; float outputs in the
+    ONNX layout. In the calling process: a graph LiteRT aborts on takes it down."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=data, num_threads=threads)
+    interpreter.allocate_tensors()
+    ins = {d["name"]: d["index"] for d in interpreter.get_input_details()}
+    outs = {d["name"]: d["index"] for d in interpreter.get_output_details()}
+    results = []
+    for feeds in samples:
+        for info in inputs:
+            if info.name not in feeds:
+                raise TargetError(f"verification sample has no input {info.name!r}")
+            interpreter.set_tensor(ins[info.name], to_model_input(info, np.asarray(feeds[info.name])))
+        interpreter.invoke()
+        results.append(
+            {info.name: from_model_output(info, interpreter.get_tensor(outs[info.name])) for info in outputs}
+        )
+    return results
+
+
+def host_outputs(
+    proto: bytes, samples: Sequence[Mapping[str, np.ndarray]], names: Sequence[str], exact_qdq: bool = True
+) -> list[dict[str, np.ndarray]]:
+    """The outputs ``names`` of a serialized ONNX model on the host (OpenVINO f32), per sample.
+
+    ``exact_qdq=False``: a QDQ model on OpenVINO's int8 kernels (see :class:`edgekit.runtime.HostRunner`).
+    """
+    import onnx
+    from edgekit.runtime import HostRunner
+
+    host = HostRunner(onnx.load_model_from_string(proto), exact_qdq=exact_qdq)
+    return [{n: np.asarray(host.run(dict(s))[n]) for n in names} for s in samples]
+
+
+def reference_and_tflite(
+    proto: bytes,
+    data: bytes,
+    inputs: Sequence[TensorInfo],
+    outputs: Sequence[TensorInfo],
+    samples: Sequence[Mapping[str, np.ndarray]],
+) -> tuple[list[dict[str, np.ndarray]], list[dict[str, np.ndarray]]]:
+    """The source model (serialized ONNX) on the host (OpenVINO f32) and the .tflite on LiteRT, per sample.
+
+    Run in a child by ``edgekit.targets.tflite.package.verify``; says which runtime is at work
+    (:func:`edgekit.isolated.stage`) so that a crash is attributed to the right one.
+    """
+    isolated.stage("OpenVINO", "running the source model on the host")
+    reference = host_outputs(proto, samples, [info.name for info in outputs])
+    isolated.stage("LiteRT", "running the converted model")
+    return reference, run_tflite_samples(data, inputs, outputs, samples)

@@ -1,0 +1,39 @@
+"""Functions that tests/test_isolated.py runs in a child process (they must be importable by name)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+from edgekit.errors import UnsupportedOpError
+
+
+def double(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    print("noise on stdout from a native library")  # must not corrupt the result
+    return {k: v * 2 for k, v in arrays.items()}
+
+
+def abort_after_message(message: str) -> None:
+    sys.stderr.write("INFO: Created TensorFlow Lite XNNPACK delegate for CPU.\n")
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+    os.abort()
+
+
+def raise_runtime_error() -> None:
+    raise RuntimeError("tensorflow/lite/kernels/pad.cc:120 zero points differ\nNode number 1 (PAD) failed.\n")
+
+
+def raise_typed() -> None:
+    raise UnsupportedOpError("Foo", "node_7", "arm-cpu", ["Add", "Conv"])
+
+
+def sleep_long() -> None:
+    import time
+
+    time.sleep(120)
+
+
+def pid() -> int:
+    return os.getpid()

@@ -1,0 +1,123 @@
+"""Dynamic dimensions: Paddle-style ``dim_value: -1``, and a dynamic batch fixed to 1 (said once)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from edgekit.cli.common import run_app
+from edgekit.cli.main import app
+from edgekit.device_agents.bundle import read_bundle
+from onnx import TensorProto, helper, numpy_helper
+
+SHAPE = (1, 3, 8, 12)
+
+
+def _cnn(batch, height, width) -> onnx.ModelProto:
+    """Conv-Relu-Conv-GlobalAveragePool; the dims of the input, the intermediates and the output as given."""
+    rng = np.random.default_rng(0)
+
+    def info(name, channels, h=height, w=width):
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, [batch, channels, h, w])
+
+    w1 = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32) * 0.3, "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((5, 4, 1, 1)).astype(np.float32) * 0.3, "w2")
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2"),
+        helper.make_node("GlobalAveragePool", ["c2"], ["y"], name="pool"),
+    ]
+    graph = helper.make_graph(
+        nodes, "paddle_like", [info("x", 3)], [info("y", 5, 1, 1)], [w1, w2],
+        value_info=[info("c1", 4), info("r1", 4), info("c2", 5)],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    try:
+        run_app(app, list(args))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("dyn")
+    paths = {"paddle": folder / "paddle.onnx", "batch": folder / "batch.onnx", "calib": folder / "calib.npy"}
+    onnx.save(_cnn(-1, -1, -1), paths["paddle"])
+    onnx.save(_cnn("N", 8, 12), paths["batch"])
+    calib = np.random.default_rng(1).standard_normal((6, *SHAPE)).astype(np.float32)
+    np.save(paths["calib"], calib)
+    return paths
+
+
+def test_paddle_minus_one_dims_need_input_shape_and_say_so(files, capsys):
+    code, _, err = cli(
+        capsys, "quantize", str(files["paddle"]), "--calib", str(files["calib"]), "-o", "x.onnx"
+    )
+    assert code == 2
+    assert err.strip().splitlines() == [
+        "error: input 'x' has dynamic dimensions ['?', 3, '?', '?']; pass --input-shape x=N,3,N,N"
+    ]
+
+
+def test_paddle_minus_one_dims_quantize_with_input_shape(files, tmp_path, capsys):
+    out = tmp_path / "q.onnx"
+    code, _, err = cli(
+        capsys, "quantize", str(files["paddle"]), "--calib", str(files["calib"]), "-o", str(out),
+        "--input-shape", "x=" + ",".join(map(str, SHAPE)),
+    )  # fmt: skip
+    assert code == 0, err
+    quantized = onnx.load(out)
+    dims = [d.dim_value for d in quantized.graph.input[0].type.tensor_type.shape.dim]
+    assert dims == list(SHAPE)
+    # The QDQ file runs, and stays close to the float model (onnxruntime for both).
+    x = np.load(files["calib"])[0]
+    ref = ort.InferenceSession(str(files["paddle"]), providers=["CPUExecutionProvider"]).run(None, {"x": x})[
+        0
+    ]
+    got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert got.shape == ref.shape == (1, 5, 1, 1)
+    np.testing.assert_allclose(got, ref, atol=0.1 * float(np.abs(ref).max()))
+
+
+def test_paddle_minus_one_dims_deploy_with_input_shape(files, tmp_path, capsys):
+    out = tmp_path / "out"
+    code, _, err = cli(
+        capsys, "deploy", str(files["paddle"]), "-t", "arm-cpu", "-t", "intel-vpu", "--calib",
+        str(files["calib"]), "-o", str(out), "--input-shape", "x=" + ",".join(map(str, SHAPE)),
+    )  # fmt: skip
+    assert code == 0, err
+    for target in ("arm-cpu", "intel-vpu"):
+        manifest = read_bundle(out / target).manifest
+        assert manifest.verification["passed"]
+        assert sorted(manifest.inputs[0].shape) == sorted(SHAPE)  # NHWC for arm-cpu
+    assert "batch fixed" not in err  # the shape was given
+
+
+def test_dynamic_batch_is_fixed_to_one_and_said_once(files, tmp_path, capsys):
+    code, out, err = cli(
+        capsys, "deploy", str(files["batch"]), "-t", "arm-cpu", "-t", "intel-vpu", "--calib",
+        str(files["calib"]), "-o", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert code == 0, err
+    note = "note: input 'x': batch fixed to 1; pass --input-shape to choose"
+    assert err.count("batch fixed to 1") == 1 and note in err.splitlines()
+    assert "batch fixed" not in out
+    assert read_bundle(tmp_path / "out" / "arm-cpu").manifest.inputs[0].shape[0] == 1
+
+
+def test_inspect_shows_minus_one_as_dynamic_and_checks_with_input_shape(files):
+    from edgekit.inspect import inspect_model
+
+    report = inspect_model(files["paddle"], {"x": SHAPE}, targets=["arm-cpu"])
+    assert report.inputs[0].shape == ("?", 3, "?", "?")
+    assert report.targets[0].not_checked is None

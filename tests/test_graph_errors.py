@@ -1,0 +1,126 @@
+"""Graph-preparation errors name the problem in words: which tensor, made by which op, and why."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from edgekit.cli.common import run_app
+from edgekit.cli.main import app
+from edgekit.errors import ModelError
+from edgekit.model import load_proto
+from edgekit.passes import prepare
+from onnx import TensorProto, helper, numpy_helper
+
+
+def _model(nodes, inputs, outputs, inits=(), opsets=(("", 19),)) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets])
+
+
+def _nonzero_model() -> onnx.ModelProto:
+    """Relu -> NonZero -> Transpose: NonZero's output length depends on the data."""
+    return _model(
+        [
+            helper.make_node("Relu", ["x"], ["r"], name="relu"),
+            helper.make_node("NonZero", ["r"], ["nz"], name="nonzero"),
+            helper.make_node("Transpose", ["nz"], ["y"], name="transpose"),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, None)],
+    )
+
+
+def _custom_op_model() -> onnx.ModelProto:
+    """A custom-domain op (no shape inference) whose output feeds Shape -> Cast -> Add."""
+    return _model(
+        [
+            helper.make_node("Scramble", ["x"], ["s"], name="scramble", domain="vendor.ops"),
+            helper.make_node("Shape", ["s"], ["shape"], name="shape_of"),
+            helper.make_node("Cast", ["shape"], ["f"], name="to_float", to=TensorProto.FLOAT),
+            helper.make_node("Add", ["f", "one"], ["y"], name="plus_one"),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.ones(1, np.float32), "one")],
+        opsets=(("", 19), ("vendor.ops", 1)),
+    )
+
+
+def _computed_reshape_model() -> onnx.ModelProto:
+    """Reshape whose target shape is computed from the data (ArgMax), not a constant."""
+    return _model(
+        [
+            helper.make_node("ArgMax", ["x"], ["am"], name="argmax", axis=1, keepdims=0),
+            helper.make_node("Concat", ["minus_one", "am"], ["target"], name="concat", axis=0),
+            helper.make_node("Reshape", ["x", "target"], ["y"], name="reshape"),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 12])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array([-1], np.int64), "minus_one")],
+    )
+
+
+def test_data_dependent_op_is_named_with_the_reason():
+    with pytest.raises(ModelError) as info:
+        load_proto(_nonzero_model())
+    assert str(info.value) == (
+        "tensor 'nz' (output of NonZero node 'nonzero') has no static shape ([2, ?]): "
+        "the size of NonZero's output depends on its input values"
+    )
+
+
+def test_custom_op_is_traced_as_the_root_of_a_dynamic_shape():
+    with pytest.raises(ModelError) as info:
+        load_proto(_custom_op_model())
+    message = str(info.value)
+    assert message.startswith("tensor 'shape' (output of Shape node 'shape_of') has no static shape ([?])")
+    assert message.endswith(
+        "it is computed from 's', output of vendor.ops.Scramble node 'scramble', and vendor.ops.Scramble "
+        "is a custom op whose output shape onnx cannot infer"
+    )
+
+
+def test_shape_computed_at_run_time_is_named():
+    with pytest.raises(ModelError) as info:
+        load_proto(_computed_reshape_model())
+    message = str(info.value)
+    assert "(output of Reshape node 'reshape') has no static shape" in message
+    assert "depends on the value of 'target', which is computed at run time" in message
+
+
+def test_cli_gives_one_line_without_object_reprs(tmp_path, capsys):
+    path = tmp_path / "nonzero.onnx"
+    onnx.save(_nonzero_model(), path)
+    with pytest.raises(SystemExit) as exit_info:
+        run_app(app, ["deploy", str(path), "-t", "arm-cpu", "-o", str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: tensor 'nz' (output of NonZero node")
+    assert not re.search(r"object at 0x|PassError|An error occurred", err)
+
+
+class _BrokenPass(ir.passes.InPlacePass):
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        raise KeyError("no such value")
+
+
+def test_an_unexpected_pass_failure_says_which_pass_without_reprs(monkeypatch):
+    """A pass failing with a plain Python error (a bug) is named by its class, its error by its first line."""
+    import edgekit.passes as passes
+
+    model = ir.from_proto(_nonzero_model())
+    real = ir.passes.PassManager
+
+    def with_broken(pass_list, steps=1):
+        return real([_BrokenPass(), *pass_list], steps=steps)
+
+    monkeypatch.setattr(passes.ir.passes, "PassManager", with_broken)
+    with pytest.raises(ModelError) as info:
+        prepare(model)
+    assert (
+        str(info.value) == "cannot prepare the model's graph: _BrokenPass failed: KeyError: 'no such value'"
+    )
