@@ -27,10 +27,12 @@ One rewrite function per op, keyed by (domain, op type) in ``_REWRITES``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 from edgekit.errors import ModelError, UnsupportedOpError
 from edgekit.irutil import NameScope, add_initializer, attr, const_array
@@ -102,9 +104,9 @@ def _domain(node: ir.Node) -> str:
     return "" if node.domain in ("", "ai.onnx") else node.domain
 
 
-def is_qoperator(node: ir.Node) -> bool:
+def is_qoperator(node: ir.Node | onnx.NodeProto) -> bool:
     """True for a node this module rewrites or refuses (QLinear*, QGemm, dynamic quantization...)."""
-    domain = _domain(node)
+    domain = "" if node.domain in ("", "ai.onnx") else node.domain
     if node.op_type in _DYNAMIC:
         return True
     if domain == "":
@@ -592,3 +594,49 @@ def to_qdq(model: ir.Model) -> int:
             raise cause from None
         raise ModelError(f"cannot convert the QOperator model to QDQ: {cause}") from None
     return qoperator_pass.rewritten
+
+
+# -- the model's own answers: onnxruntime running the QOperator file as given ------------------------------
+def is_qoperator_file(proto: onnx.ModelProto) -> bool:
+    """True when the ONNX model (as read from its file) is in onnxruntime's QOperator format."""
+    return any(is_qoperator(node) for node in proto.graph.node)
+
+
+class OnnxruntimeReference:
+    """onnxruntime running a QOperator model file as given (its integer kernels): the answers the model's
+    authors get, and what an integer deployment should reproduce. Runs with ``run(feeds) -> {name: array}``
+    like :class:`edgekit.runtime.HostRunner`."""
+
+    description = "onnxruntime (CPU) running the QOperator model file as given"
+
+    def __init__(self, path: str | os.PathLike[str]):
+        import onnxruntime
+
+        try:
+            self._session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own exception types
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelError(f"onnxruntime cannot run the QOperator model {path}: {first}") from None
+        self.input_names = [i.name for i in self._session.get_inputs()]
+        self.output_names = [o.name for o in self._session.get_outputs()]
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        outputs = self._session.run(None, {n: np.asarray(feeds[n]) for n in self.input_names})
+        return dict(zip(self.output_names, outputs, strict=True))
+
+
+def onnxruntime_reference(path: str | os.PathLike[str]) -> OnnxruntimeReference | None:
+    """The :class:`OnnxruntimeReference` of ``path`` when it is a QOperator model and onnxruntime is installed
+    (it is not an edgekit dependency; whoever made the model has it), else None."""
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception:
+        return None
+    if not is_qoperator_file(proto):
+        return None
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        log.warning("onnxruntime is not installed: %s is compared with its QDQ form on the host only", path)
+        return None
+    return OnnxruntimeReference(path)
