@@ -348,7 +348,7 @@ def test_shared_mobilenetv2_int8_deploys_with_onnxruntimes_answers(target, tmp_p
     """The ONNX model zoo's QOperator MobileNetV2 deploys to each target; on 20 shared photos the bundle gives
     the top-1 of onnxruntime running the original file (the TFLite integer kernels all 20; OpenVINO's, which
     requantize in float, at least 18: one input value moved by one step already changes this model's
-    onnxruntime top-1 on 4 % of the photos)."""
+    onnxruntime top-1 on 2 % of the photos)."""
     from edgekit.data import ImagePreprocess, InputSpec, open_dataset
     from edgekit.model import load_model
     from edgekit.targets.base import PackageOptions, get_target
