@@ -131,7 +131,7 @@ class Rewriter:
         #: Parameters of each quantized (integer activation) tensor, from the node that wrote it.
         self.params: dict[ir.Value, QParams] = {}
         #: (tensor, parameters) -> its DequantizeLinear output: every quantized tensor is dequantized once.
-        self._dequantized: dict[tuple, ir.Value] = {}
+        self.dequantized: dict[tuple, ir.Value] = {}
         self._param_values: dict[tuple, tuple[ir.Value, ir.Value]] = {}
         self.rewritten = 0
 
@@ -181,7 +181,7 @@ class Rewriter:
         )
 
     # -- building the QDQ graph ----------------------------------------------------------------------------
-    def _params_values(self, base: str, p: QParams) -> tuple[ir.Value, ir.Value]:
+    def params_values(self, base: str, p: QParams) -> tuple[ir.Value, ir.Value]:
         key = (base, *p.key())
         if key not in self._param_values:
             scale = add_initializer(self.graph, self.names, f"{base}_scale", p.scale)
@@ -192,11 +192,11 @@ class Rewriter:
     def dequantize(self, before: ir.Node, value: ir.Value, p: QParams) -> ir.Value:
         """``value`` (integer) dequantized with ``p``; one DequantizeLinear per tensor and parameters."""
         key = (id(value), *p.key())
-        cached = self._dequantized.get(key)
+        cached = self.dequantized.get(key)
         if cached is not None:
             return cached
         base = _float_name(value.name or "q")
-        scale, zero_point = self._params_values(base, p)
+        scale, zero_point = self.params_values(base, p)
         attributes = {"axis": p.axis} if p.axis is not None else {}
         dq = ir.node(
             "DequantizeLinear",
@@ -209,7 +209,7 @@ class Rewriter:
         out.name = self.names.fresh(f"{base}_dequantized")
         out.dtype = ir.DataType.FLOAT
         out.shape = value.shape
-        self._dequantized[key] = out
+        self.dequantized[key] = out
         return out
 
     def input(self, node: ir.Node, index: int, scale: int, zero_point: int | None, what: str) -> ir.Value:
@@ -276,7 +276,7 @@ class Rewriter:
         """``result`` (float) quantized with ``p``; the QuantizeLinear output takes the place (readers, name)
         of the integer tensor ``output``."""
         base = _float_name(output.name or "q")
-        scale, zero_point = self._params_values(base, p)
+        scale, zero_point = self.params_values(base, p)
         q = ir.node(
             "QuantizeLinear", [result, scale, zero_point], name=self.names.fresh(f"{base}_QuantizeLinear")
         )
@@ -416,22 +416,6 @@ def _qlinear_softmax(rw: Rewriter, node: ir.Node) -> None:
     rw.replace(node, result.outputs[0], rw.qparams(node, 3, 4, node.outputs[0], "output"))
 
 
-@rewrite(MS_DOMAIN, "QLinearReduceMean")
-def _qlinear_reduce_mean(rw: Rewriter, node: ir.Node) -> None:
-    # data, data_scale, data_zero_point, reduced_scale, reduced_zero_point; attributes axes, keepdims
-    x = rw.input(node, 0, 1, 2, "input")
-    inputs = [x]
-    axes = attr(node, "axes")
-    if axes is not None:
-        inputs.append(
-            add_initializer(
-                rw.graph, rw.names, f"{node.name or 'ReduceMean'}_axes", np.asarray(axes, np.int64)
-            )
-        )
-    result = rw.float_node(node, "ReduceMean", inputs, {"keepdims": attr(node, "keepdims", 1)})
-    rw.replace(node, result.outputs[0], rw.qparams(node, 3, 4, node.outputs[0], "output"))
-
-
 @rewrite(MS_DOMAIN, "QLinearConcat")
 def _qlinear_concat(rw: Rewriter, node: ir.Node) -> None:
     # Y_scale, Y_zero_point, then (X, X_scale, X_zero_point) per input. Inputs with other scales than the
@@ -488,16 +472,17 @@ def _standard_qdq(rw: Rewriter, node: ir.Node) -> None:
         s.reshape(()).astype(np.float32), (np.zeros((), p.zero_point.dtype) if z is None else z.reshape(()))
     )
     key = (id(value), *mine.key())
-    if key in rw._dequantized:
-        rw.take_over(node.outputs[0], rw._dequantized[key])
+    if key in rw.dequantized:
+        rw.take_over(node.outputs[0], rw.dequantized[key])
         rw.graph.remove(node, safe=True)
     else:
-        rw._dequantized[key] = node.outputs[0]
+        rw.dequantized[key] = node.outputs[0]
 
 
 def _same_params(rw: Rewriter, node: ir.Node, p: QParams) -> None:
     """An op run on integer data (Reshape, MaxPool, ...): DequantizeLinear -> op -> QuantizeLinear, all with
     its input's parameters."""
+    dtype = node.inputs[0].dtype
     node.replace_input_with(0, rw.dequantize(node, node.inputs[0], p))
     if node.op_type == "Pad" and len(node.inputs) > 2 and node.inputs[2] is not None:
         level = rw.const(node, 2, "padding value")
@@ -506,14 +491,16 @@ def _same_params(rw: Rewriter, node: ir.Node, p: QParams) -> None:
             rw.graph, rw.names, f"{node.name or 'Pad'}_value", real.astype(np.float32)
         )
         node.replace_input_with(2, pad_value)
-    for out in node.outputs:
+    for i, out in enumerate(node.outputs):
+        if out.dtype != dtype and not (out.dtype is None and i == 0):
+            continue  # e.g. MaxPool's int64 indices
         readers = [(use.node, use.idx) for use in out.uses()]
-        outputs = [i for i, o in enumerate(rw.graph.outputs) if o is out]
+        positions = [k for k, o in enumerate(rw.graph.outputs) if o is out]
         name = out.name
         out.name = rw.names.fresh(_float_name(name or "float"))
         out.dtype = ir.DataType.FLOAT
         base = _float_name(name or "q")
-        scale, zero_point = rw._params_values(base, p)
+        scale, zero_point = rw.params_values(base, p)
         q = ir.node("QuantizeLinear", [out, scale, zero_point], name=rw.names.fresh(f"{base}_QuantizeLinear"))
         rw.graph.insert_after(node, q)
         integer = q.outputs[0]
@@ -522,8 +509,8 @@ def _same_params(rw: Rewriter, node: ir.Node, p: QParams) -> None:
         integer.name = name
         for reader, index in readers:
             reader.replace_input_with(index, integer)
-        for i in outputs:
-            rw.graph.outputs[i] = integer
+        for k in positions:
+            rw.graph.outputs[k] = integer
         rw.params[integer] = p
 
 

@@ -262,6 +262,96 @@ def test_tflite_int8_matches_onnxruntime_integer_kernels(tmp_path) -> None:
         assert np.abs(got - expected).max() <= 2 * step * 1.001
 
 
+def integer_data_model(seed: int = 0) -> onnx.ModelProto:
+    """Written by hand as onnxruntime would: Pad (its constant the zero point), MaxPool, Transpose and Split run
+    on uint8 data; com.microsoft QLinearConcat of inputs with another scale, QLinearGlobalAveragePool, Flatten;
+    QGemm with a uint8 output and QGemm with alpha and a float output (no output scale)."""
+    rng = np.random.default_rng(seed)
+
+    def c(name: str, array) -> onnx.TensorProto:
+        return numpy_helper.from_array(np.asarray(array), name)
+
+    inits = [
+        c("xs", np.float32(0.02)),
+        c("xz", np.uint8(120)),
+        c("pads", np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)),
+        c("split", np.array([4, 4], np.int64)),
+        c("ys", np.float32(0.03)),
+        c("yz", np.uint8(100)),
+        c("rs", np.float32(0.01)),
+        c("rz", np.uint8(90)),
+        c("wq", rng.integers(-127, 128, (4, 8)).astype(np.int8)),
+        c("ws", rng.uniform(0.002, 0.01, 4).astype(np.float32)),
+        c("wz", np.zeros(4, np.int8)),
+        c("bq", rng.integers(-2000, 2000, 4).astype(np.int32)),
+        c("gs", np.float32(0.05)),
+        c("gz", np.uint8(128)),
+    ]
+    ms = "com.microsoft"
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node("Pad", ["xq", "pads", "xz"], ["pq"], mode="constant"),
+        helper.make_node("MaxPool", ["pq"], ["mq"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Transpose", ["mq"], ["tq"], perm=[0, 1, 3, 2]),
+        helper.make_node("Split", ["tq", "split"], ["s1", "s2"], axis=1),
+        helper.make_node(
+            "QLinearConcat", ["ys", "yz", "s2", "xs", "xz", "s1", "xs", "xz"], ["cq"], axis=1, domain=ms
+        ),
+        helper.make_node("QLinearGlobalAveragePool", ["cq", "ys", "yz", "rs", "rz"], ["gap"], domain=ms),
+        helper.make_node("Flatten", ["gap"], ["rq"]),
+        helper.make_node(
+            "QGemm", ["rq", "rs", "rz", "wq", "ws", "wz", "bq", "gs", "gz"], ["gq"], transB=1, domain=ms
+        ),
+        helper.make_node(
+            "QGemm", ["rq", "rs", "rz", "wq", "ws", "wz", "bq"], ["z"], transB=1, alpha=0.5, domain=ms
+        ),
+        helper.make_node("DequantizeLinear", ["gq", "gs", "gz"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "integer_data",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4]),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4]),
+        ],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid(ms, 1)])
+
+
+def test_ops_on_integer_data_and_qgemm_match_onnxruntime(tmp_path) -> None:
+    from edgekit.targets.base import PackageOptions, get_target
+
+    source = integer_data_model()
+    model = load_proto(source)
+    ops = [n.op_type for n in model.graph if n.op_type not in ("QuantizeLinear", "DequantizeLinear")]
+    assert ops == [
+        "Pad",
+        "MaxPool",
+        "Transpose",
+        "Split",
+        "Concat",
+        "GlobalAveragePool",
+        "Flatten",
+        "Gemm",
+        "Gemm",
+    ]
+    original = ort.InferenceSession(source.SerializeToString(), providers=["CPUExecutionProvider"])
+    host = HostRunner(model)
+    rng = np.random.default_rng(3)
+    samples = [{"x": rng.normal(0, 1.5, (1, 8, 6, 6)).astype(np.float32)} for _ in range(4)]
+    for sample in samples:
+        y, z = original.run(None, sample)
+        got = host.run(sample)
+        assert np.abs(got["y"] - y).max() <= 0.05 * 1.001  # one step of the output
+        np.testing.assert_allclose(got["z"], z, rtol=1e-5, atol=1e-6)
+    for target in ("arm-cpu", "intel-vpu"):  # nnapi: the float output of the second QGemm is not integer
+        get_target(target).package(
+            model, tmp_path / target, PackageOptions(verify_samples=tuple(samples[:2]))
+        )
+
+
 def _with_node(model: onnx.ModelProto, node: onnx.NodeProto) -> onnx.ModelProto:
     """``model`` with ``node`` reading the first QLinearConv's output (its output unused)."""
     out = onnx.ModelProto()
