@@ -54,11 +54,11 @@ SAME_PARAMS_OPS = frozenset(
 #: Ops reading a quantized tensor whose result does not depend on how it is quantized (a shape, an index of
 #: the largest value): they read its dequantized form.
 READS_FLOAT_OPS = frozenset({"Shape", "Size", "ArgMax", "ArgMin"})
-#: Dynamic quantization: activation scales computed at run time, so there are no scales to keep.
 #: onnxruntime's other quantized contrib ops (no rewrite: refused by name).
 _MS_QUANTIZED = frozenset(
     {"QAttention", "QEmbedLayerNormalization", "QOrderedMatMul", "QOrderedLayerNormalization"}
 )
+#: Dynamic quantization: activation scales computed at run time, so there are no scales to keep.
 _DYNAMIC = frozenset(
     {"DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"}
 )
@@ -100,13 +100,13 @@ def supported_ops() -> list[str]:
     return sorted(f"{d}::{o}" if d else o for d, o in _REWRITES)
 
 
-def _domain(node: ir.Node) -> str:
+def _domain(node: ir.Node | onnx.NodeProto) -> str:
     return "" if node.domain in ("", "ai.onnx") else node.domain
 
 
 def is_qoperator(node: ir.Node | onnx.NodeProto) -> bool:
     """True for a node this module rewrites or refuses (QLinear*, QGemm, dynamic quantization...)."""
-    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    domain = _domain(node)
     if node.op_type in _DYNAMIC:
         return True
     if domain == "":
@@ -232,12 +232,15 @@ class Rewriter:
         if not p.per_tensor:
             shape[p.axis] = -1
         centred = w.astype(np.int64) - p.zero_point.astype(np.int64).reshape(shape)
-        if p.zero_point.any() and np.abs(centred).max(initial=0) <= 127:
+        symmetric_int8 = w.dtype == np.int8 and not p.zero_point.any()
+        if not symmetric_int8 and np.abs(centred).max(initial=0) <= 127:
             # Exact: the same real values as symmetric int8 (what the targets' integer kernels take).
             value = add_initializer(self.graph, self.names, f"{value.name}_int8", centred.astype(np.int8))
             p = QParams(p.scale, np.zeros(p.zero_point.shape, np.int8), p.axis)
-        elif p.zero_point.any():
-            log.info("%s %r: asymmetric weights kept as given", node.op_type, node.name)
+        elif not symmetric_int8:
+            log.info(
+                "%s %r: weights kept as given (their centred values do not fit int8)", node.op_type, node.name
+            )
         return self.dequantize(node, value, p)
 
     def bias(self, node: ir.Node, index: int, scale: np.ndarray) -> ir.Value | None:

@@ -106,7 +106,12 @@ def feeds(count: int, seed: int) -> list[dict[str, np.ndarray]]:
 
 
 def quantize_qoperator(
-    model: onnx.ModelProto, folder: Path, *, per_channel: bool, activations: str = "uint8"
+    model: onnx.ModelProto,
+    folder: Path,
+    *,
+    per_channel: bool,
+    activations: str = "uint8",
+    weights: str = "int8",
 ) -> onnx.ModelProto:
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
@@ -126,24 +131,27 @@ def quantize_qoperator(
         quant_format=QuantFormat.QOperator,
         per_channel=per_channel,
         activation_type=QuantType.QUInt8 if activations == "uint8" else QuantType.QInt8,
-        weight_type=QuantType.QInt8,
+        weight_type=QuantType.QInt8 if weights == "int8" else QuantType.QUInt8,
     )
     return onnx.load(dst)
 
 
-CASES = {
-    "cnn-per-tensor-u8": (small_cnn, False, "uint8"),
-    "cnn-per-channel-u8": (small_cnn, True, "uint8"),
-    "cnn-per-channel-s8": (small_cnn, True, "int8"),
-    "zoo-per-channel-u8": (op_zoo, True, "uint8"),
+CASES = {  # model, per channel, activations, weights
+    "cnn-per-tensor-u8": (small_cnn, False, "uint8", "int8"),
+    "cnn-per-channel-u8": (small_cnn, True, "uint8", "int8"),
+    "cnn-per-channel-s8": (small_cnn, True, "int8", "int8"),
+    "cnn-per-tensor-u8-u8weights": (small_cnn, False, "uint8", "uint8"),
+    "zoo-per-channel-u8": (op_zoo, True, "uint8", "int8"),
 }
 
 
 @pytest.fixture(scope="module", params=sorted(CASES))
 def qoperator(request, tmp_path_factory) -> onnx.ModelProto:
-    build, per_channel, activations = CASES[request.param]
+    build, per_channel, activations, weights = CASES[request.param]
     folder = tmp_path_factory.mktemp(request.param)
-    return quantize_qoperator(build(), folder, per_channel=per_channel, activations=activations)
+    return quantize_qoperator(
+        build(), folder, per_channel=per_channel, activations=activations, weights=weights
+    )
 
 
 def _output_step(model: onnx.ModelProto) -> float:
