@@ -360,6 +360,35 @@ def test_ops_on_integer_data_and_qgemm_match_onnxruntime(tmp_path) -> None:
         )
 
 
+def test_deploy_eval_compares_with_onnxruntime_on_the_qoperator_file(tmp_path) -> None:
+    """``deploy --eval``: the reference is onnxruntime on the QOperator file as given; the QDQ form on the host is
+    reported beside it; the int8 .tflite reproduces onnxruntime's answers."""
+    import json
+
+    qop = quantize_qoperator(small_cnn(seed=5), tmp_path, per_channel=True)
+    model = tmp_path / "qop.onnx"
+    onnx.save(qop, model)
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    x = np.stack([f["x"] for f in feeds(24, seed=21)])
+    labels = np.array([int(session.run(None, {"x": s})[0].argmax()) for s in x])
+    data = tmp_path / "eval.npz"
+    np.savez(data, x=x, labels=labels)
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "edgekit.cli.main", "deploy", str(model), "-t", "arm-cpu", "-o", str(out),
+         "--eval", str(data), "--report", str(out / "report.html")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["reference"].startswith("onnxruntime")
+    assert report["qdq_on_host"]["samples"] == 24 and report["qdq_on_host"]["reference_top1"] == 100.0
+    (entry,) = report["targets"]
+    assert entry["evaluation"]["accuracy"]["reference_top1"] == 100.0
+    assert entry["evaluation"]["top1_agreement"] == 100.0
+    assert "onnxruntime" in (out / "report.md").read_text()
+
+
 def _with_node(model: onnx.ModelProto, node: onnx.NodeProto) -> onnx.ModelProto:
     """``model`` with ``node`` reading the first QLinearConv's output (its output unused)."""
     out = onnx.ModelProto()
