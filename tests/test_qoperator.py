@@ -360,6 +360,60 @@ def test_ops_on_integer_data_and_qgemm_match_onnxruntime(tmp_path) -> None:
         )
 
 
+def test_qlinear_where_and_softmax_of_both_opsets_match_onnxruntime() -> None:
+    """QLinearSoftmax over axis 1 of a 4-D tensor means different things for opset 12 (everything from axis 1
+    on) and opset 13 (axis 1 alone); QLinearWhere requantizes both branches."""
+    ms = "com.microsoft"
+
+    def c(name: str, array) -> onnx.TensorProto:
+        return numpy_helper.from_array(np.asarray(array), name)
+
+    inits = [
+        c("xs", np.float32(0.02)),
+        c("xz", np.uint8(120)),
+        c("ys", np.float32(0.03)),
+        c("yz", np.uint8(100)),
+        c("ss", np.float32(1 / 256)),
+        c("sz", np.uint8(0)),
+        c("zero", np.float32(0.0)),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node("QuantizeLinear", ["w", "ys", "yz"], ["wq"]),
+        helper.make_node("Greater", ["x", "zero"], ["cond"]),
+        helper.make_node(
+            "QLinearWhere", ["cond", "xq", "xs", "xz", "wq", "ys", "yz", "ys", "yz"], ["wh"], domain=ms
+        ),
+        helper.make_node(
+            "QLinearSoftmax", ["wh", "ys", "yz", "ss", "sz"], ["s12"], axis=1, opset=12, domain=ms
+        ),
+        helper.make_node(
+            "QLinearSoftmax", ["wh", "ys", "yz", "ss", "sz"], ["s13"], axis=1, opset=13, domain=ms
+        ),
+        helper.make_node("DequantizeLinear", ["s12", "ss", "sz"], ["y12"]),
+        helper.make_node("DequantizeLinear", ["s13", "ss", "sz"], ["y13"]),
+    ]
+    shape = [1, 4, 3, 5]
+    graph = helper.make_graph(
+        nodes,
+        "where_softmax",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in ("x", "w")],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in ("y12", "y13")],
+        inits,
+    )
+    source = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12), helper.make_opsetid(ms, 1)])
+    model = load_proto(source)
+    original = ort.InferenceSession(source.SerializeToString(), providers=["CPUExecutionProvider"])
+    host = HostRunner(model)
+    rng = np.random.default_rng(4)
+    for _ in range(3):
+        sample = {n: rng.normal(0, 1.5, shape).astype(np.float32) for n in ("x", "w")}
+        y12, y13 = original.run(None, sample)
+        got = host.run(sample)
+        assert np.abs(got["y12"] - y12).max() <= 1.001 / 256 and np.abs(got["y13"] - y13).max() <= 1.001 / 256
+        assert np.abs(y12 - y13).max() > 0.05  # the two opsets' softmaxes do differ
+
+
 def test_deploy_eval_compares_with_onnxruntime_on_the_qoperator_file(tmp_path) -> None:
     """``deploy --eval``: the reference is onnxruntime on the QOperator file as given; the QDQ form on the host is
     reported beside it; the int8 .tflite reproduces onnxruntime's answers."""
