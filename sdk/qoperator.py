@@ -629,4 +629,8 @@ def onnxruntime_reference(path: str | os.PathLike[str]) -> OnnxruntimeReference 
     except ImportError:
         log.warning("onnxruntime is not installed: %s is compared with its QDQ form on the host only", path)
         return None
-    return OnnxruntimeReference(path)
+    try:
+        return OnnxruntimeReference(path)
+    except ModelError as exc:
+        log.warning("%s; comparing with its QDQ form on the host only", exc)
+        return None
