@@ -212,6 +212,7 @@ def _qoperator_to_qdq(model: ir.Model, messages: list[str] | None) -> None:
     if not qoperator.has_qoperator_nodes(model):
         return
     count = qoperator.to_qdq(model)
+    model.meta[qoperator.META_KEY] = count
     note = f"QOperator model: {count} quantized op(s) rewritten as QDQ with their own scales and zero points"
     log.info(note)
     if messages is not None:

@@ -40,6 +40,8 @@ from edgekit.irutil import NameScope, add_initializer, attr, const_array
 log = logging.getLogger("edgekit")
 
 MS_DOMAIN = "com.microsoft"
+#: ``ir.Model.meta`` key set by model loading on a model rewritten from QOperator: how many ops were rewritten.
+META_KEY = "edgekit.qoperator_rewritten"
 #: The name :class:`UnsupportedOpError` gives as the "target" of a QOperator op it cannot rewrite.
 CONVERSION = "QOperator to QDQ conversion"
 
@@ -634,3 +636,11 @@ def onnxruntime_reference(path: str | os.PathLike[str]) -> OnnxruntimeReference 
     except ModelError as exc:
         log.warning("%s; comparing with its QDQ form on the host only", exc)
         return None
+
+
+def quantization_source(model: ir.Model) -> str:
+    """Where a quantized model's scales come from, for the bundle's provenance."""
+    count = model.meta.get(META_KEY)
+    if count:
+        return f"onnxruntime QOperator model, {count} quantized op(s) rewritten as QDQ with their own scales"
+    return "QDQ model as given"

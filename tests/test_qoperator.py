@@ -441,6 +441,8 @@ def test_deploy_eval_compares_with_onnxruntime_on_the_qoperator_file(tmp_path) -
     assert entry["evaluation"]["accuracy"]["reference_top1"] == 100.0
     assert entry["evaluation"]["top1_agreement"] == 100.0
     assert "onnxruntime" in (out / "report.md").read_text()
+    provenance = json.loads((out / "arm-cpu" / "manifest.json").read_text())["provenance"]
+    assert provenance["quantization"]["source"].startswith("onnxruntime QOperator model")
 
 
 def _with_node(model: onnx.ModelProto, node: onnx.NodeProto) -> onnx.ModelProto:
