@@ -414,6 +414,49 @@ def test_qlinear_where_and_softmax_of_both_opsets_match_onnxruntime() -> None:
         assert np.abs(y12 - y13).max() > 0.05  # the two opsets' softmaxes do differ
 
 
+def test_uint8_weights_with_zero_point_128_become_symmetric_int8_exactly() -> None:
+    rng = np.random.default_rng(6)
+    weights = rng.integers(1, 256, (4, 3, 3, 3)).astype(np.uint8)  # zero point 128: -127..127 centred
+
+    def c(name: str, array) -> onnx.TensorProto:
+        return numpy_helper.from_array(np.asarray(array), name)
+
+    inits = [
+        c("xs", np.float32(0.02)),
+        c("xz", np.uint8(120)),
+        c("w", weights),
+        c("ws", np.float32(0.004)),
+        c("wz", np.uint8(128)),
+        c("ys", np.float32(0.05)),
+        c("yz", np.uint8(110)),
+        c("b", rng.integers(-500, 500, 4).astype(np.int32)),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node(
+            "QLinearConv", ["xq", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["yq"], pads=[1] * 4
+        ),
+        helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv_u8w",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        inits,
+    )
+    source = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model = load_proto(source)
+    conv = next(n for n in model.graph if n.op_type == "Conv")
+    dq = conv.inputs[1].producer()
+    np.testing.assert_array_equal(dq.inputs[0].const_value.numpy(), weights.astype(np.int16) - 128)
+    assert dq.inputs[0].dtype == ir.DataType.INT8 and not dq.inputs[2].const_value.numpy().any()
+    original = ort.InferenceSession(source.SerializeToString(), providers=["CPUExecutionProvider"])
+    host = HostRunner(model)
+    for sample in [{"x": rng.normal(0, 1, (1, 3, 8, 8)).astype(np.float32)} for _ in range(3)]:
+        assert np.abs(host.run(sample)["y"] - original.run(None, sample)[0]).max() <= 0.05 * 1.001
+
+
 def test_deploy_eval_compares_with_onnxruntime_on_the_qoperator_file(tmp_path) -> None:
     """``deploy --eval``: the reference is onnxruntime on the QOperator file as given; the QDQ form on the host is
     reported beside it; the int8 .tflite reproduces onnxruntime's answers."""
