@@ -78,7 +78,7 @@ class Packaged:
 
 
 def deploy(
-    model: Path = typer.Argument(..., help="ONNX model: float, or QDQ from `edgekit quantize`."),
+    model: Path = typer.Argument(..., help="ONNX model: float, QDQ (edgekit or onnxruntime) or QOperator."),
     target: list[str] = typer.Option(
         None, "--target", "-t", help="Target to package for (repeatable): {targets}."
     ),
