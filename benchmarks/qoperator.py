@@ -10,7 +10,7 @@
    onnxruntime on the original file and with the QDQ model run exactly.
 
 Prints, per row: top-1 on the labelled photos, the change against onnxruntime on the original (target:
-within 0.5 pp), and the agreement with each reference. A last check measures how sensitive the model is:
+within 0.5 pp), the agreement with each reference (``=ort``, ``=qdq``) and the top-1 the deploy report gives. A last check measures how sensitive the model is:
 the share of photos whose onnxruntime top-1 changes when one input value moves by one quantization step.
 """
 
@@ -171,7 +171,7 @@ def main() -> None:
     print(
         f"\n{len(photos)} photos; top-1 and agreement in %; change in pp against onnxruntime on the original"
     )
-    print(f"{'':24s} {'top-1':>6s} {'change':>7s} {'=ort':>6s} {'=qdq':>6s} {'report':>7s}")
+    print(f"{'':24s} {'top-1':>6s} {'change':>7s} {'=ort':>6s} {'=qdq':>6s} {'report':>7s}  within 0.5 pp")
     by_target = {t["target"]: t for t in report.get("targets", [])}
     for name, answer in answers.items():
         top1 = pct(answer, labels)
@@ -187,7 +187,7 @@ def main() -> None:
         r = rows[name]
         print(
             f"{name:24s} {top1:6.1f} {r['change_pp']:+7.1f} {r['agreement_onnxruntime']:6.1f} "
-            f"{r['agreement_qdq_exact']:6.1f} {shown}"
+            f"{r['agreement_qdq_exact']:6.1f} {shown}  {'yes' if abs(r['change_pp']) <= 0.5 else 'no'}"
         )
     for target in TARGETS:
         if target not in answers:
