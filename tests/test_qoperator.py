@@ -145,13 +145,27 @@ CASES = {  # model, per channel, activations, weights
 }
 
 
+#: The cases also deployed to every target (the others differ from these only in what loading checks).
+DEPLOYED = ("cnn-per-tensor-u8", "cnn-per-channel-s8", "zoo-per-channel-u8")
+_BUILT: dict[str, onnx.ModelProto] = {}
+
+
+def _case(name: str, tmp_path_factory) -> onnx.ModelProto:
+    if name not in _BUILT:
+        build, per_channel, activations, weights = CASES[name]
+        _BUILT[name] = quantize_qoperator(
+            build(),
+            tmp_path_factory.mktemp(name),
+            per_channel=per_channel,
+            activations=activations,
+            weights=weights,
+        )
+    return _BUILT[name]
+
+
 @pytest.fixture(scope="module", params=sorted(CASES))
 def qoperator(request, tmp_path_factory) -> onnx.ModelProto:
-    build, per_channel, activations, weights = CASES[request.param]
-    folder = tmp_path_factory.mktemp(request.param)
-    return quantize_qoperator(
-        build(), folder, per_channel=per_channel, activations=activations, weights=weights
-    )
+    return _case(request.param, tmp_path_factory)
 
 
 def _output_step(model: onnx.ModelProto) -> float:
@@ -234,10 +248,12 @@ def test_qdq_agrees_with_onnxruntime_on_the_qoperator_model(qoperator) -> None:
 
 
 @pytest.mark.parametrize("target", ["arm-cpu", "nnapi", "intel-vpu"])
-def test_deploys_to_every_target(qoperator, target, tmp_path) -> None:
+@pytest.mark.parametrize("case", DEPLOYED)
+def test_deploys_to_every_target(case, target, tmp_path, tmp_path_factory) -> None:
     from edgekit.device_agents.bundle import read_bundle
     from edgekit.targets.base import PackageOptions, get_target
 
+    qoperator = _case(case, tmp_path_factory)
     model = load_proto(qoperator)
     path = get_target(target).package(
         model, tmp_path / target, PackageOptions(verify_samples=tuple(feeds(3, 11)))
