@@ -17,7 +17,7 @@ import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 import pytest
-from edgekit.errors import ModelError, TargetError, UnsupportedOpError
+from edgekit.errors import ModelError, UnsupportedOpError
 from edgekit.model import load_proto
 from edgekit.runtime import HostRunner
 from onnx import TensorProto, helper, numpy_helper
@@ -685,17 +685,9 @@ def test_shared_mobilenetv2_int8_deploys_with_onnxruntimes_answers(target, tmp_p
     )
     samples = [dict(s.inputs) for s in data]
     model = load_model(path)
-    try:
-        bundle = get_target(target).package(
-            model, tmp_path / target, PackageOptions(verify_samples=tuple(samples[:3]))
-        )
-    except TargetError as exc:
-        if target == "intel-vpu" and "verification failed" in str(exc):
-            # The IR against the QDQ model on OpenVINO's own int8 kernels, by the largest error relative to the
-            # output range: this model turns any rounding difference into ~0.1 of its range (issue 12 item 7
-            # replaces that yardstick).
-            pytest.xfail(f"intel-vpu verification yardstick: {exc}")
-        raise
+    bundle = get_target(target).package(
+        model, tmp_path / target, PackageOptions(verify_samples=tuple(samples[:3]))
+    )
     original = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     expected = [int(original.run(None, s)[0].argmax()) for s in samples]
     got = [int(np.argmax(y)) for y in _run_bundle(target, bundle, samples)]
