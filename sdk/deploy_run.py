@@ -10,9 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.api import file_sha256
-from edgekit.device_eval import host_reference, run_on_device
+from edgekit.device_eval import agreement_with_reference, host_reference, run_on_device
+from edgekit.qoperator import onnxruntime_reference
 from edgekit.report import FORMAT_VERSION, render_markdown, summary_rows, write_reports
 
+#: What the report compares the devices with, unless the model brings its own reference.
+HOST_REFERENCE = "the model on the host (edgekit.runtime.HostRunner: OpenVINO CPU, f32, QDQ run exactly)"
 #: Worst host-side layers copied from the quantizer's report into each target's entry.
 WORST_LAYERS = 10
 
@@ -80,7 +83,20 @@ def evaluate_on_device(
     fp32 = load_model(request.model, request.input_shapes, messages=[])  # notes already announced
     preprocess = ImagePreprocess.from_json(dict(request.preprocess)) if request.preprocess else None
     dataset = open_dataset(request.eval_data, input_specs(fp32), preprocess, limit=run.max_samples)
-    reference = host_reference(fp32, dataset, run.max_samples, track)
+    # A QOperator model's own answers are onnxruntime's integer kernels on the file as given; its QDQ form,
+    # run exactly on the host, is reported beside them.
+    original = onnxruntime_reference(request.model)
+    reference = host_reference(fp32, dataset, run.max_samples, track, runner=original)
+    references: dict[str, Any] = {"reference": HOST_REFERENCE}
+    if original is not None:
+        references = {
+            "reference": original.description,
+            "qdq_on_host": {"model": HOST_REFERENCE, **agreement_with_reference(fp32, reference)},
+        }
+        say(
+            f"reference: {original.description}; its QDQ form on the host agrees on "
+            f"{references['qdq_on_host']['top1_agreement']:.1f} % of the top-1 answers"
+        )
     timings["host_fp32_s"] = time.perf_counter() - start
 
     source_size = Path(request.model).stat().st_size
@@ -125,6 +141,7 @@ def evaluate_on_device(
         "data": dataset.describe(),
         "samples": len(reference.samples),
         "labelled": reference.labelled,
+        **references,
         "device": {"url": run.url, "hello": _hello_summary(hello)},
         "warnings": warnings,
         "fail_on_drop": run.fail_on_drop,
@@ -161,7 +178,7 @@ def _print_summary(report: dict, say: Callable[[str], None]) -> None:
     from rich.table import Table
 
     table = Table(
-        title=f"fp32 (host) vs device, {report['samples']} samples",
+        title=f"{'onnxruntime' if 'qdq_on_host' in report else 'fp32 (host)'} vs device, {report['samples']} samples",
         caption="top-1 % fp32→device, drop in pp, agreement %, SQNR dB, on-device p50 ms, size vs fp32",
     )
     for h in ("target", "top-1", "drop", "agree", "SQNR", "p50", "size", "gate"):

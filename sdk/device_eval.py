@@ -44,11 +44,17 @@ class Reference:
 
 
 def host_reference(
-    model: ir.Model, dataset: Iterable, limit: int | None, track: Callable = lambda it, d, n: it
+    model: ir.Model,
+    dataset: Iterable,
+    limit: int | None,
+    track: Callable = lambda it, d, n: it,
+    runner: Any = None,
 ) -> Reference:
+    """The reference outputs: ``model`` on the host (:class:`edgekit.runtime.HostRunner`), or ``runner``
+    (anything with ``run(feeds) -> {output: array}`` for the same inputs and outputs)."""
     from edgekit.runtime import HostRunner
 
-    runner = HostRunner(model)
+    runner = runner if runner is not None else HostRunner(model)
     ref = Reference(
         {v.name: tuple(v.shape) for v in model.graph.inputs}, [v.name for v in model.graph.outputs]
     )
@@ -57,6 +63,27 @@ def host_reference(
         ref.ranges.update(sample.inputs)
         ref.samples.append((sample.inputs, runner.run(sample.inputs), sample.label))
     return ref
+
+
+def agreement_with_reference(model: ir.Model, reference: Reference) -> dict[str, Any]:
+    """``model`` run exactly on the host (:class:`edgekit.runtime.HostRunner`) on the reference's samples: its
+    top-1 agreement with the reference and, with labels, both top-1 accuracies (first output, last axis)."""
+    from edgekit.runtime import HostRunner
+
+    runner = HostRunner(model)
+    name = reference.output_names[0]
+    agree = correct = ref_correct = 0
+    for inputs, ref_out, label in reference.samples:
+        got = int(np.argmax(np.asarray(runner.run(inputs)[name]).reshape(-1)))
+        want = int(np.argmax(np.asarray(ref_out[name]).reshape(-1)))
+        agree += got == want
+        correct += label is not None and got == label
+        ref_correct += label is not None and want == label
+    n = max(len(reference.samples), 1)
+    out: dict[str, Any] = {"samples": len(reference.samples), "top1_agreement": 100.0 * agree / n}
+    if reference.labelled:
+        out.update(top1=100.0 * correct / n, reference_top1=100.0 * ref_correct / n)
+    return out
 
 
 def to_device(array: np.ndarray, spec: TensorSpec) -> np.ndarray:

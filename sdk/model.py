@@ -225,9 +225,24 @@ def load_proto(
         model = ir.from_proto(proto)
     except Exception as exc:
         raise ModelError(f"cannot read the model's graph: {exc}") from None
+    _qoperator_to_qdq(model, messages)
     if prepare:
         model = passes.prepare(model)
     return model
+
+
+def _qoperator_to_qdq(model: ir.Model, messages: list[str] | None) -> None:
+    """onnxruntime's QOperator format (QLinearConv, ...) becomes QDQ, keeping the model's scales."""
+    from edgekit import qoperator
+
+    if not qoperator.has_qoperator_nodes(model):
+        return
+    count = qoperator.to_qdq(model)
+    model.meta[qoperator.META_KEY] = count
+    note = f"QOperator model: {count} quantized op(s) rewritten as QDQ with their own scales and zero points"
+    log.info(note)
+    if messages is not None:
+        messages.append(note)
 
 
 def to_proto(model: ir.Model) -> onnx.ModelProto:

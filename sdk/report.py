@@ -12,7 +12,7 @@ import html
 import io
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +175,18 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def reference_sentence(report: Mapping[str, Any]) -> str:
+    """What the devices are compared with: fp32 on the host, or the reference the model brings (a QOperator
+    model: onnxruntime on the file as given, with its QDQ form on the host beside it)."""
+    qdq = report.get("qdq_on_host")
+    if not qdq:
+        return "fp32 runs on the host (OpenVINO CPU, f32)"
+    text = f'The reference (the "fp32" columns) is {report.get("reference")}'
+    if qdq.get("top1") is not None:
+        text += f"; its QDQ form run exactly on the host scores {_f(qdq['top1'])} % top-1"
+    return text + f" and agrees with it on {_f(qdq.get('top1_agreement', 0.0))} % of the top-1 answers"
+
+
 def render_markdown(report: dict) -> str:
     model = report.get("model", {})
     parts = [
@@ -185,7 +197,7 @@ def render_markdown(report: dict) -> str:
         f"{' with labels' if report.get('labelled') else ' (no labels: agreement and error metrics only)'}, "
         f"device `{(report.get('device') or {}).get('url')}`.",
         "",
-        "fp32 runs on the host (OpenVINO CPU, f32); each target's bundle runs on the device through the agent.",
+        f"{reference_sentence(report)}; each target's bundle runs on the device through the agent.",
         "",
         _md_table(SUMMARY_HEADER, summary_rows(report)),
     ]
@@ -373,8 +385,8 @@ def render_html(report: dict) -> str:
         "<h1>edgekit accuracy-drop report</h1>",
         f"<p>Model <code>{html.escape(str(model.get('path')))}</code>, {report.get('samples', 0)} evaluation "
         f"samples{' with labels' if report.get('labelled') else ' without labels'}; device "
-        f"<code>{html.escape(str(device.get('url')))}</code>{_machine(device)}. fp32 runs on the host "
-        "(OpenVINO CPU, f32); each target's bundle runs on the device through the agent.</p>",
+        f"<code>{html.escape(str(device.get('url')))}</code>{_machine(device)}. "
+        f"{html.escape(reference_sentence(report))}; each target's bundle runs on the device through the agent.</p>",
         "<h2>Summary</h2>",
         _html_table(SUMMARY_HEADER, summary_rows(report), "summary"),
         *(f"<p class='warning'>Warning: {html.escape(w)}</p>" for w in report.get("warnings") or []),

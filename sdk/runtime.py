@@ -69,7 +69,11 @@ def fold_constant_dequantize(proto: onnx.ModelProto) -> onnx.ModelProto:
     ``(x - zero_point) * scale`` in float32, per tensor or per axis; blocked quantization (``block_size``)
     and DequantizeLinear of graph inputs or computed tensors are left alone. ``proto`` itself if there is
     nothing to fold.
+
+    An AveragePool counting its padding first gets that padding in the integer domain
+    (:func:`pad_before_dequantize`).
     """
+    proto = pad_before_dequantize(proto)
     inits = {t.name: t for t in proto.graph.initializer}
     outputs = {o.name for o in proto.graph.output}
     readers: dict[str, set[str]] = {}
@@ -105,6 +109,69 @@ def fold_constant_dequantize(proto: onnx.ModelProto) -> onnx.ModelProto:
     kept_inits = [t for t in proto.graph.initializer if t.name in used]
     del out.graph.initializer[:]
     out.graph.initializer.extend(kept_inits + new_inits)
+    return out
+
+
+def pad_before_dequantize(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``proto`` where each AveragePool that counts its padding (``count_include_pad=1``, explicit
+    pads) and reads a per-tensor DequantizeLinear pads the integer tensor with the zero point instead, then
+    dequantizes and averages without padding: the same values.
+
+    OpenVINO 2026.4 pads a dequantized tensor with the integer 0 instead of its zero point (its low-precision
+    transformations move the dequantization below the padding), which put such a pool off by zero point x scale
+    at the borders. ``proto`` itself when there is no such pool.
+    """
+    producers = {name: n for n in proto.graph.node for name in n.output}
+    sizes = {t.name: int(np.prod(t.dims)) for t in proto.graph.initializer}
+    found = []
+    for n in proto.graph.node:
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
+        pads = list(attrs.get("pads") or [])
+        if n.op_type != "AveragePool" or not attrs.get("count_include_pad") or not any(pads):
+            continue
+        dq = producers.get(n.input[0])
+        if (
+            dq is None
+            or dq.op_type != "DequantizeLinear"
+            or sizes.get(dq.input[1]) != 1
+            or (len(dq.input) > 2 and dq.input[2] and sizes.get(dq.input[2]) != 1)
+            or attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET")
+        ):
+            continue
+        found.append((n, dq, pads, attrs))
+    if not found:
+        return proto
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    replaced = {id(n): (dq, pads, attrs) for n, dq, pads, attrs in found}
+    nodes = []
+    for i, n in enumerate(proto.graph.node):
+        if id(n) not in replaced:
+            nodes.append(n)
+            continue
+        dq, pads, attrs = replaced[id(n)]
+        k = len(pads) // 2
+        base = f"{n.output[0]}__pad{i}"
+        out.graph.initializer.append(
+            onnx.numpy_helper.from_array(
+                np.array([0, 0, *pads[:k], 0, 0, *pads[k:]], np.int64), f"{base}_pads"
+            )
+        )
+        pad_inputs = [dq.input[0], f"{base}_pads"] + (
+            [dq.input[2]] if len(dq.input) > 2 and dq.input[2] else []
+        )
+        kept = {k2: v for k2, v in attrs.items() if k2 not in ("pads", "count_include_pad", "auto_pad")}
+        nodes += [
+            onnx.helper.make_node("Pad", pad_inputs, [f"{base}_padded"], mode="constant"),
+            onnx.helper.make_node(
+                "DequantizeLinear", [f"{base}_padded", *dq.input[1:]], [f"{base}_dequantized"]
+            ),
+            onnx.helper.make_node(
+                "AveragePool", [f"{base}_dequantized"], list(n.output), name=n.name, **kept
+            ),
+        ]
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
     return out
 
 

@@ -153,3 +153,40 @@ def test_fold_leaves_float_models_and_non_constant_or_blocked_dequantize_alone()
         opset_imports=[helper.make_opsetid("", 21)],
     )  # fmt: skip
     assert fold_constant_dequantize(blocked) is blocked
+
+
+@pytest.mark.parametrize(("zp_dtype", "zero_point"), [(np.uint8, 100), (np.int8, -20)])
+def test_average_pool_counting_its_padding_runs_exactly(zp_dtype, zero_point) -> None:
+    """DequantizeLinear -> AveragePool(count_include_pad=1, pads) -> QuantizeLinear: the padding is a real 0 (the
+    zero point). OpenVINO 2026.4 pads with the integer 0 (1.12 off here for uint8); the host runner pads the
+    integer tensor with the zero point itself."""
+    inits = [
+        numpy_helper.from_array(np.array(0.02, np.float32), "s"),
+        numpy_helper.from_array(np.array(zero_point, zp_dtype), "z"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+        helper.make_node(
+            "AveragePool",
+            ["xd"],
+            ["a"],
+            kernel_shape=[3, 3],
+            pads=[1, 1, 1, 1],
+            strides=[2, 2],
+            count_include_pad=1,
+        ),
+        helper.make_node("QuantizeLinear", ["a", "s", "z"], ["aq"]),
+        helper.make_node("DequantizeLinear", ["aq", "s", "z"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "pool",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 7, 7])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 4])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    x = np.random.default_rng(1).normal(0.5, 1, (1, 2, 7, 7)).astype(np.float32)
+    (expected,) = exact(model, {"x": x})
+    np.testing.assert_allclose(HostRunner(model).run({"x": x})["y"], expected, atol=1e-6)

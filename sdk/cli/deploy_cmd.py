@@ -78,7 +78,7 @@ class Packaged:
 
 
 def deploy(
-    model: Path = typer.Argument(..., help="ONNX model: float, or QDQ from `edgekit quantize`."),
+    model: Path = typer.Argument(..., help="ONNX model: float, QDQ (edgekit or onnxruntime) or QOperator."),
     target: list[str] = typer.Option(
         None, "--target", "-t", help="Target to package for (repeatable): {targets}."
     ),
@@ -362,6 +362,7 @@ def package_targets(
     written; a target that fails to package is reported and the others still run.
     """
     from edgekit.model import is_quantized, load_model
+    from edgekit.qoperator import quantization_source
     from edgekit.quantize.calibrate import no_progress
 
     track = track or no_progress
@@ -381,7 +382,7 @@ def package_targets(
     base_provenance = {
         "source_sha256": _sha256(request.model),
         "source_model": request.model.name,
-        "quantization": {"source": "QDQ model as given"} if quantized else None,
+        "quantization": {"source": quantization_source(model)} if quantized else None,
         "calibration_samples": None,
     }
     created = not request.out_dir.exists()

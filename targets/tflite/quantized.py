@@ -160,6 +160,7 @@ def quantize_kernels(per_tensor_weights: frozenset[str] = frozenset()) -> Callab
 def _quantize_kernels(graph: Graph, per_tensor_weights: frozenset[str]) -> Graph:
     _sink_dequantize(graph)
     _hoist_quantize(graph)
+    _average_at_input_scale(graph)
     _fold_dequantize_quantize(graph)
     for op in list(graph.ops):
         if op.code not in INTEGER_KERNELS or op not in graph.ops:
@@ -225,6 +226,44 @@ def _rewrite(
             graph.ops.insert(graph.ops.index(op) + 1, Op("DEQUANTIZE", [qout], [out], None, op.origin))
     op.inputs = inputs
     op.outputs = new_outputs
+
+
+#: Same-scale kernels that average their input: a requantize goes after them, not before.
+_AVERAGING = frozenset({"AVERAGE_POOL_2D"})
+
+
+def _average_at_input_scale(graph: Graph) -> None:
+    """DEQUANTIZE(a) -> AVERAGE_POOL_2D -> QUANTIZE(b) with b != a becomes ... -> QUANTIZE(a) -> DEQUANTIZE(a) ->
+    QUANTIZE(b): the int8 kernel averages at the input's scale and the result is requantized to b.
+
+    TFLite's AVERAGE_POOL_2D needs one scale for its input and output. Requantizing the input to b first (what
+    the same-scale rule does) would clip it to b's range, usually narrower than a's after averaging (e.g. an
+    onnxruntime QLinearAveragePool, which has its own output scale); requantizing the average keeps every
+    input level and rounds once more.
+    """
+    producers, consumers = graph.producers(), graph.consumers()
+    for op in [op for op in graph.ops if op.code in _AVERAGING]:
+        dq = producers.get(id(op.inputs[0]))
+        out = op.outputs[0]
+        users = consumers.get(id(out), [])
+        if dq is None or dq.code != "DEQUANTIZE" or dq.inputs[0].dtype != np.int8 or not dq.inputs[0].quant:
+            continue
+        if len(users) != 1 or users[0].code != "QUANTIZE" or graph.is_graph_output(out):
+            continue
+        a, q = dq.inputs[0].quant, users[0]
+        if not a.per_tensor or q.outputs[0].quant is None or q.outputs[0].quant.same_as(a):
+            continue
+        at_a = Tensor(graph.unique_name(out.name + "/avg"), out.shape, np.int8, quant=a)
+        real = Tensor(graph.unique_name(out.name + "/avg_real"), out.shape, np.float32)
+        index = graph.ops.index(q)
+        graph.ops[index:index] = [
+            Op("QUANTIZE", [out], [at_a], None, op.origin),
+            Op("DEQUANTIZE", [at_a], [real], None, op.origin),
+        ]
+        q.inputs = [real]
+        graph.notes.append(
+            f"requantize inserted after {op.code} ({op.origin}): {a.describe()} -> {q.outputs[0].quant.describe()}"
+        )
 
 
 def _sink_dequantize(graph: Graph) -> None:
