@@ -232,6 +232,11 @@ class Manifest:
             Requirement.from_json(x, f"requirements[{i}]")
             for i, x in enumerate(_expect(d, "requirements", list, "manifest"))
         )
+        for i, req in enumerate(reqs):
+            if req.file is not None and req.file not in paths:
+                raise BundleError(
+                    f"manifest: requirements[{i}].file {req.file!r} is not a file of the bundle"
+                )
         inputs = tuple(
             TensorSpec.from_json(x, f"inputs[{i}]")
             for i, x in enumerate(_expect(d, "inputs", list, "manifest"))
