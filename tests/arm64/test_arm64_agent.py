@@ -7,8 +7,9 @@ Build the userland once (root, about 10-20 minutes), then run these tests (root,
 
 The agent runs as ``chroot ROOTFS python3 edgekit-agent.pyz --listen 127.0.0.1:0`` inside a private
 mount namespace (``unshare --mount``), every arm64 instruction emulated by qemu-user through binfmt_misc.
-LiteRT's XNNPACK crashes under qemu-user when /sys is visible and OpenVINO crashes when it is not, so
-the LiteRT case runs without /sys and the OpenVINO one with /sys bind-mounted. The host deploys the
+LiteRT's XNNPACK crashes (SIGSEGV) under qemu-user when the host's /sys is visible and OpenVINO crashes
+when it is not (hwloc finds no CPU topology), so the LiteRT case runs without /sys and the OpenVINO one
+with /sys bind-mounted; both on an emulated Cortex-A72 (``QEMU_CPU``). The host deploys the
 digits example with ``edgekit deploy --device tcp://127.0.0.1:PORT --token ... --eval`` and then runs
 the same bundle on the host's own agent: the outputs must match.
 """
@@ -37,6 +38,9 @@ SAMPLES = 32
 #: Inside the userland: where the zipapp goes and where the agent keeps its bundles.
 PYZ_IN_ROOTFS = "tmp/edgekit-agent.pyz"
 WORK_IN_ROOTFS = "tmp/edgekit-agent-work"
+#: The emulated CPU: a Cortex-A72 (Raspberry Pi 4 class). qemu's default ("max") has extensions that
+#: make OpenVINO's oneDNN JIT die with SIGILL under emulation.
+QEMU_CPU = "cortex-a72"
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get(ROOTFS_ENV),
@@ -87,12 +91,14 @@ def start_arm64_agent(rootfs: Path, with_sys: bool) -> AgentProcess:
         mounts += ' && mount --rbind /sys "$1/sys"'
     script = (
         f'{mounts} && rm -rf "$1/{WORK_IN_ROOTFS}" && exec chroot "$1" /usr/bin/env -i PATH=/usr/bin:/bin '
-        f"/usr/bin/python3 /{PYZ_IN_ROOTFS} --listen 127.0.0.1:0 --workdir /{WORK_IN_ROOTFS} --token {TOKEN}"
+        f"QEMU_CPU={QEMU_CPU} /usr/bin/python3 /{PYZ_IN_ROOTFS} --listen 127.0.0.1:0 "
+        f"--workdir /{WORK_IN_ROOTFS} --token {TOKEN}"
     )
     proc = subprocess.Popen(
         ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", str(rootfs)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        env={**os.environ, "QEMU_CPU": QEMU_CPU},
     )
     line = read_line(proc, 600)  # python3 + numpy start slowly under emulation
     assert "listening on" in line, line
