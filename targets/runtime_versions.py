@@ -68,6 +68,16 @@ OPENVINO_BASE_ELEMENT_TYPES = frozenset(
     | {"fp16", "fp32", "fp64"}
 )
 
+#: IR attributes that hold an element type (ports' ``precision``, Const/Parameter ``element_type``,
+#: Convert ``destination_type``, ShapeOf/NonZero/TopK ``output_type``/``index_element_type``).
+_ELEMENT_TYPE_ATTRIBUTES = (
+    "element_type",
+    "precision",
+    "destination_type",
+    "output_type",
+    "index_element_type",
+)
+
 #: (TFLite builtin op, op version) -> first TensorFlow Lite runtime with that kernel version.
 TFLITE_OP_RUNTIME: dict[tuple[str, int], str] = {
     **{("ABS", v): r for v, r in ((1, "1.13.0"), (2, "2.4.0"), (3, "2.5.0"), (4, "2.6.0"), (5, "2.12.0"))},
@@ -227,7 +237,7 @@ def openvino_ir_min_version(xml: str | bytes | Path) -> MinVersion:
     for number, op in opsets.items():
         found.append((OPENVINO_OPSET_RELEASES[number], f"opset{number} ({op})"))
     for element in root.iter():
-        for attr in ("element_type", "precision"):
+        for attr in _ELEMENT_TYPE_ATTRIBUTES:
             value = element.get(attr)
             if value is not None and value.lower() not in OPENVINO_BASE_ELEMENT_TYPES:
                 return MinVersion(None, f"element type {value!r} is not in the table")
