@@ -16,6 +16,7 @@ the same bundle on the host's own agent: the outputs must match.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -25,8 +26,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from edgekit.device_agents.bundle import read_bundle
+from edgekit.device_agents.bundle import Requirement, read_bundle, write_bundle
 from edgekit.device_agents.client import connect
+from edgekit.device_agents.errors import RemoteError
 from edgekit.device_eval import to_device
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "agent"))
@@ -159,5 +161,20 @@ def test_deploy_to_the_arm64_agent_matches_the_host(
                 )
             agree = np.mean(got.reshape(SAMPLES, -1).argmax(1) == expected.reshape(SAMPLES, -1).argmax(1))
             assert agree >= 0.97, agree
+
+        # the bundle asks for the oldest runtime that reads it, not the host's; a requirement of the
+        # host's own line is refused by an older device runtime (make_rootfs.sh installs OpenVINO 2025.2)
+        host_line = Requirement(
+            arm_info["runtime"].replace("_", "-"), ".".join(host_info["version"].split(".")[:2])
+        )
+        if not host_line.met_by(arm_info["version"]):
+            with read_bundle(bundle) as loaded:
+                manifest = dataclasses.replace(loaded.manifest, requirements=(host_line,))
+                files = {f.path: loaded.path(f) for f in manifest.model_files}
+                roles = {f.path: f.role for f in manifest.model_files}
+                strict = write_bundle(tmp_path / "strict", manifest, files, roles=roles)
+            with connect(agent.url(), timeout=120, token=TOKEN) as client, pytest.raises(RemoteError) as err:
+                client.load(client.put_bundle(strict))
+            assert err.value.remote_code == "runtime_too_old" and arm_info["version"] in err.value.message
     finally:
         stop(agent.proc)
