@@ -48,8 +48,9 @@ def _python39() -> str:
         timeout=60,
     )
     if probe.returncode != 0 or probe.stdout.strip() != "(3, 9)":
+        first = (probe.stderr.strip().splitlines() or [probe.stdout.strip()])[0]
         pytest.skip(
-            f"{python} is not a Python 3.9 with numpy and ai-edge-litert: {probe.stderr.strip()[-200:]}"
+            f"{python} is not a Python 3.9 with numpy and ai-edge-litert ({first[:160]}); set {PY39_ENV}"
         )
     return python
 
