@@ -124,3 +124,20 @@ def test_a_blob_scoped_requirement_drops_the_blob_not_the_bundle(
         out, _ = client.infer({"x": x})
         w, b = bundles["ov_weights"]
         np.testing.assert_allclose(out["y"], np.maximum(x @ w + b, 0), rtol=1e-5, atol=1e-6)
+
+
+def test_requirement_rules_for_each_installed_tflite_package() -> None:
+    from edgekit.device_agents.runtimes import unmet_requirement
+
+    tf = Requirement("tflite-runtime", "2.5.0")
+    assert unmet_requirement(tf, "tflite_runtime", "2.14.0") is None
+    assert unmet_requirement(tf, "ai_edge_litert", "1.0.1") is None  # LiteRT counts as TF Lite 2.17
+    why = unmet_requirement(Requirement("tflite-runtime", "2.15.0"), "tflite_runtime", "2.14.0")
+    assert why == "needs tflite-runtime >= 2.15.0; this device has tflite-runtime 2.14.0"
+    assert (
+        unmet_requirement(Requirement("ai-edge-litert", "1.2"), "tflite_runtime", "2.14.0") is None
+    )  # not its package
+    assert (
+        unmet_requirement(Requirement("tflite-runtime", "2.99"), "ai_edge_litert", "unknown") is None
+    )  # cannot tell
+    assert unmet_requirement(Requirement("openvino", "2025.3"), "openvino", "2025.2.0") is not None
