@@ -134,18 +134,35 @@ class ModelFile:
 
 @dataclass(frozen=True)
 class Requirement:
-    """A runtime package the device needs, e.g. ``Requirement("openvino", "2024.4")``."""
+    """A runtime package the device needs, e.g. ``Requirement("openvino", "2022.1")``.
+
+    ``min_version`` is the oldest release that reads the artifact. ``file`` (optional) scopes the
+    requirement to one bundle file (a compiled blob): a device that does not meet it loads the bundle
+    without that file. See ``docs/bundle.md`` for the packages and how the agent checks them.
+    """
 
     package: str
     min_version: str
+    file: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"package": self.package, "min_version": self.min_version}
+        out: dict[str, Any] = {"package": self.package, "min_version": self.min_version}
+        if self.file is not None:
+            out["file"] = self.file
+        return out
+
+    def met_by(self, version: str) -> bool:
+        """Whether an installed ``version`` (of ``package``, or on its scale) is ``min_version`` or newer."""
+        return version_key(version) >= version_key(self.min_version)
 
     @classmethod
     def from_json(cls, d: Any, where: str = "requirement") -> Requirement:
         d = _expect_dict(d, where)
-        return cls(_expect(d, "package", str, where), _expect(d, "min_version", str, where))
+        return cls(
+            _expect(d, "package", str, where),
+            _expect(d, "min_version", str, where),
+            _optional(d, "file", str, where),
+        )
 
 
 @dataclass(frozen=True)
@@ -215,6 +232,11 @@ class Manifest:
             Requirement.from_json(x, f"requirements[{i}]")
             for i, x in enumerate(_expect(d, "requirements", list, "manifest"))
         )
+        for i, req in enumerate(reqs):
+            if req.file is not None and req.file not in paths:
+                raise BundleError(
+                    f"manifest: requirements[{i}].file {req.file!r} is not a file of the bundle"
+                )
         inputs = tuple(
             TensorSpec.from_json(x, f"inputs[{i}]")
             for i, x in enumerate(_expect(d, "inputs", list, "manifest"))
@@ -310,6 +332,15 @@ def check_format_version(version: str) -> None:
             f"bundle format version {version} is not supported (this edgekit reads {supported}.x); "
             "use a matching edgekit version"
         )
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """``"2026.4.1-22982-..."`` -> ``(2026, 4, 1)``, ``"2.14.0"`` -> ``(2, 14)``: comparable release numbers."""
+    match = re.match(r"\d+(?:\.\d+)*", version.strip())
+    parts = [int(p) for p in match.group(0).split(".")] if match else []
+    while parts and parts[-1] == 0:
+        parts.pop()
+    return tuple(parts)
 
 
 def sanitize_name(name: str) -> str:
@@ -553,7 +584,7 @@ def _extract_members(tar: tarfile.TarFile, dest: Path, archive: Path) -> None:
     total = sum(m.size for m in members if m.isfile())
     if total > MAX_ARCHIVE_BYTES:
         raise BundleError(f"{archive} unpacks to {total} bytes, more than the {MAX_ARCHIVE_BYTES} allowed")
-    for member, name in zip(members, names, strict=True):
+    for member, name in zip(members, names):  # noqa: B905 - equal lengths; Python 3.9
         target = dest.joinpath(*name)
         if member.isdir():
             target.mkdir(parents=True, exist_ok=True)
@@ -604,5 +635,6 @@ __all__ = [
     "read_bundle",
     "sanitize_name",
     "sha256_file",
+    "version_key",
     "write_bundle",
 ]

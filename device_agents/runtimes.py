@@ -28,6 +28,12 @@ RUNTIME_MODULES = {
     "openvino": ("openvino", "openvino"),
 }
 NNAPI_LIBRARIES = ("libnnapi_delegate.so", "libtensorflowlite_nnapi_delegate.so", "libedgetpu.so.1")
+#: A TFLite bundle requires ``tflite-runtime >= X`` with X a TensorFlow Lite runtime version (from its
+#: ops' versions). tflite-runtime's versions are TensorFlow's; ai-edge-litert (LiteRT, TensorFlow Lite
+#: renamed in September 2024) numbers its releases anew: its first release, 1.0.1, was built from
+#: TensorFlow sources after the 2.17 release, so every ai-edge-litert counts as TensorFlow Lite 2.17.
+TFLITE_REQUIREMENT = "tflite-runtime"
+TFLITE_SCALE = {"tflite-runtime": None, "ai-edge-litert": "2.17"}  # None: the package's own version
 
 
 class RuntimeUnavailable(AgentError):
@@ -36,6 +42,53 @@ class RuntimeUnavailable(AgentError):
 
 class RuntimeFailure(AgentError):
     code = "runtime_error"
+
+
+class RuntimeTooOld(AgentError):
+    """The bundle requires a newer runtime release than the one this device has."""
+
+    code = "runtime_too_old"
+
+
+def unmet_requirement(requirement: Any, module: str, version: str | None) -> str | None:
+    """Why ``requirement`` is not met by runtime ``module`` at ``version``, or None when it is met.
+
+    Only requirements about the runtime that loads the bundle are checked: one naming its package,
+    or, for a TFLite runtime, ``tflite-runtime`` (compared on the TensorFlow Lite scale). An unknown
+    installed version cannot be compared and passes.
+    """
+    dist, kind = RUNTIME_MODULES[module]
+    if version is None or version == "unknown":
+        return None
+    if requirement.package == dist:
+        have, shown = version, f"{dist} {version}"
+    elif kind == "tflite" and requirement.package == TFLITE_REQUIREMENT:
+        have = TFLITE_SCALE.get(dist) or version
+        shown = f"{dist} {version}" + ("" if have == version else f" (TensorFlow Lite {have})")
+    else:
+        return None
+    if requirement.met_by(have):
+        return None
+    return f"needs {requirement.package} >= {requirement.min_version}; this device has {shown}"
+
+
+def check_requirements(manifest: Any, module: str) -> list[str]:
+    """Refuse (RuntimeTooOld) a bundle whose requirements the installed ``module`` does not meet.
+
+    Returns the files whose scoped requirement is not met (a compiled blob that only a newer runtime
+    reads); the caller loads the bundle without them.
+    """
+    version = available().get(module)
+    skipped = []
+    for requirement in manifest.requirements:
+        why = unmet_requirement(requirement, module, version)
+        if why is None:
+            continue
+        if requirement.file is not None:
+            skipped.append(requirement.file)
+            continue
+        raise RuntimeTooOld(f"the bundle {why}: upgrade the runtime (pip install -U {requirement.package})")
+    return skipped
 
 
 def available() -> dict[str, str | None]:
@@ -95,6 +148,7 @@ def _names(manifest_specs: Any, runtime_names: list[str]) -> list[int]:
 class TFLiteRunner(Runner):
     def __init__(self, model_path: Path, manifest: Any, threads: int, delegate: str | None):
         module, interpreter_cls, load_delegate = _import_tflite()
+        check_requirements(manifest, module)
         delegates = []
         if delegate is not None:
             if delegate.lower() != "nnapi":
@@ -207,6 +261,9 @@ class OpenVINORunner(Runner):
             import openvino as ov
         except ImportError:
             raise RuntimeUnavailable("this bundle needs OpenVINO: pip install openvino") from None
+        skipped = check_requirements(manifest, "openvino")
+        if compiled is not None and compiled.name in skipped:
+            compiled = None  # the blob needs a newer OpenVINO than this one: compile the IR instead
         core = ov.Core()
         device = (device or "CPU").upper()
         if device not in core.available_devices:
@@ -241,6 +298,7 @@ class OpenVINORunner(Runner):
             "threads": threads,
             "delegate": None,
             "delegated_ops": 0,
+            "skipped_files": skipped,
         }
 
     def run(self, feeds: list[np.ndarray]) -> tuple[list[np.ndarray], float]:

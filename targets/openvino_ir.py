@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import io
 import logging
-import re
 import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -29,7 +28,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 from edgekit import isolated
-from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, Requirement, write_bundle
+from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, write_bundle
 from edgekit.errors import TargetError
 from edgekit.runtime import preflight_ir
 from edgekit.targets.base import (
@@ -47,6 +46,7 @@ from edgekit.targets.base import (
     worst_rel_error,
     yardstick,
 )
+from edgekit.targets.runtime_versions import openvino_requirements
 
 log = logging.getLogger("edgekit")
 
@@ -161,7 +161,9 @@ class IntelVpuTarget(Target):
                 target=self.name,
                 runtime=self.runtime,
                 model_files=(),
-                requirements=(Requirement("openvino", _openvino_min_version(ov.get_version())),),
+                requirements=openvino_requirements(
+                    converted.xml, ov.get_version(), blob=NPU_BLOB if NPU_BLOB in files else None
+                ),
                 inputs=inputs,
                 outputs=outputs,
                 preprocessing=dict(options.preprocessing),
@@ -478,9 +480,3 @@ def export_blob(core: Any, ov_model: Any, device: str) -> bytes:
         return stream.getvalue()
     except Exception as exc:
         raise TargetError(f"intel-vpu: compiling for {device} failed: {_first_line(exc)}") from None
-
-
-def _openvino_min_version(full: str) -> str:
-    """``2026.4.1-22982-...`` -> ``2026.4``: IR and blobs are read by this release line or newer."""
-    match = re.match(r"(\d+)\.(\d+)", full)
-    return f"{match.group(1)}.{match.group(2)}" if match else full

@@ -281,3 +281,19 @@ def test_failed_archive_reads_leave_no_scratch_dir(tmp_path: Path, monkeypatch: 
     with pytest.raises(BundleError, match="no manifest.json at its top level"):
         b.read_bundle(archive)
     assert list(scratch.iterdir()) == []
+
+
+def test_requirements_old_and_file_scoped_read_back(tmp_path: Path) -> None:
+    old = make_manifest(model_files=(b.ModelFile("model.xml", "0" * 64, 1),)).to_json()
+    assert old["requirements"] == [{"package": "openvino", "min_version": "2024.4"}]  # no "file" key
+    assert Manifest.from_json(old).requirements == (Requirement("openvino", "2024.4"),)
+    scoped = dict(
+        old, requirements=[{"package": "openvino", "min_version": "2026.4", "file": "nowhere.blob"}]
+    )
+    with pytest.raises(BundleError, match="requirements\\[0\\].file 'nowhere.blob' is not a file"):
+        Manifest.from_json(scoped)
+    assert Requirement("openvino", "2022.1").met_by("2025.2.0-19140-c01cd93e24d-releases/2025/2")
+    assert not Requirement("openvino", "2025.3").met_by("2025.2.0")
+    assert Requirement("tflite-runtime", "2.5.0").met_by("2.5") and not Requirement("x", "2.14").met_by(
+        "2.5.0"
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 from edgekit import isolated
-from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, Requirement, TensorSpec, write_bundle
+from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, TensorSpec, write_bundle
 from edgekit.errors import EdgekitError, TargetError, UnsupportedOpError
 from edgekit.litert_run import TensorInfo, host_outputs, reference_and_tflite, run_tflite_samples
 from edgekit.targets.base import (
@@ -24,13 +25,13 @@ from edgekit.targets.base import (
     verify_outputs,
     yardstick,
 )
+from edgekit.targets.runtime_versions import tflite_requirements
 from edgekit.targets.tflite.converter import ConversionResult, ConvertOptions, convert
 from edgekit.targets.tflite.registry import lookup
 
 log = logging.getLogger("edgekit")
 
 MODEL_FILE = "model.tflite"
-LITERT_REQUIREMENT = Requirement("ai-edge-litert", "1.2")
 
 
 def is_quantized(model: ir.Model) -> bool:
@@ -181,7 +182,7 @@ def package_tflite(
         target=target.name,
         runtime=target.runtime,
         model_files=(),
-        requirements=(LITERT_REQUIREMENT,),
+        requirements=tflite_requirements(result.data, importlib.metadata.version("ai-edge-litert")),
         inputs=tensor_specs(result.inputs),
         outputs=tensor_specs(result.outputs),
         preprocessing=dict(options.preprocessing),
