@@ -19,8 +19,12 @@ from __future__ import annotations
 import onnx_ir as ir
 from edgekit.irutil import const_array
 
-MASK_REASON = "attention-mask arithmetic on integer inputs (its range is set by mask constants such as -3.4e38)"
-LAYER_NORM_REASON = "inside a LayerNorm written out: float like LayerNormalization, quantized at its input and output"
+MASK_REASON = (
+    "attention-mask arithmetic on integer inputs (its range is set by mask constants such as -3.4e38)"
+)
+LAYER_NORM_REASON = (
+    "inside a LayerNorm written out: float like LayerNormalization, quantized at its input and output"
+)
 GELU_REASON = "inside an Erf-GELU: quantized at its input and output only (TFLite GELU)"
 
 #: Ops whose output no longer carries the mask's range.
@@ -111,8 +115,9 @@ def _producer(value: ir.Value | None, *op_types: str) -> ir.Node | None:
     return node if node is not None and node.op_type in op_types else None
 
 
-def _layer_norm_at(div: ir.Node) -> list[ir.Node] | None:
-    """Div(x - mean(x), sqrt(mean((x - mean(x))^2) + eps)) [* gamma] [+ beta]: its nodes, or None."""
+def layer_norm_at(div: ir.Node) -> list[ir.Node] | None:
+    """Div(x - mean(x), sqrt(mean((x - mean(x))^2) + eps)) [* gamma] [+ beta]: its nodes (the first mean first,
+    the last node the result), or None."""
     centered, std = div.inputs
     sqrt = _producer(std, "Sqrt")
     add = _producer(sqrt.inputs[0], "Add") if sqrt is not None else None
@@ -146,7 +151,7 @@ def layer_norms(model: ir.Model) -> dict[str, str]:
     found: dict[str, str] = {}
     for node in model.graph:
         if node.op_type == "Div":
-            nodes = _layer_norm_at(node)
+            nodes = layer_norm_at(node)
             if nodes is not None:
                 found.update((n.name, LAYER_NORM_REASON) for n in nodes)
     return found
@@ -155,4 +160,3 @@ def layer_norms(model: ir.Model) -> dict[str, str]:
 def float_patterns(model: ir.Model) -> dict[str, str]:
     """Every node one of the patterns keeps float, with the reason."""
     return {**layer_norms(model), **erf_gelus(model), **mask_paths(model)}
-

@@ -4,7 +4,8 @@
 
 For each model of ``zoo_transformers.json``: the fp32 TFLite against onnxruntime (max error / output range), the
 int8 TFLite (arm-cpu, float I/O) and the nnapi one (int8 I/O) against the QDQ model of ``edgekit quantize`` run
-exactly (``HostRunner``), and each against fp32 (cosine).
+exactly (``HostRunner``), and each against fp32 (cosine); the intel-vpu FP16 and INT8 (uint8 activations) IRs as
+the target verifies them (max error / output range).
 """
 
 from __future__ import annotations
@@ -43,50 +44,76 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30))
 
 
-def figures(path: Path, entry: dict, count: int) -> dict:
+def _error_of_range(got: list[np.ndarray], ref: list[np.ndarray], span: float) -> float:
+    return max(float(np.abs(g - r).max()) for g, r in zip(got, ref, strict=True)) / span
+
+
+def _cosine_min(got: list[np.ndarray], ref: list[np.ndarray]) -> float:
+    return min(cosine(g, r) for g, r in zip(got, ref, strict=True))
+
+
+def figures(path: Path, entry: dict, count: int, tmp: Path) -> dict:
     import onnxruntime as ort
     from edgekit.api import quantize_model
     from edgekit.model import load_model
     from edgekit.quantize.options import QuantizeOptions
     from edgekit.runtime import HostRunner
+    from edgekit.targets.base import PackageOptions, get_target
     from edgekit.targets.tflite.converter import ConvertOptions, convert
     from edgekit.targets.tflite.package import run_tflite
 
-    calib = samples_for(entry, 32, seed=1)
+    class Sample:
+        def __init__(self, inputs: dict[str, np.ndarray]):
+            self.inputs, self.label = inputs, None
+
+    calib = [Sample(s) for s in samples_for(entry, 32, seed=1)]
     evals = samples_for(entry, count, seed=2)
     fp32 = load_model(path)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     ref = [session.run(None, s)[0] for s in evals]
     span = max(float(np.ptp(np.stack(ref))), 1e-12)
     row: dict = {"model": path.name}
+
     result = convert(fp32)
     got = [run_tflite(result.data, result, s)["output"] for s in evals]
-    row["fp32_max_err_of_range"] = max(float(np.abs(g - r).max()) for g, r in zip(got, ref)) / span
+    row["arm-cpu fp32"] = {"max_err_of_range": _error_of_range(got, ref, span)}
 
-    class S:
-        def __init__(self, inputs):
-            self.inputs, self.label = inputs, None
-
-    qdq = quantize_model(path, [S(s) for s in calib], options=QuantizeOptions()).quantized.model
+    qdq = quantize_model(path, calib, options=QuantizeOptions()).quantized.model
     exact = HostRunner(qdq)
     qref = [exact.run(s)["output"] for s in evals]
+    row["quantize (QDQ, int8 act.)"] = {"vs_fp32_cosine_min": _cosine_min(qref, ref)}
     for name, options in (
-        ("arm_cpu_int8", ConvertOptions()),
-        ("nnapi", ConvertOptions(io_dtype="int8", target="nnapi", per_tensor_weights=frozenset())),
+        ("arm-cpu int8", ConvertOptions()),
+        ("nnapi (int8 I/O)", ConvertOptions(io_dtype="int8", target="nnapi")),
     ):
         try:
             r8 = convert(qdq, options)
             got8 = [run_tflite(r8.data, r8, s)["output"] for s in evals]
         except Exception as exc:  # noqa: BLE001 - a figure script: report and go on
-            row[name] = f"error: {type(exc).__name__}: {exc}"
+            row[name] = f"{type(exc).__name__}: {str(exc)[:160]}"
             continue
         row[name] = {
-            "vs_qdq_cosine_min": min(cosine(g, q) for g, q in zip(got8, qref)),
-            "vs_qdq_max_err_of_range": max(float(np.abs(g - q).max()) for g, q in zip(got8, qref)) / span,
-            "vs_fp32_cosine_min": min(cosine(g, r) for g, r in zip(got8, ref)),
+            "vs_qdq_cosine_min": _cosine_min(got8, qref),
+            "vs_qdq_max_err_of_range": _error_of_range(got8, qref, span),
+            "vs_fp32_cosine_min": _cosine_min(got8, ref),
             "float_ops": len(r8.float_ops),
         }
-    row["qdq_vs_fp32_cosine_min"] = min(cosine(q, r) for q, r in zip(qref, ref))
+
+    target = get_target("intel-vpu")
+    qdq_u8 = quantize_model(path, calib, options=QuantizeOptions(activations="uint8")).quantized.model
+    for name, model in (("intel-vpu fp16", fp32), ("intel-vpu int8", qdq_u8)):
+        try:
+            bundle = target.package(
+                model, tmp / name.replace(" ", "_"), PackageOptions(verify_samples=tuple(evals))
+            )
+        except Exception as exc:  # noqa: BLE001
+            row[name] = f"{type(exc).__name__}: {str(exc)[:160]}"
+            continue
+        report = json.loads((bundle / "manifest.json").read_text())["verification"]
+        row[name] = {
+            "max_err_of_range": report["max_rel_error"],
+            **({"vs_exact_qdq_err_of_range": report["max_rel_error_vs_exact_qdq"]} if "int8" in name else {}),
+        }
     return row
 
 
@@ -96,8 +123,12 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=8)
     args = parser.parse_args()
     entries = json.loads((args.models / "zoo_transformers.json").read_text())
-    for entry in entries:
-        print(json.dumps(figures(args.models / entry["file"], entry, args.samples)), flush=True)
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="edgekit-tf-figures-") as tmp:
+        for entry in entries:
+            row = figures(args.models / entry["file"], entry, args.samples, Path(tmp) / entry["file"])
+            print(json.dumps(row, indent=1), flush=True)
 
 
 if __name__ == "__main__":

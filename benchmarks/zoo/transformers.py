@@ -141,7 +141,9 @@ def export_bert(path: Path, opset: int, full: bool = False) -> dict:
     _randomize_norms(model)
     vocab = model.word.num_embeddings
     example = bert_inputs(1, seq, vocab)
-    _export(model, (example["input_ids"], example["attention_mask"]), path, opset, ["input_ids", "attention_mask"])
+    _export(
+        model, (example["input_ids"], example["attention_mask"]), path, opset, ["input_ids", "attention_mask"]
+    )
     return {
         "file": path.name,
         "family": "bert",
@@ -177,7 +179,15 @@ def export_vit(path: Path, opset: int, full: bool = False) -> dict:
 def _export(model: nn.Module, args: tuple, path: Path, opset: int, names: list[str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with torch.no_grad():
-        torch.onnx.export(model, args, str(path), opset_version=opset, input_names=names, output_names=["output"], dynamo=False)
+        torch.onnx.export(
+            model,
+            args,
+            str(path),
+            opset_version=opset,
+            input_names=names,
+            output_names=["output"],
+            dynamo=False,
+        )
 
 
 def main(argv: list[str] | None = None) -> None:

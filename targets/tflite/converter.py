@@ -152,7 +152,9 @@ def translate(model: ir.Model, options: ConvertOptions) -> Graph:
             continue
         shape = ctx.shape(value)
         dtype = value.dtype.numpy() if value.dtype is not None else np.float32
-        if dtype == np.int64:  # token ids, masks: int32 in the .tflite (TFLite's index type; NNAPI has no int64)
+        if (
+            dtype == np.int64
+        ):  # token ids, masks: int32 in the .tflite (TFLite's index type; NNAPI has no int64)
             dtype = np.dtype(np.int32)
         if len(shape) == 4 and not options.keep_io_layout and dtype == np.float32:
             perm = to_nhwc_perm(4)

@@ -327,3 +327,38 @@ def test_qdq_encoder_quantizes_matmuls_and_not_the_mask() -> None:
             for name in node.input:
                 producer = producers.get(name)
                 assert producer is None or producer.op_type != "DequantizeLinear", node.name
+
+
+def _written_out_layer_norm(extra_output: bool) -> onnx.ModelProto:
+    rng = np.random.default_rng(5)
+    nodes = [
+        helper.make_node("ReduceMean", ["x"], ["mu"], axes=[-1]),
+        helper.make_node("Sub", ["x", "mu"], ["d"]),
+        helper.make_node("Pow", ["d", "two"], ["sq"]),
+        helper.make_node("ReduceMean", ["sq"], ["var"], axes=[-1]),
+        helper.make_node("Add", ["var", "eps"], ["ve"]),
+        helper.make_node("Sqrt", ["ve"], ["sd"]),
+        helper.make_node("Div", ["d", "sd"], ["n"]),
+        helper.make_node("Mul", ["n", "gamma"], ["g"]),
+        helper.make_node("Add", ["g", "beta"], ["y"]),
+    ]
+    outputs = ["y", "var"] if extra_output else ["y"]
+    inits = {
+        "two": np.array(2.0, np.float32),
+        "eps": np.array(1e-12, np.float32),
+        "gamma": (1 + 0.3 * rng.standard_normal(16)).astype(np.float32),
+        "beta": (0.2 * rng.standard_normal(16)).astype(np.float32),
+    }
+    return _model(nodes, [("x", TensorProto.FLOAT, [1, 5, 16])], outputs, inits, opset=13)
+
+
+@pytest.mark.parametrize("extra_output", [False, True], ids=["fused", "variance-read-outside"])
+def test_written_out_layer_norm(extra_output: bool) -> None:
+    model = _written_out_layer_norm(extra_output)
+    x = (3 + 2 * np.random.default_rng(6).standard_normal((1, 5, 16))).astype(np.float32)
+    counts = op_types(_check(model, {"x": x}))
+    if extra_output:  # an intermediate value is a model output: converted op by op
+        assert counts.get("SQRT") == 1 and counts.get("DIV") == 1
+    else:  # one LayerNorm, as the LayerNormalization op converts
+        assert counts.get("RSQRT") == 1 and counts.get("SQUARED_DIFFERENCE") == 1
+        assert "SQRT" not in counts and "DIV" not in counts and "POW" not in counts
