@@ -4,8 +4,9 @@
   Equal, Where, Expand, ... and every op that reads their result, up to the Softmax that consumes the masked
   scores. The extended attention mask ``(1 - mask) * float_min`` (or ``-10000``) spans ~1e38: one int8 scale
   for it, or for the scores it is added to, wipes out the scores (and TFLite aborts on the requantize
-  multiplier). The Softmax output is a probability again: its readers quantize it as usual. A Gather reading
-  ids as indices is not on the path (it picks rows of a float table).
+  multiplier). The Softmax output is a probability again: its readers quantize it as usual (so are the outputs
+  of a MatMul/Gemm/Conv reading the path). A Gather reading ids as indices is not on the path (it picks rows of
+  a float table).
 - ``layer_norms``: LayerNorm written out as ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div (+ the affine Mul/Add),
   as PyTorch exports it below opset 17: float inside like the LayerNormalization op (an int8 variance of int8
   deviations loses most of its precision), quantized at its input and output.
@@ -27,8 +28,9 @@ LAYER_NORM_REASON = (
 )
 GELU_REASON = "inside an Erf-GELU: quantized at its input and output only (TFLite GELU)"
 
-#: Ops whose output no longer carries the mask's range.
-_MASK_ENDS = frozenset({"Softmax"})
+#: Ops whose output no longer carries the mask's range: the Softmax of the masked scores (probabilities), and ops
+#: that weigh their input (an integer input that scales data, say, leaves the layers after them quantized).
+_MASK_ENDS = frozenset({"Softmax", "MatMul", "Gemm", "Conv", "ConvTranspose"})
 
 
 def mask_paths(model: ir.Model) -> dict[str, str]:

@@ -79,21 +79,22 @@ def figures(path: Path, entry: dict, count: int, tmp: Path) -> dict:
     got = [run_tflite(result.data, result, s)["output"] for s in evals]
     row["arm-cpu fp32"] = {"max_err_of_range": _error_of_range(got, ref, span)}
 
-    qdq = quantize_model(path, calib, options=QuantizeOptions()).quantized.model
-    exact = HostRunner(qdq)
-    qref = [exact.run(s)["output"] for s in evals]
-    row["quantize (QDQ, int8 act.)"] = {"vs_fp32_cosine_min": _cosine_min(qref, ref)}
-    for name, options in (
-        ("arm-cpu int8", ConvertOptions()),
-        (
-            # as the nnapi target converts: FULLY_CONNECTED weights per tensor (NNAPI has no per-channel FC),
-            # float islands (LayerNorm, the mask) on the CPU
-            "nnapi (int8 I/O)",
+    rows: dict[str, tuple[str, ConvertOptions]] = {
+        "arm-cpu int8": ("arm-cpu", ConvertOptions()),
+        # as the nnapi target converts: int8 I/O, float islands (LayerNorm, the mask) on the CPU
+        "nnapi (int8 I/O)": (
+            "nnapi",
             ConvertOptions(
                 io_dtype="int8", target="nnapi", per_tensor_weights=NNAPI_PER_TENSOR, strict_integer=False
             ),
         ),
-    ):
+    }
+    for name, (target_name, options) in rows.items():
+        # each target's own quantization scheme, as `edgekit deploy` quantizes for it
+        qoptions = get_target(target_name).quantize_options(QuantizeOptions())
+        qdq = quantize_model(path, calib, options=qoptions).quantized.model
+        exact = HostRunner(qdq)
+        qref = [exact.run(s)["output"] for s in evals]
         try:
             r8 = convert(qdq, options)
             got8 = [run_tflite(r8.data, r8, s)["output"] for s in evals]
@@ -101,6 +102,7 @@ def figures(path: Path, entry: dict, count: int, tmp: Path) -> dict:
             row[name] = f"{type(exc).__name__}: {str(exc)[:160]}"
             continue
         row[name] = {
+            "qdq_vs_fp32_cosine_min": _cosine_min(qref, ref),
             "vs_qdq_cosine_min": _cosine_min(got8, qref),
             "vs_qdq_max_err_of_range": _error_of_range(got8, qref, span),
             "vs_fp32_cosine_min": _cosine_min(got8, ref),

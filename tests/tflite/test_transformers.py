@@ -362,3 +362,43 @@ def test_written_out_layer_norm(extra_output: bool) -> None:
     else:  # one LayerNorm, as the LayerNormalization op converts
         assert counts.get("RSQRT") == 1 and counts.get("SQUARED_DIFFERENCE") == 1
         assert "SQRT" not in counts and "DIV" not in counts and "POW" not in counts
+
+
+def test_mask_path_ends_at_softmax_and_weighted_ops() -> None:
+    """Integer-input arithmetic stays float up to the Softmax (or a MatMul) that reads it; the rest quantizes."""
+    import onnx_ir as ir
+    from edgekit.quantize import patterns
+    from edgekit.quantize.plan import make_plan
+
+    model = _model(
+        [
+            helper.make_node("Cast", ["mask"], ["mf"], to=TensorProto.FLOAT),
+            helper.make_node("Sub", ["one", "mf"], ["inv"]),
+            helper.make_node("Mul", ["inv", "low"], ["bias"]),
+            helper.make_node("Add", ["x", "bias"], ["masked"]),
+            helper.make_node("Softmax", ["masked"], ["p"], axis=-1),
+            helper.make_node("MatMul", ["p", "w"], ["h"]),
+            helper.make_node("Mul", ["x", "mf"], ["xm"]),
+            helper.make_node("MatMul", ["xm", "w"], ["g"]),
+            helper.make_node("Add", ["h", "g"], ["y"]),
+        ],
+        [("x", TensorProto.FLOAT, [2, 8]), ("mask", TensorProto.INT64, [2, 8])],
+        ["y"],
+        {
+            "one": np.array(1.0, np.float32),
+            "low": np.array(-10000.0, np.float32),
+            "w": np.random.default_rng(7).standard_normal((8, 4)).astype(np.float32),
+        },
+        opset=13,
+    )
+    graph = ir.from_proto(model)
+    for i, node in enumerate(graph.graph):
+        node.name = f"n{i}_{node.op_type}"
+    on_path = {
+        n.op_type + "@" + n.outputs[0].name for n in graph.graph if n.name in patterns.mask_paths(graph)
+    }
+    assert on_path == {"Cast@mf", "Sub@inv", "Mul@bias", "Add@masked", "Softmax@p", "Mul@xm", "MatMul@g"}
+    plan = make_plan(graph)
+    assert {"p", "h", "g", "y"} <= set(plan.activations)  # quantized again after the Softmax / the MatMul
+    assert not {"mf", "inv", "bias", "masked", "xm"} & set(plan.activations)
+    assert {f.reason for f in plan.float_ops if f.op_type == "Sub"} == {patterns.MASK_REASON}
