@@ -29,7 +29,7 @@ def samples_for(entry: dict, count: int, seed: int) -> list[dict[str, np.ndarray
     out = []
     if entry["kind"] == "encoder":
         ids_spec = next(i for i in entry["inputs"] if i["name"] == "input_ids")
-        batch = bert_inputs(count, ids_spec["shape"][1], ids_spec["high"], seed=seed)
+        batch = bert_inputs(count, ids_spec["shape"][1], entry["data"]["vocab_size"], seed=seed)
         for i in range(count):
             out.append({k: v[i : i + 1].numpy() for k, v in batch.items()})
         return out
@@ -132,7 +132,7 @@ def main() -> None:
     parser.add_argument("--models", type=Path, default=ROOT / "tests" / "zoo" / "models")
     parser.add_argument("--samples", type=int, default=8)
     args = parser.parse_args()
-    entries = json.loads((args.models / "zoo_transformers.json").read_text())
+    entries = json.loads((args.models / "zoo_transformers.json").read_text())["models"]
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="edgekit-tf-figures-") as tmp:

@@ -144,16 +144,19 @@ def export_bert(path: Path, opset: int, full: bool = False) -> dict:
     _export(
         model, (example["input_ids"], example["attention_mask"]), path, opset, ["input_ids", "attention_mask"]
     )
-    return {
-        "file": path.name,
-        "family": "bert",
-        "kind": "encoder",
-        "opset": opset,
-        "inputs": [
-            {"name": "input_ids", "shape": [1, seq], "dtype": "int64", "high": vocab},
-            {"name": "attention_mask", "shape": [1, seq], "dtype": "int64", "high": 2},
-        ],
-    }
+    return _entry(
+        model,
+        path,
+        opset,
+        full,
+        family="BERT-style encoder",
+        kind="encoder",
+        inputs=[("input_ids", [1, seq], "int64"), ("attention_mask", [1, seq], "int64")],
+        data={"type": "tokens", "vocab_size": vocab, "roles": {"input_ids": "ids", "attention_mask": "mask"}},
+        note="int64 ids + mask, HF extended mask (Cast/Unsqueeze/Sub/Mul and Where/Expand), "
+        + ("LayerNorm written out" if opset < 17 else "LayerNormalization")
+        + ", Erf-GELU, batched MatMul attention, masked mean pooling",
+    )
 
 
 def export_vit(path: Path, opset: int, full: bool = False) -> dict:
@@ -167,12 +170,45 @@ def export_vit(path: Path, opset: int, full: bool = False) -> dict:
     _trained_like(model)
     example = torch.randn(1, 3, size, size)
     _export(model, (example,), path, opset, ["input"])
+    return _entry(
+        model,
+        path,
+        opset,
+        full,
+        family="DeiT/ViT-tiny (timm)",
+        kind="classifier",
+        inputs=[("input", [1, 3, size, size], "float32")],
+        data={
+            "type": "image",
+            "color": "RGB",
+            "scale": 1 / 255,
+            "mean": [0.485, 0.456, 0.406],
+            "std": [0.229, 0.224, 0.225],
+        },
+        note="patch Conv, class token Concat, LayerNormalization, qkv Split, scaled-dot-product attention, "
+        "Erf-GELU, class-token Gather",
+    )
+
+
+def _entry(model: nn.Module, path: Path, opset: int, full: bool, *, inputs, **fields) -> dict:
+    """A manifest entry (tests/zoo/models/zoo.json's format, see benchmarks/zoo/README.md)."""
+    import onnx
+
+    ops = sorted({n.op_type for n in onnx.load(str(path)).graph.node})
     return {
+        "name": path.stem,
         "file": path.name,
-        "family": "vit",
-        "kind": "classifier",
+        "family": fields["family"],
+        "kind": fields["kind"],
         "opset": opset,
-        "inputs": [{"name": "input", "shape": [1, 3, size, size], "dtype": "float32"}],
+        "inputs": [{"name": n, "shape": shape, "dtype": dtype} for n, shape, dtype in inputs],
+        "outputs": ["output"],
+        "data": fields["data"],
+        "size": "full" if full else "reduced",
+        "params": sum(p.numel() for p in model.parameters()),
+        "ops": ops,
+        "note": fields["note"],
+        "seed": SEED,
     }
 
 
@@ -203,8 +239,22 @@ def main(argv: list[str] | None = None) -> None:
     for e in entries:
         size = (out / e["file"]).stat().st_size
         print(f"{out / e['file']}: {size / 1e6:.2f} MB")
-    if not args.full:
-        (out / "zoo_transformers.json").write_text(json.dumps(entries, indent=2) + "\n")
+    write_manifest(out, entries)
+
+
+def write_manifest(folder: Path, entries: list[dict]) -> None:
+    """Our entries into ``zoo.json`` (replacing only ours, kept sorted by name) when the zoo's manifest is there,
+    and always into ``zoo_transformers.json`` (the same format, our entries only)."""
+    ours = {e["name"] for e in entries}
+    (folder / "zoo_transformers.json").write_text(
+        json.dumps({"format": 1, "models": entries}, indent=1) + "\n"
+    )
+    manifest = folder / "zoo.json"
+    if manifest.exists():
+        data = json.loads(manifest.read_text())
+        models = [m for m in data["models"] if m["name"] not in ours] + entries
+        data["models"] = sorted(models, key=lambda m: m["name"])
+        manifest.write_text(json.dumps(data, indent=1) + "\n")
 
 
 if __name__ == "__main__":

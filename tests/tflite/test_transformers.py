@@ -22,7 +22,7 @@ from tflite_helpers import assert_close_to_range, edgekit_qdq, op_types, run_onn
 
 ROOT = Path(__file__).resolve().parents[2]
 ZOO = ROOT / "tests" / "zoo" / "models"
-ENTRIES = {e["file"]: e for e in json.loads((ZOO / "zoo_transformers.json").read_text())}
+ENTRIES = {e["file"]: e for e in json.loads((ZOO / "zoo_transformers.json").read_text())["models"]}
 
 _CHILD = """
 import sys, numpy as np
@@ -66,7 +66,7 @@ def zoo_samples(entry: dict, count: int, seed: int) -> list[dict[str, np.ndarray
                 mask[..., shape[-1] - k % (shape[-1] // 2) :] = 0
                 feeds[spec["name"]] = mask
             elif spec["dtype"] == "int64":
-                feeds[spec["name"]] = rng.integers(1, spec["high"], shape).astype(np.int64)
+                feeds[spec["name"]] = rng.integers(1, entry["data"]["vocab_size"], shape).astype(np.int64)
             else:
                 feeds[spec["name"]] = rng.standard_normal(shape).astype(spec["dtype"])
         samples.append(feeds)
