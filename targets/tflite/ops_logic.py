@@ -1,4 +1,4 @@
-"""Converters for comparisons, logical ops and Where (attention masks: ``where(mask == 0, min, 0)``)."""
+"""Converters for comparisons, logical ops, Where (attention masks: ``where(mask == 0, min, 0)``) and CumSum."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import onnx_ir as ir
 from edgekit.targets.tflite.context import Context
 from edgekit.targets.tflite.graph import Tensor
 from edgekit.targets.tflite.registry import converter
+from edgekit.targets.tflite.schema import fb
 
 _COMPARE = {
     "Equal": "EQUAL",
@@ -58,3 +59,15 @@ def _operands_of(ctx: Context, a_value: ir.Value, b_value: ir.Value) -> list[Ten
         raise ctx.error(f"inputs of different types ({a.dtype}, {b.dtype})")
     cast = ctx.graph.const(const.name, const.data.astype(other.dtype))
     return [cast, other] if const is a else [other, cast]
+
+
+@converter("CumSum", since=11)
+def cumsum(ctx: Context, node: ir.Node, *, exclusive: int = 0, reverse: int = 0) -> None:
+    """CUMSUM (RoBERTa-style position ids: ``cumsum(ids != pad) * (ids != pad) + pad``)."""
+    x = ctx.tensor(node.inputs[0])
+    axis = int(ctx.require_const(node.inputs[1], "CumSum axis").reshape(-1)[0])
+    axis = axis + x.rank if axis < 0 else axis
+    opts = fb.CumsumOptionsT()
+    opts.exclusive, opts.reverse = bool(exclusive), bool(reverse)
+    axis_tensor = ctx.graph.const("axis", np.array(axis, np.int32))
+    ctx.op("CUMSUM", [x, axis_tensor], [ctx.output(node.outputs[0])], opts)

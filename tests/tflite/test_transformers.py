@@ -402,3 +402,60 @@ def test_mask_path_ends_at_softmax_and_weighted_ops() -> None:
     assert {"p", "h", "g", "y"} <= set(plan.activations)  # quantized again after the Softmax / the MatMul
     assert not {"mf", "inv", "bias", "masked", "xm"} & set(plan.activations)
     assert {f.reason for f in plan.float_ops if f.op_type == "Sub"} == {patterns.MASK_REASON}
+
+
+def test_roberta_position_ids_cumsum_and_casts() -> None:
+    """RoBERTa's position ids: cumsum(ids != pad) * (ids != pad) + pad, indexing a position table."""
+    table = np.random.default_rng(8).standard_normal((20, 4)).astype(np.float32)
+    model = _model(
+        [
+            helper.make_node("Equal", ["ids", "pad"], ["is_pad"]),
+            helper.make_node("Not", ["is_pad"], ["ne"]),
+            helper.make_node("Cast", ["ne"], ["m"], to=TensorProto.INT32),
+            helper.make_node("CumSum", ["m", "axis"], ["c"]),
+            helper.make_node("Mul", ["c", "m"], ["cm"]),
+            helper.make_node("Cast", ["cm"], ["cm64"], to=TensorProto.INT64),
+            helper.make_node("Add", ["cm64", "pad"], ["pos"]),
+            helper.make_node("Gather", ["table", "pos"], ["y"]),
+            helper.make_node("Cast", ["is_pad"], ["y2"], to=TensorProto.FLOAT),
+        ],
+        [("ids", TensorProto.INT64, [1, 9])],
+        ["y", "y2"],
+        {"pad": np.array(1, np.int64), "axis": np.array(1, np.int64), "table": table},
+        opset=13,
+    )
+    result = _check(model, {"ids": np.array([[0, 5, 9, 17, 4, 2, 1, 1, 1]], np.int64)})
+    assert "CUMSUM" in op_types(result)
+
+
+@pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_cumsum_float_options(exclusive: int, reverse: int) -> None:
+    model = _model(
+        [helper.make_node("CumSum", ["x", "axis"], ["y"], exclusive=exclusive, reverse=reverse)],
+        [("x", TensorProto.FLOAT, [2, 3, 5])],
+        ["y"],
+        {"axis": np.array(-1, np.int64)},
+    )
+    _check(model, {"x": np.random.default_rng(9).standard_normal((2, 3, 5)).astype(np.float32)})
+
+
+@pytest.mark.parametrize(
+    "src,dst",
+    [
+        (TensorProto.FLOAT, TensorProto.BOOL),  # HF's sdpa mask: inverted_mask.to(torch.bool)
+        (TensorProto.INT64, TensorProto.BOOL),
+        (TensorProto.INT64, TensorProto.FLOAT),
+        (TensorProto.FLOAT, TensorProto.INT64),
+    ],
+)
+def test_cast_between_mask_types(src: int, dst: int) -> None:
+    model = _model(
+        [
+            helper.make_node("Cast", ["x"], ["b"], to=dst),
+            helper.make_node("Cast", ["b"], ["y"], to=TensorProto.FLOAT),
+        ],
+        [("x", src, [2, 6])],
+        ["y"],
+    )
+    values = np.array([[0, 1, 0, 3, 1, 0], [1, 1, 0, 0, 2, 1]])
+    _check(model, {"x": values.astype(helper.tensor_dtype_to_np_dtype(src))})
