@@ -459,3 +459,26 @@ def test_cast_between_mask_types(src: int, dst: int) -> None:
     )
     values = np.array([[0, 1, 0, 3, 1, 0], [1, 1, 0, 0, 2, 1]])
     _check(model, {"x": values.astype(helper.tensor_dtype_to_np_dtype(src))})
+
+
+@pytest.mark.parametrize("rank", [5, 6])
+def test_batch_matmul_ranks(rank: int) -> None:
+    """TFLite's BATCH_MATMUL takes ranks 2 to 5 (batch_matmul.cc Prepare): rank 5 converts, rank 6 is refused."""
+    from edgekit.errors import TargetError
+
+    shape_a, shape_b = [1] * (rank - 3) + [2, 3, 4], [1] * (rank - 3) + [2, 4, 5]
+    model = _model(
+        [helper.make_node("MatMul", ["a", "b"], ["y"])],
+        [("a", TensorProto.FLOAT, shape_a), ("b", TensorProto.FLOAT, shape_b)],
+        ["y"],
+    )
+    rng = np.random.default_rng(10)
+    feeds = {
+        "a": rng.standard_normal(shape_a).astype(np.float32),
+        "b": rng.standard_normal(shape_b).astype(np.float32),
+    }
+    if rank <= 5:
+        _check(model, feeds)
+    else:
+        with pytest.raises(TargetError, match="BATCH_MATMUL takes ranks 2 to 5"):
+            convert(model)
