@@ -52,6 +52,24 @@ def _cosine_min(got: list[np.ndarray], ref: list[np.ndarray]) -> float:
     return min(cosine(g, r) for g, r in zip(got, ref, strict=True))
 
 
+def _self_sensitivity(exact, evals: list[dict[str, np.ndarray]], noise: float = 1e-3) -> float | None:
+    """How far the QDQ model itself moves when its float inputs move by ``noise`` (far below one input step): the
+    cosine of QDQ(x) and QDQ(x + noise). Where this is below 0.999, one rounding step anywhere (any integer engine
+    rounds differently from the exact float reference somewhere) moves the output that much: the model's rounding
+    sensitivity, not a conversion error. None for integer-only inputs."""
+    rng = np.random.default_rng(0)
+    cosines = []
+    for feeds in evals:
+        moved = {
+            k: (v + noise * rng.standard_normal(v.shape)).astype(v.dtype) if v.dtype.kind == "f" else v
+            for k, v in feeds.items()
+        }
+        if all(moved[k] is feeds[k] for k in feeds):
+            return None
+        cosines.append(cosine(exact.run(feeds)["output"], exact.run(moved)["output"]))
+    return min(cosines)
+
+
 def figures(path: Path, entry: dict, count: int, tmp: Path) -> dict:
     import onnxruntime as ort
     from edgekit.api import quantize_model
@@ -103,6 +121,7 @@ def figures(path: Path, entry: dict, count: int, tmp: Path) -> dict:
             continue
         row[name] = {
             "qdq_vs_fp32_cosine_min": _cosine_min(qref, ref),
+            "qdq_self_sensitivity_cosine_min": _self_sensitivity(exact, evals),
             "vs_qdq_cosine_min": _cosine_min(got8, qref),
             "vs_qdq_max_err_of_range": _error_of_range(got8, qref, span),
             "vs_fp32_cosine_min": _cosine_min(got8, ref),
