@@ -223,6 +223,9 @@ def _written_out_layer_norm(ctx: Context, node: ir.Node) -> list[ir.Node] | None
         return None
     if any(m.attributes.get_int("keepdims", 1) != 1 for m in means):
         return None
+    add = nodes[4]
+    if not any(ctx.const(v) is not None and ctx.const(v).size == 1 for v in add.inputs):
+        return None  # epsilon: one number
     return nodes
 
 
@@ -231,8 +234,7 @@ def _layer_norm_pattern(ctx: Context, node: ir.Node) -> bool:
     nodes = _written_out_layer_norm(ctx, node)
     if nodes is None:
         return False
-    by_type = {n.op_type: n for n in nodes[:7]}
-    eps = next(ctx.const(v) for v in by_type["Add"].inputs if ctx.const(v) is not None)
+    eps = next(ctx.const(v) for v in nodes[4].inputs if ctx.const(v) is not None)
     affine = nodes[7:]
     scale = bias = None
     for n in affine:
