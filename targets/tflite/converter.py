@@ -44,7 +44,7 @@ class ConvertOptions:
     instead of NHWC. (Without it, rank-4 float inputs/outputs are NHWC where that costs no transpose
     inside, i.e. images feeding/leaving NHWC kernels; other rank-4 tensors keep the ONNX layout.) ``io_dtype``: "float32" keeps float inputs/outputs (QUANTIZE/DEQUANTIZE at the
     edges of a quantized model); "int8"/"uint8" make them integer (quantized models only). int64 inputs
-    (token ids, masks) are int32 whatever the options: feed them through ``package.to_model_input``.
+    (token ids, masks) are int32 whatever the options: feed them through ``litert_run.to_model_input``.
     ``target``: the target name used in messages. ``per_tensor_weights``: TFLite ops (e.g.
     ``{"FULLY_CONNECTED"}``) whose per-channel int8 weights are requantized per tensor, for runtimes
     that lack the per-channel kernel (NNAPI); each is reported in ``notes``. ``strict_integer`` (with

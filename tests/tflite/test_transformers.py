@@ -40,7 +40,7 @@ np.savez(out, **{d["name"]: it.get_tensor(d["index"]) for d in it.get_output_det
 
 def run_in_child(result: ConversionResult, feeds: dict[str, np.ndarray], tmp_path: Path) -> np.ndarray:
     """The first output of the .tflite model on ONNX-layout float/int feeds, run by LiteRT in a child process."""
-    from edgekit.targets.tflite.package import from_model_output, to_model_input
+    from edgekit.litert_run import from_model_output, to_model_input
 
     model, inputs, out = tmp_path / "m.tflite", tmp_path / "in.npz", tmp_path / "out.npz"
     model.write_bytes(result.data)
