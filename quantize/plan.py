@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 from edgekit.irutil import attr, const_array, only_consumer
-from edgekit.quantize import rules
+from edgekit.quantize import patterns, rules
 
 
 @dataclass(frozen=True)
@@ -178,6 +178,7 @@ def make_plan(
     seen: set[str] = set()
     fused_nodes: set[str] = set()
     heads = _output_heads(model) if float_output_heads else {}
+    kept_float = patterns.float_patterns(model)
 
     def add_activation(value: ir.Value) -> None:
         assert value.name
@@ -195,6 +196,9 @@ def make_plan(
             continue
         if node.name in heads:
             plan.float_ops.append(FloatOp(node.name, node.op_type, heads[node.name]))
+            continue
+        if node.name in kept_float:
+            plan.float_ops.append(FloatOp(node.name, node.op_type, kept_float[node.name]))
             continue
         if rule is None:
             plan.float_ops.append(FloatOp(node.name, node.op_type, rules.FLOAT_REASON))

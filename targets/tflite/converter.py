@@ -43,7 +43,8 @@ class ConvertOptions:
     ``keep_io_layout``: keep ONNX's NCHW layout for image inputs/outputs (one transpose at each edge)
     instead of NHWC. (Without it, rank-4 float inputs/outputs are NHWC where that costs no transpose
     inside, i.e. images feeding/leaving NHWC kernels; other rank-4 tensors keep the ONNX layout.) ``io_dtype``: "float32" keeps float inputs/outputs (QUANTIZE/DEQUANTIZE at the
-    edges of a quantized model); "int8"/"uint8" make them integer (quantized models only).
+    edges of a quantized model); "int8"/"uint8" make them integer (quantized models only). int64 inputs
+    (token ids, masks) are int32 whatever the options: feed them through ``litert_run.to_model_input``.
     ``target``: the target name used in messages. ``per_tensor_weights``: TFLite ops (e.g.
     ``{"FULLY_CONNECTED"}``) whose per-channel int8 weights are requantized per tensor, for runtimes
     that lack the per-channel kernel (NNAPI); each is reported in ``notes``. ``strict_integer`` (with
@@ -152,6 +153,8 @@ def translate(model: ir.Model, options: ConvertOptions) -> Graph:
             continue
         shape = ctx.shape(value)
         dtype = value.dtype.numpy() if value.dtype is not None else np.float32
+        if dtype == np.int64:  # token ids, masks: int32 (TFLite's index type; NNAPI has no int64)
+            dtype = np.dtype(np.int32)
         if len(shape) == 4 and not options.keep_io_layout and dtype == np.float32:
             perm = to_nhwc_perm(4)
             t = graph.tensor(value.name, permute(shape, perm), dtype)

@@ -404,6 +404,10 @@ def _fully_connected(ctx: Context, a: Tensor, weights: Tensor, bias: Tensor | No
 def _batch_matmul(
     ctx: Context, a: Tensor, b: Tensor, out: Tensor, adj_x: bool = False, adj_y: bool = False
 ) -> None:
+    if max(a.rank, b.rank) > 5:  # batch_matmul.cc Prepare: ranks 2 to 5 (float and int8)
+        raise ctx.error(
+            f"MatMul of rank {max(a.rank, b.rank)} operands: TFLite's BATCH_MATMUL takes ranks 2 to 5"
+        )
     opts = fb.BatchMatMulOptionsT()
     opts.adjX, opts.adjY = adj_x, adj_y
     ctx.op("BATCH_MATMUL", [a, b], [out], opts)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import onnx_ir as ir
+from edgekit.quantize import patterns
 from edgekit.targets.tflite.context import NCHW_TO_NHWC, NHWC_TO_NCHW, Context, permute
 from edgekit.targets.tflite.graph import Quant, Tensor
 from edgekit.targets.tflite.ops_elementwise import binary
@@ -95,6 +96,8 @@ def _reduce(
     keepdims: int,
     noop_with_empty_axes: int,
 ) -> None:
+    if code == "MEAN" and _layer_norm_pattern(ctx, node):
+        return
     x = ctx.tensor(node.inputs[0])
     y = ctx.output(node.outputs[0])
     if axes is None or len(axes) == 0:
@@ -132,39 +135,119 @@ for _op_type, _code in _REDUCE.items():
 
 
 # -- LayerNormalization ----------------------------------------------------------------------------
+def _emit_layer_norm(
+    ctx: Context,
+    x: Tensor,
+    axis: int,
+    epsilon: float,
+    scale: Tensor | None,
+    bias: Tensor | None,
+    y: Tensor,
+    mean: Tensor | None = None,
+    rstd: Tensor | None = None,
+) -> None:
+    """(x - mean) * rsqrt(mean((x - mean)^2) + eps) [* scale] [+ bias] over the axes from ``axis`` on, in float
+    (TFLite has no LayerNorm builtin): MEAN, SQUARED_DIFFERENCE, MEAN, ADD, RSQRT, SUB, MUL [, MUL] [, ADD]."""
+    rank = x.rank
+    axes = ctx.graph.const("axes", list(range(axis, rank)), np.int32)
+    reduced = tuple(d if i < axis else 1 for i, d in enumerate(x.shape))
+
+    def keep() -> fb.ReducerOptionsT:
+        opts = fb.ReducerOptionsT()
+        opts.keepDims = True
+        return opts
+
+    mean = mean if mean is not None else ctx.tmp("mean", reduced)
+    ctx.op("MEAN", [x, axes], [mean], keep())
+    squared = ctx.tmp("squared", x.shape)
+    ctx.op("SQUARED_DIFFERENCE", [x, mean], [squared])
+    var = ctx.tmp("var", reduced)
+    ctx.op("MEAN", [squared, axes], [var], keep())
+    var_eps = binary(
+        ctx, "ADD", var, ctx.graph.const("eps", np.float32(epsilon)), ctx.tmp("var_eps", reduced)
+    )
+    rstd = rstd if rstd is not None else ctx.tmp("rstd", reduced)
+    ctx.op("RSQRT", [var_eps], [rstd])
+    centered = binary(ctx, "SUB", x, mean, ctx.tmp("centered", x.shape))
+    normed = binary(
+        ctx, "MUL", centered, rstd, y if scale is None and bias is None else ctx.tmp("normed", x.shape)
+    )
+    if scale is not None:
+        normed = binary(ctx, "MUL", normed, scale, y if bias is None else ctx.tmp("scaled", x.shape))
+    if bias is not None:
+        binary(ctx, "ADD", normed, bias, y)
+
+
 @converter("LayerNormalization", since=17)
 def layer_normalization(
     ctx: Context, node: ir.Node, *, axis: int = -1, epsilon: float = 1e-5, stash_type: int = 1
 ) -> None:
     x = ctx.tensor(node.inputs[0])
-    rank = x.rank
-    axis = axis + rank if axis < 0 else axis
-    axes = ctx.graph.const("axes", list(range(axis, rank)), np.int32)
+    axis = axis + x.rank if axis < 0 else axis
     reduced = tuple(d if i < axis else 1 for i, d in enumerate(x.shape))
-    keep = fb.ReducerOptionsT()
-    keep.keepDims = True
     extra = [v if v is not None and v.name else None for v in [*node.outputs[1:], None, None][:2]]
-    mean = ctx.output(extra[0], shape=reduced) if extra[0] is not None else ctx.tmp("mean", reduced)
-    ctx.op("MEAN", [x, axes], [mean], keep)
-    centered = binary(ctx, "SUB", x, mean, ctx.tmp("centered", x.shape))
-    squared = binary(ctx, "MUL", centered, centered, ctx.tmp("squared", x.shape))
-    var = ctx.tmp("var", reduced)
-    keep2 = fb.ReducerOptionsT()
-    keep2.keepDims = True
-    ctx.op("MEAN", [squared, axes], [var], keep2)
-    var_eps = binary(
-        ctx, "ADD", var, ctx.graph.const("eps", np.float32(epsilon)), ctx.tmp("var_eps", reduced)
-    )
-    rstd = ctx.output(extra[1], shape=reduced) if extra[1] is not None else ctx.tmp("rstd", reduced)
-    ctx.op("RSQRT", [var_eps], [rstd])
-    normed = binary(ctx, "MUL", centered, rstd, ctx.tmp("normed", x.shape))
-    scale_value, bias_value = node.inputs[1], _optional(node, 2)
+    mean = ctx.output(extra[0], shape=reduced) if extra[0] is not None else None
+    rstd = ctx.output(extra[1], shape=reduced) if extra[1] is not None else None
+    bias_value = _optional(node, 2)
+    bias = ctx.tensor(bias_value) if bias_value is not None else None
     y = ctx.output(node.outputs[0])
-    scaled = binary(
-        ctx, "MUL", normed, ctx.tensor(scale_value), y if bias_value is None else ctx.tmp("scaled", x.shape)
-    )
-    if bias_value is not None:
-        binary(ctx, "ADD", scaled, ctx.tensor(bias_value), y)
+    _emit_layer_norm(ctx, x, axis, epsilon, ctx.tensor(node.inputs[1]), bias, y, mean, rstd)
+
+
+def _reduce_axes(ctx: Context, node: ir.Node) -> list[int] | None:
+    """A ReduceMean's axes (attribute or input), or None when it reduces everything."""
+    attr = node.attributes.get("axes")
+    if attr is not None:
+        return [int(a) for a in attr.value]
+    value = _optional(node, 1)
+    return None if value is None else [int(a) for a in ctx.require_const(value, "axes").reshape(-1)]
+
+
+def _written_out_layer_norm(ctx: Context, node: ir.Node) -> list[ir.Node] | None:
+    """The LayerNorm written out (ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div [Mul, Add]) that ``node`` starts,
+    when its intermediate values are read only inside it and both means reduce the same trailing axes."""
+    sub = next((u.node for u in node.outputs[0].uses() if u.node.op_type == "Sub"), None)
+    div = next((u.node for u in sub.outputs[0].uses() if u.node.op_type == "Div"), None) if sub else None
+    nodes = patterns.layer_norm_at(div) if div is not None else None
+    if nodes is None or nodes[0] is not node:
+        return None
+    inside = {id(n) for n in nodes}
+    for n in nodes[:-1]:
+        for v in n.outputs:
+            if v.is_graph_output() or any(id(u.node) not in inside for u in v.uses()):
+                return None
+    rank = ctx.rank(node.inputs[0])
+    means = [n for n in nodes if n.op_type == "ReduceMean"]
+    axes = [sorted(a % rank for a in (_reduce_axes(ctx, m) or range(rank))) for m in means]
+    if axes[0] != axes[1] or axes[0] != list(range(rank - len(axes[0]), rank)):
+        return None
+    if any(m.attributes.get_int("keepdims", 1) != 1 for m in means):
+        return None
+    add = nodes[4]
+    if not any(ctx.const(v) is not None and ctx.const(v).size == 1 for v in add.inputs):
+        return None  # epsilon: one number
+    return nodes
+
+
+def _layer_norm_pattern(ctx: Context, node: ir.Node) -> bool:
+    """Convert the written-out LayerNorm ``node`` starts as one LayerNorm (RSQRT instead of SQRT + DIV)."""
+    nodes = _written_out_layer_norm(ctx, node)
+    if nodes is None:
+        return False
+    eps = next(ctx.const(v) for v in nodes[4].inputs if ctx.const(v) is not None)
+    affine = nodes[7:]
+    scale = bias = None
+    for n in affine:
+        const = next(v for v in n.inputs if ctx.const(v) is not None)
+        if n.op_type == "Mul":
+            scale = ctx.tensor(const)
+        else:
+            bias = ctx.tensor(const)
+    ctx.claimed.update(id(n) for n in nodes[1:])
+    x = ctx.tensor(node.inputs[0])
+    axis = x.rank - len(_reduce_axes(ctx, node) or range(x.rank))
+    _emit_layer_norm(ctx, x, axis, float(eps.reshape(-1)[0]), scale, bias, ctx.output(nodes[-1].outputs[0]))
+    return True
 
 
 # -- Resize ----------------------------------------------------------------------------------------
