@@ -360,6 +360,15 @@ def output_kinds(model: ir.Model) -> dict[str, OutputKind]:
     return kinds
 
 
+def _only_wide_axis(shape: Any) -> int | None:
+    """The one axis of ``shape`` longer than 1 (all dims static), or None."""
+    dims = list(shape)
+    if not all(isinstance(d, int) for d in dims):
+        return None
+    wide = [i for i, d in enumerate(dims) if d > 1]
+    return wide[0] if len(wide) == 1 else None
+
+
 def _kind_of(node: ir.Node | None, value: ir.Value, out: ir.Value, moved: bool) -> OutputKind:
     op = node.op_type if node is not None else None
     if op == "Sigmoid":
@@ -376,7 +385,9 @@ def _kind_of(node: ir.Node | None, value: ir.Value, out: ir.Value, moved: bool) 
         elif last and out_last == (value.shape[-1] if in_rank else None):
             class_axis = rank - 1 if rank else None
         else:
-            class_axis = None
+            wide = _only_wide_axis(out.shape) if last and rank else None
+            # one row of classes reshaped (e.g. [1, 1000] -> [1, 1000, 1, 1]): the classes are the wide axis
+            class_axis = wide if wide is not None and out.shape[wide] == value.shape[-1] else None
         if op == "LogSoftmax":
             return OutputKind("scores", class_axis, "a LogSoftmax: class log-probabilities")
         return OutputKind("probabilities", class_axis, "a Softmax: class probabilities in [0, 1]")
@@ -402,6 +413,10 @@ class Yardstick:
     within ``resolution`` of the best are a tie). ``kernel_noise_db``: an int8 artifact whose reference is
     the QDQ model's exact semantics also passes when its SQNR is within this many dB of another integer
     runtime's on the same QDQ model (the rounding any int8 kernel adds; reported as ``kernel_noise``).
+    ``answer_cosine``: an int8 class-probability output (an integer Softmax/Sigmoid head) also passes with
+    top-1 agreement at ``min_top1`` and a cosine of at least this: its input's step is coarse (0.21 on
+    SqueezeNet's pooled logits, a factor e^0.21 = 1.23 on a probability), so two int8 kernels that round the
+    pooling one step apart move probabilities by many output steps while giving the same answers.
     """
 
     precision: str
@@ -411,6 +426,7 @@ class Yardstick:
     min_top1: float = 0.99
     resolution: float = 1e-3
     kernel_noise_db: float | None = None
+    answer_cosine: float | None = None
 
 
 #: The yardstick of each precision (issue 12's figures): fp32 within 1e-4 of the range; fp16 and int8
@@ -418,7 +434,9 @@ class Yardstick:
 YARDSTICKS = {
     "fp32": Yardstick("fp32", max_rel_error=1e-4, resolution=1e-4),
     "fp16": Yardstick("fp16", resolution=1e-3),  # fp16 keeps 11 significant bits
-    "int8": Yardstick("int8", resolution=1.0 / 255.0, kernel_noise_db=3.0),  # one step of 256 levels
+    "int8": Yardstick(
+        "int8", resolution=1.0 / 255.0, kernel_noise_db=3.0, answer_cosine=0.99
+    ),  # 1 of 256 steps
 }
 
 
@@ -566,6 +584,11 @@ def judge_outputs(
                 }
                 passed = check("sqnr_db_vs_kernel_noise", entry["sqnr_db"], floor - stick.kernel_noise_db)
                 why += "; below that, within the rounding noise of another int8 runtime"
+            probabilities = entry["kind"] == "probabilities" and "class_axis" in entry
+            if not passed and probabilities and stick.answer_cosine is not None:
+                same = entry["top1_agreement_ties"] >= stick.min_top1
+                passed = check("cosine_same_answers", entry["cosine"], stick.answer_cosine) and same
+                why += "; below that, an integer probability head giving the same answers"
         entry.update(
             checks=checks, passed=passed, yardstick=f"{entry['kind']} ({entry['kind_reason']}); {why}"
         )

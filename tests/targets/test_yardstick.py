@@ -104,6 +104,19 @@ def test_output_kinds_follow_the_head() -> None:
             1,
         ),
         "tensor": (_graph([helper.make_node("Relu", ["x"], ["y"])], [1, 4, 6]), "tensor", None),
+        "softmax row reshaped to [1, 24, 1, 1]": (  # an opset-7 Softmax upgraded (SqueezeNet's head)
+            _graph(
+                [
+                    helper.make_node("Reshape", ["x", "s"], ["f"]),
+                    helper.make_node("Softmax", ["f"], ["p"], axis=1),
+                    helper.make_node("Reshape", ["p", "s4"], ["y"]),
+                ],
+                [1, 24, 1, 1],
+                [shape, numpy_helper.from_array(np.array([1, 24, 1, 1], np.int64), "s4")],
+            ),
+            "probabilities",
+            1,
+        ),
     }
     for label, (proto, kind, axis) in cases.items():
         got = base.output_kinds(load_proto(proto))["y"]
@@ -120,6 +133,29 @@ def test_top1_is_counted_per_position_and_ties_count() -> None:
     y = figures["outputs"]["y"]
     assert y["top1_agreement_ties"] == pytest.approx(2 / 3)  # the third position is a tie, the second is not
     assert failures and "top1_agreement_ties" in failures[0] and y["passed"] is False
+
+
+def test_int8_probabilities_pass_on_same_answers_and_fail_on_different_ones() -> None:
+    """An integer Softmax head: probabilities a few output steps apart with the same top-1 pass as int8 (the
+    pooled logits' coarse step), while a changed answer or a cosine below 0.99 is still refused."""
+    rng = np.random.default_rng(0)
+    logits = [rng.normal(0, 2, (1, 50)) for _ in range(3)]
+    softmax = [np.exp(x) / np.exp(x).sum() for x in logits]
+    ref = [{"y": p} for p in softmax]
+    # a tenth of the logits one step (0.21) apart, as two kernels rounding a mean differently
+    one_step = [np.exp(x + (rng.random(x.shape) < 0.1) * rng.choice([-0.21, 0.21], x.shape)) for x in logits]
+    got = [{"y": np.round(q / q.sum() * 256) / 256} for q in one_step]
+    kinds = {"y": base.OutputKind("probabilities", 1, "test")}
+    for r, g in zip(ref, got, strict=True):
+        assert np.argmax(r["y"]) == np.argmax(g["y"])
+    figures = base.compare_outputs(ref, got, kinds)
+    assert figures["outputs"]["y"]["cosine"] < 0.999  # the plain int8 bar alone would refuse it
+    assert base.judge_outputs(figures, base.yardstick("int8"), ref, got) == []
+    assert any(c["metric"] == "cosine_same_answers" for c in figures["outputs"]["y"]["checks"])
+    swapped = [{"y": g["y"][:, ::-1].copy()} for g in got]  # other answers
+    figures = base.compare_outputs(ref, swapped, kinds)
+    assert base.judge_outputs(figures, base.yardstick("int8"), ref, swapped)
+    assert base.judge_outputs(base.compare_outputs(ref, got, kinds), base.yardstick("fp16"), ref, got)
 
 
 def test_non_finite_values_are_never_accepted() -> None:
