@@ -135,10 +135,15 @@ def _parameters(proto: onnx.ModelProto) -> tuple[int, int]:
     return count, nbytes
 
 
+def _qualified(op_type: str, domain: str) -> str:
+    """An op's name as inspect shows it: ``Conv``, or ``com.acme.MyOp`` outside the default domain."""
+    return op_type if domain in ("", "ai.onnx") else f"{domain}.{op_type}"
+
+
 def _op_counts(graph: onnx.GraphProto) -> Counter[str]:
     counts: Counter[str] = Counter()
     for node in graph.node:
-        counts[node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"] += 1
+        counts[_qualified(node.op_type, node.domain)] += 1
     return counts
 
 
@@ -150,14 +155,17 @@ def _target_report(name: str, model: Any, original_ops: Sequence[str]) -> Target
         problems = target.check(model)
     except EdgekitError as exc:
         return TargetReport(name, False, (), (str(exc),))
-    prepared_ops = {n.op_type for n in model.graph}
+    # problems name a node's bare op type: show them under the op's qualified name, as the inventory does
+    qualified = {n.op_type: _qualified(n.op_type, n.domain) for n in model.graph}
+    prepared_ops = set(qualified.values())
     errors: dict[str, list[str]] = {}
     other: list[str] = []
     for p in problems:
+        op = qualified.get(p.op_type, p.op_type) if p.op_type else None
         if p.severity != "error":
             other.append(str(p))
-        elif p.op_type in prepared_ops or p.op_type in original_ops:
-            errors.setdefault(p.op_type, []).append(f"{p.node}: {p.message}" if p.node else p.message)
+        elif op in prepared_ops or op in original_ops:
+            errors.setdefault(op, []).append(f"{p.node}: {p.message}" if p.node else p.message)
         else:
             other.append(str(p))
     ops = []

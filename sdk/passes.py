@@ -399,6 +399,24 @@ class CheckStaticShapesPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, False)
 
 
+#: Control-flow ops: their sub-graphs run a data-dependent number of times or branch at run time, which no
+#: target here converts (TFLite has no loops of ONNX's kind; shapes behind them are not static).
+CONTROL_FLOW = ("If", "Loop", "Scan")
+
+
+class DeclineControlFlowPass(ir.passes.InPlacePass):
+    """Control flow left after constant folding is declined with the op named, for every target alike."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        for node in model.graph:
+            if node.op_type in CONTROL_FLOW and node.domain in ("", "ai.onnx"):
+                raise ModelError(
+                    f"{node.op_type} node {node.name!r}: control flow ({'/'.join(CONTROL_FLOW)}) is not supported "
+                    "by any target; export the model with the loop unrolled or the branch chosen"
+                )
+        return ir.passes.PassResult(model, False)
+
+
 def prepare(model: ir.Model) -> ir.Model:
     """The graph-preparation pipeline, top to bottom."""
     pipeline = ir.passes.PassManager(
@@ -416,6 +434,7 @@ def prepare(model: ir.Model) -> ir.Model:
             RemoveUnusedNodesPass(),
             ShapeInferencePass(),
             NameFixPass(),
+            DeclineControlFlowPass(),
             CheckStaticShapesPass(),
         ],
         steps=1,
