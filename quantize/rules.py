@@ -96,7 +96,7 @@ register("ConvTranspose", _CONV, lambda n: 1)
 register("Gemm", _CONV, lambda n: 0 if attr(n, "transB", 0) else 1)
 register("MatMul", OpRule(inputs=(0, 1)), lambda n: 1)
 register(("Add", "Sub", "Mul"), _ELEMENTWISE)
-register(("Relu", "LeakyRelu", "HardSwish", "GlobalAveragePool", "ReduceMean"), _OWN)
+register(("Relu", "LeakyRelu", "HardSwish", "HardSigmoid", "GlobalAveragePool", "ReduceMean"), _OWN)
 register("Clip", _OWN)
 register("PRelu", OpRule(inputs=(0, 1)))
 register(

@@ -162,6 +162,7 @@ def _quantize_kernels(graph: Graph, per_tensor_weights: frozenset[str]) -> Graph
     _hoist_quantize(graph)
     _average_at_input_scale(graph)
     _fold_dequantize_quantize(graph)
+    _integer_hard_sigmoid(graph)
     for op in list(graph.ops):
         if op.code not in INTEGER_KERNELS or op not in graph.ops:
             continue
@@ -264,6 +265,76 @@ def _average_at_input_scale(graph: Graph) -> None:
         graph.notes.append(
             f"requantize inserted after {op.code} ({op.origin}): {a.describe()} -> {q.outputs[0].quant.describe()}"
         )
+
+
+def _scalar_of(t: Tensor | None) -> float | None:
+    if t is None or not t.is_const or t.dtype != np.float32 or t.data.size != 1:
+        return None
+    return float(t.data.reshape(-1)[0])
+
+
+def _int8_scalar(graph: Graph, value: float) -> Tensor:
+    """``value`` as an exact int8 constant (q = 127, scale = value / 127)."""
+    return Tensor(
+        graph.unique_name("scalar/q"),
+        (),
+        np.int8,
+        data=np.array(127, np.int8),
+        quant=Quant([value / 127], [0]),
+    )
+
+
+def _integer_hard_sigmoid(graph: Graph) -> None:
+    """DEQUANTIZE -> MUL(alpha) -> ADD(beta) -> RELU_0_TO_1 -> QUANTIZE (the HardSigmoid converter's ops; TFLite
+    has no HARD_SIGMOID) becomes int8 MUL -> int8 ADD.
+
+    The MUL's output takes scale ``alpha * input scale`` and the input's zero point, so it keeps every input
+    level; the ADD writes the HardSigmoid's quantized output, whose int8 range lies in [0, 1]: the ADD kernel's
+    saturation to that range is the clip, and RELU_0_TO_1 (float only in TFLite) goes.
+    """
+    for relu in [op for op in graph.ops if op.code == "RELU_0_TO_1"]:
+        producers, consumers = graph.producers(), graph.consumers()
+        add = producers.get(id(relu.inputs[0]))
+        if add is None or add.code != "ADD" or len(consumers.get(id(add.outputs[0]), [])) != 1:
+            continue
+        mul = producers.get(id(add.inputs[0]))
+        beta = _scalar_of(add.inputs[1])
+        if mul is None or mul.code != "MUL" or beta is None or beta <= 0:
+            continue
+        alpha = _scalar_of(mul.inputs[1])
+        dq = producers.get(id(mul.inputs[0]))
+        if alpha is None or alpha <= 0 or len(consumers.get(id(mul.outputs[0]), [])) != 1:
+            continue
+        if (
+            dq is None
+            or dq.code != "DEQUANTIZE"
+            or dq.inputs[0].dtype != np.int8
+            or not dq.inputs[0].quant.per_tensor
+        ):
+            continue
+        if graph.is_graph_output(relu.outputs[0]) or graph.is_graph_output(add.outputs[0]):
+            continue
+        qout = _output_quant(relu.outputs[0], consumers, graph)
+        if qout is None or not qout.quant.per_tensor or len(consumers[id(relu.outputs[0])]) != 1:
+            continue
+        scale, zp = float(qout.quant.scale[0]), int(qout.quant.zero_point[0])
+        if (-128 - zp) * scale < -1e-6 or (127 - zp) * scale > 1 + 1e-6:
+            continue  # the saturation would not be the clip to [0, 1]
+        x = dq.inputs[0]
+        scaled = Tensor(
+            graph.unique_name(mul.outputs[0].name + "/q"),
+            mul.outputs[0].shape,
+            np.int8,
+            quant=Quant([float(x.quant.scale[0]) * alpha], x.quant.zero_point),
+        )
+        mul.inputs = [x, _int8_scalar(graph, alpha)]
+        mul.outputs = [scaled]
+        add.inputs = [scaled, _int8_scalar(graph, beta)]
+        the_q = consumers[id(relu.outputs[0])][0]
+        add.outputs = [qout]
+        graph.ops.remove(the_q)
+        graph.ops.remove(relu)
+    graph.remove_dead()
 
 
 def _sink_dequantize(graph: Graph) -> None:
