@@ -91,7 +91,10 @@ def _quantize_const(graph: Graph, t: Tensor, axis: int | None, symmetric: bool) 
 def _quantize_bias(graph: Graph, bias: Tensor, x: Quant, w: Quant) -> Tensor:
     """int32 bias with scale input_scale * weight_scale: per channel, or one scale for per-tensor weights."""
     scale = x.scale.astype(np.float64)[0] * w.scale.astype(np.float64)
-    qdata = np.clip(np.rint(bias.data.astype(np.float64) / scale), -(2**31), 2**31 - 1).astype(np.int32)
+    levels = np.rint(bias.data.astype(np.float64) / scale)
+    if np.any(np.abs(levels) > 2**31 - 1):  # weights requantized here (e.g. per tensor): never silently
+        graph.notes.append(f"bias {bias.name!r} exceeds int32 at the requantized weight scale and was clipped")
+    qdata = np.clip(levels, -(2**31), 2**31 - 1).astype(np.int32)
     quant = Quant(scale.astype(np.float32), np.zeros(scale.size, np.int64), 0)
     return Tensor(graph.unique_name(bias.name + "/q"), bias.shape, np.int32, data=qdata, quant=quant)
 
