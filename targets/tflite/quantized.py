@@ -13,31 +13,22 @@ from collections.abc import Callable
 
 import numpy as np
 from edgekit.errors import TargetError
+from edgekit.quantize.rules import TFLITE_KERNELS
 from edgekit.targets.tflite.graph import Graph, Op, Quant, Tensor
 
 # Op -> axis of its per-channel weights (input 1) in TFLite's layout.
 _WEIGHT_AXIS = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 0, "TRANSPOSE_CONV": 0}
 _BIAS_INDEX = {"CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "TRANSPOSE_CONV": 3}
 _INPUT_INDEX = {"TRANSPOSE_CONV": 2}
-# Kernels whose int8 version needs the output scale/zero point equal to the input's.
-_SAME_SCALE = {
-    "MAX_POOL_2D", "AVERAGE_POOL_2D", "RESHAPE", "SQUEEZE", "TRANSPOSE", "GATHER", "SLICE", "STRIDED_SLICE",
-    "PAD", "PADV2", "MIRROR_PAD", "SPLIT_V", "CONCATENATION", "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR",
-    "BROADCAST_TO", "TILE", "REDUCE_MAX", "REDUCE_MIN", "MAXIMUM", "MINIMUM",
-}  # fmt: skip
-# Kernels whose int8 output has fixed parameters (scale, zero point).
-_FIXED_OUTPUT = {
-    "SOFTMAX": (1.0 / 256, -128),
-    "LOGISTIC": (1.0 / 256, -128),
-    "TANH": (1.0 / 128, 0),
-    "LOG_SOFTMAX": (16.0 / 256, 127),
+# What each integer kernel requires (tensorflow/lite/kernels/*.cc), from the quantizer's rules: one table.
+_SAME_SCALE = {code for code, k in TFLITE_KERNELS.items() if k.same_scale}
+_FIXED_OUTPUT = {code: k.fixed_output for code, k in TFLITE_KERNELS.items() if k.fixed_output is not None}
+_MIN_OUTPUT_RATIO = {
+    code: k.min_output_scale_ratio
+    for code, k in TFLITE_KERNELS.items()
+    if k.min_output_scale_ratio is not None
 }
-_FREE = {
-    "CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "BATCH_MATMUL", "ADD", "SUB", "MUL",
-    "MEAN", "SUM", "RELU", "RELU6", "RELU_N1_TO_1", "LEAKY_RELU", "PRELU", "HARD_SWISH",
-    "GELU",
-}  # fmt: skip
-INTEGER_KERNELS = _FREE | _SAME_SCALE | set(_FIXED_OUTPUT)
+INTEGER_KERNELS = frozenset(TFLITE_KERNELS)
 
 
 def _is_float(t: Tensor | None) -> bool:
@@ -93,7 +84,9 @@ def _quantize_bias(graph: Graph, bias: Tensor, x: Quant, w: Quant) -> Tensor:
     scale = x.scale.astype(np.float64)[0] * w.scale.astype(np.float64)
     levels = np.rint(bias.data.astype(np.float64) / scale)
     if np.any(np.abs(levels) > 2**31 - 1):  # weights requantized here (e.g. per tensor): never silently
-        graph.notes.append(f"bias {bias.name!r} exceeds int32 at the requantized weight scale and was clipped")
+        graph.notes.append(
+            f"bias {bias.name!r} exceeds int32 at the requantized weight scale and was clipped"
+        )
     qdata = np.clip(levels, -(2**31), 2**31 - 1).astype(np.int32)
     quant = Quant(scale.astype(np.float32), np.zeros(scale.size, np.int64), 0)
     return Tensor(graph.unique_name(bias.name + "/q"), bias.shape, np.int32, data=qdata, quant=quant)
@@ -208,6 +201,11 @@ def _rewrite(
     new_outputs = []
     for out, qout in zip(op.outputs, qouts, strict=True):
         fixed = _FIXED_OUTPUT.get(op.code)
+        ratio = _MIN_OUTPUT_RATIO.get(op.code)
+        if ratio is not None and inputs[0] is not None and inputs[0].quant is not None:
+            floor = float(inputs[0].quant.scale[0]) * ratio
+            if float(qout.quant.scale[0]) <= floor:  # e.g. a QDQ model from another quantizer
+                fixed = (float(np.float32(floor * 1.001)), int(qout.quant.zero_point[0]))
         if fixed is not None and not qout.quant.same_as(Quant([fixed[0]], [fixed[1]])):
             direct = Tensor(
                 graph.unique_name(out.name + "/fixed"),
@@ -361,10 +359,13 @@ def _sink_dequantize(graph: Graph) -> None:
                 continue
             out = op.outputs[0]
             moved = Tensor(graph.unique_name(out.name + "/int"), out.shape, q.dtype, quant=q.quant)
-            if op.code == "PADV2":  # the padding value, quantized like the data
-                real = float(op.inputs[2].data.reshape(-1)[0])
-                level = np.clip(np.rint(real / q.quant.scale[0]) + q.quant.zero_point[0], -128, 127)
-                op.inputs[2] = graph.const("pad_value", np.array(level, dtype=q.dtype))
+            if op.code == "PADV2":  # the pad value, with the output's scale and zero point (pad.cc EvalInt)
+                real = np.float64(op.inputs[2].data.reshape(-1)[0])
+                scale, zp = np.float64(q.quant.scale[0]), int(q.quant.zero_point[0])
+                level = np.clip(np.rint(np.clip(real / scale, -1e6, 1e6)) + zp, -128, 127)
+                op.inputs[2] = Tensor(
+                    graph.unique_name("pad_value"), (), q.dtype, data=np.array(level, q.dtype), quant=q.quant
+                )
             op.inputs[0], op.outputs[0] = q, moved
             graph.ops.insert(graph.ops.index(op) + 1, Op("DEQUANTIZE", [moved], [out], None, op.origin))
             changed = True
