@@ -450,7 +450,8 @@ def _unwrap_pass_error(exc: ir.passes.PassError) -> EdgekitError:
 
 class DivByConstantPass(ir.passes.InPlacePass):
     """A float Div by a constant becomes a Mul by its reciprocal (PaddlePaddle writes ``x / 6``, ``x / 255``...):
-    a Mul by a constant has an integer kernel, a Div has none."""
+    a Mul by a constant has an integer kernel, a Div has none. A Div feeding Erf stays: it belongs to an erf-GELU,
+    which the converters match whole (and Erf has no integer kernel anyway)."""
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph, names, modified = model.graph, NameScope(model.graph), False
@@ -461,6 +462,8 @@ class DivByConstantPass(ir.passes.InPlacePass):
             if divisor is None or divisor.dtype != np.float32 or not np.all(np.isfinite(divisor)):
                 continue
             if np.any(divisor == 0) or np.any(~np.isfinite(1.0 / divisor.astype(np.float64))):
+                continue
+            if any(use.node.op_type == "Erf" for use in div.outputs[0].uses()):
                 continue
             reciprocal = (1.0 / divisor.astype(np.float64)).astype(np.float32)
             const = add_initializer(graph, names, f"{div.inputs[1].name}_reciprocal", reciprocal)
