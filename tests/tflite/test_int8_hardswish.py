@@ -110,6 +110,20 @@ def div_by_constant():
     return nodes, {**CONV, "d": (R.uniform(0.5, 4.0, (1, 8, 1, 1))).astype(np.float32)}, 17
 
 
+def paddle_affine():
+    """PP-LCNetV3's learnable affine blocks: conv * scale + bias (scalars), HardSwish, then * scale + bias again."""
+    nodes = [
+        conv("c"),
+        helper.make_node("Mul", ["s1", "c"], ["m"], name="lab_scale"),
+        helper.make_node("Add", ["m", "b1"], ["a"], name="lab_bias"),
+        helper.make_node("HardSwish", ["a"], ["h"], name="hswish"),
+        helper.make_node("Mul", ["h", "s2"], ["h2"], name="lab2_scale"),
+        helper.make_node("Add", ["h2", "b2"], ["y"], name="lab2_bias"),
+    ]
+    inits = {**CONV, "s1": scalar(0.94), "b1": scalar(0.5), "s2": scalar(1.3), "b2": scalar(-0.2)}
+    return nodes, inits, 14
+
+
 MODELS = {
     "paddle_div": (lambda: paddle_hardswish(True), {"HARD_SWISH": 1}),
     "paddle_mul": (lambda: paddle_hardswish(False), {"HARD_SWISH": 1}),
@@ -118,6 +132,7 @@ MODELS = {
     "se_gate": (se_gate, {"MUL": 2, "ADD": 1}),
     "hard_sigmoid_default": (hard_sigmoid_default, {"MUL": 1, "ADD": 1}),
     "div_by_constant": (div_by_constant, {"MUL": 1}),
+    "paddle_affine": (paddle_affine, {"HARD_SWISH": 1, "MUL": 1, "ADD": 1, "CONV_2D": 1}),
 }
 
 
@@ -132,6 +147,8 @@ def test_rewritten_fp32_graph_matches_original(name: str) -> None:
     prepared = onnx.shape_inference.infer_shapes(onnx.ModelProto.FromString(_serialized(load_proto(model))))
     ops = {n.op_type for n in prepared.graph.node}
     assert "Div" not in ops and "Clip" not in ops
+    if name == "paddle_affine":  # the affine after the conv folds into it; the one after HardSwish stays
+        assert [n.op_type for n in prepared.graph.node] == ["Conv", "HardSwish", "Mul", "Add"]
     for seed in range(3):
         feeds = random_feeds(model, seed, -4, 4)
         (expected,) = run_onnx(model, feeds)
@@ -164,3 +181,49 @@ def test_int8_tflite_is_integer_and_matches_qdq(name: str) -> None:
         actual = run_tflite_isolated(result, feeds)
         for a, e, step in zip(actual, expected, steps, strict=True):
             assert_within_one_step(a, e, step)
+
+
+def _torch_mobilenetv3_block(opset: int) -> onnx.ModelProto:
+    """A MobileNetV3 block (conv-BN-Hardswish, squeeze-excitation gated by Hardsigmoid, depthwise conv-Hardswish)
+    exported by torch: at opset 13 it writes each Hardswish as HardSigmoid + Mul, at 17 as HardSwish."""
+    import io
+
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv, self.bn, self.act = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.Hardswish()
+            self.fc1, self.fc2, self.gate = nn.Conv2d(8, 4, 1), nn.Conv2d(4, 8, 1), nn.Hardsigmoid()
+            self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+
+        def forward(self, x):
+            y = self.act(self.bn(self.conv(x)))
+            s = self.gate(self.fc2(torch.relu(self.fc1(y.mean((2, 3), keepdim=True)))))
+            return self.act(self.dw(y * s))
+
+    torch.manual_seed(0)
+    block = Block()
+    with torch.no_grad():  # realistic BatchNorm statistics: run data through in train mode
+        block.train()(torch.randn(16, 3, 8, 8) * 2)
+    buffer = io.BytesIO()
+    torch.onnx.export(block.eval(), torch.randn(1, 3, 8, 8), buffer, opset_version=opset, dynamo=False)
+    return onnx.load_from_string(buffer.getvalue())
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+def test_torch_mobilenetv3_block_is_integer(opset: int) -> None:
+    model = _torch_mobilenetv3_block(opset)
+    written = {n.op_type for n in model.graph.node}
+    assert ("HardSwish" in written) == (opset >= 14)
+    calib = [random_feeds(model, seed, -3, 3) for seed in range(8)]
+    qdq = edgekit_qdq(model, calib)
+    result = convert_proto(qdq, ConvertOptions(target="test"))
+    assert result.float_ops == [], result.float_ops
+    counts = op_types(result)
+    assert counts.get("HARD_SWISH") == 2 and "RELU_0_TO_1" not in counts, counts
+    steps = output_steps(qdq)
+    feeds = random_feeds(model, 100, -3, 3)
+    for a, e, step in zip(run_tflite_isolated(result, feeds), run_onnx(qdq, feeds), steps, strict=True):
+        assert_within_one_step(a, e, step)
