@@ -238,7 +238,7 @@ _DENSE = ("FULLY_CONNECTED", "BATCH_MATMUL")
 _MATMUL_WEIGHT = OpRule(_DENSE, inputs=(0,), weight=1, fuses_activation=True)
 
 
-def _same(*kernels: str) -> OpRule:
+def _unary(*kernels: str) -> OpRule:
     return OpRule(kernels, inputs=(0,))
 
 
@@ -253,31 +253,31 @@ register(
 register("MatMul", OpRule(_DENSE, inputs=(0, 1)), lambda n: 1)
 for _op, _kernel in (("Add", "ADD"), ("Sub", "SUB"), ("Mul", "MUL")):
     register(_op, OpRule((_kernel,), inputs=(0, 1), fuses_activation=True))
-register("Relu", _same("RELU"))
-register("LeakyRelu", _same("LEAKY_RELU"))
-register("HardSwish", _same("HARD_SWISH"))
+register("Relu", _unary("RELU"))
+register("LeakyRelu", _unary("LEAKY_RELU"))
+register("HardSwish", _unary("HARD_SWISH"))
 # TFLite has no HARD_SIGMOID: int8 MUL then ADD, whose saturation to the output range is the clip to [0, 1].
-register("HardSigmoid", _same("MUL", "ADD"))
-register(("GlobalAveragePool", "ReduceMean"), _same("MEAN"))
+register("HardSigmoid", _unary("MUL", "ADD"))
+register(("GlobalAveragePool", "ReduceMean"), _unary("MEAN"))
 # Other constant bounds become MAXIMUM/MINIMUM, with a requantize to the Clip's output scale in front.
-register("Clip", _same("RELU6", "RELU_N1_TO_1", "RELU"))
+register("Clip", _unary("RELU6", "RELU_N1_TO_1", "RELU"))
 register("PRelu", OpRule(("PRELU",), inputs=(0, 1)))
-register("MaxPool", _same("MAX_POOL_2D", "PAD", "PADV2"))
-register("AveragePool", _same("AVERAGE_POOL_2D", "PAD"))
-register(("Reshape", "Flatten", "Squeeze", "Unsqueeze"), _same("RESHAPE"))
-register("Transpose", _same("TRANSPOSE"))
-register("Pad", _same("PAD", "PADV2", "MIRROR_PAD"))
-register("Slice", _same("SLICE", "STRIDED_SLICE"))
-register("Split", _same("SPLIT_V"))
-register("Gather", _same("GATHER"))
-register("Resize", _same("RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR"))
-register("ReduceMax", _same("REDUCE_MAX"))
+register("MaxPool", _unary("MAX_POOL_2D", "PAD", "PADV2"))
+register("AveragePool", _unary("AVERAGE_POOL_2D", "PAD"))
+register(("Reshape", "Flatten", "Squeeze", "Unsqueeze"), _unary("RESHAPE"))
+register("Transpose", _unary("TRANSPOSE"))
+register("Pad", _unary("PAD", "PADV2", "MIRROR_PAD"))
+register("Slice", _unary("SLICE", "STRIDED_SLICE"))
+register("Split", _unary("SPLIT_V"))
+register("Gather", _unary("GATHER"))
+register("Resize", _unary("RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR"))
+register("ReduceMax", _unary("REDUCE_MAX"))
 register("Concat", OpRule(("CONCATENATION",), all_inputs=True))
 register(("Max", "Min"), OpRule(("MAXIMUM", "MINIMUM"), all_inputs=True))
-register("Softmax", _same("SOFTMAX"))
-register("Sigmoid", _same("LOGISTIC"))
-register("Tanh", _same("TANH"))
-register("LogSoftmax", _same("LOG_SOFTMAX"))
+register("Softmax", _unary("SOFTMAX"))
+register("Sigmoid", _unary("LOGISTIC"))
+register("Tanh", _unary("TANH"))
+register("LogSoftmax", _unary("LOG_SOFTMAX"))
 
 #: Activations that fuse into the op before them when that op ``fuses_activation``.
 FUSABLE_ACTIVATIONS = frozenset({"Relu", "Clip"})
