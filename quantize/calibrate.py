@@ -225,4 +225,19 @@ def choose_params(
             p = params_for_range(lo, hi, options.activations)
         for m in members:
             params[m] = p
+    _raise_min_scales(plan, params)
     return params
+
+
+def _raise_min_scales(plan: QuantPlan, params: dict[str, QParams]) -> None:
+    """Outputs whose kernel needs a scale above their input's times a ratio (HARD_SWISH: 1/128, else TFLite refuses
+    the model) get that scale, keeping their zero point (the range only widens), with their whole scale group."""
+    groups = plan.members()
+    for out, (source, ratio) in plan.min_scale.items():
+        p = params[out]
+        floor = params[source].scale * ratio
+        if p.scale > floor:
+            continue
+        raised = QParams(float(np.float32(floor * 1.001)), p.zero_point, p.dtype)
+        for m in groups[plan.group(out)]:
+            params[m] = raised

@@ -3,7 +3,8 @@
 1. plan       which tensors are quantized, which share a scale, which ranges are fixed (graph + rules only)
 2. calibrate  run the fp32 model on calibration data and observe every planned tensor (statistics only)
 3. params     choose scales and zero points per scale group (method: minmax / percentile / entropy / mse)
-4. weights    int8 per-channel weights, int32 biases, int8 constants (QuantizeWeightsPass)
+4. weights    int8 per-channel weights, int32 biases (a weight scale is raised where the bias would overflow
+              int32, never clipped), int8 constants (QuantizeWeightsPass)
 5. activations QuantizeLinear -> DequantizeLinear after every planned tensor (InsertActivationQDQPass)
    (bias correction, an option: each bias absorbs (W - W_int8) E[x], the mean shift weight rounding causes)
 6. tidy       topological order, shape inference, opset 19, onnx.checker
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import onnx
 import onnx_ir as ir
@@ -28,7 +29,7 @@ from edgekit.quantize.calibrate import (
 )
 from edgekit.quantize.options import QuantizeOptions
 from edgekit.quantize.plan import QuantPlan, make_plan
-from edgekit.quantize.qdq import InsertActivationQDQPass, QuantizeWeightsPass
+from edgekit.quantize.qdq import InsertActivationQDQPass, QuantizeWeightsPass, RaisedWeightScales
 from onnx_ir.passes.common import RemoveUnusedNodesPass, ShapeInferencePass, TopologicalSortPass
 
 log = logging.getLogger("edgekit")
@@ -42,6 +43,8 @@ class Quantized:
     stats: Statistics
     #: fp32 tensor name -> the QDQ model's DequantizeLinear output for it.
     dequantized: dict[str, str]
+    #: Layers whose weight scales were raised so that their int32 bias fits (never clipped).
+    raised_weight_scales: list[RaisedWeightScales] = field(default_factory=list)
 
     def proto(self) -> onnx.ModelProto:
         return ir.to_proto(self.model)
@@ -92,11 +95,12 @@ def quantize(
 
     qmodel = ir.from_proto(ir.to_proto(model))  # a copy: the caller keeps its fp32 model
     activations = InsertActivationQDQPass(plan, params)
+    weights = QuantizeWeightsPass(
+        plan, params, stats.means if options.bias_correction else None, options.dense_per_channel
+    )
     passes = ir.passes.PassManager(
         [
-            QuantizeWeightsPass(
-                plan, params, stats.means if options.bias_correction else None, options.dense_per_channel
-            ),
+            weights,
             activations,
             RemoveUnusedNodesPass(),
             TopologicalSortPass(),
@@ -111,4 +115,4 @@ def quantize(
         onnx.checker.check_model(proto, full_check=True)
     except onnx.checker.ValidationError as exc:  # pragma: no cover - a bug in the passes, not user input
         raise AssertionError(f"the QDQ model fails onnx.checker: {exc}") from exc
-    return Quantized(qmodel, plan, params, stats, activations.dequantized)
+    return Quantized(qmodel, plan, params, stats, activations.dequantized, weights.raised_weight_scales)

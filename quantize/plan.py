@@ -52,6 +52,8 @@ class QuantPlan:
     #: Tensors whose range never exceeds that of their scale group's other members (outputs of pooling, reshapes,
     #: Concat, ...): calibration need not observe them.
     derived: set[str] = field(default_factory=set)
+    #: Outputs whose scale must exceed their input's times a ratio (HARD_SWISH): output -> (input, ratio).
+    min_scale: dict[str, tuple[str, float]] = field(default_factory=dict)
 
     def group(self, name: str) -> str:
         root = name
@@ -245,6 +247,8 @@ def make_plan(
             add_activation(out)
             if rule.fixed_output is not None:
                 plan.fixed[out.name] = rule.fixed_output
+            if rule.min_output_scale_ratio is not None:
+                plan.min_scale[out.name] = (members[0], rule.min_output_scale_ratio)
         if rule.same_scale and rule.all_inputs:
             # Concat / Max / Min: inputs take the output's scale; an input with a fixed range of its own
             # (a Sigmoid output, say) keeps it and is requantized to the shared scale in front of the op.

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 import onnx_ir as ir
@@ -42,11 +43,35 @@ def quantize_weight(weight: np.ndarray, axis: int | None) -> tuple[np.ndarray, n
 def quantize_bias(
     bias: np.ndarray, input_scale: float, weight_scales: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
+    """int32 bias with scale input scale x weight scale. The weight scales must leave room for the bias
+    (:func:`fit_bias_scales`): a bias that still overflows int32 is a bug, never clipped silently."""
     scales = (np.float64(input_scale) * weight_scales.astype(np.float64)).astype(np.float32)
     q = np.round(bias.astype(np.float64) / scales.astype(np.float64))
     if np.any(q > _INT32.max) or np.any(q < _INT32.min):
-        log.warning("bias values exceed int32 after quantization and were clipped")
-    return np.clip(q, _INT32.min, _INT32.max).astype(np.int32), scales
+        raise AssertionError("bias exceeds int32 after quantization although its weight scales were fitted")
+    return q.astype(np.int32), scales
+
+
+#: Headroom below int32's limit kept by a fitted bias (float32 rounding of the scales, bias correction).
+_BIAS_LIMIT = float(_INT32.max) * 0.99
+
+
+def fit_bias_scales(
+    bias: np.ndarray, input_scale: float, weight_scales: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Weight scales raised, channel by channel, just enough for ``round(bias / (input_scale * weight_scale))``
+    to fit int32: (new float32 scales, mask of the raised channels). A bias is huge against its scale when the
+    channel's weights are (almost) zero, a dead channel, or the input scale is tiny; the raised scale quantizes
+    that channel's weights more coarsely instead of clipping its bias (which shifts every output of it)."""
+    scales = np.asarray(weight_scales, np.float32)
+    need = np.abs(np.broadcast_to(bias.astype(np.float64), scales.shape if scales.ndim else bias.shape))
+    need = need / (np.float64(input_scale) * _BIAS_LIMIT)
+    if scales.ndim == 0:  # one scale for the whole tensor
+        need = np.asarray(need.max(initial=0.0))
+    raised = need > scales.astype(np.float64)
+    if not np.any(raised):
+        return scales, raised
+    return np.where(raised, need, scales).astype(np.float32), raised
 
 
 def _np_qdtype(dtype: str) -> type:
@@ -74,6 +99,29 @@ def weight_error_shift(
     return None
 
 
+@dataclass(frozen=True)
+class RaisedWeightScales:
+    """A layer whose bias did not fit int32 at its weight scales: the scales of ``channels`` were raised."""
+
+    node: str
+    op_type: str
+    #: Output channels whose weight scale was raised (empty: the layer has one weight scale).
+    channels: list[int]
+    count: int
+
+    def to_json(self) -> dict:
+        return {"node": self.node, "op_type": self.op_type, "channels": self.channels, "count": self.count}
+
+
+def _requantize_weight(weight: np.ndarray, axis: int | None, scales: np.ndarray) -> np.ndarray:
+    """Symmetric int8 weights at the given (raised) scales."""
+    shape = [1] * weight.ndim
+    if axis is not None:
+        shape[axis] = -1
+    scaled = weight.astype(np.float64) / scales.reshape(shape if axis is not None else ()).astype(np.float64)
+    return np.clip(np.round(scaled), -127, 127).astype(np.int8)
+
+
 class QuantizeWeightsPass(ir.passes.InPlacePass):
     def __init__(
         self,
@@ -88,6 +136,8 @@ class QuantizeWeightsPass(ir.passes.InPlacePass):
         self.dense_per_channel = dense_per_channel
         #: With per-channel input means (from calibration), biases absorb the weight-rounding shift.
         self.input_means = input_means
+        #: Layers whose weight scales were raised so that their bias fits int32 (for the report).
+        self.raised_weight_scales: list[RaisedWeightScales] = []
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph = model.graph
@@ -113,6 +163,25 @@ class QuantizeWeightsPass(ir.passes.InPlacePass):
         weight = weight_value.const_value.numpy()
         axis = spec.axis if self.dense_per_channel or node.op_type not in ("Gemm", "MatMul") else None
         q, scales = quantize_weight(weight, axis)
+        bias = None
+        if spec.bias_index is not None:
+            input_scale = self.params[spec.input_tensor].scale
+            bias = node.inputs[spec.bias_index].const_value.numpy().reshape(-1)
+            bias = np.broadcast_to(bias, (weight.shape[spec.axis],)).astype(np.float64)
+            scales, raised = fit_bias_scales(bias, input_scale, scales)
+            if np.any(raised):
+                q = _requantize_weight(weight, axis, scales)
+                channels = np.flatnonzero(raised).tolist() if raised.ndim else []
+                self.raised_weight_scales.append(
+                    RaisedWeightScales(
+                        node.name, node.op_type, channels, int(raised.sum()) if raised.ndim else 1
+                    )
+                )
+                log.warning(
+                    f"{node.op_type} {node.name!r}: bias too large for int32 at its scale: the weight scale of "
+                    + (f"{int(raised.sum())} channel(s)" if raised.ndim else "the layer")
+                    + " raised to fit it (no clipping)"
+                )
         dq = self._dq(
             graph,
             names,
@@ -124,12 +193,9 @@ class QuantizeWeightsPass(ir.passes.InPlacePass):
             axis,
         )
         node.replace_input_with(spec.weight_index, dq)
-        if spec.bias_index is None:
+        if bias is None:
             return
         bias_value = node.inputs[spec.bias_index]
-        bias = bias_value.const_value.numpy().reshape(-1)
-        input_scale = self.params[spec.input_tensor].scale
-        bias = np.broadcast_to(bias, (weight.shape[spec.axis],)).astype(np.float64)
         if self.input_means is not None and spec.input_tensor in self.input_means:
             shape = [1] * weight.ndim
             if axis is not None:
@@ -142,6 +208,8 @@ class QuantizeWeightsPass(ir.passes.InPlacePass):
             )
             if shift is not None:
                 bias = bias + shift
+                if np.any(fit_bias_scales(bias, input_scale, scales)[1]):
+                    bias = bias - shift  # the corrected bias would not fit int32 at these scales
         qb, bias_scales = quantize_bias(bias, input_scale, scales)
         dqb = self._dq(
             graph,

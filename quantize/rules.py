@@ -1,18 +1,23 @@
 """Per-op quantization rules: which inputs are quantized, which are per-axis weights, which tensors must share
 one scale, which outputs have fixed ranges, which ops absorb a following activation.
 
-They follow TFLite's own rules (``tensorflow/lite/tools/optimize/operator_property.cc``), mapped onto the ONNX op
-that each TFLite kernel implements, so that the TFLite target can keep every scale exactly:
+Each ONNX op's rule names the TFLite integer kernels it becomes; :data:`TFLITE_KERNELS` holds what each kernel
+requires, read from its source (``tensorflow/lite/kernels/<file>.cc``, the ``TF_LITE_ENSURE*`` checks of its
+``Prepare``/``Eval`` and what its arithmetic assumes), following TFLite's own quantizer
+(``tensorflow/lite/tools/optimize/operator_property.cc``), so that the quantizer never writes a QDQ model a
+TFLite kernel refuses and the TFLite target keeps every scale exactly:
 
 - CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED / TRANSPOSE_CONV: input 0 per-tensor, weights per output channel
-  symmetric int8, bias int32 with scale = input_scale * weight_scale; fused activation.
+  symmetric int8 (zero point 0), bias int32 with scale = input_scale * weight_scale; fused activation.
 - ADD / SUB / MUL: every input per-tensor with its own scale; fused activation.
 - MAX_POOL_2D / AVERAGE_POOL_2D / RESHAPE / SQUEEZE / EXPAND_DIMS / TRANSPOSE / CONCATENATION / PAD / SLICE /
-  SPLIT / GATHER / RESIZE_* / MAXIMUM / MINIMUM / REDUCE_MAX:
-  ``restrict_same_scale``: inputs and output share one scale.
+  SPLIT / GATHER / RESIZE_* / MAXIMUM / MINIMUM / REDUCE_MAX: inputs and output share one scale and zero point
+  (PADV2: its pad value too).
 - SOFTMAX and LOGISTIC: output scale 1/256, zero point -128 (int8); TANH: 1/128, 0; LOG_SOFTMAX: 16/256, 127.
-- MEAN, RELU, LEAKY_RELU, PRELU, HARD_SWISH: own output scale.
+- HARD_SWISH: output scale above input scale / 128.
+- MEAN, RELU, LEAKY_RELU, PRELU: own output scale.
 
+The zero points are int8's; uint8 activations use the same scales with zero points 128 higher.
 Ops not listed here have no integer kernel the targets can use; they stay float (fed by DequantizeLinear).
 """
 
@@ -26,23 +31,167 @@ from edgekit.irutil import attr, const_array
 
 
 @dataclass(frozen=True)
-class OpRule:
-    """How one ONNX op is quantized."""
+class Kernel:
+    """What one TFLite integer kernel requires of the quantization parameters around it.
 
+    Read from the kernel's source under ``tensorflow/lite/kernels/`` (``source``): the ``TF_LITE_ENSURE*`` checks
+    of its ``Prepare``/``Eval`` (LiteRT refuses the model, or aborts, when they fail) and what its arithmetic
+    assumes without checking (it then computes wrong values). Zero points are given for int8; uint8 ones are
+    128 higher (the uint8 kernels use the same scales).
+    """
+
+    source: str
+    #: Every int8 data input and the output share one scale and zero point.
+    same_scale: bool = False
+    #: The int8 output's required (scale, zero point).
+    fixed_output: tuple[float, int] | None = None
+    #: The output scale must exceed the input scale times this (an output multiplier the kernel needs below 1).
+    min_output_scale_ratio: float | None = None
+    #: Weights (input 1) symmetric int8 (zero point 0), one scale per output channel or one for the tensor; the
+    #: int32 bias has scale input scale x weight scale and zero point 0.
+    symmetric_weights: bool = False
+    #: The kernel takes a fused activation.
+    fused_activation: bool = False
+    #: What the kernel checks, in words (docs and test names).
+    checks: str = ""
+
+
+_SAME_CHECKED = "int8 inputs and output: same scale and zero point (TF_LITE_ENSURE_EQ)"
+_SAME_ASSUMED = (
+    "moves int8 values unchanged: the output must have the input's scale and zero point (not checked)"
+)
+_CONV_CHECKS = (
+    "filter zero points all 0; one filter scale per output channel or one; bias int32 with scale input x filter "
+    "(kernel_util.cc PopulateConvolutionQuantizationParams)"
+)
+
+#: The TFLite integer kernels the converter emits, keyed by builtin op name.
+TFLITE_KERNELS: dict[str, Kernel] = {
+    "CONV_2D": Kernel("conv.cc", symmetric_weights=True, fused_activation=True, checks=_CONV_CHECKS),
+    "DEPTHWISE_CONV_2D": Kernel(
+        "depthwise_conv.cc", symmetric_weights=True, fused_activation=True, checks=_CONV_CHECKS
+    ),
+    "FULLY_CONNECTED": Kernel(
+        "fully_connected.cc", symmetric_weights=True, fused_activation=True, checks=_CONV_CHECKS
+    ),
+    "TRANSPOSE_CONV": Kernel("transpose_conv.cc", symmetric_weights=True, checks=_CONV_CHECKS),
+    "BATCH_MATMUL": Kernel("batch_matmul.cc", checks="int8 zero points allowed (int16: 0)"),
+    "ADD": Kernel("add.cc", fused_activation=True, checks="own scales (int16: zero points 0)"),
+    "SUB": Kernel("sub.cc", fused_activation=True, checks="own scales (int16: zero points 0)"),
+    "MUL": Kernel("mul.cc", fused_activation=True, checks="own scales (int16: zero points 0)"),
+    "MAX_POOL_2D": Kernel(
+        "pooling.cc", same_scale=True, fused_activation=True, checks="same scale and zero point (DCHECK)"
+    ),
+    "AVERAGE_POOL_2D": Kernel(
+        "pooling.cc", same_scale=True, fused_activation=True, checks="same scale and zero point (DCHECK)"
+    ),
+    "RESHAPE": Kernel("reshape.cc", same_scale=True, checks=_SAME_ASSUMED),
+    "SQUEEZE": Kernel("squeeze.cc", same_scale=True, checks=_SAME_ASSUMED),
+    "EXPAND_DIMS": Kernel("expand_dims.cc", same_scale=True, checks=_SAME_ASSUMED),
+    "TRANSPOSE": Kernel("transpose.cc", same_scale=True, checks=_SAME_ASSUMED),
+    "GATHER": Kernel("gather.cc", same_scale=True, checks=_SAME_ASSUMED),
+    "SLICE": Kernel("slice.cc", same_scale=True, checks=_SAME_ASSUMED),
+    "STRIDED_SLICE": Kernel("strided_slice.cc", same_scale=True, checks=_SAME_ASSUMED),
+    "SPLIT": Kernel("split.cc", same_scale=True, checks=_SAME_ASSUMED),
+    "SPLIT_V": Kernel("split_v.cc", same_scale=True, checks=_SAME_ASSUMED),
+    "TILE": Kernel("tile.cc", same_scale=True, checks=_SAME_ASSUMED),
+    "BROADCAST_TO": Kernel("broadcast_to.cc", same_scale=True, checks=_SAME_ASSUMED),
+    "MIRROR_PAD": Kernel("mirror_pad.cc", same_scale=True, checks=_SAME_ASSUMED),
+    "PAD": Kernel("pad.cc", same_scale=True, checks=_SAME_ASSUMED + "; pads with the output zero point"),
+    "PADV2": Kernel(
+        "pad.cc",
+        same_scale=True,
+        checks=_SAME_ASSUMED
+        + "; the pad value has the output's scale and zero point (TF_LITE_ENSURE_EQ in EvalInt)",
+    ),
+    "CONCATENATION": Kernel(
+        "concatenation.cc",
+        same_scale=True,
+        checks=_SAME_CHECKED + "; no fused activation (ignored or refused)",
+    ),
+    "RESIZE_BILINEAR": Kernel("resize_bilinear.cc", same_scale=True, checks=_SAME_ASSUMED),
+    "RESIZE_NEAREST_NEIGHBOR": Kernel("resize_nearest_neighbor.cc", same_scale=True, checks=_SAME_ASSUMED),
+    "MAXIMUM": Kernel("maximum_minimum.cc", same_scale=True, checks=_SAME_ASSUMED),
+    "MINIMUM": Kernel("maximum_minimum.cc", same_scale=True, checks=_SAME_ASSUMED),
+    "REDUCE_MAX": Kernel("reduce.cc", same_scale=True, checks=_SAME_CHECKED + " (EvalType)"),
+    "REDUCE_MIN": Kernel("reduce.cc", same_scale=True, checks=_SAME_CHECKED + " (EvalType)"),
+    "MEAN": Kernel("reduce.cc", checks="own scales (requantizes the mean)"),
+    "SUM": Kernel("reduce.cc", checks="own scales (requantizes the sum)"),
+    "SOFTMAX": Kernel(
+        "activations.cc",
+        fixed_output=(1.0 / 256.0, -128),
+        checks="output zero point -128, scale 1/256 (SoftmaxPrepare)",
+    ),
+    "LOGISTIC": Kernel(
+        "activations.cc",
+        fixed_output=(1.0 / 256.0, -128),
+        checks="output zero point -128, scale == 1/256 (SigmoidPrepare)",
+    ),
+    "TANH": Kernel(
+        "activations.cc",
+        fixed_output=(1.0 / 128.0, 0),
+        checks="output zero point 0, scale 1/128 (TanhPrepare)",
+    ),
+    "LOG_SOFTMAX": Kernel(
+        "activations.cc",
+        fixed_output=(16.0 / 256.0, 127),
+        checks="output scale 16/256, zero point 127 (LogSoftmaxPrepare)",
+    ),
+    "HARD_SWISH": Kernel(
+        "activations.cc",
+        min_output_scale_ratio=1.0 / 128.0,
+        checks="output multiplier (input scale / 128) / output scale below 1 (HardSwishPrepare: exponent <= 0)",
+    ),
+    "RELU": Kernel("activations.cc", checks="own scales (ReluPrepare requantizes)"),
+    "RELU6": Kernel("activations.cc", checks="own scales (ReluPrepare requantizes)"),
+    "RELU_N1_TO_1": Kernel("activations.cc", checks="own scales (ReluPrepare requantizes)"),
+    "LEAKY_RELU": Kernel("activations.cc", checks="own scales (LeakyReluPrepare)"),
+    "PRELU": Kernel("activations.cc", checks="own scales (PreluPrepare)"),
+    "GELU": Kernel("gelu.cc", checks="own scales (lookup table)"),
+}
+
+
+@dataclass(frozen=True)
+class OpRule:
+    """How one ONNX op is quantized; ``kernels`` are the TFLite integer kernels it becomes, whose requirements
+    (:data:`TFLITE_KERNELS`) give its shared and fixed scales."""
+
+    #: The TFLite kernels the op is converted to (one of them, depending on its attributes).
+    kernels: tuple[str, ...]
     #: Indices of float data inputs that carry quantized activations (or per-tensor quantized constants).
     inputs: tuple[int, ...] = (0,)
     #: Index of the weight input (per-channel symmetric int8), if any.
     weight: int | None = None
     #: Index of the bias input (int32, scale = input scale x weight scale), if any.
     bias: int | None = None
-    #: Inputs and output share one scale (TFLite's restrict_same_scale).
-    same_scale: bool = False
-    #: Output range fixed by the integer kernel: (scale, int8 zero point).
-    fixed_output: tuple[float, int] | None = None
     #: A following Relu/Clip is fused: no Q/DQ between them.
     fuses_activation: bool = False
     #: Every float input is a data input (variadic ops such as Concat).
     all_inputs: bool = False
+
+    def __post_init__(self) -> None:
+        found = [TFLITE_KERNELS[k] for k in self.kernels]
+        if len({(k.same_scale, k.fixed_output, k.min_output_scale_ratio) for k in found}) != 1:
+            raise ValueError(f"kernels {self.kernels} disagree on shared or fixed scales")
+
+    @property
+    def kernel(self) -> Kernel:
+        return TFLITE_KERNELS[self.kernels[0]]
+
+    @property
+    def same_scale(self) -> bool:
+        """Inputs and output share one scale (TFLite's restrict_same_scale)."""
+        return self.kernel.same_scale
+
+    @property
+    def fixed_output(self) -> tuple[float, int] | None:
+        """Output range fixed by the integer kernel: (scale, int8 zero point)."""
+        return self.kernel.fixed_output
+
+    @property
+    def min_output_scale_ratio(self) -> float | None:
+        """The output scale must exceed the (first) input's scale times this."""
+        return self.kernel.min_output_scale_ratio
 
 
 _RULES: dict[str, OpRule] = {}
@@ -84,44 +233,51 @@ def weight_axis(node: ir.Node) -> int:
     return _WEIGHT_AXIS[node.op_type](node)
 
 
-_CONV = OpRule(inputs=(0,), weight=1, bias=2, fuses_activation=True)
-_SAME = OpRule(inputs=(0,), same_scale=True)
-_ELEMENTWISE = OpRule(inputs=(0, 1), fuses_activation=True)
-_OWN = OpRule(inputs=(0,))
-_MATMUL_WEIGHT = OpRule(inputs=(0,), weight=1, fuses_activation=True)
+_CONV = ("CONV_2D", "DEPTHWISE_CONV_2D")
+_DENSE = ("FULLY_CONNECTED", "BATCH_MATMUL")
+_MATMUL_WEIGHT = OpRule(_DENSE, inputs=(0,), weight=1, fuses_activation=True)
 
-register("Conv", _CONV, lambda n: 0)
+
+def _unary(*kernels: str) -> OpRule:
+    return OpRule(kernels, inputs=(0,))
+
+
+register("Conv", OpRule(_CONV, weight=1, bias=2, fuses_activation=True), lambda n: 0)
 # ONNX ConvTranspose weights are [C_in, C_out / group, kH, kW]: output channels on axis 1.
-register("ConvTranspose", _CONV, lambda n: 1)
-register("Gemm", _CONV, lambda n: 0 if attr(n, "transB", 0) else 1)
-register("MatMul", OpRule(inputs=(0, 1)), lambda n: 1)
-register(("Add", "Sub", "Mul"), _ELEMENTWISE)
-register(("Relu", "LeakyRelu", "HardSwish", "GlobalAveragePool", "ReduceMean"), _OWN)
-register("Clip", _OWN)
-register("PRelu", OpRule(inputs=(0, 1)))
+register("ConvTranspose", OpRule(("TRANSPOSE_CONV",), weight=1, bias=2, fuses_activation=True), lambda n: 1)
 register(
-    (
-        "MaxPool",
-        "AveragePool",
-        "Reshape",
-        "Flatten",
-        "Squeeze",
-        "Unsqueeze",
-        "Transpose",
-        "Pad",
-        "Slice",
-        "Split",
-        "Gather",
-        "Resize",
-        "ReduceMax",
-    ),
-    _SAME,
+    "Gemm",
+    OpRule(("FULLY_CONNECTED",), weight=1, bias=2, fuses_activation=True),
+    lambda n: 0 if attr(n, "transB", 0) else 1,
 )
-register(("Concat", "Max", "Min"), OpRule(same_scale=True, all_inputs=True))
-register("Softmax", OpRule(inputs=(0,), fixed_output=(1.0 / 256.0, -128)))
-register("Sigmoid", OpRule(inputs=(0,), fixed_output=(1.0 / 256.0, -128)))
-register("Tanh", OpRule(inputs=(0,), fixed_output=(1.0 / 128.0, 0)))
-register("LogSoftmax", OpRule(inputs=(0,), fixed_output=(16.0 / 256.0, 127)))
+register("MatMul", OpRule(_DENSE, inputs=(0, 1)), lambda n: 1)
+for _op, _kernel in (("Add", "ADD"), ("Sub", "SUB"), ("Mul", "MUL")):
+    register(_op, OpRule((_kernel,), inputs=(0, 1), fuses_activation=True))
+register("Relu", _unary("RELU"))
+register("LeakyRelu", _unary("LEAKY_RELU"))
+register("HardSwish", _unary("HARD_SWISH"))
+# TFLite has no HARD_SIGMOID: int8 MUL then ADD, whose saturation to the output range is the clip to [0, 1].
+register("HardSigmoid", _unary("MUL", "ADD"))
+register(("GlobalAveragePool", "ReduceMean"), _unary("MEAN"))
+# Other constant bounds become MAXIMUM/MINIMUM, with a requantize to the Clip's output scale in front.
+register("Clip", _unary("RELU6", "RELU_N1_TO_1", "RELU"))
+register("PRelu", OpRule(("PRELU",), inputs=(0, 1)))
+register("MaxPool", _unary("MAX_POOL_2D", "PAD", "PADV2"))
+register("AveragePool", _unary("AVERAGE_POOL_2D", "PAD"))
+register(("Reshape", "Flatten", "Squeeze", "Unsqueeze"), _unary("RESHAPE"))
+register("Transpose", _unary("TRANSPOSE"))
+register("Pad", _unary("PAD", "PADV2", "MIRROR_PAD"))
+register("Slice", _unary("SLICE", "STRIDED_SLICE"))
+register("Split", _unary("SPLIT_V"))
+register("Gather", _unary("GATHER"))
+register("Resize", _unary("RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR"))
+register("ReduceMax", _unary("REDUCE_MAX"))
+register("Concat", OpRule(("CONCATENATION",), all_inputs=True))
+register(("Max", "Min"), OpRule(("MAXIMUM", "MINIMUM"), all_inputs=True))
+register("Softmax", _unary("SOFTMAX"))
+register("Sigmoid", _unary("LOGISTIC"))
+register("Tanh", _unary("TANH"))
+register("LogSoftmax", _unary("LOG_SOFTMAX"))
 
 #: Activations that fuse into the op before them when that op ``fuses_activation``.
 FUSABLE_ACTIVATIONS = frozenset({"Relu", "Clip"})

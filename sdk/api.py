@@ -157,6 +157,7 @@ def quantize_model(
             "float_ops": [
                 {"node": f.node, "op_type": f.op_type, "reason": f.reason} for f in quantized.plan.float_ops
             ],
+            "raised_weight_scales": [r.to_json() for r in quantized.raised_weight_scales],
         },
         "calibration": {
             **(calib_set.describe() if isinstance(calib_set, Dataset) else {"kind": "iterable"}),

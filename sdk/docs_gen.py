@@ -61,6 +61,8 @@ def _rule_text(rules, op: str) -> str:
     if rule.fixed_output is not None:
         scale, zp = rule.fixed_output
         parts.append(f"fixed output scale 1/{round(1 / scale)}, zero point {zp}")
+    if rule.min_output_scale_ratio is not None:
+        parts.append(f"output scale above 1/{round(1 / rule.min_output_scale_ratio)} of its input's")
     if rule.fuses_activation:
         parts.append("fuses a following Relu/Clip")
     return "; ".join(parts) or "own output scale"

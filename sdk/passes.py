@@ -425,8 +425,11 @@ def prepare(model: ir.Model) -> ir.Model:
             DropNoOpsPass(),
             ConstantFoldPass(),
             FoldBatchNormPass(),
+            FoldConvAffinePass(),
             FuseBiasAddPass(),
             MatMulAddToGemmPass(),
+            DivByConstantPass(),
+            FuseHardSwishPass(),
             RemoveUnusedNodesPass(),
             TopologicalSortPass(),
             ShapeInferencePass(),
@@ -463,3 +466,189 @@ def _unwrap_pass_error(exc: ir.passes.PassError) -> EdgekitError:
     lines = [ln.strip() for ln in str(cause).splitlines() if ln.strip()]
     detail = f"{type(cause).__name__}: {lines[0]}" if lines else type(cause).__name__
     return ModelError(f"cannot prepare the model's graph: {pass_name} failed: {detail}")
+
+
+class DivByConstantPass(ir.passes.InPlacePass):
+    """A float Div by a constant becomes a Mul by its reciprocal (PaddlePaddle writes ``x / 6``, ``x / 255``...):
+    a Mul by a constant has an integer kernel, a Div has none. A Div feeding Erf stays: it belongs to an erf-GELU,
+    which the converters match whole (and Erf has no integer kernel anyway)."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        graph, names, modified = model.graph, NameScope(model.graph), False
+        for div in list(graph):
+            if div.op_type != "Div" or div.domain not in ("", "ai.onnx") or len(div.inputs) != 2:
+                continue
+            divisor = const_array(div.inputs[1])
+            if divisor is None or divisor.dtype != np.float32 or not np.all(np.isfinite(divisor)):
+                continue
+            if np.any(divisor == 0) or np.any(~np.isfinite(1.0 / divisor.astype(np.float64))):
+                continue
+            if any(use.node.op_type == "Erf" for use in div.outputs[0].uses()):
+                continue
+            reciprocal = (1.0 / divisor.astype(np.float64)).astype(np.float32)
+            const = add_initializer(graph, names, f"{div.inputs[1].name}_reciprocal", reciprocal)
+            mul = ir.node("Mul", [div.inputs[0], const], name=names.fresh(f"{div.name}_as_Mul"))
+            graph.insert_before(div, mul)
+            mul.outputs[0].name = names.fresh(f"{div.outputs[0].name}_mul")
+            mul.outputs[0].dtype = div.outputs[0].dtype
+            mul.outputs[0].shape = div.outputs[0].shape
+            replace_value(div.outputs[0], mul.outputs[0])
+            graph.remove(div, safe=True)
+            modified = True
+        return ir.passes.PassResult(model, modified)
+
+
+def _is_scalar_const(value: ir.Value | None, expected: float, rel: float = 1e-5) -> bool:
+    array = const_array(value)
+    return (
+        array is not None
+        and array.size == 1
+        and abs(float(array.reshape(-1)[0]) - expected) <= rel * abs(expected)
+    )
+
+
+def _other_input(node: ir.Node, value: ir.Value) -> ir.Value | None:
+    """The other input of a binary ``node`` that reads ``value`` once."""
+    if len(node.inputs) != 2 or (node.inputs[0] is value) == (node.inputs[1] is value):
+        return None
+    return node.inputs[1] if node.inputs[0] is value else node.inputs[0]
+
+
+def _relu6_of_plus_3(clip: ir.Node) -> ir.Value | None:
+    """``a`` when ``clip`` is Clip(Add(a, 3), 0, 6) (its Add read by the Clip alone), else None."""
+    if clip.op_type != "Clip" or len(clip.inputs) < 3:
+        return None
+    if not (_is_scalar_const(clip.inputs[1], 0.0, 0) and _is_scalar_const(clip.inputs[2], 6.0)):
+        return None
+    add = clip.inputs[0].producer()
+    if add is None or add.op_type != "Add" or only_consumer(clip.inputs[0]) is not clip:
+        return None
+    for i in (0, 1):
+        if _is_scalar_const(add.inputs[1 - i], 3.0) and const_array(add.inputs[i]) is None:
+            return add.inputs[i]
+    return None
+
+
+def _single(value: ir.Value, op_type: str) -> ir.Node | None:
+    node = only_consumer(value)
+    return node if node is not None and node.op_type == op_type else None
+
+
+class FuseHardSwishPass(ir.passes.InPlacePass):
+    """The HardSwish written out by exporters becomes the HardSwish op (TFLite's HARD_SWISH, integer in int8):
+
+    - ``a * Clip(a + 3, 0, 6) * (1/6)`` and ``a * (Clip(a + 3, 0, 6) * (1/6))`` (PaddlePaddle, after
+      :class:`DivByConstantPass` made its ``/ 6`` a Mul);
+    - ``a * HardSigmoid(a)`` with alpha 1/6 and beta 1/2 (torch below opset 14).
+    """
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        graph, names, modified = model.graph, NameScope(model.graph), False
+        for node in list(graph):
+            if node.graph is None:  # removed by an earlier match
+                continue
+            found = self._match(node)
+            if found is None:
+                continue
+            a, last, removed = found
+            hswish = ir.node("HardSwish", [a], name=names.fresh(f"{last.name}_HardSwish"))
+            graph.insert_before(last, hswish)
+            hswish.outputs[0].name = names.fresh(f"{last.outputs[0].name}_hardswish")
+            hswish.outputs[0].dtype = last.outputs[0].dtype
+            hswish.outputs[0].shape = last.outputs[0].shape
+            replace_value(last.outputs[0], hswish.outputs[0])
+            graph.remove(removed, safe=True)
+            modified = True
+        return ir.passes.PassResult(model, modified)
+
+    @staticmethod
+    def _match(node: ir.Node) -> tuple[ir.Value, ir.Node, list[ir.Node]] | None:
+        """(a, the last node of the pattern, every node of the pattern in order) for a pattern starting at node."""
+        if node.op_type == "HardSigmoid":
+            if not (
+                abs(attr(node, "alpha", 0.2) - 1 / 6) <= 1e-5 and abs(attr(node, "beta", 0.5) - 0.5) <= 1e-6
+            ):
+                return None
+            a = node.inputs[0]
+            mul = _single(node.outputs[0], "Mul")
+            if mul is None or _other_input(mul, node.outputs[0]) is not a:
+                return None
+            return a, mul, [mul, node]
+        if node.op_type != "Clip":
+            return None
+        a = _relu6_of_plus_3(node)
+        if a is None:
+            return None
+        add = node.inputs[0].producer()
+        first = _single(node.outputs[0], "Mul")
+        if first is None:
+            return None
+        other = _other_input(first, node.outputs[0])
+        if other is a:  # a * relu6(a + 3), then * 1/6
+            second = _single(first.outputs[0], "Mul")
+            if second is None or not _is_scalar_const(_other_input(second, first.outputs[0]), 1 / 6):
+                return None
+        elif _is_scalar_const(other, 1 / 6):  # relu6(a + 3) * 1/6, then * a
+            second = _single(first.outputs[0], "Mul")
+            if second is None or _other_input(second, first.outputs[0]) is not a:
+                return None
+        else:
+            return None
+        return a, second, [second, first, node, add]
+
+
+def _per_channel(array: np.ndarray, channels: int, out_rank: int | None) -> np.ndarray | None:
+    """A scalar or per-channel constant (channel axis 1 of the output) as one value per channel, else None."""
+    if out_rank is None or array.ndim > out_rank:  # a constant of higher rank broadcasts the output up
+        return None
+    if array.size == 1:
+        return np.full(channels, float(array.reshape(-1)[0]), np.float64)
+    if _is_channel_vector(array, channels, out_rank, channel_dim=1):
+        return array.reshape(-1).astype(np.float64)
+    return None
+
+
+class FoldConvAffinePass(ir.passes.InPlacePass):
+    """Conv/Gemm followed by a Mul or an Add of a scalar or per-channel constant (PaddlePaddle's learnable affine
+    blocks, ``conv * scale + bias``) folds into the weights and bias: one quantization step fewer per op folded,
+    and one op fewer on every target."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        graph, names, modified = model.graph, NameScope(model.graph), False
+        for node in list(graph):
+            if node.op_type not in ("Mul", "Add") or len(node.inputs) != 2 or node.graph is None:
+                continue
+            for data_idx in (0, 1):
+                data, const = node.inputs[data_idx], node.inputs[1 - data_idx]
+                operand = const_array(const)
+                src = data.producer() if data is not None else None
+                if operand is None or src is None or only_consumer(data) is not node:
+                    continue
+                found = _conv_like_weight(src)
+                if found is None or weight_is_shared(src):
+                    continue
+                weight, axis = found
+                channels = weight.shape[axis]
+                out_rank = len(data.shape) if data.shape is not None else None
+                values = _per_channel(operand, channels, out_rank)
+                bias = _bias_of(src, channels, weight.dtype)
+                if values is None or bias is None or not np.all(np.isfinite(values)):
+                    continue
+                if node.op_type == "Mul":
+                    shape = [1] * weight.ndim
+                    shape[axis] = channels
+                    weight = (weight.astype(np.float64) * values.reshape(shape)).astype(weight.dtype)
+                    bias = bias.astype(np.float64) * values
+                else:
+                    bias = bias.astype(np.float64) + values
+                _set_weight_bias(graph, names, src, weight, bias.astype(weight.dtype))
+                replace_value(node.outputs[0], src.outputs[0])
+                graph.remove(node, safe=True)
+                modified = True
+                break
+        return ir.passes.PassResult(model, modified)
+
+
+def weight_is_shared(node: ir.Node) -> bool:
+    """The node's weight or bias initializer is read by another node too (folding would change that one)."""
+    return any(v is not None and len(list(v.uses())) > 1 for v in node.inputs[1:3])

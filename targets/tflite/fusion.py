@@ -12,7 +12,7 @@ from edgekit.targets.tflite.schema import activation_code
 _ACTIVATIONS = {"RELU": "RELU", "RELU6": "RELU6", "RELU_N1_TO_1": "RELU_N1_TO_1"}
 _FUSABLE = {
     "CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "ADD", "SUB", "MUL", "DIV",
-    "AVERAGE_POOL_2D", "MAX_POOL_2D", "CONCATENATION",
+    "AVERAGE_POOL_2D", "MAX_POOL_2D",  # not CONCATENATION: concatenation.cc ignores or refuses one
 }  # fmt: skip
 
 

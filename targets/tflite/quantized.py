@@ -13,31 +13,22 @@ from collections.abc import Callable
 
 import numpy as np
 from edgekit.errors import TargetError
+from edgekit.quantize.rules import TFLITE_KERNELS
 from edgekit.targets.tflite.graph import Graph, Op, Quant, Tensor
 
 # Op -> axis of its per-channel weights (input 1) in TFLite's layout.
 _WEIGHT_AXIS = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 0, "TRANSPOSE_CONV": 0}
 _BIAS_INDEX = {"CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "TRANSPOSE_CONV": 3}
 _INPUT_INDEX = {"TRANSPOSE_CONV": 2}
-# Kernels whose int8 version needs the output scale/zero point equal to the input's.
-_SAME_SCALE = {
-    "MAX_POOL_2D", "AVERAGE_POOL_2D", "RESHAPE", "SQUEEZE", "TRANSPOSE", "GATHER", "SLICE", "STRIDED_SLICE",
-    "PAD", "PADV2", "MIRROR_PAD", "SPLIT_V", "CONCATENATION", "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR",
-    "BROADCAST_TO", "TILE", "REDUCE_MAX", "REDUCE_MIN", "MAXIMUM", "MINIMUM",
-}  # fmt: skip
-# Kernels whose int8 output has fixed parameters (scale, zero point).
-_FIXED_OUTPUT = {
-    "SOFTMAX": (1.0 / 256, -128),
-    "LOGISTIC": (1.0 / 256, -128),
-    "TANH": (1.0 / 128, 0),
-    "LOG_SOFTMAX": (16.0 / 256, 127),
+# What each integer kernel requires (tensorflow/lite/kernels/*.cc), from the quantizer's rules: one table.
+_SAME_SCALE = {code for code, k in TFLITE_KERNELS.items() if k.same_scale}
+_FIXED_OUTPUT = {code: k.fixed_output for code, k in TFLITE_KERNELS.items() if k.fixed_output is not None}
+_MIN_OUTPUT_RATIO = {
+    code: k.min_output_scale_ratio
+    for code, k in TFLITE_KERNELS.items()
+    if k.min_output_scale_ratio is not None
 }
-_FREE = {
-    "CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "BATCH_MATMUL", "ADD", "SUB", "MUL",
-    "MEAN", "SUM", "RELU", "RELU6", "RELU_N1_TO_1", "LEAKY_RELU", "PRELU", "HARD_SWISH",
-    "GELU",
-}  # fmt: skip
-INTEGER_KERNELS = _FREE | _SAME_SCALE | set(_FIXED_OUTPUT)
+INTEGER_KERNELS = frozenset(TFLITE_KERNELS)
 
 
 def _is_float(t: Tensor | None) -> bool:
@@ -91,7 +82,12 @@ def _quantize_const(graph: Graph, t: Tensor, axis: int | None, symmetric: bool) 
 def _quantize_bias(graph: Graph, bias: Tensor, x: Quant, w: Quant) -> Tensor:
     """int32 bias with scale input_scale * weight_scale: per channel, or one scale for per-tensor weights."""
     scale = x.scale.astype(np.float64)[0] * w.scale.astype(np.float64)
-    qdata = np.clip(np.rint(bias.data.astype(np.float64) / scale), -(2**31), 2**31 - 1).astype(np.int32)
+    levels = np.rint(bias.data.astype(np.float64) / scale)
+    if np.any(np.abs(levels) > 2**31 - 1):  # weights requantized here (e.g. per tensor): never silently
+        graph.notes.append(
+            f"bias {bias.name!r} exceeds int32 at the requantized weight scale and was clipped"
+        )
+    qdata = np.clip(levels, -(2**31), 2**31 - 1).astype(np.int32)
     quant = Quant(scale.astype(np.float32), np.zeros(scale.size, np.int64), 0)
     return Tensor(graph.unique_name(bias.name + "/q"), bias.shape, np.int32, data=qdata, quant=quant)
 
@@ -162,6 +158,7 @@ def _quantize_kernels(graph: Graph, per_tensor_weights: frozenset[str]) -> Graph
     _hoist_quantize(graph)
     _average_at_input_scale(graph)
     _fold_dequantize_quantize(graph)
+    _integer_hard_sigmoid(graph)
     for op in list(graph.ops):
         if op.code not in INTEGER_KERNELS or op not in graph.ops:
             continue
@@ -204,6 +201,11 @@ def _rewrite(
     new_outputs = []
     for out, qout in zip(op.outputs, qouts, strict=True):
         fixed = _FIXED_OUTPUT.get(op.code)
+        ratio = _MIN_OUTPUT_RATIO.get(op.code)
+        if ratio is not None and inputs[0] is not None and inputs[0].quant is not None:
+            floor = float(inputs[0].quant.scale[0]) * ratio
+            if float(qout.quant.scale[0]) <= floor:  # e.g. a QDQ model from another quantizer
+                fixed = (float(np.float32(floor * 1.001)), int(qout.quant.zero_point[0]))
         if fixed is not None and not qout.quant.same_as(Quant([fixed[0]], [fixed[1]])):
             direct = Tensor(
                 graph.unique_name(out.name + "/fixed"),
@@ -266,6 +268,76 @@ def _average_at_input_scale(graph: Graph) -> None:
         )
 
 
+def _scalar_of(t: Tensor | None) -> float | None:
+    if t is None or not t.is_const or t.dtype != np.float32 or t.data.size != 1:
+        return None
+    return float(t.data.reshape(-1)[0])
+
+
+def _int8_scalar(graph: Graph, value: float) -> Tensor:
+    """``value`` as an exact int8 constant (q = 127, scale = value / 127)."""
+    return Tensor(
+        graph.unique_name("scalar/q"),
+        (),
+        np.int8,
+        data=np.array(127, np.int8),
+        quant=Quant([value / 127], [0]),
+    )
+
+
+def _integer_hard_sigmoid(graph: Graph) -> None:
+    """DEQUANTIZE -> MUL(alpha) -> ADD(beta) -> RELU_0_TO_1 -> QUANTIZE (the HardSigmoid converter's ops; TFLite
+    has no HARD_SIGMOID) becomes int8 MUL -> int8 ADD.
+
+    The MUL's output takes scale ``alpha * input scale`` and the input's zero point, so it keeps every input
+    level; the ADD writes the HardSigmoid's quantized output, whose int8 range lies in [0, 1]: the ADD kernel's
+    saturation to that range is the clip, and RELU_0_TO_1 (float only in TFLite) goes.
+    """
+    for relu in [op for op in graph.ops if op.code == "RELU_0_TO_1"]:
+        producers, consumers = graph.producers(), graph.consumers()
+        add = producers.get(id(relu.inputs[0]))
+        if add is None or add.code != "ADD" or len(consumers.get(id(add.outputs[0]), [])) != 1:
+            continue
+        mul = producers.get(id(add.inputs[0]))
+        beta = _scalar_of(add.inputs[1])
+        if mul is None or mul.code != "MUL" or beta is None or beta <= 0:
+            continue
+        alpha = _scalar_of(mul.inputs[1])
+        dq = producers.get(id(mul.inputs[0]))
+        if alpha is None or alpha <= 0 or len(consumers.get(id(mul.outputs[0]), [])) != 1:
+            continue
+        if (
+            dq is None
+            or dq.code != "DEQUANTIZE"
+            or dq.inputs[0].dtype != np.int8
+            or not dq.inputs[0].quant.per_tensor
+        ):
+            continue
+        if graph.is_graph_output(relu.outputs[0]) or graph.is_graph_output(add.outputs[0]):
+            continue
+        qout = _output_quant(relu.outputs[0], consumers, graph)
+        if qout is None or not qout.quant.per_tensor or len(consumers[id(relu.outputs[0])]) != 1:
+            continue
+        scale, zp = float(qout.quant.scale[0]), int(qout.quant.zero_point[0])
+        if (-128 - zp) * scale < -1e-6 or (127 - zp) * scale > 1 + 1e-6:
+            continue  # the saturation would not be the clip to [0, 1]
+        x = dq.inputs[0]
+        scaled = Tensor(
+            graph.unique_name(mul.outputs[0].name + "/q"),
+            mul.outputs[0].shape,
+            np.int8,
+            quant=Quant([float(x.quant.scale[0]) * alpha], x.quant.zero_point),
+        )
+        mul.inputs = [x, _int8_scalar(graph, alpha)]
+        mul.outputs = [scaled]
+        add.inputs = [scaled, _int8_scalar(graph, beta)]
+        the_q = consumers[id(relu.outputs[0])][0]
+        add.outputs = [qout]
+        graph.ops.remove(the_q)
+        graph.ops.remove(relu)
+    graph.remove_dead()
+
+
 def _sink_dequantize(graph: Graph) -> None:
     """DEQUANTIZE -> TRANSPOSE/RESHAPE/PAD becomes the integer op -> DEQUANTIZE (same scale both sides).
 
@@ -287,10 +359,13 @@ def _sink_dequantize(graph: Graph) -> None:
                 continue
             out = op.outputs[0]
             moved = Tensor(graph.unique_name(out.name + "/int"), out.shape, q.dtype, quant=q.quant)
-            if op.code == "PADV2":  # the padding value, quantized like the data
-                real = float(op.inputs[2].data.reshape(-1)[0])
-                level = np.clip(np.rint(real / q.quant.scale[0]) + q.quant.zero_point[0], -128, 127)
-                op.inputs[2] = graph.const("pad_value", np.array(level, dtype=q.dtype))
+            if op.code == "PADV2":  # the pad value, with the output's scale and zero point (pad.cc EvalInt)
+                real = np.float64(op.inputs[2].data.reshape(-1)[0])
+                scale, zp = np.float64(q.quant.scale[0]), int(q.quant.zero_point[0])
+                level = np.clip(np.rint(np.clip(real / scale, -1e6, 1e6)) + zp, -128, 127)
+                op.inputs[2] = Tensor(
+                    graph.unique_name("pad_value"), (), q.dtype, data=np.array(level, q.dtype), quant=q.quant
+                )
             op.inputs[0], op.outputs[0] = q, moved
             graph.ops.insert(graph.ops.index(op) + 1, Op("DEQUANTIZE", [moved], [out], None, op.origin))
             changed = True

@@ -161,3 +161,33 @@ def ort_qdq(
         extra_options={"ForceQuantizeNoInputCheck": True},
     )
     return onnx.load(dst)
+
+
+def run_tflite_isolated(result: ConversionResult, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """:func:`run_tflite` in a forked child: LiteRT aborts the process (SIGABRT) on some graphs it refuses,
+    which must fail the test, not kill the test run. A refusal (RuntimeError) or a crash raises AssertionError."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+
+    def child() -> None:
+        try:
+            send.send(("ok", run_tflite(result, feeds)))
+        except Exception as exc:  # noqa: BLE001 - reported to the parent
+            send.send(("error", f"{type(exc).__name__}: {exc}"))
+
+    process = context.Process(target=child)
+    process.start()
+    send.close()
+    try:
+        status, payload = receive.recv()
+    except EOFError:
+        status, payload = "crash", None
+    process.join()
+    assert status == "ok", (
+        f"LiteRT refused the model: {payload}"
+        if status == "error"
+        else f"LiteRT crashed (exit code {process.exitcode})"
+    )
+    return payload
