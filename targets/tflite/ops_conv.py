@@ -191,11 +191,14 @@ def conv_transpose(
     w = ctx.require_const(w_value, "ConvTranspose weights")
     if len(x_shape) != 4:
         raise ctx.error(f"only 2-D transposed convolutions are supported (input rank {len(x_shape)})")
-    if group != 1:
-        raise ctx.error(f"group={group} is not supported (TRANSPOSE_CONV has no groups)")
-    if dilations is not None and any(d != 1 for d in dilations):
-        raise ctx.error(f"dilations {list(dilations)} are not supported (TRANSPOSE_CONV has no dilation)")
-    _, out_channels, kh, kw = w.shape
+    dilated = dilations is not None and any(d != 1 for d in dilations)
+    if dilated:  # the kernel with zeros between its taps (TRANSPOSE_CONV has no dilation)
+        dy, dx = (int(d) for d in dilations)
+        spread = np.zeros((*w.shape[:2], (w.shape[2] - 1) * dy + 1, (w.shape[3] - 1) * dx + 1), w.dtype)
+        spread[:, :, ::dy, ::dx] = w
+        w = spread
+    _, group_out, kh, kw = w.shape
+    out_channels = group_out * group
     strides = list(strides or (1, 1))
     y_value = node.outputs[0]
     y_shape = ctx.shape(y_value)
@@ -222,11 +225,14 @@ def conv_transpose(
     opts = fb.TransposeConvOptionsT()
     opts.padding = fb.Padding.VALID
     opts.strideH, opts.strideW = strides
-    weights = ctx.weight(w_value, perm=(1, 2, 3, 0))
     bias = _bias(ctx, b_value, out_channels)
     y_full = ctx.tmp("tconv_nhwc", full_shape)
-    out_shape = ctx.graph.const("output_shape", full_shape, np.int32)
-    ctx.op("TRANSPOSE_CONV", [out_shape, weights, x, bias], [y_full], opts)
+    if group == 1 and not dilated:
+        weights = ctx.weight(w_value, perm=(1, 2, 3, 0))
+        out_shape = ctx.graph.const("output_shape", full_shape, np.int32)
+        ctx.op("TRANSPOSE_CONV", [out_shape, weights, x, bias], [y_full], opts)
+    else:
+        _grouped_transpose_conv(ctx, x, w, bias, group, opts, y_full)
     target = permute(y_shape, NCHW_TO_NHWC)
     if target != full_shape:
         cropped = ctx.tmp("crop", target)
@@ -239,6 +245,47 @@ def conv_transpose(
         )
         y_full = cropped
     ctx.transpose(y_full, NHWC_TO_NCHW, out=ctx.output(y_value))
+
+
+def _grouped_transpose_conv(
+    ctx: Context, x: Tensor, w: np.ndarray, bias: Tensor, group: int, opts: object, y: Tensor
+) -> None:
+    """TRANSPOSE_CONV has no groups: one per group on its slice of the input channels, concatenated
+    (``w``: the ONNX weights [C_in, C_out / group, kh, kw] as an array)."""
+    in_per_group = x.shape[3] // group
+    out_per_group = y.shape[3] // group
+    bias_data = bias.data if bias.is_const else None
+    if bias_data is None:
+        raise ctx.error("a grouped ConvTranspose needs a constant bias")
+    if group == 1:
+        w_nhwc = np.ascontiguousarray(w.transpose(1, 2, 3, 0), np.float32)
+        out_shape = ctx.graph.const("output_shape", y.shape, np.int32)
+        ctx.op("TRANSPOSE_CONV", [out_shape, ctx.graph.const("weights", w_nhwc), x, bias], [y], opts)
+        return
+    parts = []
+    for g in range(group):
+        x_g = ctx.tmp(f"group{g}_in", (*x.shape[:3], in_per_group))
+        begin = ctx.graph.const("begin", [0, 0, 0, g * in_per_group], np.int32)
+        size = ctx.graph.const("size", x_g.shape, np.int32)
+        ctx.op("SLICE", [x, begin, size], [x_g], fb.SliceOptionsT())
+        w_g = w[g * in_per_group : (g + 1) * in_per_group].transpose(1, 2, 3, 0)
+        b_g = bias_data.reshape(-1)[g * out_per_group : (g + 1) * out_per_group]
+        y_g = ctx.tmp(f"group{g}_out", (*y.shape[:3], out_per_group))
+        ctx.op(
+            "TRANSPOSE_CONV",
+            [
+                ctx.graph.const("output_shape", y_g.shape, np.int32),
+                ctx.graph.const("weights", np.ascontiguousarray(w_g, np.float32)),
+                x_g,
+                ctx.graph.const("bias", np.asarray(b_g, np.float32)),
+            ],
+            [y_g],
+            opts,
+        )
+        parts.append(y_g)
+    concat = fb.ConcatenationOptionsT()
+    concat.axis = 3
+    ctx.op("CONCATENATION", parts, [y], concat)
 
 
 def _pool(
