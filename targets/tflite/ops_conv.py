@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import onnx_ir as ir
+from edgekit.targets.tflite import taps
 from edgekit.targets.tflite.context import NCHW_TO_NHWC, NHWC_TO_NCHW, Context, permute
 from edgekit.targets.tflite.graph import Tensor
 from edgekit.targets.tflite.registry import converter
@@ -304,6 +305,10 @@ def _pool(
     x_shape = ctx.shape(x_value)
     x = ctx.tensor(x_value)
     y_shape = ctx.shape(y_value)
+    dilated = dilations is not None and any(d != 1 for d in dilations)
+    if dilated or len(x_shape) > 4:
+        _pool_by_gathers(ctx, node, code, kernel_shape, strides, pads, auto_pad, dilations, count_include_pad)
+        return
     if len(x_shape) == 3:  # 1-D: pool over [N, C, 1, W]
         x_shape, y_shape = (x_shape[0], x_shape[1], 1, x_shape[2]), (y_shape[0], y_shape[1], 1, y_shape[2])
         x = ctx.reshape(x, x_shape)
@@ -352,6 +357,49 @@ def _pool(
         ctx.reshape(ctx.transpose(y_nhwc, NHWC_TO_NCHW), ctx.shape(y_value), out=ctx.output(y_value))
     else:
         ctx.transpose(y_nhwc, NHWC_TO_NCHW, out=ctx.output(y_value))
+
+
+def _pool_by_gathers(
+    ctx: Context,
+    node: ir.Node,
+    code: str,
+    kernel_shape: Sequence[int],
+    strides: Sequence[int] | None,
+    pads: Sequence[int] | None,
+    auto_pad: str,
+    dilations: Sequence[int] | None,
+    count_include_pad: int,
+) -> None:
+    """Pooling TFLite's 2-D kernels cannot express (3-D, dilated windows), one spatial axis at a time:
+    a max (or an average) of a box is the max (average) along each axis in turn. Per axis, GATHERs of
+    the window's taps with constant indices, then MAXIMUM, or a sum weighted by 1 / ONNX's divisor."""
+    x, y_shape = ctx.tensor(node.inputs[0]), ctx.shape(node.outputs[0])
+    n = x.rank - 2
+    strides = list(strides or [1] * n)
+    dilations = list(dilations or [1] * n)
+    effective = [(k - 1) * d + 1 for k, d in zip(kernel_shape, dilations, strict=True)]
+    explicit = _explicit_pads(x.shape[2:], effective, strides, [1] * n, _decode(auto_pad), pads)
+    for i in range(n):
+        axis, size, out_len = 2 + i, x.shape[2 + i], y_shape[2 + i]
+        before, after = explicit[i]
+        # positions[t, o]: the input index tap t of output o's window reads (may lie in the padding)
+        positions = (
+            np.arange(out_len)[None, :] * strides[i]
+            - before
+            + np.arange(kernel_shape[i])[:, None] * dilations[i]
+        )
+        inside = (positions >= 0) & (positions < size)
+        if not inside.any(axis=0).all():
+            raise ctx.error("a pooling window that lies wholly in the padding is not supported")
+        if code == "MAX_POOL_2D":
+            # A padding tap reads a position inside the same window instead (the max is unchanged).
+            first = positions[inside.argmax(axis=0), np.arange(out_len)]
+            x = taps.maximum(ctx, x, axis, np.where(inside, positions, first[None, :]))
+            continue
+        counted = (positions >= -before) & (positions < size + after) if count_include_pad else inside
+        weights = np.where(inside, 1.0, 0.0) / counted.sum(axis=0)[None, :]
+        x = taps.weighted_sum(ctx, x, axis, np.clip(positions, 0, size - 1), weights)
+    ctx.reshape(x, y_shape, out=ctx.output(node.outputs[0]))
 
 
 def _window_counts(

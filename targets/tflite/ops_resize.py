@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx_ir as ir
+from edgekit.targets.tflite import taps
 from edgekit.targets.tflite.context import NCHW_TO_NHWC, NHWC_TO_NCHW, Context, permute
 from edgekit.targets.tflite.graph import Tensor
 from edgekit.targets.tflite.ops_elementwise import binary
@@ -172,45 +173,6 @@ def _axis_taps(r: _Resize, axis: int, in_len: int, out_len: int) -> tuple[np.nda
     return indices, weights, inside
 
 
-def _gather(ctx: Context, x: Tensor, axis: int, indices: np.ndarray) -> Tensor:
-    shape = list(x.shape)
-    shape[axis] = len(indices)
-    out = ctx.tmp("resize_gather", shape, x.dtype)
-    opts = fb.GatherOptionsT()
-    opts.axis = axis
-    ctx.op("GATHER", [x, ctx.graph.const("indices", indices.astype(np.int32))], [out], opts)
-    return out
-
-
-def _resize_axis(ctx: Context, x: Tensor, axis: int, indices: np.ndarray, weights: np.ndarray) -> Tensor:
-    # Merge taps reading the same source for every output (e.g. at scale 1), drop zero-weight taps.
-    merged: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
-    for index, weight in zip(indices, weights, strict=True):
-        key = index.tobytes()
-        if key in merged:
-            merged[key] = (index, merged[key][1] + weight)
-        else:
-            merged[key] = (index, weight.copy())
-    taps = [(i, w) for i, w in merged.values() if np.any(w != 0)]
-    picks = all(np.all(np.isin(w, (0.0, 1.0))) for _, w in taps)
-    if picks:  # every output copies one input (nearest, or sample positions): gather only
-        index = np.zeros(indices.shape[1], np.int64)
-        for i, w in taps:
-            index = np.where(w == 1.0, i, index)
-        return _gather(ctx, x, axis, index)
-    shape = list(x.shape)
-    shape[axis] = indices.shape[1]
-    weight_shape = [1] * x.rank
-    weight_shape[axis] = indices.shape[1]
-    total = None
-    for index, weight in taps:
-        picked = _gather(ctx, x, axis, index)
-        w = ctx.graph.const("resize_weights", weight.astype(np.float32).reshape(weight_shape))
-        term = binary(ctx, "MUL", picked, w, ctx.tmp("resize_term", shape))
-        total = term if total is None else binary(ctx, "ADD", total, term, ctx.tmp("resize_sum", shape))
-    return total
-
-
 def _lowered_resize(ctx: Context, r: _Resize, x: Tensor, y: Tensor) -> None:
     outside = np.zeros([1] * x.rank, bool)
     for axis, (in_len, out_len) in enumerate(zip(x.shape, y.shape, strict=True)):
@@ -218,7 +180,7 @@ def _lowered_resize(ctx: Context, r: _Resize, x: Tensor, y: Tensor) -> None:
         if identity:
             continue
         indices, weights, inside = _axis_taps(r, axis, in_len, out_len)
-        x = _resize_axis(ctx, x, axis, indices, weights)
+        x = taps.weighted_sum(ctx, x, axis, indices, weights)
         shape = [1] * x.rank
         shape[axis] = out_len
         outside = outside | ~inside.reshape(shape)

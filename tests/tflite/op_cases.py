@@ -535,6 +535,37 @@ CASES: list[Case] = [
         {"x": (1, 2, 4, 5)},
         inits={"w": w(2, 3, 3, 2)},
     ),
+    # pooling TFLite's kernels cannot express: per-axis GATHERs
+    Case(
+        "maxpool_3d_pads_strides",
+        [n("MaxPool", ["x"], kernel_shape=[2, 3, 3], strides=[1, 2, 2], pads=[1, 1, 0, 0, 1, 1])],
+        {"x": (1, 2, 4, 6, 7)},
+    ),
+    Case(
+        "avgpool_3d_count_include_pad_ceil",
+        [
+            n(
+                "AveragePool",
+                ["x"],
+                kernel_shape=[3, 2, 3],
+                strides=[2, 2, 2],
+                pads=[1, 1, 1, 1, 0, 0],
+                count_include_pad=1,
+                ceil_mode=1,
+            )
+        ],
+        {"x": (1, 2, 5, 6, 7)},
+    ),
+    Case(
+        "maxpool_2d_dilated_pads",
+        [n("MaxPool", ["x"], kernel_shape=[3, 2], dilations=[2, 3], pads=[2, 1, 1, 1])],
+        X4,
+    ),
+    Case(
+        "avgpool_2d_dilated_pads",
+        [n("AveragePool", ["x"], kernel_shape=[2, 3], dilations=[2, 2], pads=[1, 2, 1, 2], strides=[2, 1])],
+        X4,
+    ),
     # softmax and normalisation (opset-specific semantics)
     Case("softmax_v11_axis1_4d", [n("Softmax", ["x"])], {"x": (1, 5, 2, 2)}, opset=11),
     Case("softmax_v11_axis_last", [n("Softmax", ["x"], axis=2)], {"x": (2, 3, 4)}, opset=11),
