@@ -175,9 +175,9 @@ def translate(model: ir.Model, options: ConvertOptions) -> Graph:
     ctx.node = None
     for value in onnx_graph.outputs:
         t = ctx.tensor(value)
-        if 0 in t.shape:
+        if t.is_const and 0 in t.shape:
             raise TargetError(
-                f"output {value.name!r} is empty (shape {list(t.shape)}); TFLite has no empty tensors"
+                f"output {value.name!r} is an empty constant (shape {list(t.shape)}); LiteRT cannot output it"
             )
         if t.rank == 4 and not options.keep_io_layout and t.dtype == np.float32:
             perm = to_nhwc_perm(4)

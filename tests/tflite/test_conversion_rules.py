@@ -374,5 +374,5 @@ def test_output_computed_from_constants_only_is_written_by_an_op() -> None:
 
 def test_empty_output_is_a_target_error() -> None:
     model = make_model([helper.make_node("Shape", ["x"], ["y"], start=2, end=1)], {"x": (2, 3)}, ["y"])
-    with pytest.raises(TargetError, match="output 'y' is empty"):
+    with pytest.raises(TargetError, match="output 'y' is an empty constant"):
         convert_proto(model)
