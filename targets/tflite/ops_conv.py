@@ -190,8 +190,20 @@ def conv_transpose(
     b_value = node.inputs[2] if len(node.inputs) > 2 else None
     x_shape = ctx.shape(x_value)
     w = ctx.require_const(w_value, "ConvTranspose weights")
-    if len(x_shape) != 4:
-        raise ctx.error(f"only 2-D transposed convolutions are supported (input rank {len(x_shape)})")
+    x = ctx.tensor(x_value)
+    y_value = node.outputs[0]
+    y_shape = ctx.shape(y_value)
+    lifted = len(x_shape) == 3
+    if lifted:  # 1-D: a 2-D transposed convolution over [N, C, 1, W]
+        x_shape, y_shape = (*x_shape[:2], 1, x_shape[2]), (*y_shape[:2], 1, y_shape[2])
+        x = ctx.reshape(x, x_shape)
+        w = w[:, :, None, :]
+        strides, dilations = _lift_1d(strides, 1), _lift_1d(dilations, 1)
+        output_padding = _lift_1d(output_padding, 0)
+        output_shape = None if output_shape is None else [1, *output_shape]
+        pads = _lift_1d(pads, 0, pads=True)
+    elif len(x_shape) != 4:
+        raise ctx.error(f"only 1-D and 2-D transposed convolutions are supported (input rank {len(x_shape)})")
     dilated = dilations is not None and any(d != 1 for d in dilations)
     if dilated:  # the kernel with zeros between its taps (TRANSPOSE_CONV has no dilation)
         dy, dx = (int(d) for d in dilations)
@@ -201,8 +213,6 @@ def conv_transpose(
     _, group_out, kh, kw = w.shape
     out_channels = group_out * group
     strides = list(strides or (1, 1))
-    y_value = node.outputs[0]
-    y_shape = ctx.shape(y_value)
     full = [(x_shape[2 + i] - 1) * strides[i] + (kh, kw)[i] for i in range(2)]
     # ONNX output = full + output_padding - pads_begin - pads_end: compute the full (VALID) result,
     # extended by output_padding (TRANSPOSE_CONV leaves positions no input reaches at bias), then crop.
@@ -221,15 +231,15 @@ def conv_transpose(
             raise ctx.error(f"negative padding ({start}) is not supported")
         begin.append(start)
         full[i] = max(full[i], start + y_shape[2 + i])
-    x = ctx.transpose(ctx.tensor(x_value), NCHW_TO_NHWC)
+    x = ctx.transpose(x, NCHW_TO_NHWC)
     full_shape = (y_shape[0], full[0], full[1], out_channels)
     opts = fb.TransposeConvOptionsT()
     opts.padding = fb.Padding.VALID
     opts.strideH, opts.strideW = strides
     bias = _bias(ctx, b_value, out_channels)
     y_full = ctx.tmp("tconv_nhwc", full_shape)
-    if group == 1 and not dilated:
-        weights = ctx.weight(w_value, perm=(1, 2, 3, 0))
+    if group == 1 and not dilated:  # the ONNX weights (keeping integer weights of a quantized model)
+        weights = ctx.weight(w_value, perm=(1, 2, 3, 0), insert_axis=2 if lifted else None)
         out_shape = ctx.graph.const("output_shape", full_shape, np.int32)
         ctx.op("TRANSPOSE_CONV", [out_shape, weights, x, bias], [y_full], opts)
     else:
@@ -245,7 +255,10 @@ def conv_transpose(
             fb.SliceOptionsT(),
         )
         y_full = cropped
-    ctx.transpose(y_full, NHWC_TO_NCHW, out=ctx.output(y_value))
+    if lifted:
+        ctx.reshape(ctx.transpose(y_full, NHWC_TO_NCHW), ctx.shape(y_value), out=ctx.output(y_value))
+    else:
+        ctx.transpose(y_full, NHWC_TO_NCHW, out=ctx.output(y_value))
 
 
 def _grouped_transpose_conv(

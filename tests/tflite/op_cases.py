@@ -566,6 +566,12 @@ CASES: list[Case] = [
         [n("AveragePool", ["x"], kernel_shape=[2, 3], dilations=[2, 2], pads=[1, 2, 1, 2], strides=[2, 1])],
         X4,
     ),
+    Case(
+        "conv_transpose_1d",
+        [n("ConvTranspose", ["x", "w", "b"], strides=[2], pads=[1, 0], output_padding=[1])],
+        {"x": (1, 3, 6)},
+        inits={"w": w(3, 2, 3), "b": w(2)},
+    ),
     # softmax and normalisation (opset-specific semantics)
     Case("softmax_v11_axis1_4d", [n("Softmax", ["x"])], {"x": (1, 5, 2, 2)}, opset=11),
     Case("softmax_v11_axis_last", [n("Softmax", ["x"], axis=2)], {"x": (2, 3, 4)}, opset=11),
