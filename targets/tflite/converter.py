@@ -225,7 +225,7 @@ def _infer_missing_shapes(ctx: Context, node: ir.Node) -> None:
         tensor_type = inferred.get(v.name)
         if tensor_type is None or not tensor_type.tensor_type.HasField("shape"):
             continue
-        dims = [d.dim_value if d.dim_value > 0 else None for d in tensor_type.tensor_type.shape.dim]
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.tensor_type.shape.dim]
         if all(d is not None for d in dims):
             v.shape = ir.Shape(dims)
             if v.dtype is None:

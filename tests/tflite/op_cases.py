@@ -572,6 +572,12 @@ CASES: list[Case] = [
         {"x": (1, 3, 6)},
         inits={"w": w(3, 2, 3), "b": w(2)},
     ),
+    Case(
+        "split_empty_part_then_concat",
+        [n("Split", ["x", "s"], ["a", "b"], axis=2), n("Concat", ["b", "a"], axis=2)],
+        {"x": (2, 3, 4)},
+        inits={"s": i64(4, 0)},
+    ),
     # softmax and normalisation (opset-specific semantics)
     Case("softmax_v11_axis1_4d", [n("Softmax", ["x"])], {"x": (1, 5, 2, 2)}, opset=11),
     Case("softmax_v11_axis_last", [n("Softmax", ["x"], axis=2)], {"x": (2, 3, 4)}, opset=11),
