@@ -8,6 +8,7 @@ committed), reads ``onnx/backend/test/data/node/*`` and, for every test case who
 NCHW data feeds it as is), runs it in the LiteRT interpreter and compares with the expected outputs
 (``rtol=1e-3, atol=1e-5``).
 
+Inputs declared with dynamic dims get the shape of the test's data (as ``--input-shape`` does).
 Inputs a deployed model has as constants (integer parameters such as shapes, axes, pads, indices; and
 weights or bounds the converter needs constant) are turned into initializers with the test's values.
 
@@ -94,12 +95,14 @@ def run_case(case: Path, supported: set[str]) -> tuple[str, str]:
     ):
         return "n/a", "non-float32 data input or outputs"
     note = ""
+    if _fix_input_shapes(model, feeds):
+        note = "input shapes fixed from the test data"
     params = [n for n, a in feeds.items() if a.dtype != np.float32]
     if params:  # integer inputs are parameters (shapes, axes, pads, indices): constants in a deployed model
         model = _inputs_as_constants(model, feeds, keep=[n for n in names if n not in params])
         feeds = {n: a for n, a in feeds.items() if n not in params}
         names = list(feeds)
-        note = "integer parameters as constants"
+        note = ", ".join(filter(None, [note, "integer parameters as constants"]))
     try:
         result = convert(model, ConvertOptions(keep_io_layout=True, target="conformance"))
     except EdgekitError as exc:
@@ -109,7 +112,7 @@ def run_case(case: Path, supported: set[str]) -> tuple[str, str]:
         # take constant filters); run the case again with every input but the first as an initializer.
         model = _inputs_as_constants(model, feeds, keep=names[:1])
         feeds = {names[0]: feeds[names[0]]}
-        note = "weights as constants"
+        note = ", ".join(filter(None, [note, "weights as constants"]))
         try:
             result = convert(model, ConvertOptions(keep_io_layout=True, target="conformance"))
         except EdgekitError as exc2:
@@ -131,6 +134,24 @@ def run_case(case: Path, supported: set[str]) -> tuple[str, str]:
             err = float(np.nanmax(np.abs(have.astype(np.float64) - want)))
             return "fail", f"output {name}: max abs error {err:.3g}"
     return "pass", note
+
+
+def _fix_input_shapes(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> bool:
+    """Give inputs declared with dynamic dims the shape of the test's data (what ``--input-shape`` does
+    for a user); True when any input changed."""
+    changed = False
+    for value in model.graph.input:
+        if value.name not in feeds or not value.type.HasField("tensor_type"):
+            continue
+        dims = value.type.tensor_type.shape.dim
+        shape = feeds[value.name].shape
+        if len(dims) == len(shape) and all(d.HasField("dim_value") for d in dims):
+            continue
+        del dims[:]
+        for size in shape:
+            dims.add().dim_value = int(size)
+        changed = True
+    return changed
 
 
 def _inputs_as_constants(

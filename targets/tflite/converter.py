@@ -24,7 +24,7 @@ from typing import Literal
 import numpy as np
 import onnx
 import onnx_ir as ir
-from edgekit.errors import ModelError, TargetError
+from edgekit.errors import TargetError
 from edgekit.litert_run import TensorInfo  # noqa: F401 - defined there to be light, used here
 from edgekit.model import forget_nonpositive_dims
 from edgekit.targets.tflite import fusion, layout, lowering, quantized, writer
@@ -174,9 +174,11 @@ def translate(model: ir.Model, options: ConvertOptions) -> Graph:
             call(lookup(node, opset, options.target), ctx, node, options.target)
     ctx.node = None
     for value in onnx_graph.outputs:
-        if ctx.is_const(value) and value.name not in {t.name for t in graph.inputs}:
-            raise ModelError(f"output {value.name!r} is a constant; TFLite models cannot output constants")
         t = ctx.tensor(value)
+        if t.is_const and 0 in t.shape:
+            raise TargetError(
+                f"output {value.name!r} is an empty constant (shape {list(t.shape)}); LiteRT cannot output it"
+            )
         if t.rank == 4 and not options.keep_io_layout and t.dtype == np.float32:
             perm = to_nhwc_perm(4)
             t = ctx.transpose(t, perm)
@@ -223,7 +225,7 @@ def _infer_missing_shapes(ctx: Context, node: ir.Node) -> None:
         tensor_type = inferred.get(v.name)
         if tensor_type is None or not tensor_type.tensor_type.HasField("shape"):
             continue
-        dims = [d.dim_value if d.dim_value > 0 else None for d in tensor_type.tensor_type.shape.dim]
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.tensor_type.shape.dim]
         if all(d is not None for d in dims):
             v.shape = ir.Shape(dims)
             if v.dtype is None:
@@ -255,9 +257,9 @@ def finalize(graph: Graph) -> Graph:
     """Drop dead ops, order the ops, give the outputs their ONNX names."""
     graph.remove_dead()
     for i, t in enumerate(list(graph.outputs)):
-        if t.is_const:
-            raise ModelError(f"output {t.name!r} folds to a constant; TFLite models cannot output constants")
-        if any(t is x for x in graph.inputs) or any(t is o for o in graph.outputs[:i]):
+        # An output that is an input, another output or a constant (e.g. a Shape of a static input)
+        # is written by an op of its own: TFLite outputs are tensors some op computes.
+        if t.is_const or any(t is x for x in graph.inputs) or any(t is o for o in graph.outputs[:i]):
             copy = Tensor(graph.unique_name(t.name + "_copy"), t.shape, t.dtype, quant=t.quant)
             opts = fb.ReshapeOptionsT()
             opts.newShape = list(t.shape)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import onnx_ir as ir
+from edgekit.targets.tflite import taps
 from edgekit.targets.tflite.context import NCHW_TO_NHWC, NHWC_TO_NCHW, Context, permute
 from edgekit.targets.tflite.graph import Tensor
 from edgekit.targets.tflite.registry import converter
@@ -189,16 +190,29 @@ def conv_transpose(
     b_value = node.inputs[2] if len(node.inputs) > 2 else None
     x_shape = ctx.shape(x_value)
     w = ctx.require_const(w_value, "ConvTranspose weights")
-    if len(x_shape) != 4:
-        raise ctx.error(f"only 2-D transposed convolutions are supported (input rank {len(x_shape)})")
-    if group != 1:
-        raise ctx.error(f"group={group} is not supported (TRANSPOSE_CONV has no groups)")
-    if dilations is not None and any(d != 1 for d in dilations):
-        raise ctx.error(f"dilations {list(dilations)} are not supported (TRANSPOSE_CONV has no dilation)")
-    _, out_channels, kh, kw = w.shape
-    strides = list(strides or (1, 1))
+    x = ctx.tensor(x_value)
     y_value = node.outputs[0]
     y_shape = ctx.shape(y_value)
+    lifted = len(x_shape) == 3
+    if lifted:  # 1-D: a 2-D transposed convolution over [N, C, 1, W]
+        x_shape, y_shape = (*x_shape[:2], 1, x_shape[2]), (*y_shape[:2], 1, y_shape[2])
+        x = ctx.reshape(x, x_shape)
+        w = w[:, :, None, :]
+        strides, dilations = _lift_1d(strides, 1), _lift_1d(dilations, 1)
+        output_padding = _lift_1d(output_padding, 0)
+        output_shape = None if output_shape is None else [1, *output_shape]
+        pads = _lift_1d(pads, 0, pads=True)
+    elif len(x_shape) != 4:
+        raise ctx.error(f"only 1-D and 2-D transposed convolutions are supported (input rank {len(x_shape)})")
+    dilated = dilations is not None and any(d != 1 for d in dilations)
+    if dilated:  # the kernel with zeros between its taps (TRANSPOSE_CONV has no dilation)
+        dy, dx = (int(d) for d in dilations)
+        spread = np.zeros((*w.shape[:2], (w.shape[2] - 1) * dy + 1, (w.shape[3] - 1) * dx + 1), w.dtype)
+        spread[:, :, ::dy, ::dx] = w
+        w = spread
+    _, group_out, kh, kw = w.shape
+    out_channels = group_out * group
+    strides = list(strides or (1, 1))
     full = [(x_shape[2 + i] - 1) * strides[i] + (kh, kw)[i] for i in range(2)]
     # ONNX output = full + output_padding - pads_begin - pads_end: compute the full (VALID) result,
     # extended by output_padding (TRANSPOSE_CONV leaves positions no input reaches at bias), then crop.
@@ -217,16 +231,19 @@ def conv_transpose(
             raise ctx.error(f"negative padding ({start}) is not supported")
         begin.append(start)
         full[i] = max(full[i], start + y_shape[2 + i])
-    x = ctx.transpose(ctx.tensor(x_value), NCHW_TO_NHWC)
+    x = ctx.transpose(x, NCHW_TO_NHWC)
     full_shape = (y_shape[0], full[0], full[1], out_channels)
     opts = fb.TransposeConvOptionsT()
     opts.padding = fb.Padding.VALID
     opts.strideH, opts.strideW = strides
-    weights = ctx.weight(w_value, perm=(1, 2, 3, 0))
     bias = _bias(ctx, b_value, out_channels)
     y_full = ctx.tmp("tconv_nhwc", full_shape)
-    out_shape = ctx.graph.const("output_shape", full_shape, np.int32)
-    ctx.op("TRANSPOSE_CONV", [out_shape, weights, x, bias], [y_full], opts)
+    if group == 1 and not dilated:  # the ONNX weights (keeping integer weights of a quantized model)
+        weights = ctx.weight(w_value, perm=(1, 2, 3, 0), insert_axis=2 if lifted else None)
+        out_shape = ctx.graph.const("output_shape", full_shape, np.int32)
+        ctx.op("TRANSPOSE_CONV", [out_shape, weights, x, bias], [y_full], opts)
+    else:
+        _grouped_transpose_conv(ctx, x, w, bias, group, opts, y_full)
     target = permute(y_shape, NCHW_TO_NHWC)
     if target != full_shape:
         cropped = ctx.tmp("crop", target)
@@ -238,7 +255,51 @@ def conv_transpose(
             fb.SliceOptionsT(),
         )
         y_full = cropped
-    ctx.transpose(y_full, NHWC_TO_NCHW, out=ctx.output(y_value))
+    if lifted:
+        ctx.reshape(ctx.transpose(y_full, NHWC_TO_NCHW), ctx.shape(y_value), out=ctx.output(y_value))
+    else:
+        ctx.transpose(y_full, NHWC_TO_NCHW, out=ctx.output(y_value))
+
+
+def _grouped_transpose_conv(
+    ctx: Context, x: Tensor, w: np.ndarray, bias: Tensor, group: int, opts: object, y: Tensor
+) -> None:
+    """TRANSPOSE_CONV has no groups: one per group on its slice of the input channels, concatenated
+    (``w``: the ONNX weights [C_in, C_out / group, kh, kw] as an array)."""
+    in_per_group = x.shape[3] // group
+    out_per_group = y.shape[3] // group
+    bias_data = bias.data if bias.is_const else None
+    if bias_data is None:
+        raise ctx.error("a grouped ConvTranspose needs a constant bias")
+    if group == 1:
+        w_nhwc = np.ascontiguousarray(w.transpose(1, 2, 3, 0), np.float32)
+        out_shape = ctx.graph.const("output_shape", y.shape, np.int32)
+        ctx.op("TRANSPOSE_CONV", [out_shape, ctx.graph.const("weights", w_nhwc), x, bias], [y], opts)
+        return
+    parts = []
+    for g in range(group):
+        x_g = ctx.tmp(f"group{g}_in", (*x.shape[:3], in_per_group))
+        begin = ctx.graph.const("begin", [0, 0, 0, g * in_per_group], np.int32)
+        size = ctx.graph.const("size", x_g.shape, np.int32)
+        ctx.op("SLICE", [x, begin, size], [x_g], fb.SliceOptionsT())
+        w_g = w[g * in_per_group : (g + 1) * in_per_group].transpose(1, 2, 3, 0)
+        b_g = bias_data.reshape(-1)[g * out_per_group : (g + 1) * out_per_group]
+        y_g = ctx.tmp(f"group{g}_out", (*y.shape[:3], out_per_group))
+        ctx.op(
+            "TRANSPOSE_CONV",
+            [
+                ctx.graph.const("output_shape", y_g.shape, np.int32),
+                ctx.graph.const("weights", np.ascontiguousarray(w_g, np.float32)),
+                x_g,
+                ctx.graph.const("bias", np.asarray(b_g, np.float32)),
+            ],
+            [y_g],
+            opts,
+        )
+        parts.append(y_g)
+    concat = fb.ConcatenationOptionsT()
+    concat.axis = 3
+    ctx.op("CONCATENATION", parts, [y], concat)
 
 
 def _pool(
@@ -257,6 +318,10 @@ def _pool(
     x_shape = ctx.shape(x_value)
     x = ctx.tensor(x_value)
     y_shape = ctx.shape(y_value)
+    dilated = dilations is not None and any(d != 1 for d in dilations)
+    if dilated or len(x_shape) > 4:
+        _pool_by_gathers(ctx, node, code, kernel_shape, strides, pads, auto_pad, dilations, count_include_pad)
+        return
     if len(x_shape) == 3:  # 1-D: pool over [N, C, 1, W]
         x_shape, y_shape = (x_shape[0], x_shape[1], 1, x_shape[2]), (y_shape[0], y_shape[1], 1, y_shape[2])
         x = ctx.reshape(x, x_shape)
@@ -305,6 +370,49 @@ def _pool(
         ctx.reshape(ctx.transpose(y_nhwc, NHWC_TO_NCHW), ctx.shape(y_value), out=ctx.output(y_value))
     else:
         ctx.transpose(y_nhwc, NHWC_TO_NCHW, out=ctx.output(y_value))
+
+
+def _pool_by_gathers(
+    ctx: Context,
+    node: ir.Node,
+    code: str,
+    kernel_shape: Sequence[int],
+    strides: Sequence[int] | None,
+    pads: Sequence[int] | None,
+    auto_pad: str,
+    dilations: Sequence[int] | None,
+    count_include_pad: int,
+) -> None:
+    """Pooling TFLite's 2-D kernels cannot express (3-D, dilated windows), one spatial axis at a time:
+    a max (or an average) of a box is the max (average) along each axis in turn. Per axis, GATHERs of
+    the window's taps with constant indices, then MAXIMUM, or a sum weighted by 1 / ONNX's divisor."""
+    x, y_shape = ctx.tensor(node.inputs[0]), ctx.shape(node.outputs[0])
+    n = x.rank - 2
+    strides = list(strides or [1] * n)
+    dilations = list(dilations or [1] * n)
+    effective = [(k - 1) * d + 1 for k, d in zip(kernel_shape, dilations, strict=True)]
+    explicit = _explicit_pads(x.shape[2:], effective, strides, [1] * n, _decode(auto_pad), pads)
+    for i in range(n):
+        axis, size, out_len = 2 + i, x.shape[2 + i], y_shape[2 + i]
+        before, after = explicit[i]
+        # positions[t, o]: the input index tap t of output o's window reads (may lie in the padding)
+        positions = (
+            np.arange(out_len)[None, :] * strides[i]
+            - before
+            + np.arange(kernel_shape[i])[:, None] * dilations[i]
+        )
+        inside = (positions >= 0) & (positions < size)
+        if not inside.any(axis=0).all():
+            raise ctx.error("a pooling window that lies wholly in the padding is not supported")
+        if code == "MAX_POOL_2D":
+            # A padding tap reads a position inside the same window instead (the max is unchanged).
+            first = positions[inside.argmax(axis=0), np.arange(out_len)]
+            x = taps.maximum(ctx, x, axis, np.where(inside, positions, first[None, :]))
+            continue
+        counted = (positions >= -before) & (positions < size + after) if count_include_pad else inside
+        weights = np.where(inside, 1.0, 0.0) / counted.sum(axis=0)[None, :]
+        x = taps.weighted_sum(ctx, x, axis, np.clip(positions, 0, size - 1), weights)
+    ctx.reshape(x, y_shape, out=ctx.output(node.outputs[0]))
 
 
 def _window_counts(

@@ -1,4 +1,4 @@
-"""Converters for Softmax, reductions, LayerNormalization, Resize and QuantizeLinear/DequantizeLinear."""
+"""Converters for Softmax, reductions, LayerNormalization, QuantizeLinear/DequantizeLinear and more."""
 
 from __future__ import annotations
 
@@ -250,109 +250,6 @@ def _layer_norm_pattern(ctx: Context, node: ir.Node) -> bool:
     return True
 
 
-# -- Resize ----------------------------------------------------------------------------------------
-def _resize(ctx: Context, node: ir.Node, mode: str, coordinate_mode: str, nearest_mode: str) -> None:
-    x_value, y_value = node.inputs[0], node.outputs[0]
-    x_shape, y_shape = ctx.shape(x_value), ctx.shape(y_value)
-    if len(x_shape) != 4 or x_shape[:2] != y_shape[:2]:
-        raise ctx.error("only spatial resizing of NCHW tensors is supported")
-    if coordinate_mode == "pytorch_half_pixel" and all(d > 1 for d in y_shape[2:]):
-        coordinate_mode = "half_pixel"
-    if mode == "nearest":
-        flags = {
-            ("asymmetric", "floor"): (False, False),
-            ("half_pixel", "round_prefer_ceil"): (False, True),
-            ("tf_half_pixel_for_nn", "floor"): (False, True),
-            ("align_corners", "round_prefer_ceil"): (True, False),
-        }
-        code, opts = "RESIZE_NEAREST_NEIGHBOR", fb.ResizeNearestNeighborOptionsT()
-        key = (coordinate_mode, nearest_mode)
-        # With integer upscaling factors, half-pixel coordinates rounded to nearest pick source index
-        # floor(y / factor): TFLite's default (the fractional offset stays within +-0.5).
-        exact = all(y % x == 0 for x, y in zip(x_shape[2:], y_shape[2:], strict=True))
-        half_pixel = coordinate_mode in ("half_pixel", "pytorch_half_pixel")
-        if exact and half_pixel and nearest_mode in ("round_prefer_floor", "round_prefer_ceil"):
-            key = ("asymmetric", "floor")
-    elif mode == "linear":
-        flags = {
-            ("asymmetric", ""): (False, False),
-            ("half_pixel", ""): (False, True),
-            ("align_corners", ""): (True, False),
-        }
-        code, opts = "RESIZE_BILINEAR", fb.ResizeBilinearOptionsT()
-        key = (coordinate_mode, "")
-    else:
-        raise ctx.error(f"Resize mode {mode!r} is not supported (nearest, linear are)")
-    if key not in flags:
-        raise ctx.error(
-            f"Resize {mode} with coordinate_transformation_mode={coordinate_mode!r}"
-            + (f" nearest_mode={nearest_mode!r}" if mode == "nearest" else "")
-            + " has no TFLite equivalent"
-        )
-    opts.alignCorners, opts.halfPixelCenters = flags[key]
-    x = ctx.transpose(ctx.tensor(x_value), NCHW_TO_NHWC)
-    y_nhwc = ctx.tmp("resize_nhwc", permute(y_shape, NCHW_TO_NHWC))
-    ctx.op(code, [x, ctx.graph.const("size", y_shape[2:], np.int32)], [y_nhwc], opts)
-    ctx.transpose(y_nhwc, NHWC_TO_NCHW, out=ctx.output(y_value))
-
-
-@converter("Upsample", since=9)
-def upsample(ctx: Context, node: ir.Node, *, mode: str = "nearest") -> None:
-    _resize(ctx, node, _text(mode), "asymmetric", "floor")
-
-
-@converter("Resize", since=10)
-def resize_v10(ctx: Context, node: ir.Node, *, mode: str = "nearest") -> None:
-    scales = ctx.require_const(node.inputs[1], "Resize scales").astype(np.float64)
-    x_shape, y_shape = ctx.shape(node.inputs[0]), ctx.shape(node.outputs[0])
-    if any(not np.isclose(y / x, s, rtol=1e-6) for x, y, s in zip(x_shape, y_shape, scales, strict=True)):
-        raise ctx.error("scales that do not equal the output/input size ratio have no TFLite equivalent")
-    _resize(ctx, node, _text(mode), "asymmetric", "floor")
-
-
-@converter("Resize", since=11)
-def resize_v11(
-    ctx: Context,
-    node: ir.Node,
-    *,
-    mode: str = "nearest",
-    coordinate_transformation_mode: str = "half_pixel",
-    nearest_mode: str = "round_prefer_floor",
-    cubic_coeff_a: float = -0.75,
-    exclude_outside: int = 0,
-    extrapolation_value: float = 0.0,
-    antialias: int = 0,
-    axes: Sequence[int] | None = None,
-    keep_aspect_ratio_policy: str = "stretch",
-) -> None:
-    if antialias:
-        raise ctx.error("antialias is not supported")
-    _check_scales(ctx, node, axes)
-    _resize(ctx, node, _text(mode), _text(coordinate_transformation_mode), _text(nearest_mode))
-
-
-def _check_scales(ctx: Context, node: ir.Node, axes: Sequence[int] | None) -> None:
-    """ONNX maps coordinates with the given scales; TFLite with output/input sizes: they must agree."""
-    scales_value, sizes_value = _optional(node, 2), _optional(node, 3)
-    if scales_value is None or sizes_value is not None:
-        return
-    scales = ctx.require_const(scales_value, "Resize scales").astype(np.float64)
-    if scales.size == 0:
-        return
-    x_shape, y_shape = ctx.shape(node.inputs[0]), ctx.shape(node.outputs[0])
-    if axes is not None:  # scales given for these axes only
-        full = np.ones(len(x_shape))
-        for a, value in zip(axes, scales, strict=True):
-            full[a % len(x_shape)] = value
-        scales = full
-    for i in range(2, len(x_shape)):
-        if not np.isclose(y_shape[i] / x_shape[i], scales[i], rtol=1e-6):
-            raise ctx.error(
-                f"scale {scales[i]:g} gives output size {y_shape[i]} from {x_shape[i]} (ratio {y_shape[i] / x_shape[i]:g}); "
-                "TFLite resizes by the size ratio only"
-            )
-
-
 # -- QuantizeLinear / DequantizeLinear ---------------------------------------------------------------
 def _qparams(ctx: Context, node: ir.Node, axis: int, rank: int, default: np.dtype) -> tuple[Quant, np.dtype]:
     """Scale/zero point of a Q/DQ node, as int8 params (uint8 zero points shift by -128)."""
@@ -490,8 +387,18 @@ def _space_depth(ctx: Context, node: ir.Node, code: str, blocksize: int) -> None
 
 @converter("DepthToSpace", since=1)
 def depth_to_space(ctx: Context, node: ir.Node, *, blocksize: int, mode: str = "DCR") -> None:
+    if _text(mode) == "CRD":  # depth ordered (C, block_y, block_x): ONNX's own reshape/transpose/reshape
+        x = ctx.tensor(node.inputs[0])
+        if x.rank != 4:
+            raise ctx.error("only 4-D inputs are supported")
+        n, c, h, w = x.shape
+        b = int(blocksize)
+        split = ctx.reshape(x, (n, c // (b * b), b, b, h, w))
+        moved = ctx.transpose(split, (0, 1, 4, 2, 5, 3))
+        ctx.reshape(moved, (n, c // (b * b), h * b, w * b), out=ctx.output(node.outputs[0]))
+        return
     if _text(mode) != "DCR":  # TFLite's DEPTH_TO_SPACE on NHWC orders depth as (block_y, block_x, C): DCR
-        raise ctx.error(f"DepthToSpace mode {_text(mode)!r} is not supported (DCR is)")
+        raise ctx.error(f"DepthToSpace mode {_text(mode)!r} is not supported (DCR, CRD are)")
     _space_depth(ctx, node, "DEPTH_TO_SPACE", blocksize)
 
 
@@ -501,16 +408,24 @@ def space_to_depth(ctx: Context, node: ir.Node, *, blocksize: int) -> None:
 
 
 def _arg(ctx: Context, node: ir.Node, code: str, axis: int, keepdims: int, select_last_index: int) -> None:
-    if select_last_index:
-        raise ctx.error("select_last_index=1 is not supported")
     x = ctx.tensor(node.inputs[0])
     axis = axis + x.rank if axis < 0 else axis
     y = ctx.output(node.outputs[0], dtype=np.int64)
     opts = fb.ArgMaxOptionsT() if code == "ARG_MAX" else fb.ArgMinOptionsT()
     opts.outputType = fb.TensorType.INT64
     reduced = tuple(d for i, d in enumerate(x.shape) if i != axis)
-    target = y if not keepdims else ctx.tmp(code.lower(), reduced, np.int64)
-    ctx.op(code, [x, ctx.graph.const("axis", np.array([axis], np.int32))], [target], opts)
+    target = y if not keepdims and not select_last_index else ctx.tmp(code.lower(), reduced, np.int64)
+    axis_const = ctx.graph.const("axis", np.array([axis], np.int32))
+    if select_last_index:
+        # The first extremum of the reversed axis is the last one: index n - 1 - i in the input.
+        reversed_x = ctx.tmp("reversed", x.shape, x.dtype)
+        ctx.op("REVERSE_V2", [x, axis_const], [reversed_x])
+        first = ctx.tmp(code.lower() + "_reversed", reduced, np.int64)
+        ctx.op(code, [reversed_x, axis_const], [first], opts)
+        last = ctx.graph.const("last", np.array(x.shape[axis] - 1, np.int64))
+        binary(ctx, "SUB", last, first, target if keepdims else y)
+    else:
+        ctx.op(code, [x, axis_const], [target], opts)
     if keepdims:
         ctx.reshape(target, y.shape, out=y)
 

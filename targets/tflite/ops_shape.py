@@ -114,8 +114,13 @@ def transpose(ctx: Context, node: ir.Node, *, perm: Sequence[int] | None = None)
 
 @converter("Concat", since=1)
 def concat(ctx: Context, node: ir.Node, *, axis: int = 1) -> None:
-    inputs = [ctx.tensor(v) for v in node.inputs if v is not None and v.name]
+    # Empty inputs (e.g. the zero-size part of a Split) add nothing.
+    values = [v for v in node.inputs if v is not None and v.name and 0 not in ctx.shape(v)]
+    inputs = [ctx.tensor(v) for v in values]
     y = ctx.output(node.outputs[0])
+    if len(inputs) == 1:
+        ctx.reshape(inputs[0], y.shape, out=y)
+        return
     opts = fb.ConcatenationOptionsT()
     opts.axis = _axis(axis, y.rank)
     ctx.op("CONCATENATION", inputs, [y], opts)
@@ -124,8 +129,17 @@ def concat(ctx: Context, node: ir.Node, *, axis: int = 1) -> None:
 def _split(ctx: Context, node: ir.Node, axis: int) -> None:
     x = ctx.tensor(node.inputs[0])
     axis = _axis(axis, x.rank)
-    outputs = [ctx.output(v) for v in node.outputs]
+    outputs = []
+    for v in node.outputs:
+        shape = ctx.shape(v)
+        if 0 in shape:  # an empty part: a constant with no elements, which Concat drops
+            ctx.set_const(v, np.zeros(shape, v.dtype.numpy() if v.dtype is not None else np.float32))
+        else:
+            outputs.append(ctx.output(v))
     sizes = [t.shape[axis] for t in outputs]
+    if len(outputs) == 1:
+        ctx.reshape(x, outputs[0].shape, out=outputs[0])
+        return
     opts = fb.SplitVOptionsT()
     opts.numSplits = len(outputs)
     size_splits = ctx.graph.const("size_splits", sizes, np.int32)

@@ -77,4 +77,11 @@ def call(reg: Registration, ctx: Any, node: ir.Node, target: str) -> None:
 
 def _load_converters() -> None:
     # Importing the op modules registers their converters.
-    from edgekit.targets.tflite import ops_conv, ops_elementwise, ops_logic, ops_misc, ops_shape  # noqa: F401
+    from edgekit.targets.tflite import (  # noqa: F401
+        ops_conv,
+        ops_elementwise,
+        ops_logic,
+        ops_misc,
+        ops_resize,
+        ops_shape,
+    )

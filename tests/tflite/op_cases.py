@@ -437,6 +437,147 @@ CASES: list[Case] = [
     Case(
         "resize_v10", [n("Resize", ["x", "sc"], mode="nearest")], X4, inits={"sc": f32(1, 1, 2, 3)}, opset=10
     ),
+    # Resizes TFLite's kernels do not compute: lowered to GATHERs (+ MUL/ADD by constant weights)
+    Case(
+        "resize_nearest_half_pixel_downsample",
+        [n("Resize", ["x", "", "", "sz"], mode="nearest")],
+        X4,
+        inits={"sz": i64(1, 3, 5, 3)},
+    ),
+    Case(
+        "resize_nearest_ceil_align_corners",
+        [
+            n(
+                "Resize",
+                ["x", "", "", "sz"],
+                mode="nearest",
+                coordinate_transformation_mode="align_corners",
+                nearest_mode="ceil",
+            )
+        ],
+        X4,
+        inits={"sz": i64(1, 3, 11, 13)},
+    ),
+    Case(
+        "resize_linear_scales_not_size_ratio",
+        [n("Resize", ["x", "", "sc"], mode="linear")],
+        X4,
+        inits={"sc": f32(1, 1, 0.7, 1.3)},
+    ),
+    Case(
+        "resize_linear_pytorch_half_pixel_to_one",
+        [
+            n(
+                "Resize",
+                ["x", "", "", "sz"],
+                mode="linear",
+                coordinate_transformation_mode="pytorch_half_pixel",
+            )
+        ],
+        X4,
+        inits={"sz": i64(1, 3, 1, 5)},
+    ),
+    Case(
+        "resize_cubic",
+        [n("Resize", ["x", "", "sc"], mode="cubic")],
+        X4,
+        inits={"sc": f32(1, 1, 1.5, 0.75)},
+    ),
+    Case(
+        "resize_cubic_exclude_outside_axes",
+        [n("Resize", ["x", "", "", "sz"], mode="cubic", exclude_outside=1, cubic_coeff_a=-0.5, axes=[3])],
+        X4,
+        inits={"sz": i64(12)},
+    ),
+    Case(
+        "resize_crop_and_resize_extrapolation",
+        [
+            n(
+                "Resize",
+                ["x", "roi", "", "sz"],
+                mode="linear",
+                coordinate_transformation_mode="tf_crop_and_resize",
+                extrapolation_value=2.5,
+            )
+        ],
+        X4,
+        inits={"roi": f32(0, 0, -0.2, 0.3, 1, 1, 0.8, 1.4), "sz": i64(1, 3, 6, 7)},
+    ),
+    Case(
+        "resize_nearest_keep_aspect_not_larger",
+        [
+            n(
+                "Resize",
+                ["x", "", "", "sz"],
+                mode="nearest",
+                keep_aspect_ratio_policy="not_larger",
+                axes=[2, 3],
+            )
+        ],
+        {"x": (1, 2, 6, 8)},
+        inits={"sz": i64(9, 9)},
+    ),
+    Case(
+        "resize_rank3_linear",
+        [n("Resize", ["x", "", "", "sz"], mode="linear")],
+        {"x": (2, 3, 5)},
+        inits={"sz": i64(2, 4, 9)},
+    ),
+    Case(
+        "conv_transpose_group2",
+        [n("ConvTranspose", ["x", "w", "b"], group=2, strides=[2, 2], pads=[1, 1, 0, 0])],
+        {"x": (1, 4, 5, 5)},
+        inits={"w": w(4, 3, 3, 3), "b": w(6)},
+    ),
+    Case(
+        "conv_transpose_dilated",
+        [n("ConvTranspose", ["x", "w"], dilations=[2, 3], pads=[1, 0, 2, 1])],
+        {"x": (1, 2, 4, 5)},
+        inits={"w": w(2, 3, 3, 2)},
+    ),
+    # pooling TFLite's kernels cannot express: per-axis GATHERs
+    Case(
+        "maxpool_3d_pads_strides",
+        [n("MaxPool", ["x"], kernel_shape=[2, 3, 3], strides=[1, 2, 2], pads=[1, 1, 0, 0, 1, 1])],
+        {"x": (1, 2, 4, 6, 7)},
+    ),
+    Case(
+        "avgpool_3d_count_include_pad_ceil",
+        [
+            n(
+                "AveragePool",
+                ["x"],
+                kernel_shape=[3, 2, 3],
+                strides=[2, 2, 2],
+                pads=[1, 1, 1, 1, 0, 0],
+                count_include_pad=1,
+                ceil_mode=1,
+            )
+        ],
+        {"x": (1, 2, 5, 6, 7)},
+    ),
+    Case(
+        "maxpool_2d_dilated_pads",
+        [n("MaxPool", ["x"], kernel_shape=[3, 2], dilations=[2, 3], pads=[2, 1, 1, 1])],
+        X4,
+    ),
+    Case(
+        "avgpool_2d_dilated_pads",
+        [n("AveragePool", ["x"], kernel_shape=[2, 3], dilations=[2, 2], pads=[1, 2, 1, 2], strides=[2, 1])],
+        X4,
+    ),
+    Case(
+        "conv_transpose_1d",
+        [n("ConvTranspose", ["x", "w", "b"], strides=[2], pads=[1, 0], output_padding=[1])],
+        {"x": (1, 3, 6)},
+        inits={"w": w(3, 2, 3), "b": w(2)},
+    ),
+    Case(
+        "split_empty_part_then_concat",
+        [n("Split", ["x", "s"], ["a", "b"], axis=2), n("Concat", ["b", "a"], axis=2)],
+        {"x": (2, 3, 4)},
+        inits={"s": i64(4, 0)},
+    ),
     # softmax and normalisation (opset-specific semantics)
     Case("softmax_v11_axis1_4d", [n("Softmax", ["x"])], {"x": (1, 5, 2, 2)}, opset=11),
     Case("softmax_v11_axis_last", [n("Softmax", ["x"], axis=2)], {"x": (2, 3, 4)}, opset=11),
@@ -473,7 +614,19 @@ CASES: list[Case] = [
     ),
     Case("depth_to_space", [n("DepthToSpace", ["x"], blocksize=2)], {"x": (1, 8, 2, 3)}),
     Case("space_to_depth", [n("SpaceToDepth", ["x"], blocksize=2)], {"x": (1, 2, 4, 6)}),
+    Case("depth_to_space_crd", [n("DepthToSpace", ["x"], blocksize=2, mode="CRD")], {"x": (1, 8, 2, 3)}),
     Case("argmax_keepdims", [n("ArgMax", ["x"], axis=1)], {"x": (2, 5, 3)}),
+    # Floor makes ties, so the first and the last extremum differ.
+    Case(
+        "argmax_select_last_index",
+        [n("Floor", ["x"], ["f"]), n("ArgMax", ["f"], axis=1, select_last_index=1)],
+        {"x": (2, 5, 3)},
+    ),
+    Case(
+        "argmin_select_last_index_no_keepdims",
+        [n("Floor", ["x"], ["f"]), n("ArgMin", ["f"], axis=-1, keepdims=0, select_last_index=1)],
+        {"x": (2, 3, 6)},
+    ),
     Case("argmin_last_axis", [n("ArgMin", ["x"], axis=-1, keepdims=0)], {"x": (2, 5, 3)}),
     Case(
         "conv_then_reduce_spatial",

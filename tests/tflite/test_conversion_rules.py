@@ -56,17 +56,17 @@ def test_op_of_another_domain_is_unsupported() -> None:
             "Pad mode 'edge'",
         ),
         (
-            helper.make_node("ConvTranspose", ["x", "w"], ["y"], group=2, name="ct"),
-            {"w": np.ones((4, 1, 2, 2), np.float32)},
-            "group=2",
+            helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2], name="mp"),
+            {},
+            "Indices output",
         ),
         (
-            helper.make_node("Resize", ["x", "", "s"], ["y"], mode="cubic", name="rs"),
-            {"s": np.array([1, 1, 2, 2], np.float32)},
-            "cubic",
+            helper.make_node("Resize", ["x", "", "s"], ["y"], mode="linear", antialias=1, name="rs"),
+            {"s": np.array([1, 1, 0.5, 0.5], np.float32)},
+            "antialias",
         ),
     ],
-    ids=["pad_edge", "grouped_conv_transpose", "resize_cubic"],
+    ids=["pad_edge", "maxpool_indices", "resize_antialias"],
 )
 def test_unsupported_attribute_is_a_one_line_target_error(node, inits, message) -> None:
     model = make_model([node], {"x": (1, 4, 4, 4)}, ["y"], inits)
@@ -359,3 +359,20 @@ def test_asymmetric_uint8_weights_are_requantized_and_reported(tmp_path) -> None
     assert any("asymmetric" in n and "requantized" in n for n in result.notes), result.notes
     feeds = random_feeds(model, 30)
     assert_close_to_range(run_tflite(result, feeds)[0], run_onnx(qdq, feeds)[0], rel=0.05)
+
+
+def test_output_computed_from_constants_only_is_written_by_an_op() -> None:
+    """Shape of a static input folds to a constant; the model still outputs it (through an op)."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"], start=1), helper.make_node("Relu", ["x"], ["y"])]
+    model = make_model(nodes, {"x": (2, 3, 4)}, ["y", "s"])
+    result = convert_proto(model)
+    assert [o.name for o in result.outputs] == ["y", "s"]
+    feeds = random_feeds(model)
+    for actual, expected in zip(run_tflite(result, feeds), run_onnx(model, feeds), strict=True):
+        np.testing.assert_array_equal(actual, expected)
+
+
+def test_empty_output_is_a_target_error() -> None:
+    model = make_model([helper.make_node("Shape", ["x"], ["y"], start=2, end=1)], {"x": (2, 3)}, ["y"])
+    with pytest.raises(TargetError, match="output 'y' is an empty constant"):
+        convert_proto(model)

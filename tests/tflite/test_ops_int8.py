@@ -62,3 +62,28 @@ def test_int8_matches_qdq(case: Case, quantizer: str, io_dtype: str, tmp_path) -
         actual = run_tflite(result, feeds)
         for a, e, step in zip(actual, expected, steps, strict=True):
             assert_within_one_step(a, e, step)
+
+
+# Lowerings with no integer kernel (GATHER taps + float weights, spread ConvTranspose kernels): in a
+# quantized model they stay float between DEQUANTIZE / QUANTIZE, and still match the QDQ model.
+LOWERED = [
+    "resize_cubic",
+    "maxpool_3d_pads_strides",
+    "avgpool_3d_count_include_pad_ceil",
+    "conv_transpose_1d",
+]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.id in LOWERED], ids=lambda c: c.id)
+def test_lowered_op_in_a_quantized_model_stays_float_and_matches_qdq(case: Case) -> None:
+    model = make_model(case.nodes, case.inputs, case.outputs, case.inits, case.opset)
+    calib = [random_feeds(model, seed, case.low, case.high) for seed in range(8)]
+    qdq = edgekit_qdq(model, calib)
+    result = convert_proto(qdq, ConvertOptions(target="test"))
+    assert result.float_ops, "expected the lowering to stay float"
+    for seed in (100, 101):
+        feeds = random_feeds(model, seed, case.low, case.high)
+        for a, e, step in zip(
+            run_tflite(result, feeds), run_onnx(qdq, feeds), output_steps(qdq), strict=True
+        ):
+            assert_within_one_step(a, e, step)
