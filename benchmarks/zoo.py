@@ -39,31 +39,46 @@ FULL_MANIFEST = ROOT / "benchmarks" / ".zoo" / "zoo.json"
 #: The real models of ../shared, described like zoo manifest entries (see ../shared/README.md).
 SHARED_MODELS: list[dict[str, Any]] = [
     {
-        "name": "ppocrv4_det", "file": "ch_PP-OCRv4_det_infer.onnx", "kind": "segmenter",
+        "name": "ppocrv4_det",
+        "file": "ch_PP-OCRv4_det_infer.onnx",
+        "kind": "segmenter",
         "inputs": [{"name": "x", "shape": [1, 3, 320, 320], "dtype": "float32"}],
-        "data": {"type": "image", "color": "BGR", "scale": 1 / 255, "mean": zoo_data.IMAGENET_MEAN,
-                 "std": zoo_data.IMAGENET_STD},
+        "data": {
+            "type": "image",
+            "color": "BGR",
+            "scale": 1 / 255,
+            "mean": zoo_data.IMAGENET_MEAN,
+            "std": zoo_data.IMAGENET_STD,
+        },
         "extra_args": ["--input-shape", "x=1,3,320,320"],
     },
     {
-        "name": "ppocrv4_rec", "file": "ch_PP-OCRv4_rec_infer.onnx", "kind": "sequence",
+        "name": "ppocrv4_rec",
+        "file": "ch_PP-OCRv4_rec_infer.onnx",
+        "kind": "sequence",
         "inputs": [{"name": "x", "shape": [1, 3, 48, 320], "dtype": "float32"}],
         "data": {"type": "image", "color": "BGR", "scale": 1 / 255, "mean": [0.5] * 3, "std": [0.5] * 3},
         "extra_args": ["--input-shape", "x=1,3,48,320"],
     },
     {
-        "name": "mobilenetv2_12_int8", "file": "mobilenetv2-12-int8.onnx", "kind": "classifier",
+        "name": "mobilenetv2_12_int8",
+        "file": "mobilenetv2-12-int8.onnx",
+        "kind": "classifier",
         "inputs": [{"name": "input", "shape": [1, 3, 224, 224], "dtype": "float32"}],
         "data": dict(zoo_data.IMAGENET_DATA),
         "extra_args": ["--input-shape", "input=1,3,224,224"],
     },
     {
-        "name": "squeezenet1.1", "file": "squeezenet1.1-fp32.onnx", "kind": "classifier",
+        "name": "squeezenet1.1",
+        "file": "squeezenet1.1-fp32.onnx",
+        "kind": "classifier",
         "inputs": [{"name": "data_0", "shape": [1, 3, 224, 224], "dtype": "float32"}],
         "data": {"type": "image", "color": "BGR", "scale": 1.0, "mean": [104.0, 117.0, 123.0], "std": None},
     },
     {
-        "name": "mnist8", "file": "mnist-8.onnx", "kind": "classifier",
+        "name": "mnist8",
+        "file": "mnist-8.onnx",
+        "kind": "classifier",
         "inputs": [{"name": "Input3", "shape": [1, 1, 28, 28], "dtype": "float32"}],
         "data": {"type": "mnist"},
     },
@@ -76,8 +91,17 @@ def zoo_models(manifest: Path, data_dir: Path, photos: Path | None, calib: int, 
         if only and entry["name"] not in only:
             continue
         c, e = zoo_data.write_data(entry, data_dir, calib=calib, evaluation=evaluation, photos=photos)
-        models.append(zoo_cases.Model(entry["name"], manifest.parent / entry["file"], entry["kind"],
-                                      entry["inputs"], c, e, list(entry.get("extra_args", []))))
+        models.append(
+            zoo_cases.Model(
+                entry["name"],
+                manifest.parent / entry["file"],
+                entry["kind"],
+                entry["inputs"],
+                c,
+                e,
+                list(entry.get("extra_args", [])),
+            )
+        )
     return models
 
 
@@ -97,14 +121,17 @@ def shared_models(shared: Path, data_dir: Path, calib: int, evaluation: int, onl
             np.savez(e, Input3=both[calib:])
         else:
             c, e = zoo_data.write_data(entry, data_dir, calib=calib, evaluation=evaluation, photos=photos)
-        models.append(zoo_cases.Model(entry["name"], path, entry["kind"], entry["inputs"], c, e,
-                                      list(entry.get("extra_args", []))))
+        models.append(
+            zoo_cases.Model(
+                entry["name"], path, entry["kind"], entry["inputs"], c, e, list(entry.get("extra_args", []))
+            )
+        )
     return models
 
 
 # ------------------------------------------------------------------------------------------------- table
 
-MARK = {"pass": "pass", "typed": "typed", "crash": "**CRASH**"}
+MARK = {"pass": "pass", "typed": "typed", "crash": "**CRASH**", "figures": "pass, *figure missed*"}
 
 
 def fmt(x: Any, digits: int = 4) -> str:
@@ -135,33 +162,49 @@ def figure_cell(case: str, fig: dict[str, Any]) -> str:
         if "error" in q:
             parts.append(f"vs QDQ: {q['error'][:60]}")
         elif q:
-            parts.append(f"vs QDQ cos {fmt(q.get('cosine'), 6)}" + (f" top1 {q['top1']:.2f}" if q.get("top1") is not None else ""))
+            parts.append(
+                f"vs QDQ cos {fmt(q.get('cosine'), 6)}"
+                + (f" top1 {q['top1']:.2f}" if q.get("top1") is not None else "")
+            )
     return ", ".join(parts)
 
 
 def markdown(results: list[zoo_cases.CaseResult], cases: list[str]) -> str:
     models = list(dict.fromkeys(r.model for r in results))
     by = {(r.model, r.case): r for r in results}
+    verdicts = {(r.model, r.case): zoo_cases.verdict(r) for r in results}
     counts = {o: sum(r.outcome == o for r in results) for o in ("pass", "typed", "crash")}
+    missed = sum(v == "figures" for v in verdicts.values())
     lines = [
-        f"**{counts['pass']} pass, {counts['typed']} typed errors, {counts['crash']} crashes** "
-        f"({len(results)} cases)",
+        f"**{counts['pass']} pass ({missed} of them miss an issue figure), {counts['typed']} typed errors, "
+        f"{counts['crash']} crashes** ({len(results)} cases)",
         "",
         "| model | " + " | ".join(cases) + " |",
         "|---|" + "---|" * len(cases),
     ]
     for m in models:
-        lines.append(f"| {m} | " + " | ".join(MARK[by[m, c].outcome] if (m, c) in by else "" for c in cases) + " |")
+        lines.append(
+            f"| {m} | " + " | ".join(MARK[verdicts[m, c]] if (m, c) in by else "" for c in cases) + " |"
+        )
     lines += ["", "Figures (int8 rows: against fp32; `vs QDQ`: int8 TFLite against its own QDQ model):", ""]
     lines += ["| model | case | figures |", "|---|---|---|"]
     for m in models:
         for c in cases:
             r = by.get((m, c))
             if r and r.outcome == "pass":
-                lines.append(f"| {m} | {c} | {figure_cell(c, r.figures)} |")
+                missed = "; ".join(zoo_cases.figure_problems(c, r.figures))
+                lines.append(
+                    f"| {m} | {c} | {figure_cell(c, r.figures)}{' **' + missed + '**' if missed else ''} |"
+                )
     failures = [r for r in results if r.outcome != "pass"]
     if failures:
-        lines += ["", "Failures (first line):", "", "| model | case | outcome | message |", "|---|---|---|---|"]
+        lines += [
+            "",
+            "Failures (first line):",
+            "",
+            "| model | case | outcome | message |",
+            "|---|---|---|---|",
+        ]
         for r in failures:
             msg = (r.error or "").replace("|", "\\|")
             lines.append(f"| {r.model} | {r.case} | {r.outcome} | {msg} |")
@@ -169,7 +212,9 @@ def markdown(results: list[zoo_cases.CaseResult], cases: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--full", action="store_true", help="the full-size zoo (benchmarks/.zoo)")
     parser.add_argument("--manifest", type=Path, help="a zoo.json (default: reduced or full)")
     parser.add_argument("--no-shared", action="store_true", help="skip the models of ../shared")
@@ -184,8 +229,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     manifest = args.manifest or (FULL_MANIFEST if args.full else zoo_data.MANIFEST)
     if not manifest.exists():
-        print(f"no zoo manifest at {manifest}: run python benchmarks/zoo/export.py{' --full' if args.full else ''}",
-              file=sys.stderr)
+        print(
+            f"no zoo manifest at {manifest}: run python benchmarks/zoo/export.py{' --full' if args.full else ''}",
+            file=sys.stderr,
+        )
         return 2
     cases = args.cases.split(",") if args.cases else list(zoo_cases.CASES)
     unknown = [c for c in cases if c not in zoo_cases.CASES]
@@ -205,18 +252,33 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         print(f"{len(models)} models x {len(cases)} cases, {args.workers} workers", file=sys.stderr)
         results = zoo_cases.run_all(
-            models, cases, work, workers=args.workers, timeout=args.timeout,
-            progress=lambda r: print(f"  {r.model:24s} {r.case:15s} {r.outcome:6s} {r.seconds:6.1f}s "
-                                     f"{r.error or ''}"[:200], file=sys.stderr),
+            models,
+            cases,
+            work,
+            workers=args.workers,
+            timeout=args.timeout,
+            progress=lambda r: print(
+                f"  {r.model:24s} {r.case:15s} {r.outcome:6s} {r.seconds:6.1f}s {r.error or ''}"[:200],
+                file=sys.stderr,
+            ),
         )
         elapsed = time.perf_counter() - started
     print(markdown(results, cases))
     print(f"\n{len(results)} cases in {elapsed:.0f} s")
     if args.json:
-        args.json.write_text(json.dumps({
-            "manifest": str(manifest), "cases": cases, "seconds": round(elapsed, 1),
-            "results": zoo_cases.result_json(results),
-        }, indent=1, default=float) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "manifest": str(manifest),
+                    "cases": cases,
+                    "seconds": round(elapsed, 1),
+                    "results": zoo_cases.result_json(results),
+                },
+                indent=1,
+                default=float,
+            )
+            + "\n"
+        )
     return 0
 
 

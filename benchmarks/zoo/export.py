@@ -131,9 +131,9 @@ def shufflenet_v2(full: bool) -> nn.Module:
 
 def deeplabv3_mobilenet_v3(full: bool) -> nn.Module:
     from torchvision.models import mobilenet_v3_large
+    from torchvision.models._utils import IntermediateLayerGetter
     from torchvision.models.segmentation import deeplabv3_mobilenet_v3_large
     from torchvision.models.segmentation.deeplabv3 import ASPP, DeepLabV3
-    from torchvision.models._utils import IntermediateLayerGetter
 
     if full:
         return Unwrap(deeplabv3_mobilenet_v3_large(weights=None, weights_backbone=None, num_classes=21))
@@ -246,10 +246,16 @@ class SSDStyle(nn.Module):
         self.size = size
         self.stem = conv_bn(3, 2 * w, 3, 2, nn.ReLU6)
         self.f1 = nn.Sequential(  # stride 8
-            InvertedResidual(2 * w, 2 * w, 2, 6), InvertedResidual(2 * w, 3 * w, 2, 6), InvertedResidual(3 * w, 3 * w, 1, 6)
+            InvertedResidual(2 * w, 2 * w, 2, 6),
+            InvertedResidual(2 * w, 3 * w, 2, 6),
+            InvertedResidual(3 * w, 3 * w, 1, 6),
         )
-        self.f2 = nn.Sequential(InvertedResidual(3 * w, 6 * w, 2, 6), InvertedResidual(6 * w, 6 * w, 1, 6))  # 16
-        self.f3 = nn.Sequential(conv_bn(6 * w, 4 * w, 1, 1, nn.ReLU6), conv_bn(4 * w, 8 * w, 3, 2, nn.ReLU6))  # 32
+        self.f2 = nn.Sequential(
+            InvertedResidual(3 * w, 6 * w, 2, 6), InvertedResidual(6 * w, 6 * w, 1, 6)
+        )  # 16
+        self.f3 = nn.Sequential(
+            conv_bn(6 * w, 4 * w, 1, 1, nn.ReLU6), conv_bn(4 * w, 8 * w, 3, 2, nn.ReLU6)
+        )  # 32
         self.anchors_per_cell = 3
         chans = (3 * w, 6 * w, 8 * w)
         a = self.anchors_per_cell
@@ -257,7 +263,10 @@ class SSDStyle(nn.Module):
             [nn.Sequential(conv_bn(c, c, 3, 1, nn.ReLU6, groups=c), nn.Conv2d(c, a * 4, 1)) for c in chans]
         )
         self.conf = nn.ModuleList(
-            [nn.Sequential(conv_bn(c, c, 3, 1, nn.ReLU6, groups=c), nn.Conv2d(c, a * self.classes, 1)) for c in chans]
+            [
+                nn.Sequential(conv_bn(c, c, 3, 1, nn.ReLU6, groups=c), nn.Conv2d(c, a * self.classes, 1))
+                for c in chans
+            ]
         )
         priors = []
         for stride, scale in zip((8, 16, 32), (0.1, 0.3, 0.6), strict=True):
@@ -316,12 +325,16 @@ class UNet(nn.Module):
         for c in chans[:-1]:
             self.down.append(nn.Sequential(conv_bn(cin, c, 3, 1, nn.ReLU), conv_bn(c, c, 3, 1, nn.ReLU)))
             cin = c
-        self.bottom = nn.Sequential(conv_bn(cin, chans[-1], 3, 1, nn.ReLU), conv_bn(chans[-1], chans[-1], 3, 1, nn.ReLU))
+        self.bottom = nn.Sequential(
+            conv_bn(cin, chans[-1], 3, 1, nn.ReLU), conv_bn(chans[-1], chans[-1], 3, 1, nn.ReLU)
+        )
         self.up = nn.ModuleList()
         self.merge = nn.ModuleList()
         for c_hi, c_lo in zip(reversed(chans[1:]), reversed(chans[:-1]), strict=True):
             self.up.append(nn.ConvTranspose2d(c_hi, c_lo, 2, stride=2))
-            self.merge.append(nn.Sequential(conv_bn(2 * c_lo, c_lo, 3, 1, nn.ReLU), conv_bn(c_lo, c_lo, 3, 1, nn.ReLU)))
+            self.merge.append(
+                nn.Sequential(conv_bn(2 * c_lo, c_lo, 3, 1, nn.ReLU), conv_bn(c_lo, c_lo, 3, 1, nn.ReLU))
+            )
         self.out = nn.Conv2d(chans[0], 2, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -350,27 +363,97 @@ KWS_DATA = {"type": "logmel", "sample_rate": 16000, "hop_ms": 20, "window_ms": 3
 def specs() -> list[Spec]:
     return [
         Spec("mobilenet_v2", "MobileNetV2", "classifier", 13, mobilenet_v2, image(96, 224), ["logits"]),
-        Spec("mobilenet_v3_small", "MobileNetV3-Small", "classifier", 17, mobilenet_v3("small"), image(96, 224),
-             ["logits"], note="HardSwish/HardSigmoid as ONNX ops (opset 17)"),
-        Spec("mobilenet_v3_large", "MobileNetV3-Large", "classifier", 13, mobilenet_v3("large"), image(96, 224),
-             ["logits"], note="opset 13: HardSwish exported as HardSigmoid + Mul"),
-        Spec("efficientnet_b0", "EfficientNet-B0", "classifier", 17, efficientnet_b0, image(96, 224), ["logits"],
-             note="SiLU (Sigmoid + Mul), squeeze-excitation"),
+        Spec(
+            "mobilenet_v3_small",
+            "MobileNetV3-Small",
+            "classifier",
+            17,
+            mobilenet_v3("small"),
+            image(96, 224),
+            ["logits"],
+            note="HardSwish/HardSigmoid as ONNX ops (opset 17)",
+        ),
+        Spec(
+            "mobilenet_v3_large",
+            "MobileNetV3-Large",
+            "classifier",
+            13,
+            mobilenet_v3("large"),
+            image(96, 224),
+            ["logits"],
+            note="opset 13: HardSwish exported as HardSigmoid + Mul",
+        ),
+        Spec(
+            "efficientnet_b0",
+            "EfficientNet-B0",
+            "classifier",
+            17,
+            efficientnet_b0,
+            image(96, 224),
+            ["logits"],
+            note="SiLU (Sigmoid + Mul), squeeze-excitation",
+        ),
         Spec("resnet18", "ResNet-18", "classifier", 13, resnet18, image(96, 224), ["logits"]),
-        Spec("shufflenet_v2", "ShuffleNetV2", "classifier", 13, shufflenet_v2, image(96, 224), ["logits"],
-             note="channel shuffle (Reshape/Transpose), Split"),
-        Spec("deeplabv3_mobilenet_v3", "DeepLabV3-MobileNetV3", "segmenter", 17, deeplabv3_mobilenet_v3,
-             image(128, 520), ["out"], note="dilated depthwise convs, ASPP pooling branch, bilinear Resize"),
-        Spec("yolo_style", "YOLO-style detector", "detector", 13, lambda full: YoloStyle(full, 640 if full else 128),
-             image(128, 640, "images"), ["detections"],
-             note="anchor-free decode in the graph: Split, Sigmoid, Exp, Div, Slice, Concat, grids as constants"),
-        Spec("ssd_style", "SSD-style detector", "detector", 17, lambda full: SSDStyle(full, 320 if full else 128),
-             image(128, 320, "images"), ["boxes", "scores"],
-             note="SSD decode in the graph: priors as a constant, Div, Exp, Slice, Concat, Softmax"),
-        Spec("kws_gru", "GRU keyword spotter", "sequence", 13, lambda full: KeywordSpotter("gru", full, 40),
-             lambda full: [("mfcc", [1, 98 if full else 49, 40])], ["logits"], data=dict(KWS_DATA)),
-        Spec("kws_lstm", "LSTM keyword spotter", "sequence", 17, lambda full: KeywordSpotter("lstm", full, 40),
-             lambda full: [("mfcc", [1, 98 if full else 49, 40])], ["logits"], data=dict(KWS_DATA)),
+        Spec(
+            "shufflenet_v2",
+            "ShuffleNetV2",
+            "classifier",
+            13,
+            shufflenet_v2,
+            image(96, 224),
+            ["logits"],
+            note="channel shuffle (Reshape/Transpose), Split",
+        ),
+        Spec(
+            "deeplabv3_mobilenet_v3",
+            "DeepLabV3-MobileNetV3",
+            "segmenter",
+            17,
+            deeplabv3_mobilenet_v3,
+            image(128, 520),
+            ["out"],
+            note="dilated depthwise convs, ASPP pooling branch, bilinear Resize",
+        ),
+        Spec(
+            "yolo_style",
+            "YOLO-style detector",
+            "detector",
+            13,
+            lambda full: YoloStyle(full, 640 if full else 128),
+            image(128, 640, "images"),
+            ["detections"],
+            note="anchor-free decode in the graph: Split, Sigmoid, Exp, Div, Slice, Concat, grids as constants",
+        ),
+        Spec(
+            "ssd_style",
+            "SSD-style detector",
+            "detector",
+            17,
+            lambda full: SSDStyle(full, 320 if full else 128),
+            image(128, 320, "images"),
+            ["boxes", "scores"],
+            note="SSD decode in the graph: priors as a constant, Div, Exp, Slice, Concat, Softmax",
+        ),
+        Spec(
+            "kws_gru",
+            "GRU keyword spotter",
+            "sequence",
+            13,
+            lambda full: KeywordSpotter("gru", full, 40),
+            lambda full: [("mfcc", [1, 98 if full else 49, 40])],
+            ["logits"],
+            data=dict(KWS_DATA),
+        ),
+        Spec(
+            "kws_lstm",
+            "LSTM keyword spotter",
+            "sequence",
+            17,
+            lambda full: KeywordSpotter("lstm", full, 40),
+            lambda full: [("mfcc", [1, 98 if full else 49, 40])],
+            ["logits"],
+            data=dict(KWS_DATA),
+        ),
         Spec("unet", "UNet (ConvTranspose)", "segmenter", 17, UNet, image(64, 256), ["mask_logits"]),
     ]
 
@@ -378,7 +461,9 @@ def specs() -> list[Spec]:
 # --------------------------------------------------------------------------------------------- pipeline
 
 
-def set_bn_statistics(model: nn.Module, spec: Spec, full: bool, photos: list[np.ndarray], batches: int) -> int:
+def set_bn_statistics(
+    model: nn.Module, spec: Spec, full: bool, photos: list[np.ndarray], batches: int
+) -> int:
     """Run real photos through ``model`` in train mode with ``momentum=None`` on every BatchNorm (the running
     statistics become the cumulative average over the batches). Returns how many BatchNorm layers were set."""
     bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
@@ -388,7 +473,11 @@ def set_bn_statistics(model: nn.Module, spec: Spec, full: bool, photos: list[np.
         bn.reset_running_stats()
         bn.momentum = None
     model.train()
-    entry = {"name": spec.name, "data": spec.data, "inputs": [{"name": n, "shape": s} for n, s in spec.inputs(full)]}
+    entry = {
+        "name": spec.name,
+        "data": spec.data,
+        "inputs": [{"name": n, "shape": s} for n, s in spec.inputs(full)],
+    }
     batch = 8 if full else 16
     with torch.no_grad():
         for b in range(batches):
@@ -404,13 +493,31 @@ def export(spec: Spec, full: bool, out_dir: Path, photos: list[np.ndarray], seed
     batches = 4 if full else 8
     n_bn = set_bn_statistics(model, spec, full, photos, batches)
     inputs = spec.inputs(full)
-    example = tuple(torch.from_numpy(zoo_data.make_arrays(
-        {"name": spec.name, "data": spec.data, "inputs": [{"name": n, "shape": s} for n, s in inputs]}, 1, 7, photos
-    )[n]) for n, _ in inputs)
+    example = tuple(
+        torch.from_numpy(
+            zoo_data.make_arrays(
+                {
+                    "name": spec.name,
+                    "data": spec.data,
+                    "inputs": [{"name": n, "shape": s} for n, s in inputs],
+                },
+                1,
+                7,
+                photos,
+            )[n]
+        )
+        for n, _ in inputs
+    )
     path = out_dir / f"{spec.name}.onnx"
     torch.onnx.export(
-        model, example, str(path), input_names=[n for n, _ in inputs], output_names=spec.outputs,
-        opset_version=spec.opset, dynamo=False, do_constant_folding=True,
+        model,
+        example,
+        str(path),
+        input_names=[n for n, _ in inputs],
+        output_names=spec.outputs,
+        opset_version=spec.opset,
+        dynamo=False,
+        do_constant_folding=True,
     )
     import onnx
 
@@ -436,9 +543,13 @@ def export(spec: Spec, full: bool, out_dir: Path, photos: list[np.ndarray], seed
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--full", action="store_true", help="full sizes into benchmarks/.zoo/")
-    parser.add_argument("--out", type=Path, help="output folder (default: tests/zoo/models or benchmarks/.zoo)")
+    parser.add_argument(
+        "--out", type=Path, help="output folder (default: tests/zoo/models or benchmarks/.zoo)"
+    )
     parser.add_argument("--only", help="comma-separated model names")
     parser.add_argument("--photos", type=Path, help="folder of photos (default: ../shared's, else sklearn's)")
     args = parser.parse_args(argv)
@@ -453,7 +564,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(2)
     wanted = set(args.only.split(",")) if args.only else None
     manifest_path = out_dir / "zoo.json"
-    manifest = zoo_data.load_manifest(manifest_path) if manifest_path.exists() else {"format": 1, "models": []}
+    manifest = (
+        zoo_data.load_manifest(manifest_path) if manifest_path.exists() else {"format": 1, "models": []}
+    )
     by_name = {e["name"]: e for e in manifest["models"]}
     for i, spec in enumerate(specs()):
         if wanted and spec.name not in wanted:
@@ -462,7 +575,9 @@ def main(argv: list[str] | None = None) -> int:
         entry["size"] = "full" if args.full else "reduced"
         by_name[spec.name] = entry
         size = (out_dir / entry["file"]).stat().st_size
-        print(f"{spec.name:26s} opset {spec.opset}  {entry['params']:>9,d} params  {size / 1e6:6.2f} MB  {entry['ops']}")
+        print(
+            f"{spec.name:26s} opset {spec.opset}  {entry['params']:>9,d} params  {size / 1e6:6.2f} MB  {entry['ops']}"
+        )
     manifest["models"] = sorted(by_name.values(), key=lambda e: e["name"])
     manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
     print(f"wrote {manifest_path}")

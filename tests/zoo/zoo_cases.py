@@ -31,6 +31,15 @@ from typing import Any
 import numpy as np
 
 CASES = ("arm-cpu fp32", "arm-cpu int8", "nnapi", "intel-vpu fp16", "intel-vpu int8", "quantize")
+#: Signs of an internal detail leaking into a user-facing error line (an object repr, a pass name).
+INTERNAL_LEAKS = (" object at 0x", "Traceback", "Pass object", "<edgekit.")
+#: Calibration and evaluation samples per model in tests/test_zoo.py (and benchmarks/zoo.py --record-expected).
+TEST_CALIB, TEST_EVAL = 8, 8
+#: The issue's figures for passing cases (one table, used by the test and the benchmark).
+FP32_MAX_REL_ERROR = 1e-4  # arm-cpu fp32: max error of the output range, against fp32 onnxruntime
+INT8_VS_QDQ_COSINE = 0.999  # arm-cpu int8 against its own QDQ model, per output
+INT8_VS_QDQ_TOP1 = 0.99
+FP16_COSINE = 0.999  # intel-vpu fp16 against fp32, per output
 #: Kinds whose first output is scored by top-1 (classifiers: argmax of the flattened output; sequence models:
 #: argmax over the last axis at every step).
 TOP1_KINDS = ("classifier", "sequence")
@@ -69,7 +78,11 @@ def edgekit_command() -> list[str]:
     found = shutil.which("edgekit")
     if found:
         return [found]
-    return [sys.executable, "-c", "import sys; from edgekit.cli.main import main; sys.argv[0] = 'edgekit'; main()"]
+    return [
+        sys.executable,
+        "-c",
+        "import sys; from edgekit.cli.main import main; sys.argv[0] = 'edgekit'; main()",
+    ]
 
 
 def case_command(model: Model, case: str, out: Path) -> list[str]:
@@ -83,7 +96,14 @@ def case_command(model: Model, case: str, out: Path) -> list[str]:
         "intel-vpu fp16": [*deploy, "--target", "intel-vpu"],
         "intel-vpu int8": [*deploy, "--target", "intel-vpu", "--precision", "int8", "--calib", calib],
         "quantize": [
-            *edgekit_command(), "quantize", m, "--calib", calib, "-o", str(out / "model.qdq.onnx"), "-q",
+            *edgekit_command(),
+            "quantize",
+            m,
+            "--calib",
+            calib,
+            "-o",
+            str(out / "model.qdq.onnx"),
+            "-q",
             *model.extra_args,
         ],
     }
@@ -102,6 +122,13 @@ def classify(returncode: int | None, output: str, timed_out: bool = False) -> tu
     if returncode == 0:
         return "pass", None
     if returncode == 2 and len(errors) == 1:
+        message = errors[0][len("error:") :].strip()
+        leak = next((m for m in INTERNAL_LEAKS if m in message), None)
+        if leak or len(message) < 10:
+            return (
+                "crash",
+                f"typed error that does not name the problem ({leak or 'too short'}): {errors[0][:300]}",
+            )
         return "typed", errors[0][:400]
     if returncode is not None and returncode < 0:
         try:
@@ -122,13 +149,21 @@ def run_case(model: Model, case: str, work: Path, timeout: float) -> CaseResult:
     timed_out = False
     try:
         proc = subprocess.run(
-            case_command(model, case, out), capture_output=True, text=True, timeout=timeout, env=env,
+            case_command(model, case, out),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
             stdin=subprocess.DEVNULL,
         )
         code, output = proc.returncode, proc.stdout + proc.stderr
     except subprocess.TimeoutExpired as exc:
         timed_out, code = True, None
-        output = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        output = (
+            (exc.stdout or b"").decode(errors="replace")
+            if isinstance(exc.stdout, bytes)
+            else (exc.stdout or "")
+        )
     seconds = time.perf_counter() - start
     (out / "cli.log").write_text(output)
     outcome, message = classify(code, output, timed_out)
@@ -157,8 +192,12 @@ def run_all(
     if figures:
         by_model = {m.name: m for m in models}
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            list(pool.map(lambda m: _model_figures(m, [r for r in results if r.model == m.name], work, timeout),
-                          by_model.values()))
+            list(
+                pool.map(
+                    lambda m: _model_figures(m, [r for r in results if r.model == m.name], work, timeout),
+                    by_model.values(),
+                )
+            )
     return results
 
 
@@ -176,20 +215,77 @@ def _model_figures(model: Model, results: list[CaseResult], work: Path, timeout:
         "edgekit": edgekit_command(),
     }
     folder = work / model.name
-    spec_path, out_path = folder / "figures.spec.json", folder / "figures.json"
+    figures, problem = _figures_child(spec, folder / "figures", timeout)
+    if problem and len(passed) > 1:
+        # One case's artifact took the child down (a runtime abort): retry each case in its own child.
+        for r in passed:
+            one, why = _figures_child(
+                dict(spec, cases={r.case: r.out_dir}), folder / f"figures-{r.case.replace(' ', '-')}", timeout
+            )
+            figures[r.case] = one.get(r.case) or {"error": why or "no figures"}
+    for r in passed:
+        r.figures = figures.get(r.case) or {"error": problem or "no figures"}
+
+
+def _figures_child(spec: Mapping[str, Any], stem: Path, timeout: float) -> tuple[dict[str, Any], str | None]:
+    """Run ``compute_figures(spec)`` in a child process; ``(figures, problem)``."""
+    spec_path, out_path = stem.with_suffix(".spec.json"), stem.with_suffix(".json")
     spec_path.write_text(json.dumps(spec))
     out_path.unlink(missing_ok=True)
     try:
         proc = subprocess.run(
             [sys.executable, str(Path(__file__).resolve()), "figures", str(spec_path), str(out_path)],
-            capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
         )
-        problem = None if proc.returncode == 0 else f"figures exited {proc.returncode}: {_tail(proc.stderr)}"
+        problem = (
+            None if proc.returncode == 0 else f"figures child exited {proc.returncode}: {_tail(proc.stderr)}"
+        )
     except subprocess.TimeoutExpired:
-        problem = "figures timed out"
-    figures = json.loads(out_path.read_text()) if out_path.exists() else {}
-    for r in passed:
-        r.figures = figures.get(r.case) or {"error": problem or "no figures"}
+        problem = "figures child timed out"
+    return (json.loads(out_path.read_text()) if out_path.exists() else {}), problem
+
+
+def figure_problems(case: str, figures: Mapping[str, Any]) -> list[str]:
+    """The issue's figures this passing case misses (empty: all met, or none apply to the case)."""
+    if case not in ("arm-cpu fp32", "arm-cpu int8", "intel-vpu fp16"):
+        return []
+    if "error" in figures:
+        return [f"figures could not be computed: {figures['error']}"]
+    problems = []
+    if case == "arm-cpu fp32":
+        measured = figures["vs_fp32"]["max_rel_error"]
+        manifest = figures.get("verification_max_rel_error")
+        for what, value in (("measured", measured), ("manifest verification", manifest)):
+            if value is None or not value <= FP32_MAX_REL_ERROR:
+                problems.append(
+                    f"fp32 TFLite max error {value} of the output range ({what}) > {FP32_MAX_REL_ERROR}"
+                )
+    elif case == "arm-cpu int8":
+        vs = figures.get("vs_qdq", {})
+        if "error" in vs:
+            return [vs["error"]]
+        for name, v in vs["outputs"].items():
+            if not v["cosine"] >= INT8_VS_QDQ_COSINE:
+                problems.append(
+                    f"int8 TFLite vs its QDQ: cosine {v['cosine']:.6f} on {name} < {INT8_VS_QDQ_COSINE}"
+                )
+        if vs.get("top1") is not None and not vs["top1"] >= INT8_VS_QDQ_TOP1:
+            problems.append(f"int8 TFLite vs its QDQ: top-1 agreement {vs['top1']:.3f} < {INT8_VS_QDQ_TOP1}")
+    else:
+        for name, v in figures["vs_fp32"]["outputs"].items():
+            if not v["cosine"] >= FP16_COSINE:
+                problems.append(f"FP16 IR vs fp32: cosine {v['cosine']:.6f} on {name} < {FP16_COSINE}")
+    return problems
+
+
+def verdict(result: CaseResult) -> str:
+    """``pass`` | ``typed`` | ``crash`` | ``figures`` (the CLI passed but an issue figure is missed)."""
+    if result.outcome == "pass" and figure_problems(result.case, result.figures):
+        return "figures"
+    return result.outcome
 
 
 def _tail(text: str) -> str:
@@ -255,7 +351,9 @@ def compare(kind: str, ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarr
     }
 
 
-def _samples(path: str, names: Sequence[str], shapes: Mapping[str, Sequence[int]]) -> list[dict[str, np.ndarray]]:
+def _samples(
+    path: str, names: Sequence[str], shapes: Mapping[str, Sequence[int]]
+) -> list[dict[str, np.ndarray]]:
     with np.load(path) as data:
         arrays = {n: data[n] for n in names}
     count = len(next(iter(arrays.values())))
@@ -303,7 +401,10 @@ def _bundle_runner(folder: Path, onnx_shapes: Mapping[str, Sequence[int]]) -> Ca
         specs = [by_name[n] for n in names] if all(n in by_name for n in names) else in_specs
         ordered = {s.name: to_device(feeds[n], s) for n, s in zip(names, specs, strict=True)}
         outs, _ = runner.run([ordered[s.name] for s in in_specs])
-        return {s.name: from_device(o, s, onnx_shapes.get(s.name, o.shape)) for s, o in zip(out_specs, outs, strict=True)}
+        return {
+            s.name: from_device(o, s, onnx_shapes.get(s.name, o.shape))
+            for s, o in zip(out_specs, outs, strict=True)
+        }
 
     return run
 
@@ -328,7 +429,9 @@ def compute_figures(spec: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         try:
             figures[case] = _case_figures(case, Path(folder), spec, kind, samples, ref, onnx_shapes)
         except Exception as exc:  # noqa: BLE001 - a figure that cannot be computed is reported, not raised
-            figures[case] = {"error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"}
+            figures[case] = {
+                "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
+            }
     return figures
 
 
@@ -355,11 +458,24 @@ def _case_figures(case, root: Path, spec, kind, samples, ref, onnx_shapes) -> di
     if case == "arm-cpu int8":
         # The conversion, not the quantization: the int8 TFLite against the QDQ model of the same scheme.
         qdq_path = root / "qdq-int8.onnx"
-        cmd = [*spec["edgekit"], "quantize", spec["model"], "--calib", spec["calib"], "--activations", "int8",
-               "-o", str(qdq_path), "-q", *spec["extra_args"]]
+        cmd = [
+            *spec["edgekit"],
+            "quantize",
+            spec["model"],
+            "--calib",
+            spec["calib"],
+            "--activations",
+            "int8",
+            "-o",
+            str(qdq_path),
+            "-q",
+            *spec["extra_args"],
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
         if proc.returncode != 0:
-            out["vs_qdq"] = {"error": f"edgekit quantize --activations int8 failed: {_tail(proc.stdout + proc.stderr)}"}
+            out["vs_qdq"] = {
+                "error": f"edgekit quantize --activations int8 failed: {_tail(proc.stdout + proc.stderr)}"
+            }
         else:
             qdq, _, _ = _onnx_runner(str(qdq_path), exact_qdq=True)
             out["vs_qdq"] = compare(kind, _stack([qdq(s) for s in samples]), got)

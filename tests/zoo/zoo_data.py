@@ -34,7 +34,13 @@ MANIFEST = MODELS / "zoo.json"
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 #: The ImageNet normalisation of torchvision/timm models, as a manifest ``data`` entry.
-IMAGENET_DATA = {"type": "image", "color": "RGB", "scale": 1 / 255, "mean": IMAGENET_MEAN, "std": IMAGENET_STD}
+IMAGENET_DATA = {
+    "type": "image",
+    "color": "RGB",
+    "scale": 1 / 255,
+    "mean": IMAGENET_MEAN,
+    "std": IMAGENET_STD,
+}
 
 
 def load_manifest(path: Path = MANIFEST) -> dict[str, Any]:
@@ -78,9 +84,7 @@ def _resize(img: np.ndarray, height: int, width: int) -> np.ndarray:
     return np.asarray(Image.fromarray(img).resize((width, height), Image.BILINEAR))
 
 
-def photo_crops(
-    photos: Sequence[np.ndarray], count: int, height: int, width: int, seed: int
-) -> np.ndarray:
+def photo_crops(photos: Sequence[np.ndarray], count: int, height: int, width: int, seed: int) -> np.ndarray:
     """``count`` uint8 [H, W, 3] crops: random crops (20-100 % of the shorter side, random place and flip) of
     the photos, cycling through them, resized to H x W. With many photos (the shared set) the first pass takes
     the centre crop of each photo, as an ImageNet evaluation would."""
@@ -183,7 +187,9 @@ def logmel_array(data: Mapping[str, Any], shape: Sequence[int], count: int, seed
     rng = np.random.default_rng(seed)
     out = np.empty((count, *[int(d) for d in shape[1:]]), np.float32)
     for i in range(count):
-        signal = synthetic_utterance(rng, sample_rate, (frames - 1) * hop / sample_rate + window / sample_rate)
+        signal = synthetic_utterance(
+            rng, sample_rate, (frames - 1) * hop / sample_rate + window / sample_rate
+        )
         starts = np.arange(frames) * hop
         segments = np.stack([signal[s : s + window] for s in starts]) * np.hanning(window)
         power = np.abs(np.fft.rfft(segments, n_fft)) ** 2
