@@ -213,8 +213,9 @@ def token_arrays(
     mask = np.zeros((count, length), np.int64)
     for i in range(count):
         n = int(rng.integers(max(3, length // 4), length + 1))
-        body = rng.zipf(1.3, n - 2) % max(vocab - 1000, 1) + min(1000, vocab // 2)  # word-frequency-like ids
-        ids[i, :n] = np.concatenate([[101 % vocab], np.clip(body, 1, vocab - 1), [102 % vocab]])
+        low = 1000 if vocab > 2000 else 103 if vocab > 206 else 1  # BERT vocabularies: words start at 1000
+        body = low + (rng.zipf(1.3, n - 2) - 1) % (vocab - low)  # word-frequency-like ids
+        ids[i, :n] = np.concatenate([[min(101, vocab - 1)], body, [min(102, vocab - 1)]])
         mask[i, :n] = 1
     out = {}
     for spec in inputs:
