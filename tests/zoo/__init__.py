@@ -1,0 +1,1 @@
+"""The zoo of real architectures: manifest, data and the CLI cases (see benchmarks/zoo/README.md)."""

@@ -1,0 +1,514 @@
+"""The six deployment cases of the zoo, run as the real ``edgekit`` CLI in subprocesses, and their figures.
+
+Shared by ``tests/test_zoo.py`` and ``benchmarks/zoo.py``. A case is one CLI run; its outcome is
+
+- ``pass``: exit 0 and no traceback;
+- ``typed``: exit 2, no traceback, exactly one output line starting with ``error:`` (the typed error);
+- ``crash``: anything else (a traceback, a signal, exit 1, several or no ``error:`` lines, a timeout).
+
+Figures are computed afterwards, per model, in a child process (``python zoo_cases.py figures SPEC OUT``) so
+that a runtime that aborts cannot take the caller down. Each runs the packaged artifacts on the model's
+evaluation samples and compares with onnxruntime running the source model (fp32), and for ``arm-cpu int8``
+with the QDQ model of the same scheme (``edgekit quantize --activations int8``) run exactly by
+``edgekit.runtime.HostRunner``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+CASES = ("arm-cpu fp32", "arm-cpu int8", "nnapi", "intel-vpu fp16", "intel-vpu int8", "quantize")
+#: Signs of an internal detail leaking into a user-facing error line (an object repr, a pass name).
+INTERNAL_LEAKS = (" object at 0x", "Traceback", "Pass object", "<edgekit.")
+#: Calibration and evaluation samples per model in tests/test_zoo.py (and benchmarks/zoo.py --record-expected).
+TEST_CALIB, TEST_EVAL = 8, 8
+#: The issue's figures for passing cases (one table, used by the test and the benchmark).
+FP32_MAX_REL_ERROR = 1e-4  # arm-cpu fp32: max error of the output range, against fp32 onnxruntime
+INT8_VS_QDQ_COSINE = 0.999  # arm-cpu int8 against its own QDQ model, per output
+INT8_VS_QDQ_TOP1 = 0.99
+FP16_COSINE = 0.999  # intel-vpu fp16 against fp32, per output
+#: Kinds whose first output is scored by top-1 (classifiers: argmax of the flattened output; sequence models:
+#: argmax over the last axis at every step).
+TOP1_KINDS = ("classifier", "sequence")
+
+
+@dataclass
+class Model:
+    """One model to run: a zoo manifest entry plus where its file and data are."""
+
+    name: str
+    path: Path
+    kind: str
+    inputs: list[dict[str, Any]]
+    calib: Path
+    eval: Path
+    extra_args: list[str] = field(default_factory=list)  # e.g. --input-shape x=1,3,320,320
+
+
+@dataclass
+class CaseResult:
+    model: str
+    case: str
+    outcome: str  # pass | typed | crash
+    returncode: int | None
+    seconds: float
+    error: str | None = None  # the error: line (typed) or the first line of what went wrong (crash)
+    out_dir: str | None = None
+    figures: dict[str, Any] = field(default_factory=dict)
+
+
+def edgekit_command() -> list[str]:
+    """The installed ``edgekit`` console script beside this interpreter (else on PATH)."""
+    beside = Path(sys.executable).parent / "edgekit"
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which("edgekit")
+    if found:
+        return [found]
+    return [
+        sys.executable,
+        "-c",
+        "import sys; from edgekit.cli.main import main; sys.argv[0] = 'edgekit'; main()",
+    ]
+
+
+def case_command(model: Model, case: str, out: Path) -> list[str]:
+    """The CLI command line of one case (writes under ``out``)."""
+    m, calib = str(model.path), str(model.calib)
+    deploy = [*edgekit_command(), "deploy", m, "-o", str(out), "-q", *model.extra_args]
+    commands = {
+        "arm-cpu fp32": [*deploy, "--target", "arm-cpu", "--precision", "fp32"],
+        "arm-cpu int8": [*deploy, "--target", "arm-cpu", "--precision", "int8", "--calib", calib],
+        "nnapi": [*deploy, "--target", "nnapi", "--calib", calib],
+        "intel-vpu fp16": [*deploy, "--target", "intel-vpu"],
+        "intel-vpu int8": [*deploy, "--target", "intel-vpu", "--precision", "int8", "--calib", calib],
+        "quantize": [
+            *edgekit_command(),
+            "quantize",
+            m,
+            "--calib",
+            calib,
+            "-o",
+            str(out / "model.qdq.onnx"),
+            "-q",
+            *model.extra_args,
+        ],
+    }
+    return commands[case]
+
+
+def classify(returncode: int | None, output: str, timed_out: bool = False) -> tuple[str, str | None]:
+    """``(outcome, message)`` of one CLI run from its exit code and combined output."""
+    lines = [line for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error:")]
+    if timed_out:
+        return "crash", "timed out"
+    if "Traceback (most recent call last)" in output:
+        tail = next((line for line in reversed(lines) if line and not line.startswith(" ")), "traceback")
+        return "crash", f"traceback: {tail.strip()[:300]}"
+    if returncode == 0:
+        return "pass", None
+    if returncode == 2 and len(errors) == 1:
+        message = errors[0][len("error:") :].strip()
+        leak = next((m for m in INTERNAL_LEAKS if m in message), None)
+        if leak or len(message) < 10:
+            return (
+                "crash",
+                f"typed error that does not name the problem ({leak or 'too short'}): {errors[0][:300]}",
+            )
+        return "typed", errors[0][:400]
+    if returncode is not None and returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = str(-returncode)
+        return "crash", f"killed by {name}" + (f": {lines[-1][:200]}" if lines else "")
+    first = errors[0] if errors else (lines[-1] if lines else "no output")
+    return "crash", f"exit {returncode} with {len(errors)} error line(s): {first[:300]}"
+
+
+def run_case(model: Model, case: str, work: Path, timeout: float) -> CaseResult:
+    out = work / model.name / case.replace(" ", "-")
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", NO_COLOR="1", COLUMNS="200")
+    start = time.perf_counter()
+    timed_out = False
+    try:
+        proc = subprocess.run(
+            case_command(model, case, out),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
+        code, output = proc.returncode, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        timed_out, code = True, None
+        output = (
+            (exc.stdout or b"").decode(errors="replace")
+            if isinstance(exc.stdout, bytes)
+            else (exc.stdout or "")
+        )
+    seconds = time.perf_counter() - start
+    (out / "cli.log").write_text(output)
+    outcome, message = classify(code, output, timed_out)
+    return CaseResult(model.name, case, outcome, code, round(seconds, 2), message, str(out))
+
+
+def run_all(
+    models: Sequence[Model],
+    cases: Sequence[str],
+    work: Path,
+    *,
+    workers: int = 2,
+    timeout: float = 300.0,
+    figures: bool = True,
+    progress: Callable[[CaseResult], None] | None = None,
+) -> list[CaseResult]:
+    """Every model x case through the CLI (``workers`` at a time), then each model's figures in a child."""
+    jobs = [(m, c) for m in models for c in cases]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(run_case, m, c, work, timeout) for m, c in jobs]
+        results = []
+        for fut in futures:
+            results.append(fut.result())
+            if progress:
+                progress(results[-1])
+    if figures:
+        by_model = {m.name: m for m in models}
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            list(
+                pool.map(
+                    lambda m: _model_figures(m, [r for r in results if r.model == m.name], work, timeout),
+                    by_model.values(),
+                )
+            )
+    return results
+
+
+def _model_figures(model: Model, results: list[CaseResult], work: Path, timeout: float) -> None:
+    passed = [r for r in results if r.outcome == "pass"]
+    if not passed:
+        return
+    spec = {
+        "model": str(model.path),
+        "kind": model.kind,
+        "eval": str(model.eval),
+        "calib": str(model.calib),
+        "extra_args": model.extra_args,
+        "cases": {r.case: r.out_dir for r in passed},
+        "edgekit": edgekit_command(),
+    }
+    folder = work / model.name
+    figures, problem = _figures_child(spec, folder / "figures", timeout)
+    if problem and len(passed) > 1:
+        # One case's artifact took the child down (a runtime abort): retry each case in its own child.
+        for r in passed:
+            one, why = _figures_child(
+                dict(spec, cases={r.case: r.out_dir}), folder / f"figures-{r.case.replace(' ', '-')}", timeout
+            )
+            figures[r.case] = one.get(r.case) or {"error": why or "no figures"}
+    for r in passed:
+        r.figures = figures.get(r.case) or {"error": problem or "no figures"}
+
+
+def _figures_child(spec: Mapping[str, Any], stem: Path, timeout: float) -> tuple[dict[str, Any], str | None]:
+    """Run ``compute_figures(spec)`` in a child process; ``(figures, problem)``."""
+    spec_path, out_path = stem.with_suffix(".spec.json"), stem.with_suffix(".json")
+    spec_path.write_text(json.dumps(spec))
+    out_path.unlink(missing_ok=True)
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(Path(__file__).resolve()), "figures", str(spec_path), str(out_path)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+        problem = (
+            None if proc.returncode == 0 else f"figures child exited {proc.returncode}: {_tail(proc.stderr)}"
+        )
+    except subprocess.TimeoutExpired:
+        problem = "figures child timed out"
+    return (json.loads(out_path.read_text()) if out_path.exists() else {}), problem
+
+
+def figure_problems(case: str, figures: Mapping[str, Any]) -> list[str]:
+    """The issue's figures this passing case misses (empty: all met, or none apply to the case)."""
+    if case not in ("arm-cpu fp32", "arm-cpu int8", "intel-vpu fp16"):
+        return []
+    if not figures:
+        return ["no figures were computed"]
+    if case == "intel-vpu fp16" and figures.get("source_quantized"):
+        return []  # a quantized source deploys as an int8 IR: the FP16 figure is not its yardstick
+    if "error" in figures:
+        return [f"figures could not be computed: {figures['error']}"]
+    problems = []
+    if case == "arm-cpu fp32":
+        measured = figures["vs_fp32"]["max_rel_error"]
+        manifest = figures.get("verification_max_rel_error")
+        for what, value in (("measured", measured), ("manifest verification", manifest)):
+            if value is None or not value <= FP32_MAX_REL_ERROR:
+                problems.append(
+                    f"fp32 TFLite max error {value} of the output range ({what}) > {FP32_MAX_REL_ERROR}"
+                )
+    elif case == "arm-cpu int8":
+        vs = figures.get("vs_qdq", {})
+        if "error" in vs:
+            return [vs["error"]]
+        for name, v in vs["outputs"].items():
+            if not v["cosine"] >= INT8_VS_QDQ_COSINE:
+                problems.append(
+                    f"int8 TFLite vs its QDQ: cosine {v['cosine']:.6f} on {name} < {INT8_VS_QDQ_COSINE}"
+                )
+        if vs.get("top1") is not None and not vs["top1"] >= INT8_VS_QDQ_TOP1:
+            problems.append(f"int8 TFLite vs its QDQ: top-1 agreement {vs['top1']:.3f} < {INT8_VS_QDQ_TOP1}")
+    else:
+        for name, v in figures["vs_fp32"]["outputs"].items():
+            if not v["cosine"] >= FP16_COSINE:
+                problems.append(f"FP16 IR vs fp32: cosine {v['cosine']:.6f} on {name} < {FP16_COSINE}")
+    return problems
+
+
+def verdict(result: CaseResult) -> str:
+    """``pass`` | ``typed`` | ``crash`` | ``figures`` (the CLI passed but an issue figure is missed)."""
+    if result.outcome == "pass" and figure_problems(result.case, result.figures):
+        return "figures"
+    return result.outcome
+
+
+def _tail(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+# ------------------------------------------------------------------------------------------------ figures
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    na, nb = np.linalg.norm(a), np.linalg.norm(b)
+    if na == 0 or nb == 0:
+        return 1.0 if na == nb else 0.0
+    return float(a @ b / (na * nb))
+
+
+def sqnr_db(ref: np.ndarray, got: np.ndarray) -> float:
+    ref, got = np.asarray(ref, np.float64), np.asarray(got, np.float64)
+    noise = float(np.mean((ref - got) ** 2))
+    signal_power = float(np.mean(ref**2))
+    if noise == 0:
+        return float("inf")
+    return 10 * np.log10(max(signal_power, 1e-30) / noise)
+
+
+def max_rel_error(ref: np.ndarray, got: np.ndarray) -> float:
+    """max |ref - got| relative to the reference's value range."""
+    ref, got = np.asarray(ref, np.float64), np.asarray(got, np.float64)
+    span = float(ref.max() - ref.min()) if ref.size else 0.0
+    err = float(np.abs(ref - got).max()) if ref.size else 0.0
+    return err / span if span > 0 else err
+
+
+def top1_agreement(kind: str, ref: np.ndarray, got: np.ndarray) -> float | None:
+    if kind not in TOP1_KINDS:
+        return None
+    if kind == "classifier":  # [samples, ...] -> argmax of each sample's flattened scores
+        r, g = ref.reshape(ref.shape[0], -1).argmax(1), got.reshape(got.shape[0], -1).argmax(1)
+    else:
+        r, g = ref.argmax(-1), got.argmax(-1)
+    return float(np.mean(r == g))
+
+
+def compare(kind: str, ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """Per output: cosine, SQNR, max error of the range; worst over outputs; top-1 on the first output."""
+    per_output = {}
+    for name, r in ref.items():
+        g = got[name]
+        per_output[name] = {
+            "cosine": cosine(r, g),
+            "sqnr_db": sqnr_db(r, g),
+            "max_rel_error": max_rel_error(r, g),
+        }
+    first = next(iter(ref))
+    return {
+        "cosine": min(v["cosine"] for v in per_output.values()),
+        "sqnr_db": min(v["sqnr_db"] for v in per_output.values()),
+        "max_rel_error": max(v["max_rel_error"] for v in per_output.values()),
+        "top1": top1_agreement(kind, ref[first], got[first]),
+        "outputs": per_output,
+    }
+
+
+def _samples(
+    path: str, names: Sequence[str], shapes: Mapping[str, Sequence[int]]
+) -> list[dict[str, np.ndarray]]:
+    with np.load(path) as data:
+        arrays = {n: data[n] for n in names}
+    count = len(next(iter(arrays.values())))
+    return [{n: arrays[n][i].reshape(shapes[n]) for n in names} for i in range(count)]
+
+
+def _stack(outputs: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    return {k: np.stack([o[k] for o in outputs]) for k in outputs[0]}
+
+
+def _onnx_runner(path: str, exact_qdq: bool = False) -> tuple[Callable[[dict], dict], list[str], dict]:
+    """A function running ONNX ``path`` on one sample: onnxruntime for float models, HostRunner (exact QDQ
+    semantics) when ``exact_qdq``."""
+    import onnx
+
+    proto = onnx.load(path)
+    outputs = [o.name for o in proto.graph.output]
+    if exact_qdq:
+        from edgekit.runtime import HostRunner
+
+        runner = HostRunner(proto)
+        return (lambda feeds: runner.run(feeds)), outputs, {}
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    return (lambda feeds: dict(zip(outputs, session.run(outputs, feeds), strict=True))), outputs, {}
+
+
+def _bundle_runner(folder: Path, onnx_shapes: Mapping[str, Sequence[int]]) -> Callable[[dict], dict]:
+    from edgekit.device_agents.bundle import read_bundle
+    from edgekit.device_agents.runtimes import open_runner
+    from edgekit.device_eval import from_device, to_device
+
+    bundle = read_bundle(folder)
+    runner = open_runner(bundle, threads=1)
+    manifest = bundle.manifest
+    in_specs, out_specs = list(manifest.inputs), list(manifest.outputs)
+
+    def run(feeds: dict) -> dict:
+        names = list(feeds)
+        by_name = {s.name: s for s in in_specs}
+        specs = [by_name[n] for n in names] if all(n in by_name for n in names) else in_specs
+        ordered = {s.name: to_device(feeds[n], s) for n, s in zip(names, specs, strict=True)}
+        outs, _ = runner.run([ordered[s.name] for s in in_specs])
+        return {
+            s.name: from_device(o, s, onnx_shapes.get(s.name, o.shape))
+            for s, o in zip(out_specs, outs, strict=True)
+        }
+
+    return run
+
+
+def compute_figures(spec: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The figures of every passing case of one model (see the module docstring)."""
+    import onnx
+
+    proto = onnx.load(spec["model"], load_external_data=False)
+    init = {t.name for t in proto.graph.initializer}
+    inputs = [i.name for i in proto.graph.input if i.name not in init]
+    with np.load(spec["eval"]) as data:
+        shapes = {n: (1, *data[n].shape[1:]) for n in inputs}
+    samples = _samples(spec["eval"], inputs, shapes)
+    ref_fn, out_names, _ = _onnx_runner(spec["model"])
+    ref_list = [ref_fn(s) for s in samples]
+    ref = _stack(ref_list)
+    onnx_shapes = {k: v.shape for k, v in ref_list[0].items()}
+    kind = spec["kind"]
+    figures: dict[str, dict[str, Any]] = {}
+    for case, folder in spec["cases"].items():
+        try:
+            figures[case] = _case_figures(case, Path(folder), spec, kind, samples, ref, onnx_shapes)
+        except Exception as exc:  # noqa: BLE001 - a figure that cannot be computed is reported, not raised
+            figures[case] = {
+                "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
+            }
+    return figures
+
+
+def _manifest_verification(folder: Path) -> dict[str, Any]:
+    path = folder / "manifest.json"
+    return json.loads(path.read_text()).get("verification", {}) if path.exists() else {}
+
+
+def _case_figures(case, root: Path, spec, kind, samples, ref, onnx_shapes) -> dict[str, Any]:
+    target = {"arm-cpu fp32": "arm-cpu", "arm-cpu int8": "arm-cpu", "nnapi": "nnapi"}.get(case)
+    if case.startswith("intel-vpu"):
+        target = "intel-vpu"
+    if case == "quantize":
+        qdq, _, _ = _onnx_runner(str(root / "model.qdq.onnx"), exact_qdq=True)
+        return {"vs_fp32": compare(kind, ref, _stack([qdq(s) for s in samples]))}
+    folder = root / target
+    verification = _manifest_verification(folder)
+    run = _bundle_runner(folder, onnx_shapes)
+    got = _stack([run(s) for s in samples])
+    out: dict[str, Any] = {
+        "verification_max_rel_error": verification.get("max_rel_error"),
+        "vs_fp32": compare(kind, ref, got),
+        "source_quantized": _is_quantized(spec["model"]),
+    }
+    if case == "arm-cpu int8" and out["source_quantized"]:
+        # An already-quantized source (QOperator or QDQ) is its own QDQ model: the reference above.
+        out["vs_qdq"] = dict(out["vs_fp32"], reference="the quantized source model (onnxruntime)")
+    elif case == "arm-cpu int8":
+        # The conversion, not the quantization: the int8 TFLite against the QDQ model of the same scheme.
+        qdq_path = root / "qdq-int8.onnx"
+        cmd = [
+            *spec["edgekit"],
+            "quantize",
+            spec["model"],
+            "--calib",
+            spec["calib"],
+            "--activations",
+            "int8",
+            "-o",
+            str(qdq_path),
+            "-q",
+            *spec["extra_args"],
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            out["vs_qdq"] = {
+                "error": f"edgekit quantize --activations int8 failed: {_tail(proc.stdout + proc.stderr)}"
+            }
+        else:
+            qdq, _, _ = _onnx_runner(str(qdq_path), exact_qdq=True)
+            out["vs_qdq"] = compare(kind, _stack([qdq(s) for s in samples]), got)
+    return out
+
+
+def _is_quantized(path: str) -> bool:
+    import onnx
+
+    ops = {n.op_type for n in onnx.load(path, load_external_data=False).graph.node}
+    return bool(ops & {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger"})
+
+
+def main(argv: Sequence[str]) -> int:
+    if len(argv) == 3 and argv[0] == "figures":
+        spec = json.loads(Path(argv[1]).read_text())
+        Path(argv[2]).write_text(json.dumps(compute_figures(spec), default=float))
+        return 0
+    print("usage: zoo_cases.py figures SPEC.json OUT.json", file=sys.stderr)
+    return 2
+
+
+def result_json(results: Sequence[CaseResult]) -> list[dict[str, Any]]:
+    return [asdict(r) for r in results]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

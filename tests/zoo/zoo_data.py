@@ -1,0 +1,271 @@
+"""Calibration and evaluation data for the zoo models (``tests/zoo/models/zoo.json``), from real photos.
+
+Importable by the tests and the benchmarks, and needs only numpy, Pillow and scikit-learn (no torch). Each
+manifest entry's ``data`` says how to make its inputs:
+
+- ``{"type": "image", "color": "RGB"|"BGR"|"GRAY", "scale": s, "mean": [...], "std": [...]}``: crops of real
+  photographs resized to the input's H x W, ``(pixel * scale - mean) / std`` per channel, NCHW. Photos are
+  scikit-learn's two bundled sample images (offline, always there) by default, or the 200 ImageNet photos of
+  ``../shared/data/imagenet-sample-200`` when a ``photos`` folder is given.
+- ``{"type": "logmel", "sample_rate": 16000, "hop_ms": 20, "window_ms": 30}``: log-mel features ``[frames,
+  bins]`` (the input's last two dims) of a synthetic voiced signal (harmonics with a gliding pitch, formant-like
+  envelope, noise bursts), computed with numpy, normalised per utterance: the float input of a keyword spotter.
+- ``{"type": "tokens", "vocab_size": V, "roles": {"input_ids": "ids", "attention_mask": "mask",
+  "token_type_ids": "type_ids"}}``: token ids of sentences of random length (a CLS id 101, body ids, a SEP id
+  102, then padding 0) with the matching attention mask (1 on tokens, 0 on padding); ``type_ids`` are zeros.
+
+Arrays have a leading sample axis and the input's shape without its batch dim (``edgekit``'s .npz format).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+MODELS = HERE / "models"
+MANIFEST = MODELS / "zoo.json"
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+#: The ImageNet normalisation of torchvision/timm models, as a manifest ``data`` entry.
+IMAGENET_DATA = {
+    "type": "image",
+    "color": "RGB",
+    "scale": 1 / 255,
+    "mean": IMAGENET_MEAN,
+    "std": IMAGENET_STD,
+}
+
+
+def load_manifest(path: Path = MANIFEST) -> dict[str, Any]:
+    """The zoo manifest: ``{"format": 1, "models": [entry, ...]}``."""
+    return json.loads(Path(path).read_text())
+
+
+def entries(path: Path = MANIFEST) -> list[dict[str, Any]]:
+    return list(load_manifest(path)["models"])
+
+
+# ------------------------------------------------------------------------------------------------ photos
+
+
+@functools.lru_cache(maxsize=4)
+def cached_photos(photos: Path | None = None) -> list[np.ndarray]:
+    """:func:`load_photos`, read once per folder."""
+    return load_photos(photos)
+
+
+def load_photos(photos: Path | None = None, limit: int | None = None) -> list[np.ndarray]:
+    """RGB uint8 HxWx3 photographs: the JPEGs of ``photos`` (sorted by name), else scikit-learn's two."""
+    if photos is not None:
+        from PIL import Image
+
+        files = sorted(p for p in Path(photos).iterdir() if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
+        out = []
+        for f in files[:limit] if limit else files:
+            with Image.open(f) as im:
+                out.append(np.asarray(im.convert("RGB")))
+        if out:
+            return out
+    from sklearn.datasets import load_sample_images
+
+    return [np.asarray(img) for img in load_sample_images().images]
+
+
+def _resize(img: np.ndarray, height: int, width: int) -> np.ndarray:
+    from PIL import Image
+
+    return np.asarray(Image.fromarray(img).resize((width, height), Image.BILINEAR))
+
+
+def photo_crops(photos: Sequence[np.ndarray], count: int, height: int, width: int, seed: int) -> np.ndarray:
+    """``count`` uint8 [H, W, 3] crops: random crops (20-100 % of the shorter side, random place and flip) of
+    the photos, cycling through them, resized to H x W. With many photos (the shared set) the first pass takes
+    the centre crop of each photo, as an ImageNet evaluation would."""
+    rng = np.random.default_rng(seed)
+    out = np.empty((count, height, width, 3), np.uint8)
+    many = len(photos) >= count
+    order = rng.permutation(len(photos))
+    for i in range(count):
+        img = photos[order[i % len(photos)]]
+        h, w = img.shape[:2]
+        aspect = width / height
+        if many:  # centre crop with the input's aspect (resize the shorter side, then crop)
+            ch, cw = (h, min(w, round(h * aspect))) if w / h >= aspect else (min(h, round(w / aspect)), w)
+            top, left = (h - ch) // 2, (w - cw) // 2
+        else:
+            frac = rng.uniform(0.2, 1.0)
+            ch = max(8, int(min(h, w / aspect) * frac))
+            cw = max(8, min(w, int(ch * aspect)))
+            top, left = rng.integers(0, h - ch + 1), rng.integers(0, w - cw + 1)
+        crop = img[top : top + ch, left : left + cw]
+        if not many and rng.random() < 0.5:
+            crop = crop[:, ::-1]
+        out[i] = _resize(np.ascontiguousarray(crop), height, width)
+    return out
+
+
+def image_array(
+    data: Mapping[str, Any], shape: Sequence[int], count: int, seed: int, photos: Sequence[np.ndarray]
+) -> np.ndarray:
+    """``count`` normalised images shaped like one sample of an NCHW input ``shape`` ([1, C, H, W])."""
+    channels, height, width = int(shape[1]), int(shape[2]), int(shape[3])
+    crops = photo_crops(photos, count, height, width, seed).astype(np.float32)
+    color = data.get("color", "RGB").upper()
+    if color == "BGR":
+        crops = crops[..., ::-1]
+    elif color == "GRAY" or channels == 1:
+        crops = (crops @ np.array([0.299, 0.587, 0.114], np.float32))[..., None]
+    x = crops * np.float32(data.get("scale", 1.0))
+    if data.get("mean") is not None:
+        x = x - np.asarray(data["mean"], np.float32)
+    if data.get("std") is not None:
+        x = x / np.asarray(data["std"], np.float32)
+    return np.ascontiguousarray(x.transpose(0, 3, 1, 2).astype(np.float32))
+
+
+# ------------------------------------------------------------------------------------------------- audio
+
+
+def _mel_filters(sample_rate: int, n_fft: int, bins: int) -> np.ndarray:
+    def hz_to_mel(f):
+        return 2595.0 * np.log10(1.0 + np.asarray(f) / 700.0)
+
+    def mel_to_hz(m):
+        return 700.0 * (10 ** (np.asarray(m) / 2595.0) - 1.0)
+
+    mels = np.linspace(hz_to_mel(20.0), hz_to_mel(sample_rate / 2), bins + 2)
+    edges = mel_to_hz(mels) / sample_rate * n_fft
+    k = np.arange(n_fft // 2 + 1)
+    filters = np.zeros((bins, k.size), np.float64)
+    for b in range(bins):
+        lo, mid, hi = edges[b], edges[b + 1], edges[b + 2]
+        up = (k - lo) / max(mid - lo, 1e-9)
+        down = (hi - k) / max(hi - mid, 1e-9)
+        filters[b] = np.clip(np.minimum(up, down), 0, None)
+    return filters
+
+
+def synthetic_utterance(rng: np.random.Generator, sample_rate: int, seconds: float) -> np.ndarray:
+    """A speech-like signal: a voiced segment (harmonics of a gliding pitch shaped by two formants) between
+    silence and noise bursts, with background noise."""
+    n = int(sample_rate * seconds)
+    t = np.arange(n) / sample_rate
+    start, length = rng.uniform(0.05, 0.35) * seconds, rng.uniform(0.3, 0.6) * seconds
+    f0 = rng.uniform(90, 250) * (1 + 0.15 * np.sin(2 * np.pi * rng.uniform(1, 4) * t))
+    phase = 2 * np.pi * np.cumsum(f0) / sample_rate
+    formants = rng.uniform([300, 900], [900, 2500])
+    voiced = np.zeros(n)
+    for h in range(1, 30):
+        freq = f0 * h
+        gain = sum(np.exp(-(((freq - f) / 150.0) ** 2)) for f in formants) / h**0.5
+        voiced += gain * np.sin(h * phase)
+    envelope = np.clip((t - start) / 0.03, 0, 1) * np.clip((start + length - t) / 0.05, 0, 1)
+    signal = voiced * envelope
+    for _ in range(rng.integers(1, 3)):  # fricative-like bursts
+        b0 = rng.uniform(0, seconds - 0.1)
+        burst = (t > b0) & (t < b0 + rng.uniform(0.03, 0.1))
+        signal += burst * rng.normal(0, 0.3, n)
+    signal += rng.normal(0, rng.uniform(0.005, 0.05), n)
+    return (signal / (np.abs(signal).max() + 1e-9)).astype(np.float64)
+
+
+def logmel_array(data: Mapping[str, Any], shape: Sequence[int], count: int, seed: int) -> np.ndarray:
+    """``count`` log-mel feature maps shaped like one sample of ``shape`` ([1, frames, bins])."""
+    frames, bins = int(shape[-2]), int(shape[-1])
+    sample_rate = int(data.get("sample_rate", 16000))
+    hop = int(sample_rate * data.get("hop_ms", 20) / 1000)
+    window = int(sample_rate * data.get("window_ms", 30) / 1000)
+    n_fft = 1 << (window - 1).bit_length()
+    filters = _mel_filters(sample_rate, n_fft, bins)
+    rng = np.random.default_rng(seed)
+    out = np.empty((count, *[int(d) for d in shape[1:]]), np.float32)
+    for i in range(count):
+        signal = synthetic_utterance(
+            rng, sample_rate, (frames - 1) * hop / sample_rate + window / sample_rate
+        )
+        starts = np.arange(frames) * hop
+        segments = np.stack([signal[s : s + window] for s in starts]) * np.hanning(window)
+        power = np.abs(np.fft.rfft(segments, n_fft)) ** 2
+        logmel = np.log(power @ filters.T + 1e-6)
+        logmel = (logmel - logmel.mean()) / (logmel.std() + 1e-6)
+        out[i] = logmel.reshape(out.shape[1:]).astype(np.float32)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ tokens
+
+
+def token_arrays(
+    data: Mapping[str, Any], inputs: Sequence[Mapping[str, Any]], count: int, seed: int
+) -> dict[str, np.ndarray]:
+    roles = data.get("roles", {})
+    vocab = int(data.get("vocab_size", 1000))
+    rng = np.random.default_rng(seed)
+    length = int(inputs[0]["shape"][-1])
+    ids = np.zeros((count, length), np.int64)
+    mask = np.zeros((count, length), np.int64)
+    for i in range(count):
+        n = int(rng.integers(max(3, length // 4), length + 1))
+        low = 1000 if vocab > 2000 else 103 if vocab > 206 else 1  # BERT vocabularies: words start at 1000
+        body = low + (rng.zipf(1.3, n - 2) - 1) % (vocab - low)  # word-frequency-like ids
+        ids[i, :n] = np.concatenate([[min(101, vocab - 1)], body, [min(102, vocab - 1)]])
+        mask[i, :n] = 1
+    out = {}
+    for spec in inputs:
+        role = roles.get(spec["name"], "ids")
+        arr = {"ids": ids, "mask": mask, "type_ids": np.zeros_like(ids)}[role]
+        out[spec["name"]] = arr.reshape((count, *[int(d) for d in spec["shape"][1:]])).astype(spec["dtype"])
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- files
+
+
+def make_arrays(
+    entry: Mapping[str, Any], count: int, seed: int, photos: Sequence[np.ndarray] | None = None
+) -> dict[str, np.ndarray]:
+    """The inputs of ``count`` samples for a manifest ``entry``, keyed by input name."""
+    data = entry["data"]
+    kind = data["type"]
+    if kind == "tokens":
+        return token_arrays(data, entry["inputs"], count, seed)
+    out = {}
+    for k, spec in enumerate(entry["inputs"]):
+        if kind == "image":
+            out[spec["name"]] = image_array(data, spec["shape"], count, seed + k, photos or cached_photos())
+        elif kind == "logmel":
+            out[spec["name"]] = logmel_array(data, spec["shape"], count, seed + k)
+        else:
+            raise ValueError(f"{entry.get('name')}: unknown data type {kind!r}")
+    return out
+
+
+def write_data(
+    entry: Mapping[str, Any],
+    folder: Path,
+    *,
+    calib: int = 16,
+    evaluation: int = 8,
+    photos: Path | None = None,
+) -> tuple[Path, Path]:
+    """Write ``folder/<name>.calib.npz`` and ``folder/<name>.eval.npz`` (disjoint samples); return both."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    images = cached_photos(photos) if entry["data"]["type"] == "image" else None
+    if images is not None and photos is not None and len(images) >= calib + evaluation:
+        calib_arrays = make_arrays(entry, calib, 1, images[:calib])
+        eval_arrays = make_arrays(entry, evaluation, 2, images[calib : calib + evaluation])
+    else:
+        calib_arrays = make_arrays(entry, calib, 1, images)
+        eval_arrays = make_arrays(entry, evaluation, 2, images)
+    paths = folder / f"{entry['name']}.calib.npz", folder / f"{entry['name']}.eval.npz"
+    np.savez(paths[0], **calib_arrays)
+    np.savez(paths[1], **eval_arrays)
+    return paths
