@@ -12,6 +12,7 @@ from onnx import helper
 from tflite_helpers import (
     assert_close_to_range,
     convert_proto,
+    edgekit_qdq,
     make_model,
     op_types,
     random_feeds,
@@ -161,3 +162,67 @@ def test_zoo_kws_models_match_onnx(name: str) -> None:
         feeds = random_feeds(model, seed)
         for a, e in zip(run_tflite(result, feeds), run_onnx(model, feeds), strict=True):
             assert_close_to_range(a, e, rel=1e-4)
+
+
+def _rnn_between_matmuls(op: str) -> onnx.ModelProto:
+    """MatMul -> Relu -> RNN (Y) -> MatMul: the quantizer has integer rules around the RNN, none for it."""
+    rng = np.random.default_rng(3)
+    gates = 4 if op == "LSTM" else 3
+    outs = ["y", "y_h", "y_c"][: 3 if op == "LSTM" else 2]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w_in"], ["proj"], name="proj"),
+        helper.make_node("Relu", ["proj"], ["act"], name="act"),
+        helper.make_node(op, ["act", "W", "R", "B"], outs, name="rnn", hidden_size=HIDDEN),
+        helper.make_node("Squeeze", ["y", "axes"], ["seq"], name="squeeze"),
+        helper.make_node("MatMul", ["seq", "w_out"], ["out"], name="head"),
+    ]
+    inits = {
+        "w_in": _w(rng, INPUT, INPUT),
+        "W": _w(rng, 1, gates * HIDDEN, INPUT),
+        "R": _w(rng, 1, gates * HIDDEN, HIDDEN),
+        "B": _w(rng, 1, 2 * gates * HIDDEN),
+        "axes": np.array([1], np.int64),
+        "w_out": _w(rng, HIDDEN, 4),
+    }
+    return make_model(nodes, {"x": (SEQ, 1, INPUT)}, ["out"], inits, opset=13)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_int8_model_keeps_the_rnn_as_a_float_island(op: str) -> None:
+    from edgekit.targets.tflite.converter import ConvertOptions
+
+    model = _rnn_between_matmuls(op)
+    calib = [random_feeds(model, seed) for seed in range(8)]
+    qdq = edgekit_qdq(model, calib)
+    assert op in {n.op_type for n in qdq.graph.node}
+    result = convert_proto(qdq, ConvertOptions(io_dtype="float32"))
+    ops = op_types(result)
+    assert ops.get("DEQUANTIZE", 0) >= 1 and ops.get("QUANTIZE", 0) >= 1, ops
+    assert ops.get("LOGISTIC", 0) >= SEQ, ops
+    for seed in (20, 21):
+        feeds = random_feeds(model, seed)
+        (actual,) = run_tflite(result, feeds)
+        (expected,) = run_onnx(qdq, feeds)
+        assert_close_to_range(actual, expected, rel=0.02)
+
+
+def test_zoo_kws_gru_int8_deploy_verifies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from edgekit.cli.common import run_app
+    from edgekit.cli.main import app
+    from edgekit.device_agents.bundle import read_bundle
+
+    path = ZOO / "kws_gru.onnx"
+    if not path.exists():
+        pytest.skip(f"{path} is not in this checkout (the zoo models come with the zoo branch)")
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, mfcc=np.random.default_rng(0).standard_normal((8, 1, 49, 40)).astype(np.float32))
+    args = ["deploy", str(path), "-t", "arm-cpu", "--precision", "int8", "--calib", str(calib)]
+    try:
+        run_app(app, [*args, "-o", str(tmp_path / "out")])
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    manifest = read_bundle(tmp_path / "out" / "arm-cpu").manifest
+    assert manifest.verification["precision"] == "int8" and manifest.verification["passed"]
