@@ -1,4 +1,4 @@
-"""LSTM and GRU, unrolled over the static sequence length into FULLY_CONNECTED / elementwise ops.
+"""RNN, LSTM and GRU, unrolled over the static sequence length into FULLY_CONNECTED / elementwise ops.
 
 The input projections of all time steps are one FULLY_CONNECTED (X [seq * batch, input] by W, with the
 biases folded in); each step slices its rows, adds the recurrent FULLY_CONNECTED of the previous hidden
@@ -20,7 +20,7 @@ from edgekit.targets.tflite.ops_elementwise import binary
 from edgekit.targets.tflite.registry import converter
 from edgekit.targets.tflite.schema import fb
 
-_DEFAULT_ACTIVATIONS = {"LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh")}
+_DEFAULT_ACTIVATIONS = {"LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh"), "RNN": ("Tanh",)}
 
 
 def _text(value: str | bytes) -> str:
@@ -137,7 +137,12 @@ class _Rnn:
             state = ctx.transpose(state, (1, 0, 2))
         part = ctx.tmp("initial", (1, self.batch, self.hidden))
         starts = ctx.graph.const("begin", [d, 0, 0], np.int32)
-        ctx.op("SLICE", [state, starts, ctx.graph.const("size", part.shape, np.int32)], [part], fb.SliceOptionsT())
+        ctx.op(
+            "SLICE",
+            [state, starts, ctx.graph.const("size", part.shape, np.int32)],
+            [part],
+            fb.SliceOptionsT(),
+        )
         return ctx.reshape(part, (self.batch, self.hidden))
 
     def times(self, d: int) -> list[int]:
@@ -340,3 +345,49 @@ def gru(
         hs.append(outs)
         finals[0].append(h)
     rnn.emit_outputs(node, hs, finals)
+
+
+@converter("RNN", since=7)
+def rnn(
+    ctx: Context,
+    node: ir.Node,
+    *,
+    activations: Sequence[str] | None = None,
+    activation_alpha: Sequence[float] | None = None,
+    activation_beta: Sequence[float] | None = None,
+    clip: float | None = None,
+    direction: str = "forward",
+    hidden_size: int | None = None,
+    layout: int = 0,
+) -> None:
+    cell = _Rnn(
+        ctx,
+        node,
+        1,
+        activations=activations,
+        activation_alpha=activation_alpha,
+        activation_beta=activation_beta,
+        clip=clip,
+        direction=direction,
+        hidden_size=hidden_size,
+        layout=layout,
+    )
+    hidden = cell.hidden
+    hs: list[dict[int, Tensor]] = []
+    finals: list[list[Tensor]] = [[]]
+    for d in range(len(cell.directions)):
+        xw = cell.projection(d, cell.b[d, :hidden] + cell.b[d, hidden:])
+        r_t = ctx.graph.const("R", cell.r[d])
+        h = cell.initial(_input(node, 5), d)
+        outs: dict[int, Tensor] = {}
+        for t in cell.times(d):
+            pre = cell.step_rows(xw, t, 0, hidden)
+            if h is not None:
+                rec = ctx.tmp("hr", pre.shape)
+                _fully_connected(ctx, h, r_t, None, rec)
+                pre = cell.binary("ADD", pre, rec)
+            h = cell.unary("TANH", pre)
+            outs[t] = h
+        hs.append(outs)
+        finals[0].append(h)
+    cell.emit_outputs(node, hs, finals)

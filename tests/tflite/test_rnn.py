@@ -41,7 +41,7 @@ def _rnn_model(
     **attrs,
 ) -> onnx.ModelProto:
     rng = np.random.default_rng(7)
-    gates = 4 if op == "LSTM" else 3
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
     nd = 2 if direction == "bidirectional" else 1
     x_shape = (SEQ, batch, INPUT) if layout == 0 else (batch, SEQ, INPUT)
     state_shape = (nd, batch, HIDDEN) if layout == 0 else (batch, nd, HIDDEN)
@@ -65,6 +65,8 @@ def _rnn_model(
     while names[-1] == "":
         names.pop()
     outs = list(outputs[: 3 if op == "LSTM" else 2])
+    while outs and not outs[-1]:
+        outs.pop()
     node = helper.make_node(
         op, names, outs, name=f"{op.lower()}_node", direction=direction, hidden_size=HIDDEN, **attrs
     )
@@ -80,7 +82,10 @@ CASES = {
     "lstm_input_init_nobias": ("LSTM", {"initial": "input", "bias": False}),
     "lstm_only_y_h": ("LSTM", {"outputs": ("", "y_h")}),
     "lstm_peepholes": ("LSTM", {"initial": "input", "peepholes": True}),
-    "lstm_layout1_bidir": ("LSTM", {"direction": "bidirectional", "batch": 2, "layout": 1, "initial": "input"}),
+    "lstm_layout1_bidir": (
+        "LSTM",
+        {"direction": "bidirectional", "batch": 2, "layout": 1, "initial": "input"},
+    ),
     "gru_forward": ("GRU", {}),
     "gru_lbr1": ("GRU", {"linear_before_reset": 1}),
     "gru_reverse_b2_const_init": ("GRU", {"direction": "reverse", "batch": 2, "initial": "const"}),
@@ -88,9 +93,16 @@ CASES = {
         "GRU",
         {"direction": "bidirectional", "batch": 2, "initial": "input", "linear_before_reset": 1},
     ),
+    "gru_bidir_explicit_default_activations": (
+        "GRU",
+        {"direction": "bidirectional", "activations": ["Sigmoid", "Tanh", "Sigmoid", "Tanh"]},
+    ),
     "gru_nobias_b2": ("GRU", {"bias": False, "batch": 2}),
     "gru_only_y": ("GRU", {"outputs": ("y", "")}),
     "gru_layout1": ("GRU", {"layout": 1, "batch": 2, "initial": "input", "linear_before_reset": 1}),
+    "rnn_forward": ("RNN", {}),
+    "rnn_bidir_b2_input_init": ("RNN", {"direction": "bidirectional", "batch": 2, "initial": "input"}),
+    "rnn_reverse_const_init_nobias": ("RNN", {"direction": "reverse", "initial": "const", "bias": False}),
 }
 
 
@@ -100,7 +112,7 @@ def test_rnn_matches_onnx(case: str) -> None:
     model = _rnn_model(op, **kwargs)
     result = convert_proto(model)
     ops = op_types(result)
-    assert "FULLY_CONNECTED" in ops and "LOGISTIC" in ops, ops
+    assert "FULLY_CONNECTED" in ops and ("LOGISTIC" in ops or op == "RNN"), ops
     for seed in (0, 1):
         feeds = random_feeds(model, seed)
         expected = _reference(model, feeds) if kwargs.get("layout") else run_onnx(model, feeds)
@@ -123,6 +135,8 @@ def _reference(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
         ("LSTM", {"activations": ["Relu", "Tanh", "Tanh"]}, "activations"),
         ("GRU", {"clip": 2.0}, "clip"),
         ("LSTM", {"input_forget": 1}, "input_forget"),
+        ("RNN", {"activations": ["Relu"]}, "activations"),
+        ("GRU", {"activations": ["Sigmoid", "Tanh"], "activation_alpha": [1.0]}, "activation_alpha"),
     ],
 )
 def test_unsupported_rnn_features_are_refused(op: str, kwargs: dict, message: str) -> None:
