@@ -168,8 +168,6 @@ def test_sequence_lens_equal_to_sequence_is_accepted() -> None:
 @pytest.mark.parametrize("name", ["kws_gru", "kws_lstm"])
 def test_zoo_kws_models_match_onnx(name: str) -> None:
     path = ZOO / f"{name}.onnx"
-    if not path.exists():
-        pytest.skip(f"{path} is not in this checkout (the zoo models come with the zoo branch)")
     model = onnx.load(path)
     result = convert_proto(model)
     for seed in (0, 1):
@@ -226,8 +224,6 @@ def test_zoo_kws_gru_int8_deploy_verifies(tmp_path: Path, capsys: pytest.Capture
     from edgekit.device_agents.bundle import read_bundle
 
     path = ZOO / "kws_gru.onnx"
-    if not path.exists():
-        pytest.skip(f"{path} is not in this checkout (the zoo models come with the zoo branch)")
     calib = tmp_path / "calib.npz"
     np.savez(calib, mfcc=np.random.default_rng(0).standard_normal((8, 1, 49, 40)).astype(np.float32))
     args = ["deploy", str(path), "-t", "arm-cpu", "--precision", "int8", "--calib", str(calib)]
