@@ -40,7 +40,7 @@ def _output(node: ir.Node, index: int) -> ir.Value | None:
 
 
 class _Rnn:
-    """Checks the attributes and inputs shared by LSTM and GRU and holds the per-direction pieces."""
+    """Checks the attributes and inputs shared by RNN, LSTM and GRU and holds the per-direction pieces."""
 
     def __init__(
         self,
@@ -99,8 +99,8 @@ class _Rnn:
             lens = ctx.const(lens_value)
             if lens is None or not np.all(lens == self.seq):
                 raise ctx.error(
-                    "sequence_lens shorter than the sequence length are not supported "
-                    f"(only all equal to {self.seq})"
+                    "sequence_lens must be a constant with every length equal to the sequence length "
+                    f"{self.seq} (shorter sequences are not supported)"
                 )
         self.x_rows = ctx.reshape(x, (self.seq * self.batch, self.input_size))
 
