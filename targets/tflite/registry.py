@@ -83,5 +83,6 @@ def _load_converters() -> None:
         ops_logic,
         ops_misc,
         ops_resize,
+        ops_rnn,
         ops_shape,
     )
