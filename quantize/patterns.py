@@ -101,15 +101,20 @@ def _gelu_at(erf: ir.Node) -> list[ir.Node] | None:
     return None
 
 
-def erf_gelus(model: ir.Model) -> dict[str, str]:
-    """The nodes of every exact (erf) GELU written out in ``model``."""
+def _every(model: ir.Model, op_type: str, match, reason: str) -> dict[str, str]:
+    """The nodes of every match of ``match`` (tried at each ``op_type`` node), each with ``reason``."""
     found: dict[str, str] = {}
     for node in model.graph:
-        if node.op_type == "Erf":
-            nodes = _gelu_at(node)
+        if node.op_type == op_type:
+            nodes = match(node)
             if nodes is not None:
-                found.update((n.name, GELU_REASON) for n in nodes)
+                found.update((n.name, reason) for n in nodes)
     return found
+
+
+def erf_gelus(model: ir.Model) -> dict[str, str]:
+    """The nodes of every exact (erf) GELU written out in ``model``."""
+    return _every(model, "Erf", _gelu_at, GELU_REASON)
 
 
 def _producer(value: ir.Value | None, *op_types: str) -> ir.Node | None:
@@ -150,13 +155,7 @@ def layer_norm_at(div: ir.Node) -> list[ir.Node] | None:
 
 def layer_norms(model: ir.Model) -> dict[str, str]:
     """The nodes of every LayerNorm written out in ``model``."""
-    found: dict[str, str] = {}
-    for node in model.graph:
-        if node.op_type == "Div":
-            nodes = layer_norm_at(node)
-            if nodes is not None:
-                found.update((n.name, LAYER_NORM_REASON) for n in nodes)
-    return found
+    return _every(model, "Div", layer_norm_at, LAYER_NORM_REASON)
 
 
 def float_patterns(model: ir.Model) -> dict[str, str]:

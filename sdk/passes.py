@@ -487,15 +487,24 @@ class DivByConstantPass(ir.passes.InPlacePass):
                 continue
             reciprocal = (1.0 / divisor.astype(np.float64)).astype(np.float32)
             const = add_initializer(graph, names, f"{div.inputs[1].name}_reciprocal", reciprocal)
-            mul = ir.node("Mul", [div.inputs[0], const], name=names.fresh(f"{div.name}_as_Mul"))
-            graph.insert_before(div, mul)
-            mul.outputs[0].name = names.fresh(f"{div.outputs[0].name}_mul")
-            mul.outputs[0].dtype = div.outputs[0].dtype
-            mul.outputs[0].shape = div.outputs[0].shape
-            replace_value(div.outputs[0], mul.outputs[0])
+            _stand_in(graph, names, div, "Mul", [div.inputs[0], const], f"{div.name}_as_Mul", "mul")
             graph.remove(div, safe=True)
             modified = True
         return ir.passes.PassResult(model, modified)
+
+
+def _stand_in(
+    graph: ir.Graph, names: NameScope, node: ir.Node, op_type: str, inputs: list, name: str, suffix: str
+) -> ir.Node:
+    """A one-output ``op_type`` node inserted before ``node`` that takes its first output's place: the readers,
+    dtype and shape (and a graph output's name), its own output named ``<output>_<suffix>``."""
+    old = node.outputs[0]
+    new = ir.node(op_type, inputs, name=names.fresh(name))
+    graph.insert_before(node, new)
+    new.outputs[0].name = names.fresh(f"{old.name}_{suffix}")
+    new.outputs[0].dtype, new.outputs[0].shape = old.dtype, old.shape
+    replace_value(old, new.outputs[0])
+    return new
 
 
 def _is_scalar_const(value: ir.Value | None, expected: float, rel: float = 1e-5) -> bool:
@@ -551,12 +560,7 @@ class FuseHardSwishPass(ir.passes.InPlacePass):
             if found is None:
                 continue
             a, last, removed = found
-            hswish = ir.node("HardSwish", [a], name=names.fresh(f"{last.name}_HardSwish"))
-            graph.insert_before(last, hswish)
-            hswish.outputs[0].name = names.fresh(f"{last.outputs[0].name}_hardswish")
-            hswish.outputs[0].dtype = last.outputs[0].dtype
-            hswish.outputs[0].shape = last.outputs[0].shape
-            replace_value(last.outputs[0], hswish.outputs[0])
+            _stand_in(graph, names, last, "HardSwish", [a], f"{last.name}_HardSwish", "hardswish")
             graph.remove(removed, safe=True)
             modified = True
         return ir.passes.PassResult(model, modified)
