@@ -148,6 +148,14 @@ class _Rnn:
     def times(self, d: int) -> list[int]:
         return list(range(self.seq)) if self.directions[d] == "forward" else list(range(self.seq - 1, -1, -1))
 
+    def recurrent(
+        self, h: Tensor, weight: Tensor, bias: Tensor | None, like: Tensor, name: str = "hr"
+    ) -> Tensor:
+        """``h @ weight^T (+ bias)``, one step's recurrent term, shaped like ``like`` (FULLY_CONNECTED)."""
+        out = self.ctx.tmp(name, like.shape)
+        _fully_connected(self.ctx, h, weight, bias, out)
+        return out
+
     def unary(self, code: str, x: Tensor) -> Tensor:
         out = self.ctx.tmp(code.lower(), x.shape)
         self.ctx.op(code, [x], [out])
@@ -249,9 +257,7 @@ def lstm(
         for t in rnn.times(d):
             gates = rnn.step_rows(xw, t, 0, 4 * hidden)
             if h is not None:
-                rec = ctx.tmp("hr", gates.shape)
-                _fully_connected(ctx, h, r_t, None, rec)
-                gates = rnn.binary("ADD", gates, rec)
+                gates = rnn.binary("ADD", gates, rnn.recurrent(h, r_t, None, gates))
             g_i, g_o, g_f, g_c = rnn.split(gates, 4)  # ONNX gate order: i, o, f, c
             if p_i is not None and c is not None:
                 g_i = rnn.binary("ADD", g_i, rnn.binary("MUL", c, p_i))
@@ -318,23 +324,18 @@ def gru(
             zr = rnn.step_rows(xw, t, 0, 2 * hidden)
             x_h = rnn.step_rows(xw, t, 2 * hidden, hidden)
             if h is not None:
-                rec = ctx.tmp("hr", zr.shape)
-                _fully_connected(ctx, h, r_zr, None, rec)
-                zr = rnn.binary("ADD", zr, rec)
+                zr = rnn.binary("ADD", zr, rnn.recurrent(h, r_zr, None, zr))
             g_z, g_r = rnn.split(zr, 2)  # ONNX gate order: z, r, h
             z = rnn.unary("LOGISTIC", g_z)
             r = rnn.unary("LOGISTIC", g_r)
             rec_h = None
             if linear_before_reset:  # r * (H @ Rh^T + Rbh)
                 if h is not None:
-                    rec_h = ctx.tmp("hr_h", x_h.shape)
-                    _fully_connected(ctx, h, r_h, rb_h_t, rec_h)
-                    rec_h = rnn.binary("MUL", r, rec_h)
+                    rec_h = rnn.binary("MUL", r, rnn.recurrent(h, r_h, rb_h_t, x_h, "hr_h"))
                 elif np.any(rb_h):
                     rec_h = rnn.binary("MUL", r, rb_h_t)
             elif h is not None:  # (r * H) @ Rh^T (Rbh is in the projection)
-                rec_h = ctx.tmp("hr_h", x_h.shape)
-                _fully_connected(ctx, rnn.binary("MUL", r, h), r_h, None, rec_h)
+                rec_h = rnn.recurrent(rnn.binary("MUL", r, h), r_h, None, x_h, "hr_h")
             cand = rnn.unary("TANH", x_h if rec_h is None else rnn.binary("ADD", x_h, rec_h))
             # H = (1 - z) * cand + z * H = cand - z * (cand - H)
             if h is None:
@@ -383,9 +384,7 @@ def rnn(
         for t in cell.times(d):
             pre = cell.step_rows(xw, t, 0, hidden)
             if h is not None:
-                rec = ctx.tmp("hr", pre.shape)
-                _fully_connected(ctx, h, r_t, None, rec)
-                pre = cell.binary("ADD", pre, rec)
+                pre = cell.binary("ADD", pre, cell.recurrent(h, r_t, None, pre))
             h = cell.unary("TANH", pre)
             outs[t] = h
         hs.append(outs)
