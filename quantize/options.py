@@ -34,6 +34,13 @@ class QuantizeOptions:
     float_output_heads: bool = True
     #: Node names kept in float.
     exclude: frozenset[str] = field(default_factory=frozenset)
+    #: The recipe (``edgekit.quantize.recipes.RECIPES``): ``int8`` (static), ``int16x8``, ``w8``, ``w4``,
+    #: ``fp16``. ``activations`` is the 8-bit type of the static int8 recipe.
+    precision: str = "int8"
+    #: Per-layer recipes, ``((node name, recipe), ...)``: those nodes take that recipe instead.
+    layer_precision: tuple[tuple[str, str], ...] = ()
+    #: Block size of the blockwise int4 weights (``w4``).
+    block_size: int = 32
 
     def __post_init__(self) -> None:
         if self.activations not in ACTIVATION_DTYPES:
@@ -46,6 +53,17 @@ class QuantizeOptions:
             raise QuantizationError(f"--samples must be at least 1, got {self.samples}")
         if not 50.0 < self.percentile <= 100.0:
             raise QuantizationError(f"--percentile must be in (50, 100], got {self.percentile}")
+        from edgekit.quantize.recipes import W4_BLOCK_SIZES, get_recipe
+
+        get_recipe(self.precision)
+        for node, recipe in self.layer_precision:
+            get_recipe(recipe)
+            if not node:
+                raise QuantizationError(f"--layer-precision needs NAME=RECIPE, got {node!r}={recipe!r}")
+        if self.block_size not in W4_BLOCK_SIZES:
+            raise QuantizationError(
+                f"--block-size must be one of {', '.join(map(str, W4_BLOCK_SIZES))}, got {self.block_size}"
+            )
         if self.bins < 256:
             raise QuantizationError(f"histogram bins must be at least 256, got {self.bins}")
 
@@ -60,4 +78,7 @@ class QuantizeOptions:
             "bias_correction": self.bias_correction,
             "float_output_heads": self.float_output_heads,
             "exclude": sorted(self.exclude),
+            "precision": self.precision,
+            "layer_precision": dict(self.layer_precision),
+            "block_size": self.block_size if self.precision == "w4" else None,
         }

@@ -38,6 +38,14 @@ class ArmCpuTarget(Target):
     activation_dtype = "int8"
     description = "ARM CPU via LiteRT/TFLite (XNNPACK): fp32, or int8 kernels with float inputs/outputs"
     options_type = ArmCpuOptions
+    precisions = {
+        "fp32": None,
+        "fp16": "not built yet (issue 13)",
+        "int8": None,
+        "int16x8": "not built yet (issue 13)",
+        "w8": "not built yet (issue 13)",
+        "w4": "not built yet (issue 13)",
+    }
 
     def check(self, model: ir.Model) -> list[Problem]:
         return check_model(model, self.name, ConvertOptions(target=self.name))

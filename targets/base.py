@@ -67,6 +67,9 @@ class PackageOptions:
     archive: bool = False
     device_hint: str | None = None
     target_options: Any = None
+    #: The recipe of the model handed to ``package`` (``edgekit.quantize.recipes.RECIPES``); None: read it
+    #: off the model (QDQ: int8, else fp32 or the target's float default).
+    precision: str | None = None
 
 
 class Target(ABC):
@@ -82,6 +85,9 @@ class Target(ABC):
     device_hints: ClassVar[tuple[str, ...]] = ()
     #: The frozen dataclass of target-specific options, or None.
     options_type: ClassVar[type | None] = None
+    #: Every recipe of ``edgekit.quantize.recipes.RECIPES`` -> None if this target runs it, else why not
+    #: (one line). The one table of which target takes which ``--precision``.
+    precisions: ClassVar[Mapping[str, str | None]] = {}
 
     @abstractmethod
     def check(self, model: ir.Model) -> list[Problem]:
@@ -112,6 +118,16 @@ class Target(ABC):
                 f"got {type(options.target_options).__name__}"
             )
         return options.target_options
+
+    def check_precision(self, name: str) -> None:
+        """A TargetError when this target cannot run recipe ``name``, saying why and naming what it runs."""
+        from edgekit.quantize.recipes import get_recipe
+
+        get_recipe(name)  # an unknown name names the recipes there are
+        why = self.precisions.get(name, "not supported")
+        if why is not None:
+            legal = ", ".join(r for r, reason in self.precisions.items() if reason is None)
+            raise TargetError(f"target {self.name!r} cannot run --precision {name}: {why}; it runs: {legal}")
 
     def check_device_hint(self, hint: str | None) -> str | None:
         if hint is None:

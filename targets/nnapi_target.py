@@ -54,6 +54,14 @@ class NnapiTarget(Target):
     name = "nnapi"
     runtime = "tflite"
     activation_dtype = "int8"
+    precisions = {
+        "fp32": "NNAPI accelerators run integer (or fp16-relaxed) models; use --precision int8",
+        "fp16": "not built yet (issue 13)",
+        "int8": None,
+        "int16x8": "NNAPI has no 16-bit activation kernels for convolutions and most ops",
+        "w8": "NNAPI has no hybrid (weight-only) kernels: its ops take integer or float tensors throughout",
+        "w4": "NNAPI has no 4-bit tensor type",
+    }
     description = (
         "Android NNAPI via TFLite: integer body delegated (int8 or uint8 I/O), float ops on the CPU, "
         "with a delegate report"

@@ -103,6 +103,14 @@ class IntelVpuTarget(Target):
     name = "intel-vpu"
     runtime = "openvino"
     activation_dtype = "uint8"
+    precisions = {
+        "fp32": None,
+        "fp16": None,
+        "int8": None,
+        "int16x8": "not built yet (issue 13)",
+        "w8": "not built yet (issue 13)",
+        "w4": "not built yet (issue 13)",
+    }
     description = "Intel VPU/NPU (and CPU) via OpenVINO IR: FP16 weights for float models, INT8 from QDQ"
     device_hints = ("NPU", "MYRIAD", "CPU")
     options_type = IntelVpuOptions

@@ -1,0 +1,59 @@
+"""The compression recipes: one table of what each ``--precision`` means (issue 13).
+
+A recipe says what the weights and the activations become. ``edgekit quantize`` writes it as a standard
+ONNX model (QDQ for the static recipes, DequantizeLinear on the weights only for the weight-only ones, fp16
+tensors for fp16); each target turns that ONNX into its own form and declares, in
+``Target.precisions``, which recipes it runs and why not the others. ``--layer-precision NAME=RECIPE``
+gives one layer another recipe (the accuracy-aware search builds on it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from edgekit.errors import QuantizationError
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One ``--precision``.
+
+    ``weights``: ``fp32`` | ``fp16`` | ``int8`` | ``int4``. ``activations``: ``float`` (float compute),
+    ``8bit`` (static int8/uint8: each target chooses the signedness, ``Target.activation_dtype``) or
+    ``int16`` (symmetric, zero point 0: TFLite's 16x8 scheme). ``calibrated``: needs calibration data
+    (activation ranges).
+    """
+
+    name: str
+    weights: str
+    activations: str
+    calibrated: bool
+    summary: str
+
+    @property
+    def weight_only(self) -> bool:
+        return self.activations == "float" and self.weights in ("int8", "int4")
+
+
+RECIPES: dict[str, Recipe] = {
+    r.name: r
+    for r in (
+        Recipe("fp32", "fp32", "float", False, "the model as given"),
+        Recipe("fp16", "fp16", "float", False, "fp16 weights, float compute"),
+        Recipe("int8", "int8", "8bit", True, "static int8: int8 weights and 8-bit activations"),
+        Recipe("int16x8", "int8", "int16", True, "int16 activations, int8 weights, int64 bias (16x8)"),
+        Recipe("w8", "int8", "float", False, "weight-only int8, float activations"),
+        Recipe("w4", "int4", "float", False, "weight-only int4, blockwise scales"),
+    )
+}
+
+#: Block sizes of the blockwise int4 recipe (``w4``); the default is the first.
+W4_BLOCK_SIZES = (32, 64, 128)
+
+
+def get_recipe(name: str) -> Recipe:
+    """The recipe called ``name``, or a QuantizationError naming the recipes there are."""
+    try:
+        return RECIPES[name]
+    except KeyError:
+        raise QuantizationError(f"--precision must be one of {', '.join(RECIPES)}, got {name!r}") from None
