@@ -27,3 +27,76 @@ def mnist_npz(shared: Path, count: int, folder: Path) -> Path:
     path = folder / "mnist.npz"
     np.savez(path, Input3=images.astype(np.float32), labels=labels.astype(np.int64))
     return path
+
+
+def float_from_quantized(source: Path, out: Path) -> Path:
+    """The fp32 model behind a quantized ONNX file (QOperator or QDQ), written to ``out``: the QOperator
+    nodes become QDQ (``edgekit.qoperator``), every DequantizeLinear of a constant becomes the float constant
+    it computes, and every QuantizeLinear -> DequantizeLinear pair on an activation is dropped. MobileNetV2
+    with real weights comes out of ``models/mobilenetv2-12-int8.onnx`` this way (issues 13 and 14)."""
+    import onnx_ir as ir
+    from edgekit.model import load_model, save_model
+
+    model = load_model(source)
+    graph = model.graph
+
+    def constant(value: ir.Value | None) -> np.ndarray | None:
+        if value is None:
+            return None
+        if value.const_value is not None:
+            return value.const_value.numpy()
+        producer = value.producer()
+        if producer is not None and producer.op_type == "Constant":
+            return producer.attributes["value"].as_tensor().numpy()
+        return None
+
+    for node in list(graph):
+        if node.op_type != "DequantizeLinear":
+            continue
+        data, scale = constant(node.inputs[0]), constant(node.inputs[1])
+        zero = constant(node.inputs[2]) if len(node.inputs) > 2 else None
+        if data is not None and scale is not None:
+            axis = node.attributes.get_int("axis", 1)
+            shape = [1] * data.ndim
+            if scale.ndim == 1 and scale.size > 1:
+                shape[axis] = -1
+            zero_point = np.zeros_like(scale) if zero is None else zero.astype(np.float32)
+            real = (data.astype(np.float32) - zero_point.reshape(shape)) * scale.reshape(shape)
+            init = ir.Value(
+                name=node.outputs[0].name + "_float", const_value=ir.tensor(real.astype(np.float32))
+            )
+            graph.initializers.add(init)
+            node.outputs[0].replace_all_uses_with(init, replace_graph_outputs=True)
+            graph.remove(node, safe=True)
+            continue
+        producer = node.inputs[0].producer() if node.inputs[0] is not None else None
+        if producer is not None and producer.op_type == "QuantizeLinear":
+            replacement = producer.inputs[0]
+            q_scale, q_zero = constant(producer.inputs[1]), constant(producer.inputs[2])
+            if q_zero is not None and q_scale is not None and q_zero.size == 1:
+                info = np.iinfo(q_zero.dtype)
+                if int(q_zero) == info.min:
+                    high = np.float32((info.max - info.min) * float(q_scale))
+                    clip = ir.node(
+                        "Clip",
+                        [
+                            replacement,
+                            ir.Value(const_value=ir.tensor(np.float32(0))),
+                            ir.Value(const_value=ir.tensor(high)),
+                        ],
+                    )
+                    for i, v in enumerate(clip.inputs[1:], 1):
+                        v.name = f"{node.outputs[0].name}_clip{i}"
+                        graph.initializers.add(v)
+                    graph.insert_before(node, clip)
+                    replacement = clip.outputs[0]
+            node.outputs[0].replace_all_uses_with(replacement, replace_graph_outputs=True)
+            graph.remove(node, safe=True)
+            if not producer.outputs[0].uses():
+                graph.remove(producer, safe=True)
+    ir.passes.common.RemoveUnusedNodesPass()(model)
+    left = sorted({n.op_type for n in graph if n.op_type in ("QuantizeLinear", "DequantizeLinear")})
+    if left:
+        raise ValueError(f"{source.name}: quantization nodes left after the float rewrite: {left}")
+    save_model(model, out)
+    return out
