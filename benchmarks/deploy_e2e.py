@@ -17,10 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import edgekit
 import numpy as np
-from edgekit.cli.deploy_cmd import DeployRequest, DeviceRun, package_targets
 from edgekit.data import ImagePreprocess, input_specs, open_dataset
-from edgekit.deploy_run import evaluate_on_device
+from edgekit.deployment import Hooks
 from edgekit.device_agents.bundle import read_bundle
 from edgekit.device_eval import from_device, to_device
 from edgekit.model import load_model
@@ -70,18 +70,24 @@ def main() -> None:
     model = args.shared / "models" / "squeezenet1.1-fp32.onnx"
     images = args.shared / "data" / "imagenet-sample-200"
     out = args.out or Path(tempfile.mkdtemp(prefix="edgekit-deploy-"))
-    request = DeployRequest(model=model, targets=TARGETS, out_dir=out / "bundles", calib=images,
-                            preprocess=PRE.to_json(), eval_data=images)  # fmt: skip
-    run = DeviceRun("local", None, out / "report.html", 1.0, None)
     start = time.perf_counter()
-    packaged, failures = package_targets(request, say=print)
-    package_wall = time.perf_counter() - start
-    if failures:
-        raise SystemExit(f"packaging failed: {failures}")
-    start = time.perf_counter()
-    outcome = evaluate_on_device(request, run, packaged, track=lambda it, d, n: it, say=print)
-    device_wall = time.perf_counter() - start
-    report = outcome.report
+    stages: dict[str, float] = {}
+
+    def say(line: str) -> None:
+        if line.startswith("connecting to the agent"):  # packaging is over, the device stage starts
+            stages["packaged"] = time.perf_counter()
+        print(line)
+
+    result = edgekit.deploy(model, TARGETS, output=out / "bundles", calib=images, eval=images, devices="local",
+                            report=out / "report.html", fail_on_drop=1.0, preprocess=PRE,
+                            hooks=Hooks(say=say))  # fmt: skip
+    if result.failures:
+        raise SystemExit(f"packaging failed: {list(result.failures)}")
+    end = time.perf_counter()
+    report, packaged = result.report, result.bundles
+    # the device stage starts with fp32 on the host, before connecting to the agent
+    package_wall = stages.get("packaged", end) - start - report["timings"]["host_fp32_s"]
+    device_wall = end - start - package_wall
     rows = csv.reader((images / "labels.csv").read_text().splitlines())
     labels = {row[0]: int(row[1]) for row in rows if row[1].isdigit()}
 

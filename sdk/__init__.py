@@ -11,21 +11,26 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 __all__ = [
+    "DeployResult",
     "EdgekitError",
     "ImagePreprocess",
     "QuantizeOptions",
     "QuantizeResult",
     "__version__",
+    "deploy",
     "quantize_model",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
     from edgekit.api import QuantizeResult, quantize_model
     from edgekit.data import ImagePreprocess
+    from edgekit.deployment import DeployResult, deploy
     from edgekit.errors import EdgekitError
     from edgekit.quantize.options import QuantizeOptions
 
 _LAZY = {
+    "deploy": "edgekit.deployment",
+    "DeployResult": "edgekit.deployment",
     "EdgekitError": "edgekit.errors",
     "quantize_model": "edgekit.api",
     "QuantizeResult": "edgekit.api",

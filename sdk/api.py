@@ -120,13 +120,15 @@ def quantize_model(
     track: Track = no_progress,
     messages: list[str] | None = None,
     statistics: Statistics | None = None,
+    loaded: ir.Model | None = None,
 ) -> QuantizeResult:
     """Quantize an fp32 ONNX model to standard QDQ ONNX (int8 weights per channel, int8/uint8 activations).
 
     ``calib`` and ``eval_data`` are data paths (``.npz``, ``.npy``, an image folder) or iterables of samples
     with ``.inputs`` and ``.label``. With ``output`` the QDQ model is written atomically; with ``report_path``
     the JSON report. ``statistics`` (``result.quantized.stats`` of an earlier call on the same model and data
-    with the same method, samples and bias correction) skip calibration. Errors are
+    with the same method, samples and bias correction) skip calibration. ``loaded``: ``model`` as
+    :func:`edgekit.model.load_model` already loaded it (with ``input_shapes``): not loaded again. Errors are
     :class:`edgekit.EdgekitError` subclasses with one-line messages.
     """
     for path in (output, report_path):
@@ -134,7 +136,7 @@ def quantize_model(
             check_writable(path)
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    fp32 = load_model(model, input_shapes, messages=messages)
+    fp32 = loaded if loaded is not None else load_model(model, input_shapes, messages=messages)
     timings["load_s"] = time.perf_counter() - start
 
     calib_set = as_dataset(calib, fp32, preprocess, limit=options.samples)
