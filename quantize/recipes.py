@@ -9,6 +9,7 @@ gives one layer another recipe (the accuracy-aware search builds on it).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from edgekit.errors import QuantizationError
@@ -57,3 +58,22 @@ def get_recipe(name: str) -> Recipe:
         return RECIPES[name]
     except KeyError:
         raise QuantizationError(f"--precision must be one of {', '.join(RECIPES)}, got {name!r}") from None
+
+
+def check_layer_names(node_names: Iterable[str], layer_precision: Iterable[tuple[str, str]]) -> None:
+    """A QuantizationError when a ``--layer-precision`` names no node of the model (``node_names``: the
+    names of the loaded model's nodes), listing the closest names (best first), else some of the model's."""
+    import difflib
+
+    names = [n for n in node_names if n]
+    known = set(names)
+    unknown = [node for node, _ in layer_precision if node not in known]
+    if not unknown:
+        return
+    close = list(dict.fromkeys(c for node in unknown for c in difflib.get_close_matches(node, names, 3, 0.5)))
+    hint = (
+        f"closest: {', '.join(close)}"
+        if close
+        else f"the model's {len(names)} nodes include: {', '.join(names[:8])}{', ...' if len(names) > 8 else ''}"
+    )
+    raise QuantizationError(f"--layer-precision names no node of the model: {', '.join(unknown)}; {hint}")

@@ -21,6 +21,7 @@ from edgekit.model import atomic_write_bytes, check_writable, load_model, save_m
 from edgekit.quantize.calibrate import Statistics, Track, no_progress
 from edgekit.quantize.options import QuantizeOptions
 from edgekit.quantize.pipeline import Quantized, quantize
+from edgekit.quantize.recipes import check_layer_names
 from edgekit.sanity import InputRanges, calibration_ranges, data_warnings
 
 #: How many layers the report lists as the worst.
@@ -137,6 +138,7 @@ def quantize_model(
     timings: dict[str, float] = {}
     start = time.perf_counter()
     fp32 = loaded if loaded is not None else load_model(model, input_shapes, messages=messages)
+    check_layer_names((n.name for n in fp32.graph.all_nodes()), options.layer_precision)
     timings["load_s"] = time.perf_counter() - start
 
     calib_set = as_dataset(calib, fp32, preprocess, limit=options.samples)

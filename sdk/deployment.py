@@ -18,7 +18,7 @@ import dataclasses
 import hashlib
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -427,8 +427,8 @@ def validate(request: DeployRequest) -> list[Any]:
         raise DataError(f"--calib-samples must be at least 1, got {request.calib_samples}")
     if request.calib is not None and not request.calib.exists():
         raise DataError(f"calibration data not found: {request.calib}")
-    if request.calib is not None:
-        _base_quantize_options(request)  # raises on bad values
+    if request.calib is not None or request.layer_precision:
+        _base_quantize_options(request)  # raises on bad values (method, samples, recipe names)
     if request.preprocess is not None:
         from edgekit.data import ImagePreprocess
 
@@ -448,6 +448,7 @@ def _preprocess(request: DeployRequest) -> Any:
 def _prepare(request: DeployRequest, hooks: Hooks) -> _Prepared:
     from edgekit.model import is_quantized, load_model
     from edgekit.qoperator import quantization_source
+    from edgekit.quantize.recipes import check_layer_names
 
     targets = validate(request)
     notes: list[str] = []
@@ -456,6 +457,13 @@ def _prepare(request: DeployRequest, hooks: Hooks) -> _Prepared:
         hooks.note(f"note: {note}")
     quantized = is_quantized(model)
     plan = tuple((t, choose_precision(request, t, quantized)) for t in targets)
+    if request.layer_precision:
+        if quantized or not any(_needs_quantization(p) for _, p in plan):
+            raise DataError(
+                "--layer-precision applies when the deploy quantizes a float model "
+                "(--calib DATA with --precision auto, int8 or int16x8)"
+            )
+        check_layer_names((n.name for n in model.graph.all_nodes()), request.layer_precision)
     dataset = _open_calibration(request, model) if request.calib is not None else None
     verify = _verify_samples(dataset) if dataset is not None else ()
     preprocessing = dict(request.preprocess or {})
@@ -773,18 +781,6 @@ def _hello_summary(hello: dict) -> dict:
         "agent_version",
     )
     return {k: hello[k] for k in keep if k in hello}
-
-
-def iter_layer_precision(values: Sequence[str] | None) -> Iterator[tuple[str, str]]:
-    """``NAME=RECIPE`` strings (``--layer-precision``) as pairs; a one-line error for a malformed one."""
-    from edgekit.quantize.recipes import get_recipe
-
-    for value in values or ():
-        name, sep, recipe = value.rpartition("=")
-        if not sep or not name or not recipe:
-            raise EdgekitError(f"--layer-precision expects NAME=RECIPE, got {value!r}")
-        get_recipe(recipe)
-        yield name, recipe
 
 
 __all__ = [

@@ -171,6 +171,23 @@ def test_bad_option_values_are_one_line(digits, tmp_path):
     assert_clean_failure(run, "--method must be one of", out)
     run = edgekit("quantize", digits.model, "--calib", digits.calib, "-o", out, "--input-shape", "input=1,x")
     assert_clean_failure(run, "--input-shape", out)
+    run = edgekit("quantize", digits.model, "--calib", digits.calib, "-o", out, "--layer-precision", "fc")
+    assert_clean_failure(run, "--layer-precision expects NAME=RECIPE", out)
+    run = edgekit(
+        "quantize", digits.model, "--calib", digits.calib, "-o", out, "--layer-precision", "fc2=fp32"
+    )
+    assert_clean_failure(run, "--layer-precision names no node of the model: fc2; closest: fc", out)
+
+
+def test_layer_precision_is_recorded(digits, tmp_path):
+    out, report = tmp_path / "m.onnx", tmp_path / "r.json"
+    run = edgekit("quantize", digits.model, "--calib", digits.calib, "-o", out, "--report", report, "-q",
+                  "--layer-precision", "fc=fp32", "--layer-precision", "conv2=int8")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert json.loads(report.read_text())["quantization"]["layer_precision"] == {
+        "fc": "fp32",
+        "conv2": "int8",
+    }
 
 
 @pytest.mark.parametrize("value, words", [(0.0, "all zero"), (0.5, "constant (0.5)")])

@@ -141,6 +141,48 @@ def test_failing_target_leaves_nothing(tmp_path: Path, models: dict[str, Path], 
             ["{float}", "-t", "intel-vpu", "-o", "{out}", "--calib", "{float}", "--method", "magic"],
             "--method",
         ),
+        (["{float}", "-t", "intel-vpu"], "pass an output folder (-o DIR) or --report PATH"),
+        (
+            ["{float}", "-t", "nnapi", "-o", "{out}", "--precision", "w4"],
+            "target 'nnapi' cannot run --precision w4: NNAPI has no 4-bit tensor type; it runs: int8",
+        ),
+        (["{qdq}", "-t", "intel-vpu", "-o", "{out}", "--precision", "fp16"], "already quantized"),
+        (
+            ["{float}", "-t", "intel-vpu", "-o", "{out}", "--calib", "{calib}", "--layer-precision", "conv1"],
+            "--layer-precision expects NAME=RECIPE",
+        ),
+        (
+            [
+                "{float}",
+                "-t",
+                "intel-vpu",
+                "-o",
+                "{out}",
+                "--calib",
+                "{calib}",
+                "--layer-precision",
+                "conv1=fp8",
+            ],
+            "--precision must be one of fp32, fp16, int8",
+        ),
+        (
+            [
+                "{float}",
+                "-t",
+                "intel-vpu",
+                "-o",
+                "{out}",
+                "--calib",
+                "{calib}",
+                "--layer-precision",
+                "conv_1=fp32",
+            ],
+            "--layer-precision names no node of the model: conv_1; closest: conv1",
+        ),
+        (
+            ["{float}", "-t", "intel-vpu", "-o", "{out}", "--layer-precision", "conv1=fp32"],
+            "--layer-precision applies when the deploy quantizes",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(
@@ -149,6 +191,7 @@ def test_bad_input_is_one_line_and_writes_nothing(
     names = {
         "float": models["float"],
         "qdq": models["qdq"],
+        "calib": models["calib"],
         "missing": tmp_path / "nope",
         "out": tmp_path / "out",
     }
@@ -194,3 +237,52 @@ def test_one_failing_target_does_not_stop_the_others(tmp_path: Path, capsys) -> 
     assert "Softplus" in lines[-1]
     assert "✓ intel-vpu" in out
     assert sorted(p.name for p in out_dir.iterdir()) == ["intel-vpu"]
+
+
+def test_layer_precision_reaches_the_quantizer(tmp_path: Path, models: dict[str, Path], capsys) -> None:
+    code, out, err = deploy(
+        capsys, str(models["float"]), "-t", "arm-cpu", "-o", str(tmp_path), "--calib", str(models["calib"]),
+        "--layer-precision", "fc=fp32", "--layer-precision", "conv2=int8",
+    )  # fmt: skip
+    assert code == 0, err
+    quantization = read_bundle(tmp_path / "arm-cpu").manifest.provenance["quantization"]
+    assert quantization["layer_precision"] == {"fc": "fp32", "conv2": "int8"}
+    assert quantization["precision"] == "int8"
+
+
+def test_the_recipe_reaches_the_quantizer_and_the_target(
+    tmp_path: Path, models: dict[str, Path], monkeypatch
+) -> None:
+    """A calibrated recipe goes to QuantizeOptions.precision, any recipe to PackageOptions.precision; a target
+    whose table accepts the recipe gets it (arm-cpu made to accept int16x8 here, as issue 13 will)."""
+    import edgekit.api
+    from edgekit import deploy as deploy_api
+    from edgekit.targets.arm_cpu import ArmCpuTarget
+    from edgekit.targets.openvino_ir import IntelVpuTarget
+
+    monkeypatch.setattr(ArmCpuTarget, "precisions", {**ArmCpuTarget.precisions, "int16x8": None})
+    schemes, packaged = [], []
+    quantize_model = edgekit.api.quantize_model
+    monkeypatch.setattr(
+        edgekit.api, "quantize_model", lambda *a, **k: schemes.append(k["options"]) or quantize_model(*a, **k)
+    )
+    for cls in (ArmCpuTarget, IntelVpuTarget):
+        real = cls.package
+        monkeypatch.setattr(
+            cls,
+            "package",
+            lambda self, m, d, o, real=real: packaged.append((self.name, o.precision)) or real(self, m, d, o),
+        )
+    result = deploy_api(
+        models["float"], "arm-cpu", output=tmp_path / "a", calib=models["calib"], precision="int16x8"
+    )
+    assert [(s.precision, s.activations) for s in schemes] == [("int16x8", "int8")]
+    assert result.bundles[0].precision == "int16x8" and packaged == [("arm-cpu", "int16x8")]
+    result = deploy_api(
+        models["float"], "intel-vpu", output=tmp_path / "b", calib=models["calib"], precision="fp16"
+    )
+    assert len(schemes) == 1  # fp16 is not calibrated: the float model goes to the target as it is
+    assert packaged[-1] == ("intel-vpu", "fp16") and result.bundles[0].verification["precision"] == "fp16"
+    deploy_api(models["float"], "intel-vpu", output=tmp_path / "c", calib=models["calib"])
+    assert packaged[-1] == ("intel-vpu", None)  # auto: the target reads the precision off the model
+    assert schemes[-1].precision == "int8"

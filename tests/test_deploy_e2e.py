@@ -169,3 +169,23 @@ def test_integer_head_quantizes_the_softmax_of_float_output_targets(digits, tmp_
     arm = read_bundle(tmp_path / "arm-cpu").manifest
     assert arm.provenance["quantization"]["float_output_heads"] is False
     assert arm.verification["float_ops"] == []  # everything between the edge QUANTIZE/DEQUANTIZE is integer
+
+
+def test_the_issue_example_puts_the_bundles_beside_the_report(digits, tmp_path):
+    """`edgekit deploy model.onnx --target arm-cpu --calib c/ --eval v/ --report out/report.html`: no -o."""
+    calib, val = tmp_path / "c", tmp_path / "v"
+    for folder, source in ((calib, digits.calib), (val, digits.val)):  # folders of one .npz per sample
+        folder.mkdir()
+        data = np.load(source)
+        for i in range(60):
+            labels = {"label": data["labels"][i]} if "labels" in data else {}
+            np.savez(folder / f"{i:03d}.npz", input=data["input"][i : i + 1], **labels)
+    run = edgekit("deploy", digits.model, "--target", "arm-cpu", "--calib", calib, "--eval", val,
+                  "--report", tmp_path / "out" / "report.html")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["arm-cpu", "report.html", "report.json",
+                                                                      "report.md"]  # fmt: skip
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["samples"] == 60 and report["labelled"]
+    assert report["targets"][0]["bundle"] == str(tmp_path / "out" / "arm-cpu")
+    assert read_bundle(tmp_path / "out" / "arm-cpu").manifest.verification["passed"]

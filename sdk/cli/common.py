@@ -46,7 +46,7 @@ def route_warnings() -> None:
 METAVARS = {
     "output": "DIR", "calib": "DATA", "eval_data": "DATA", "accuracy_data": "DATA", "input_shape": "NAME=D0,D1,...",
     "device": "URL", "report": "PATH", "html": "PATH", "md": "PATH", "fail_on_drop": "PP", "max_samples": "N",
-    "calib_samples": "N", "samples": "N", "eval_samples": "N",
+    "calib_samples": "N", "samples": "N", "eval_samples": "N", "layer_precision": "NAME=RECIPE",
 }  # fmt: skip
 
 
@@ -153,6 +153,19 @@ def parse_input_shapes(values: Sequence[str] | None) -> dict[str, tuple[int, ...
             raise EdgekitError(f"--input-shape {value!r}: dimensions must be positive")
         shapes[name] = shape
     return shapes
+
+
+def parse_layer_precision(values: Sequence[str] | None) -> tuple[tuple[str, str], ...]:
+    """Parse ``--layer-precision NAME=RECIPE`` options (the recipe names are checked by QuantizeOptions)."""
+    pairs = []
+    for value in values or ():
+        name, sep, recipe = value.rpartition("=")
+        if not sep or not name or not recipe:
+            raise EdgekitError(
+                f"--layer-precision expects NAME=RECIPE (a node name and a recipe), got {value!r}"
+            )
+        pairs.append((name, recipe))
+    return tuple(pairs)
 
 
 def parse_floats(value: str | None, what: str) -> tuple[float, ...]:

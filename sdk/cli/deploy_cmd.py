@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from edgekit.cli.common import RichTrack, build_preprocess, console, err_console, parse_input_shapes
+from edgekit.cli.common import (
+    RichTrack,
+    build_preprocess,
+    console,
+    err_console,
+    parse_input_shapes,
+    parse_layer_precision,
+)
 from edgekit.cli.quantize_cmd import (
     INTEGER_HEAD_HELP,
     Color,
@@ -26,6 +33,11 @@ from edgekit.cli.quantize_cmd import (
     Std,
 )
 from edgekit.errors import DataError
+from edgekit.quantize.recipes import RECIPES
+
+PRECISION_HELP = (
+    f"auto (int8 with --calib, else the target's float default) or a recipe: {', '.join(RECIPES)}."
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -38,7 +50,10 @@ def deploy(
         None, "--target", "-t", help="Target to package for (repeatable): {targets}."
     ),
     output: Path = typer.Option(
-        ..., "--output", "-o", help="Output folder; each target writes DIR/<target>."
+        None,
+        "--output",
+        "-o",
+        help="Output folder; each target writes DIR/<target> (default with --report: the report's folder).",
     ),
     calib: Path = typer.Option(None, "--calib", help="Calibration data (.npz, .npy, image or array folder)."),
     eval_data: Path = typer.Option(
@@ -59,7 +74,12 @@ def deploy(
         None, "--fail-on-drop", help="Exit 1 when any target's top-1 drops by more than this many pp."
     ),
     max_samples: int = typer.Option(None, "--max-samples", help="Evaluate at most this many samples."),
-    precision: str = typer.Option("auto", "--precision", help="auto | fp32 | int8."),
+    precision: str = typer.Option("auto", "--precision", help=PRECISION_HELP),
+    layer_precision: list[str] = typer.Option(
+        None,
+        "--layer-precision",
+        help="NAME=RECIPE: this node takes another recipe when quantizing (repeatable).",
+    ),
     input_shape: list[str] = typer.Option(None, "--input-shape", help="NAME=D0,D1,... (repeatable)."),
     device_hint: str = typer.Option(
         None, "--device-hint", help="Device the bundle is for (intel-vpu: NPU|MYRIAD|CPU)."
@@ -109,12 +129,12 @@ def deploy(
     flags = build_preprocess(size, resize_mode, resize_shorter, color, scale, mean, std, layout)
     if pre is None and flags != ImagePreprocess():
         pre = flags.to_json()
-    from edgekit.deployment import DeployRequest, DeviceRun, Hooks, run
+    from edgekit.deployment import DeployRequest, DeviceRun, Hooks, output_folder, run
 
     request = DeployRequest(
         model=model,
         targets=tuple(dict.fromkeys(target or ())),
-        out_dir=output,
+        out_dir=output_folder(output, report),
         calib=calib,
         precision=precision,
         input_shapes=parse_input_shapes(input_shape),
@@ -125,6 +145,7 @@ def deploy(
         integer_head=integer_head,
         preprocess=pre,
         eval_data=eval_data,
+        layer_precision=parse_layer_precision(layer_precision),
         target_settings={
             k: v
             for k, v in (

@@ -6,7 +6,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from edgekit.cli.common import RichTrack, build_preprocess, console, err_console, parse_input_shapes
+from edgekit.cli.common import (
+    RichTrack,
+    build_preprocess,
+    console,
+    err_console,
+    parse_input_shapes,
+    parse_layer_precision,
+)
 from rich.table import Table
 
 INTEGER_HEAD_HELP = (
@@ -65,6 +72,10 @@ def quantize(
         bool, typer.Option("--bias-correction", help="Biases absorb the mean shift of weight rounding.")
     ] = False,
     exclude: Annotated[list[str] | None, typer.Option("--exclude", help="Keep this node in float.")] = None,
+    layer_precision: Annotated[
+        list[str] | None,
+        typer.Option("--layer-precision", help="NAME=RECIPE: this node takes another recipe (repeatable)."),
+    ] = None,
     integer_head: Annotated[bool, typer.Option("--integer-head", help=INTEGER_HEAD_HELP)] = False,
     max_samples: Annotated[
         int | None, typer.Option("--max-samples", help="Evaluate at most N samples.")
@@ -92,6 +103,7 @@ def quantize(
         bias_correction=bias_correction,
         float_output_heads=not integer_head,
         exclude=frozenset(exclude or ()),
+        layer_precision=parse_layer_precision(layer_precision),
     )
     preprocess = build_preprocess(size, resize_mode, resize_shorter, color, scale, mean, std, layout)
     out = output if output is not None else model.with_name(model.name.removesuffix(".onnx") + ".int8.onnx")
