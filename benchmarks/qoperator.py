@@ -2,7 +2,7 @@
 
     python benchmarks/qoperator.py [--shared ../shared] [--samples 200] [--out DIR] [--json out.json]
 
-1. ``edgekit deploy MODEL -t arm-cpu -t nnapi -t intel-vpu --eval PHOTOS ...`` (the CLI, the local agent)
+1. ``edgekit deploy MODEL -t arm-cpu -t nnapi -t intel-vpu --eval PHOTOS ...`` (``edgekit.deploy``, the library behind the CLI, on the local agent)
    with the model's preprocessing (RGB, shorter side 256, centre crop 224, /255, ImageNet mean/std). The
    report's reference is onnxruntime running the QOperator file as given; it also gives the QDQ form's
    answers run exactly on the host (``edgekit.runtime.HostRunner``).
@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -30,29 +28,25 @@ from shared_data import default_shared
 MODEL = "models/mobilenetv2-12-int8.onnx"
 PHOTOS = "data/imagenet-sample-200"
 TARGETS = ("arm-cpu", "nnapi", "intel-vpu")
-PREPROCESS = [
-    "--resize-mode", "shorter-side-crop", "--resize-shorter", "256", "--scale", "0.00392157",
-    "--mean", "0.485,0.456,0.406", "--std", "0.229,0.224,0.225",
-]  # fmt: skip
+#: The model's preprocessing (RGB, shorter side 256, centre crop 224, /255, ImageNet mean/std).
+PREPROCESS = {"resize_mode": "shorter-side-crop", "resize_shorter": 256, "scale": 0.00392157,
+              "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}  # fmt: skip
 
 
 def deploy(model: Path, photos: Path, samples: int, out: Path) -> tuple[dict[str, Any], str]:
-    cmd = [sys.executable, "-m", "edgekit.cli.main", "deploy", str(model), "-o", str(out / "bundles")]
-    for target in TARGETS:
-        cmd += ["-t", target]
-    cmd += [
-        "--eval",
-        str(photos),
-        *PREPROCESS,
-        "--max-samples",
-        str(samples),
-        "--report",
-        str(out / "report.html"),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    report_path = out / "report.json"
-    report = json.loads(report_path.read_text()) if report_path.exists() else {}
-    return report, proc.stdout + proc.stderr
+    """``edgekit.deploy`` (the library behind the CLI) on the local agent: the report and its progress lines."""
+    import edgekit
+    from edgekit.deployment import Hooks
+
+    lines: list[str] = []
+    hooks = Hooks(say=lines.append, bundle=lambda b: lines.append(f"✓ {b.target} → {b.path} ({b.precision})"),
+                  failure=lambda target, message: lines.append(f"✗ {target}: {message}"))  # fmt: skip
+    try:
+        result = edgekit.deploy(model, TARGETS, output=out / "bundles", eval=photos, preprocess=PREPROCESS,
+                                max_samples=samples, report=out / "report.html", hooks=hooks)  # fmt: skip
+    except edgekit.EdgekitError as exc:
+        return {}, "\n".join([*lines, f"error: {exc}"])
+    return dict(result.report or {}), "\n".join(lines)
 
 
 def photo_inputs(shared: Path, samples: int) -> list[tuple[np.ndarray, int | None]]:

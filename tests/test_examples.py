@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -25,6 +26,20 @@ def test_python_api_example(tmp_path):
     device = [line for line in proc.stdout.splitlines() if line.startswith("device:")]
     assert host and device and "on 360 samples" in device[0]
     assert (tmp_path / "digits.int8.onnx").exists() and (tmp_path / "arm-cpu" / "manifest.json").exists()
+
+
+def test_digits_example_calls_the_library(digits, tmp_path):
+    for source, name in ((digits.model, "digits.onnx"), (digits.calib, "calib.npz"), (digits.val, "val.npz")):
+        (tmp_path / name).write_bytes(Path(source).read_bytes())
+    proc = run(ROOT / "examples" / "digits" / "run.py", "--out", tmp_path, "--target", "arm-cpu",
+               "--max-samples", "40")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "deploy" / "report.json").read_text())
+    (entry,) = report["targets"]
+    acc = entry["evaluation"]["accuracy"]
+    assert report["samples"] == 40 and entry["bundle"] == str(tmp_path / "deploy" / "arm-cpu")
+    line = f"arm-cpu: top-1 {acc['reference_top1']:.2f} % on the host (fp32), {acc['candidate_top1']:.2f} % on the device"
+    assert line in proc.stdout and f"✓ arm-cpu → {tmp_path / 'deploy' / 'arm-cpu'} (int8)" in proc.stdout
 
 
 def test_imagenet_example_explains_itself():

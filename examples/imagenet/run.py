@@ -9,15 +9,21 @@ For example, with the team's shared material (SqueezeNet 1.1 expects BGR, 0..255
 
 IMAGES/ holds JPEG/PNG files and a labels.csv (file,label) or one sub-folder per class. The first 100 images
 calibrate; all of them (or --max-samples) are evaluated on the device. The preprocessing options below are
-SqueezeNet's; change them for another model (see `edgekit deploy --help`).
+SqueezeNet's (``PREPROCESS``); change them for another model (see `edgekit deploy --help`).
 """
 
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from pathlib import Path
+
+import edgekit
+from edgekit.deployment import Hooks
+
+TARGETS = ("arm-cpu", "intel-vpu", "nnapi")
+#: SqueezeNet 1.1's preprocessing (`edgekit deploy --size 224,224 --color BGR --mean 104,117,123`).
+PREPROCESS = edgekit.ImagePreprocess(size=(224, 224), color="BGR", mean=(104.0, 117.0, 123.0))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,20 +36,32 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument("--max-samples", type=int)
     args = parser.parse_args(argv)
-    command = [
-        sys.executable, "-m", "edgekit.cli.main", "deploy", str(args.model),
-        "--target", "arm-cpu", "--target", "intel-vpu", "--target", "nnapi",
-        "--calib", str(args.images), "--calib-samples", "100",
-        "--eval", str(args.images),
-        "--size", "224,224", "--color", "BGR", "--mean", "104,117,123",
-        "--device", "local",
-        "--report", str(args.out / "report.html"),
-        "-o", str(args.out),
-    ]  # fmt: skip
-    if args.max_samples:
-        command += ["--max-samples", str(args.max_samples)]
-    print("$ edgekit " + " ".join(command[3:]), flush=True)
-    return subprocess.run(command, check=False).returncode
+    try:
+        result = edgekit.deploy(
+            args.model,
+            TARGETS,
+            calib=args.images,
+            calib_samples=100,
+            eval=args.images,
+            devices="local",
+            report=args.out / "report.html",  # the bundles go beside it
+            max_samples=args.max_samples,
+            preprocess=PREPROCESS,
+            hooks=Hooks(say=print, bundle=lambda b: print(f"✓ {b.target} → {b.path} ({b.precision})")),
+        )
+    except edgekit.EdgekitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for failed, message in result.failures:
+        print(f"✗ {failed}: {message}", file=sys.stderr)
+    for e in result.evaluations:
+        if e.top1 is None:  # no labels: how often the device gives fp32's answer
+            print(f"{e.target}: top-1 agreement with fp32 on the host {e.top1_agreement:.2f} %")
+        else:
+            print(f"{e.target}: top-1 {e.reference_top1:.2f} % fp32 on the host, {e.top1:.2f} % on the device "
+                  f"({e.top1_drop_pp:+.2f} pp)")  # fmt: skip
+    print(f"report: {result.report_path}")
+    return 2 if result.failures else 0
 
 
 if __name__ == "__main__":
