@@ -50,10 +50,30 @@ class Kernel:
     #: Weights (input 1) symmetric int8 (zero point 0), one scale per output channel or one for the tensor; the
     #: int32 bias has scale input scale x weight scale and zero point 0.
     symmetric_weights: bool = False
+    #: With ``symmetric_weights``: the output-channel axis of the filter in TFLite's layout (where per-channel
+    #: scales go), the index of the bias input and of the data input.
+    filter_axis: int | None = None
+    bias_input: int | None = None
+    data_input: int = 0
+    #: Constant int8 inputs are symmetric (zero point 0).
+    symmetric_constants: bool = False
+    #: A same-scale kernel that averages its input: a scale change goes after it (requantized), not before.
+    averages: bool = False
+    #: A data-movement op converters put between a DequantizeLinear and the op it feeds (layout transposes,
+    #: explicit padding): the converter's integer pass runs it on the int8 values instead (same scale both
+    #: sides). ``hoist_quantize``: likewise between an op and its QuantizeLinear (the QUANTIZE moves before it).
+    sink_dequantize: bool = False
+    hoist_quantize: bool = False
     #: The kernel takes a fused activation.
     fused_activation: bool = False
     #: What the kernel checks, in words (docs and test names).
     checks: str = ""
+
+    def __post_init__(self) -> None:
+        if self.symmetric_weights != (self.filter_axis is not None and self.bias_input is not None):
+            raise ValueError(
+                f"{self.source}: symmetric weights need filter_axis and bias_input, and only they"
+            )
 
 
 _SAME_CHECKED = "int8 inputs and output: same scale and zero point (TF_LITE_ENSURE_EQ)"
@@ -67,15 +87,45 @@ _CONV_CHECKS = (
 
 #: The TFLite integer kernels the converter emits, keyed by builtin op name.
 TFLITE_KERNELS: dict[str, Kernel] = {
-    "CONV_2D": Kernel("conv.cc", symmetric_weights=True, fused_activation=True, checks=_CONV_CHECKS),
+    # filters: CONV_2D [O, H, W, I], DEPTHWISE_CONV_2D [1, H, W, O], FULLY_CONNECTED [O, I],
+    # TRANSPOSE_CONV [O, H, W, I] with inputs (output shape, filter, data, bias)
+    "CONV_2D": Kernel(
+        "conv.cc",
+        symmetric_weights=True,
+        filter_axis=0,
+        bias_input=2,
+        fused_activation=True,
+        checks=_CONV_CHECKS,
+    ),
     "DEPTHWISE_CONV_2D": Kernel(
-        "depthwise_conv.cc", symmetric_weights=True, fused_activation=True, checks=_CONV_CHECKS
+        "depthwise_conv.cc",
+        symmetric_weights=True,
+        filter_axis=3,
+        bias_input=2,
+        fused_activation=True,
+        checks=_CONV_CHECKS,
     ),
     "FULLY_CONNECTED": Kernel(
-        "fully_connected.cc", symmetric_weights=True, fused_activation=True, checks=_CONV_CHECKS
+        "fully_connected.cc",
+        symmetric_weights=True,
+        filter_axis=0,
+        bias_input=2,
+        fused_activation=True,
+        checks=_CONV_CHECKS,
     ),
-    "TRANSPOSE_CONV": Kernel("transpose_conv.cc", symmetric_weights=True, checks=_CONV_CHECKS),
-    "BATCH_MATMUL": Kernel("batch_matmul.cc", checks="int8 zero points allowed (int16: 0)"),
+    "TRANSPOSE_CONV": Kernel(
+        "transpose_conv.cc",
+        symmetric_weights=True,
+        filter_axis=0,
+        bias_input=3,
+        data_input=2,
+        checks=_CONV_CHECKS,
+    ),
+    "BATCH_MATMUL": Kernel(
+        "batch_matmul.cc",
+        symmetric_constants=True,
+        checks="int8 zero points allowed (int16: 0); constant operands are made symmetric",
+    ),
     "ADD": Kernel("add.cc", fused_activation=True, checks="own scales (int16: zero points 0)"),
     "SUB": Kernel("sub.cc", fused_activation=True, checks="own scales (int16: zero points 0)"),
     "MUL": Kernel("mul.cc", fused_activation=True, checks="own scales (int16: zero points 0)"),
@@ -83,12 +133,20 @@ TFLITE_KERNELS: dict[str, Kernel] = {
         "pooling.cc", same_scale=True, fused_activation=True, checks="same scale and zero point (DCHECK)"
     ),
     "AVERAGE_POOL_2D": Kernel(
-        "pooling.cc", same_scale=True, fused_activation=True, checks="same scale and zero point (DCHECK)"
+        "pooling.cc",
+        same_scale=True,
+        averages=True,
+        fused_activation=True,
+        checks="same scale and zero point (DCHECK)",
     ),
-    "RESHAPE": Kernel("reshape.cc", same_scale=True, checks=_SAME_ASSUMED),
+    "RESHAPE": Kernel(
+        "reshape.cc", same_scale=True, sink_dequantize=True, hoist_quantize=True, checks=_SAME_ASSUMED
+    ),
     "SQUEEZE": Kernel("squeeze.cc", same_scale=True, checks=_SAME_ASSUMED),
     "EXPAND_DIMS": Kernel("expand_dims.cc", same_scale=True, checks=_SAME_ASSUMED),
-    "TRANSPOSE": Kernel("transpose.cc", same_scale=True, checks=_SAME_ASSUMED),
+    "TRANSPOSE": Kernel(
+        "transpose.cc", same_scale=True, sink_dequantize=True, hoist_quantize=True, checks=_SAME_ASSUMED
+    ),
     "GATHER": Kernel("gather.cc", same_scale=True, checks=_SAME_ASSUMED),
     "SLICE": Kernel("slice.cc", same_scale=True, checks=_SAME_ASSUMED),
     "STRIDED_SLICE": Kernel("strided_slice.cc", same_scale=True, checks=_SAME_ASSUMED),
@@ -97,10 +155,16 @@ TFLITE_KERNELS: dict[str, Kernel] = {
     "TILE": Kernel("tile.cc", same_scale=True, checks=_SAME_ASSUMED),
     "BROADCAST_TO": Kernel("broadcast_to.cc", same_scale=True, checks=_SAME_ASSUMED),
     "MIRROR_PAD": Kernel("mirror_pad.cc", same_scale=True, checks=_SAME_ASSUMED),
-    "PAD": Kernel("pad.cc", same_scale=True, checks=_SAME_ASSUMED + "; pads with the output zero point"),
+    "PAD": Kernel(
+        "pad.cc",
+        same_scale=True,
+        sink_dequantize=True,
+        checks=_SAME_ASSUMED + "; pads with the output zero point",
+    ),
     "PADV2": Kernel(
         "pad.cc",
         same_scale=True,
+        sink_dequantize=True,
         checks=_SAME_ASSUMED
         + "; the pad value has the output's scale and zero point (TF_LITE_ENSURE_EQ in EvalInt)",
     ),

@@ -415,6 +415,10 @@ def validate(request: DeployRequest) -> list[Any]:
     if not request.targets:
         raise TargetError("pass at least one --target")
     targets = [get_target(name) for name in request.targets]
+    for target in targets:
+        reason = target.retired_device_hints.get((request.device_hint or "").upper())
+        if reason is not None:
+            raise TargetError(f"--device-hint {request.device_hint}: {reason}")
     if request.device_hint is not None and not any(
         request.device_hint.upper() in t.device_hints for t in targets
     ):

@@ -83,6 +83,8 @@ class Target(ABC):
     supports_float: ClassVar[bool] = True
     #: The accepted ``--device-hint`` values (empty: the target takes none).
     device_hints: ClassVar[tuple[str, ...]] = ()
+    #: Hints refused with a reason (a device its runtime no longer supports) -> the one-line reason.
+    retired_device_hints: ClassVar[Mapping[str, str]] = {}
     #: The frozen dataclass of target-specific options, or None.
     options_type: ClassVar[type | None] = None
     #: Every recipe of ``edgekit.quantize.recipes.RECIPES`` -> None if this target runs it, else why not
@@ -133,6 +135,8 @@ class Target(ABC):
         if hint is None:
             return None
         normalised = hint.upper()
+        if normalised in self.retired_device_hints:
+            raise TargetError(f"--device-hint {hint}: {self.retired_device_hints[normalised]}")
         if normalised not in self.device_hints:
             accepted = ", ".join(self.device_hints) or "none"
             raise TargetError(

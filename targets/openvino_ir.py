@@ -112,7 +112,11 @@ class IntelVpuTarget(Target):
         "w4": "not built yet (issue 13)",
     }
     description = "Intel VPU/NPU (and CPU) via OpenVINO IR: FP16 weights for float models, INT8 from QDQ"
-    device_hints = ("NPU", "MYRIAD", "CPU")
+    device_hints = ("NPU", "CPU")
+    retired_device_hints = {
+        "MYRIAD": "OpenVINO removed the MYRIAD plugin (Movidius VPUs) in 2023.0, older than any OpenVINO these "
+        "bundles run on; today's Intel VPU is the NPU plugin: use --device-hint NPU"
+    }
     options_type = IntelVpuOptions
 
     # ------------------------------------------------------------------------------------------ check
@@ -138,6 +142,7 @@ class IntelVpuTarget(Target):
         samples = tuple(options.verify_samples) or default_verify_samples(model)
         ov = _ov()
         core = ov.Core()
+        _warn_absent_device(core, hint)
         with tempfile.TemporaryDirectory(prefix="edgekit-ir-") as tmp:
             converted = _convert(proto, Path(tmp), compress=opts.compress_to_fp16 and not quantized)
             report: dict[str, Any] = {
@@ -458,6 +463,20 @@ def _verify(
             for n, o in exact["outputs"].items()
         }
     return report
+
+
+def _warn_absent_device(core: Any, hint: str | None) -> None:
+    """A warning (not an error: bundles are often built on a host for another device) when the hint's device
+    is not among the installed OpenVINO's available devices."""
+    if hint is None:
+        return
+    devices = list(core.available_devices)
+    if not any(d == hint or d.startswith(hint + ".") for d in devices):
+        log.warning(
+            "--device-hint %s: OpenVINO %s on this host has no %s device (it has: %s); the bundle is packaged "
+            "for it anyway, to run where the %s plugin is",
+            hint, _ov().get_version(), hint, ", ".join(devices) or "none", hint,
+        )  # fmt: skip
 
 
 def _npu_blob(

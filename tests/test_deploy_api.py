@@ -83,3 +83,19 @@ def test_bad_requests_raise_one_line_and_write_nothing(digits, tmp_path, kwargs,
         edgekit.deploy(digits.model, kwargs.pop("targets", "arm-cpu"), **kwargs)
     assert message in str(info.value) and "\n" not in str(info.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_readme_example_runs_as_written(digits, tmp_path: Path, monkeypatch, capsys) -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    (code,) = [b.split("```", 1)[0] for b in readme.split("```python\n")[1:] if "edgekit.deploy(" in b]
+    for source, name in ((digits.model, "model.onnx"), (digits.calib, "calib.npz"), (digits.val, "val.npz")):
+        (tmp_path / name).write_bytes(Path(source).read_bytes())
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md", "exec"), {})
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["samples"] == 100 and (tmp_path / "out" / "report.html").exists()
+    printed = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in printed] == ["arm-cpu", "intel-vpu"]
+    for line, entry in zip(printed, report["targets"], strict=True):
+        assert Path(entry["bundle"]) == Path("out") / entry["target"]  # relative, as given
+        assert f"top-1 {entry['evaluation']['accuracy']['candidate_top1']:.1f} %" in line

@@ -73,6 +73,11 @@ def test_console_script_packages_a_qdq_model_as_an_int8_archive(
     )
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
+    devices = ov.Core().available_devices
+    absent = (
+        f"warning: --device-hint NPU: OpenVINO {ov.get_version()} on this host has no NPU device (it has: "
+    )
+    assert (absent in proc.stderr) == ("NPU" not in devices), proc.stderr  # packaged anyway, for the device
     assert [p.name for p in out_dir.iterdir()] == ["intel-vpu.tar.gz"]
     with read_bundle(out_dir / "intel-vpu.tar.gz") as loaded:
         m = loaded.manifest
@@ -142,6 +147,10 @@ def test_failing_target_leaves_nothing(tmp_path: Path, models: dict[str, Path], 
             "--method",
         ),
         (["{float}", "-t", "intel-vpu"], "pass an output folder (-o DIR) or --report PATH"),
+        (
+            ["{float}", "-t", "arm-cpu", "-t", "intel-vpu", "-o", "{out}", "--device-hint", "myriad"],
+            "--device-hint myriad: OpenVINO removed the MYRIAD plugin (Movidius VPUs) in 2023.0",
+        ),
         (
             ["{float}", "-t", "nnapi", "-o", "{out}", "--precision", "w4"],
             "target 'nnapi' cannot run --precision w4: NNAPI has no 4-bit tensor type; it runs: int8",
@@ -286,3 +295,14 @@ def test_the_recipe_reaches_the_quantizer_and_the_target(
     deploy_api(models["float"], "intel-vpu", output=tmp_path / "c", calib=models["calib"])
     assert packaged[-1] == ("intel-vpu", None)  # auto: the target reads the precision off the model
     assert schemes[-1].precision == "int8"
+
+
+def test_a_device_hint_present_on_the_host_packages_without_a_warning(
+    tmp_path: Path, models: dict[str, Path], capsys
+) -> None:
+    assert "CPU" in ov.Core().available_devices
+    code, out, err = deploy(
+        capsys, str(models["qdq"]), "-t", "intel-vpu", "-o", str(tmp_path), "--device-hint", "cpu"
+    )
+    assert code == 0 and err == "", err
+    assert read_bundle(tmp_path / "intel-vpu").manifest.device_hint == "CPU"

@@ -16,11 +16,17 @@ from edgekit.errors import TargetError
 from edgekit.quantize.rules import TFLITE_KERNELS
 from edgekit.targets.tflite.graph import Graph, Op, Quant, Tensor
 
-# Op -> axis of its per-channel weights (input 1) in TFLite's layout.
-_WEIGHT_AXIS = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 0, "TRANSPOSE_CONV": 0}
-_BIAS_INDEX = {"CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "TRANSPOSE_CONV": 3}
-_INPUT_INDEX = {"TRANSPOSE_CONV": 2}
 # What each integer kernel requires (tensorflow/lite/kernels/*.cc), from the quantizer's rules: one table.
+# Op -> axis of its per-channel weights (input 1) in TFLite's layout; index of its bias and data inputs.
+_WEIGHT_AXIS = {code: k.filter_axis for code, k in TFLITE_KERNELS.items() if k.filter_axis is not None}
+_BIAS_INDEX = {code: k.bias_input for code, k in TFLITE_KERNELS.items() if k.bias_input is not None}
+_INPUT_INDEX = {code: k.data_input for code, k in TFLITE_KERNELS.items() if k.data_input}
+_SYMMETRIC_CONSTANTS = frozenset(code for code, k in TFLITE_KERNELS.items() if k.symmetric_constants)
+#: Same-scale kernels that average their input: a requantize goes after them, not before.
+_AVERAGING = frozenset(code for code, k in TFLITE_KERNELS.items() if k.averages)
+#: Data-movement ops a DEQUANTIZE is moved after / a QUANTIZE before (they then run on int8 values).
+_SINK_DEQUANTIZE = frozenset(code for code, k in TFLITE_KERNELS.items() if k.sink_dequantize)
+_HOIST_QUANTIZE = frozenset(code for code, k in TFLITE_KERNELS.items() if k.hoist_quantize)
 _SAME_SCALE = {code for code, k in TFLITE_KERNELS.items() if k.same_scale}
 _FIXED_OUTPUT = {code: k.fixed_output for code, k in TFLITE_KERNELS.items() if k.fixed_output is not None}
 _MIN_OUTPUT_RATIO = {
@@ -121,7 +127,7 @@ def _integer_inputs(
         elif op.code in _BIAS_INDEX and i == _BIAS_INDEX[op.code]:
             result.append(t)  # quantized below, once the input and weight scales are known
         else:
-            result.append(_quantize_const(graph, t, None, symmetric=op.code == "BATCH_MATMUL"))
+            result.append(_quantize_const(graph, t, None, symmetric=op.code in _SYMMETRIC_CONSTANTS))
     if op.code in _BIAS_INDEX:
         b = _BIAS_INDEX[op.code]
         x, w = result[data_index], result[1]
@@ -228,10 +234,6 @@ def _rewrite(
             graph.ops.insert(graph.ops.index(op) + 1, Op("DEQUANTIZE", [qout], [out], None, op.origin))
     op.inputs = inputs
     op.outputs = new_outputs
-
-
-#: Same-scale kernels that average their input: a requantize goes after them, not before.
-_AVERAGING = frozenset({"AVERAGE_POOL_2D"})
 
 
 def _average_at_input_scale(graph: Graph) -> None:
@@ -349,7 +351,7 @@ def _sink_dequantize(graph: Graph) -> None:
         changed = False
         producers = graph.producers()
         for op in graph.ops:
-            if op.code not in ("TRANSPOSE", "RESHAPE", "PAD", "PADV2") or op.inputs[0].is_const:
+            if op.code not in _SINK_DEQUANTIZE or op.inputs[0].is_const:
                 continue
             dq = producers.get(id(op.inputs[0]))
             if dq is None or dq.code != "DEQUANTIZE":
@@ -388,7 +390,7 @@ def _hoist_quantize(graph: Graph) -> None:
                 continue
             t = q.inputs[0]
             op = producers.get(id(t))
-            if op is None or op.code not in ("TRANSPOSE", "RESHAPE") or op.inputs[0].is_const:
+            if op is None or op.code not in _HOIST_QUANTIZE or op.inputs[0].is_const:
                 continue
             if len(consumers.get(id(t), [])) != 1 or graph.is_graph_output(t):
                 continue

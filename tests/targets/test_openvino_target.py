@@ -66,7 +66,7 @@ def qdq_model(tmp_path_factory: pytest.TempPathFactory, float_model: onnx.ModelP
 def fp16_bundle(tmp_path_factory: pytest.TempPathFactory, float_model: onnx.ModelProto) -> Path:
     out = tmp_path_factory.mktemp("fp16") / "bundle"
     options = PackageOptions(
-        device_hint="myriad",
+        device_hint="cpu",
         preprocessing={"mean": [0.5]},
         provenance={"source_sha256": "cd" * 32, "calibration_samples": None},
     )
@@ -117,8 +117,10 @@ def test_target_options_and_device_hint_are_validated() -> None:
     with pytest.raises(TargetError, match="expects options of type IntelVpuOptions"):
         target.target_options(PackageOptions(target_options={"fp16": True}))
     assert target.check_device_hint("npu") == "NPU"
-    with pytest.raises(TargetError, match="does not take --device-hint 'GPU'; accepted: NPU, MYRIAD, CPU"):
+    with pytest.raises(TargetError, match="does not take --device-hint 'GPU'; accepted: NPU, CPU"):
         target.check_device_hint("GPU")
+    with pytest.raises(TargetError, match=r"removed the MYRIAD plugin .* in 2023.0.*use --device-hint NPU"):
+        target.check_device_hint("myriad")
 
 
 # --------------------------------------------------------------------------------------- checks
@@ -201,7 +203,7 @@ def test_fp16_ir_matches_onnx(fp16_bundle: Path, float_model: onnx.ModelProto) -
 def test_fp16_manifest_fields(fp16_bundle: Path) -> None:
     loaded = read_bundle(fp16_bundle)
     m = loaded.manifest
-    assert (m.target, m.runtime, m.device_hint) == ("intel-vpu", "openvino", "MYRIAD")
+    assert (m.target, m.runtime, m.device_hint) == ("intel-vpu", "openvino", "CPU")
     assert [(f.path, f.role) for f in m.model_files] == [("model.xml", "model"), ("model.bin", "weights")]
     assert m.requirements[0].package == "openvino" and m.requirements[0].min_version.count(".") == 1
     assert [(t.name, t.shape, t.dtype, t.layout) for t in m.inputs] == [
