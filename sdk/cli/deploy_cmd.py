@@ -82,7 +82,7 @@ def deploy(
     ),
     input_shape: list[str] = typer.Option(None, "--input-shape", help="NAME=D0,D1,... (repeatable)."),
     device_hint: str = typer.Option(
-        None, "--device-hint", help="Device the bundle is for (intel-vpu: NPU|MYRIAD|CPU)."
+        None, "--device-hint", help="Device the bundle is for (intel-vpu: NPU|CPU)."
     ),
     archive: bool = typer.Option(False, "--archive", help="Write each bundle as one .tar.gz."),
     calib_samples: int = typer.Option(

@@ -1,0 +1,319 @@
+"""The packaging half of a deploy: validate the request, load and prepare the model once, choose each target's
+recipe, quantize once per target scheme, package and verify each bundle."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgekit.deployment.request import (
+    AUTO,
+    LAYER_SAMPLES,
+    VERIFY_SAMPLES,
+    DeployRequest,
+    Hooks,
+    Packaged,
+    precisions,
+)
+from edgekit.errors import DataError, EdgekitError, OutputError, TargetError
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """What every target's packaging shares: the model (loaded once), the plan, the calibration data."""
+
+    model: Any
+    quantized: bool
+    plan: tuple[tuple[Any, str], ...]
+    dataset: Any
+    verify: tuple
+    preprocessing: Mapping[str, Any]
+    provenance: Mapping[str, Any]
+
+
+def choose_precision(request: DeployRequest, target: Any, quantized: bool) -> str:
+    """The recipe ``target`` gets, or a TargetError saying what to pass instead."""
+    from edgekit.quantize.recipes import get_recipe
+
+    name = target.name
+    if request.precision == AUTO:
+        if quantized:
+            return "int8"
+        if request.calib is None and not target.supports_float:
+            raise TargetError(
+                f"target {name!r} runs integer models only; it needs --calib DATA "
+                "(or a QDQ model from `edgekit quantize`)"
+            )
+        return "int8" if request.calib is not None else "fp32"
+    recipe = get_recipe(request.precision)
+    if quantized:
+        if recipe.name != "int8":
+            raise TargetError(
+                f"{request.model} is already quantized (QDQ); --precision {recipe.name} needs a float model"
+            )
+        return "int8"
+    if recipe.name == "fp32" and not target.supports_float:
+        raise TargetError(
+            f"target {name!r} runs integer models only; drop --precision fp32 and pass --calib DATA"
+        )
+    target.check_precision(recipe.name)
+    if recipe.calibrated and request.calib is None:
+        raise TargetError(
+            f"--precision {recipe.name} needs --calib DATA (or a QDQ model from `edgekit quantize`)"
+        )
+    return recipe.name
+
+
+def validate(request: DeployRequest) -> list[Any]:
+    """The request's targets; a one-line error for anything wrong in the request itself."""
+    from edgekit.targets.base import get_target
+
+    if request.precision not in precisions():
+        raise EdgekitError(f"--precision must be one of {', '.join(precisions())}, got {request.precision!r}")
+    if not request.targets:
+        raise TargetError("pass at least one --target")
+    targets = [get_target(name) for name in request.targets]
+    for target in targets:
+        reason = target.retired_device_hints.get((request.device_hint or "").upper())
+        if reason is not None:
+            raise TargetError(f"--device-hint {request.device_hint}: {reason}")
+    if request.device_hint is not None and not any(
+        request.device_hint.upper() in t.device_hints for t in targets
+    ):
+        accepted = sorted({h for t in targets for h in t.device_hints})
+        raise TargetError(
+            f"--device-hint {request.device_hint!r} is not accepted by {', '.join(request.targets)}; "
+            f"accepted: {', '.join(accepted) or 'none'}"
+        )
+    if request.calib_samples < 1:
+        raise DataError(f"--calib-samples must be at least 1, got {request.calib_samples}")
+    if request.calib is not None and not request.calib.exists():
+        raise DataError(f"calibration data not found: {request.calib}")
+    if request.calib is not None or request.layer_precision:
+        _base_quantize_options(request)  # raises on bad values (method, samples, recipe names)
+    if request.preprocess is not None:
+        from edgekit.data import ImagePreprocess
+
+        ImagePreprocess.from_json(dict(request.preprocess))  # raises DataError naming the bad key
+    out = request.out_dir
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"output path {out} exists and is not a folder")
+    return targets
+
+
+def image_preprocess(request: DeployRequest) -> Any:
+    from edgekit.data import ImagePreprocess
+
+    return ImagePreprocess.from_json(dict(request.preprocess)) if request.preprocess else None
+
+
+def prepare(request: DeployRequest, hooks: Hooks) -> _Prepared:
+    from edgekit.model import is_quantized, load_model
+    from edgekit.qoperator import quantization_source
+    from edgekit.quantize.recipes import check_layer_names
+
+    targets = validate(request)
+    notes: list[str] = []
+    model = load_model(request.model, request.input_shapes, messages=notes)
+    for note in notes:
+        hooks.note(f"note: {note}")
+    quantized = is_quantized(model)
+    plan = tuple((t, choose_precision(request, t, quantized)) for t in targets)
+    if request.layer_precision:
+        if quantized or not any(_needs_quantization(p) for _, p in plan):
+            raise DataError(
+                "--layer-precision applies when the deploy quantizes a float model "
+                "(--calib DATA with --precision auto, int8 or int16x8)"
+            )
+        check_layer_names((n.name for n in model.graph.all_nodes()), request.layer_precision)
+    dataset = _open_calibration(request, model) if request.calib is not None else None
+    verify = _verify_samples(dataset) if dataset is not None else ()
+    preprocessing = dict(request.preprocess or {})
+    if not preprocessing and dataset is not None:
+        preprocessing = dict(dataset.describe().get("preprocessing") or {})
+    provenance = {
+        "source_sha256": file_sha256(request.model),
+        "source_model": request.model.name,
+        "quantization": {"source": quantization_source(model)} if quantized else None,
+        "calibration_samples": None,
+    }
+    return _Prepared(model, quantized, plan, dataset, verify, preprocessing, provenance)
+
+
+def package_targets(
+    request: DeployRequest, hooks: Hooks | None = None
+) -> tuple[list[Packaged], list[tuple[str, str]]]:
+    """Package ``request.model`` for every target; returns the bundles and the (target, error) failures.
+
+    Errors in the request itself (bad options, unreadable model or data) raise before anything is
+    written; a target that fails to package is reported and the others still run.
+    """
+    hooks = hooks or Hooks()
+    return package_all(request, prepare(request, hooks), hooks)
+
+
+def package_all(
+    request: DeployRequest, prepared: _Prepared, hooks: Hooks
+) -> tuple[list[Packaged], list[tuple[str, str]]]:
+    created = not request.out_dir.exists()
+    try:
+        request.out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot create {request.out_dir}: {exc.strerror or exc}") from None
+
+    quantized_models: dict[Any, tuple[Any, dict[str, Any], dict[str, Any], Any]] = {}
+    statistics: dict[tuple, Any] = {}  # calibration statistics shared by schemes that differ only in dtypes
+    results: list[Packaged] = []
+    failures: list[tuple[str, str]] = []
+    for target, precision in prepared.plan:
+        try:
+            source, provenance, quant_report = prepared.model, dict(prepared.provenance), None
+            started = time.perf_counter()
+            if _needs_quantization(precision) and not prepared.quantized:
+                dataset = prepared.dataset
+                assert dataset is not None  # choose_precision demands calibration data for these recipes
+                scheme = quantize_options(request, target, precision)
+                if scheme not in quantized_models:
+                    hooks.say(f"quantizing for {target.name} ({scheme.activations} activations) on "
+                              f"{len(dataset)} calibration sample(s)")  # fmt: skip
+                    stats_key = (scheme.method, scheme.samples, scheme.bias_correction, scheme.exclude)
+                    quantized_models[scheme] = _quantize(
+                        request, prepared.model, dataset, scheme, hooks.track, statistics.get(stats_key)
+                    )
+                    statistics[stats_key] = quantized_models[scheme][3]
+                source, extra, quant_report, _ = quantized_models[scheme]
+                provenance.update(extra)
+            for problem in target.check(source):
+                if problem.severity != "error":
+                    hooks.say(f"{target.name}: {problem}")
+            options = package_options(request, target, precision, prepared, provenance)
+            quantized_at = time.perf_counter()
+            path = target.package(source, request.out_dir / target.name, options)
+            timings = {"quantize_s": quantized_at - started, "package_s": time.perf_counter() - quantized_at}
+        except EdgekitError as exc:
+            failures.append((target.name, str(exc)))
+            hooks.failure(target.name, str(exc))
+            continue
+        packaged = Packaged(target.name, path, precision, manifest_verification(path), quant_report, timings)
+        results.append(packaged)
+        hooks.bundle(packaged)
+    if created and not results:
+        with contextlib.suppress(OSError):
+            request.out_dir.rmdir()  # leave no empty output folder behind when nothing was packaged
+    return results, failures
+
+
+def _needs_quantization(precision: str) -> bool:
+    from edgekit.quantize.recipes import get_recipe
+
+    return get_recipe(precision).calibrated
+
+
+def package_options(
+    request: DeployRequest, target: Any, precision: str, prepared: _Prepared, provenance: Mapping[str, Any]
+) -> Any:
+    """The :class:`edgekit.targets.base.PackageOptions` of ``target`` for this request."""
+    from edgekit.targets.base import PackageOptions
+
+    hint = (
+        request.device_hint
+        if request.device_hint and request.device_hint.upper() in target.device_hints
+        else None
+    )
+    target_options = None
+    if target.options_type is not None and request.target_settings:
+        names = {f.name for f in dataclasses.fields(target.options_type)}
+        given = {k: v for k, v in request.target_settings.items() if k in names}
+        target_options = target.options_type(**given) if given else None
+    return PackageOptions(
+        verify_samples=prepared.verify,
+        preprocessing=prepared.preprocessing,
+        provenance=provenance,
+        archive=request.archive,
+        device_hint=hint,
+        target_options=target_options,
+        # auto: the target reads it off the model (QDQ: int8, else its float default)
+        precision=None if request.precision == AUTO else precision,
+    )
+
+
+def _open_calibration(request: DeployRequest, model: Any) -> Any:
+    from edgekit.data import input_specs, open_dataset
+
+    assert request.calib is not None
+    return open_dataset(
+        request.calib, input_specs(model), image_preprocess(request), limit=request.calib_samples
+    )
+
+
+def _verify_samples(dataset: Any) -> tuple[dict[str, Any], ...]:
+    samples = []
+    for sample in dataset:
+        samples.append(dict(sample.inputs))
+        if len(samples) == VERIFY_SAMPLES:
+            break
+    return tuple(samples)
+
+
+def _base_quantize_options(request: DeployRequest) -> Any:
+    from edgekit.quantize.options import QuantizeOptions
+
+    return QuantizeOptions(
+        method=request.method,
+        samples=request.calib_samples,
+        float_output_heads=not request.integer_head,
+        layer_precision=request.layer_precision,
+    )
+
+
+def quantize_options(request: DeployRequest, target: Any, precision: str = "int8") -> Any:
+    """The quantizer's options for ``target``'s scheme and the recipe ``precision``."""
+    return dataclasses.replace(target.quantize_options(_base_quantize_options(request)), precision=precision)
+
+
+def _quantize(
+    request: DeployRequest, model: Any, dataset: Any, options: Any, track: Any, statistics: Any = None
+) -> tuple[Any, dict, dict, Any]:
+    """The model quantized with ``options`` (the target's scheme), what provenance records about it, and the
+    quantizer's report (with the per-layer SQNR on up to LAYER_SAMPLES evaluation samples)."""
+    from edgekit.api import quantize_model
+    from edgekit.model import load_proto
+
+    result = quantize_model(
+        request.model,
+        dataset,
+        options=options,
+        input_shapes=request.input_shapes,
+        eval_data=request.eval_data,
+        eval_limit=LAYER_SAMPLES,
+        preprocess=image_preprocess(request),
+        track=track,
+        statistics=statistics,
+        loaded=model,  # loaded once per deploy
+    )
+    used = result.report.get("calibration", {}).get("samples_used")
+    extra = {"quantization": options.to_json(), "calibration_samples": used}
+    return load_proto(result.model, prepare=False), extra, result.report, result.quantized.stats
+
+
+def manifest_verification(path: Path) -> dict[str, Any]:
+    """The verification figures the bundle at ``path`` records."""
+    from edgekit.device_agents.bundle import read_bundle
+
+    with read_bundle(path) as bundle:
+        return dict(bundle.manifest.verification)
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
