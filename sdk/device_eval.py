@@ -1,46 +1,110 @@
-"""Running a packaged bundle on a device through the agent, and comparing it with fp32 on the host.
+"""Running a packaged bundle on devices through the agent, and comparing it with fp32 on the host, in bounded
+memory.
 
-The host computes the fp32 reference once (OpenVINO CPU, f32); each bundle is uploaded, loaded and fed the same
-samples, converted to what the packaged model takes (layout NHWC where the manifest says so, int8/uint8 with the
-manifest's scale and zero point for integer inputs) and its outputs converted back. On-device compute time per
-sample comes from the agent; transfer and protocol time is measured apart.
+The host computes the fp32 reference once (OpenVINO CPU, f32) and spills it to an unnamed temporary file, one
+fixed-size record per sample (:class:`Reference`). Each target then streams the evaluation data again in shards
+(:func:`shards`: at most ``SHARD_SAMPLES`` samples, converted to what the packaged model takes: layout NHWC where
+the manifest says so, int8/uint8 with the manifest's scale and zero point for integer inputs). Devices run the
+shards (:mod:`edgekit.fleet`) and :class:`TargetEvaluation` merges their outputs in sample order into running
+metrics: the comparison with fp32, a latency reservoir, an output digest. Memory holds a bounded number of shards,
+never the data set. On-device compute time per sample comes from the agent; transfer and protocol time is
+measured apart.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable, Sequence
+import hashlib
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx_ir as ir
-from edgekit.device_agents.bundle import Manifest, TensorSpec, read_bundle
-from edgekit.metrics import Comparison
-from edgekit.report import latency_summary
+from edgekit.device_agents.bundle import Manifest, TensorSpec
+from edgekit.metrics import Comparison, LatencyStats
 from edgekit.sanity import InputRanges
 
-#: Samples sent to the agent in one INFER request.
-BATCH = 16
+#: Samples in one shard: the unit a device pulls from the work queue and runs in one INFER request.
+SHARD_SAMPLES = 64
+#: ... and at most this many input bytes (large images make smaller shards).
+SHARD_BYTES = 4 << 20
+#: A label slot of the reference file that holds no label.
+_NO_LABEL = np.iinfo(np.int64).min
 
 
-@dataclass
 class Reference:
-    """fp32 outputs on the host for each evaluation sample (kept: they are small next to the inputs)."""
+    """fp32 outputs on the host for every evaluation sample, spilled to an unnamed temporary file (one fixed-size
+    record per sample, read back by index), so memory holds one sample at a time whatever the data set's size."""
 
-    inputs_shapes: dict[str, tuple[int, ...]]
-    output_names: list[str]
-    samples: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray], int | None]] = field(
-        default_factory=list
-    )
-    #: min/max/mean of every float input over the evaluation data (for the preprocessing checks)
-    ranges: InputRanges = field(default_factory=InputRanges)
+    def __init__(self, inputs_shapes: dict[str, tuple[int, ...]], output_names: list[str]):
+        self.inputs_shapes = inputs_shapes
+        self.output_names = output_names
+        #: min/max/mean of every float input over the evaluation data (for the preprocessing checks)
+        self.ranges = InputRanges()
+        #: the QDQ form's agreement with this reference, when host_reference was asked for it
+        self.agreement: dict[str, Any] | None = None
+        self.count = 0
+        self._all_labelled = True
+        self._file = tempfile.TemporaryFile(prefix="edgekit-reference-")  # noqa: SIM115 - closed by close()
+        self._layout: list[tuple[str, tuple[int, ...], np.dtype, int]] | None = None
+        self._record = 0
+        self._dirty = False
+
+    def __enter__(self) -> Reference:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._file.close()
 
     @property
     def labelled(self) -> bool:
-        return bool(self.samples) and all(label is not None for _, _, label in self.samples)
+        return self.count > 0 and self._all_labelled
+
+    @property
+    def output_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {name: shape for name, shape, _, _ in self._layout or ()}
+
+    def append(self, outputs: dict[str, np.ndarray], label: int | None) -> None:
+        arrays = [np.asarray(outputs[n]) for n in self.output_names]
+        if self._layout is None:
+            offset, layout = 8, []
+            for name, a in zip(self.output_names, arrays, strict=True):
+                layout.append((name, a.shape, a.dtype, offset))
+                offset += a.nbytes
+            self._layout, self._record = layout, offset
+        parts = [np.int64(_NO_LABEL if label is None else label).tobytes()]
+        for (name, shape, dtype, _), a in zip(self._layout, arrays, strict=True):
+            if a.shape != shape or a.dtype != dtype:
+                raise ValueError(f"output {name!r} changed from {shape} {dtype} to {a.shape} {a.dtype}")
+            parts.append(np.ascontiguousarray(a).tobytes())
+        self._file.write(b"".join(parts))
+        self._dirty = True
+        self._all_labelled &= label is not None
+        self.count += 1
+
+    def _read(self, index: int) -> bytes:
+        if not 0 <= index < self.count:
+            raise IndexError(f"sample {index} of {self.count}")
+        if self._dirty:
+            self._file.flush()
+            self._dirty = False
+        return os.pread(self._file.fileno(), self._record, index * self._record)
+
+    def sample(self, index: int) -> tuple[dict[str, np.ndarray], int | None]:
+        """The reference outputs and label of sample ``index``."""
+        raw = self._read(index)
+        label = int(np.frombuffer(raw, np.int64, 1)[0])
+        outputs = {
+            name: np.frombuffer(raw, dtype, int(np.prod(shape, dtype=np.int64)), offset).reshape(shape)
+            for name, shape, dtype, offset in self._layout or ()
+        }
+        return outputs, None if label == _NO_LABEL else label
 
 
 def host_reference(
@@ -49,41 +113,43 @@ def host_reference(
     limit: int | None,
     track: Callable = lambda it, d, n: it,
     runner: Any = None,
+    agreement_model: ir.Model | None = None,
 ) -> Reference:
     """The reference outputs: ``model`` on the host (:class:`edgekit.runtime.HostRunner`), or ``runner``
-    (anything with ``run(feeds) -> {output: array}`` for the same inputs and outputs)."""
+    (anything with ``run(feeds) -> {output: array}`` for the same inputs and outputs), one sample at a time.
+
+    With ``agreement_model``, that model also runs exactly on the host on every sample, and ``agreement`` holds
+    its top-1 agreement with the reference and, with labels, both top-1 accuracies (first output, last axis)."""
     from edgekit.runtime import HostRunner
 
     runner = runner if runner is not None else HostRunner(model)
+    other = HostRunner(agreement_model) if agreement_model is not None else None
     ref = Reference(
         {v.name: tuple(v.shape) for v in model.graph.inputs}, [v.name for v in model.graph.outputs]
     )
     total = min(len(dataset), limit or len(dataset)) if hasattr(dataset, "__len__") else (limit or 0)
-    for sample in track(islice(iter(dataset), limit), "fp32 on the host", total):
-        ref.ranges.update(sample.inputs)
-        ref.samples.append((sample.inputs, runner.run(sample.inputs), sample.label))
-    return ref
-
-
-def agreement_with_reference(model: ir.Model, reference: Reference) -> dict[str, Any]:
-    """``model`` run exactly on the host (:class:`edgekit.runtime.HostRunner`) on the reference's samples: its
-    top-1 agreement with the reference and, with labels, both top-1 accuracies (first output, last axis)."""
-    from edgekit.runtime import HostRunner
-
-    runner = HostRunner(model)
-    name = reference.output_names[0]
+    name = ref.output_names[0]
     agree = correct = ref_correct = 0
-    for inputs, ref_out, label in reference.samples:
-        got = int(np.argmax(np.asarray(runner.run(inputs)[name]).reshape(-1)))
-        want = int(np.argmax(np.asarray(ref_out[name]).reshape(-1)))
-        agree += got == want
-        correct += label is not None and got == label
-        ref_correct += label is not None and want == label
-    n = max(len(reference.samples), 1)
-    out: dict[str, Any] = {"samples": len(reference.samples), "top1_agreement": 100.0 * agree / n}
-    if reference.labelled:
-        out.update(top1=100.0 * correct / n, reference_top1=100.0 * ref_correct / n)
-    return out
+    try:
+        for sample in track(islice(iter(dataset), limit), "fp32 on the host", total):
+            ref.ranges.update(sample.inputs)
+            outputs = runner.run(sample.inputs)
+            ref.append(outputs, sample.label)
+            if other is not None:
+                got = int(np.argmax(np.asarray(other.run(sample.inputs)[name]).reshape(-1)))
+                want = int(np.argmax(np.asarray(outputs[name]).reshape(-1)))
+                agree += got == want
+                correct += sample.label is not None and got == sample.label
+                ref_correct += sample.label is not None and want == sample.label
+    except BaseException:
+        ref.close()
+        raise
+    if other is not None:
+        n = max(ref.count, 1)
+        ref.agreement = {"samples": ref.count, "top1_agreement": 100.0 * agree / n}
+        if ref.labelled:
+            ref.agreement.update(top1=100.0 * correct / n, reference_top1=100.0 * ref_correct / n)
+    return ref
 
 
 def to_device(array: np.ndarray, spec: TensorSpec) -> np.ndarray:
@@ -127,57 +193,113 @@ def _match_inputs(manifest: Manifest, onnx_names: list[str]) -> list[tuple[str, 
     return list(zip(onnx_names, manifest.inputs, strict=True))
 
 
-def run_on_device(
-    client: Any,
-    bundle: Path,
-    reference: Reference,
-    track: Callable = lambda it, d, n: it,
-    upload_progress: Callable[[int, int], None] | None = None,
-    threads: int = 2,
-) -> dict:
-    """Upload, load and evaluate one bundle; the target's entry of the report (without host-side extras)."""
-    with read_bundle(bundle) as loaded:
-        manifest = loaded.manifest
-    start = time.perf_counter()
-    bundle_id = client.put_bundle(bundle, progress=upload_progress)
-    upload_s = time.perf_counter() - start
-    load_info = client.load(bundle_id, threads=threads)
+@dataclass
+class Shard:
+    """Consecutive samples ``start .. start + count - 1`` as the device takes them, stacked per input."""
+
+    index: int
+    start: int
+    count: int
+    feeds: dict[str, np.ndarray]
+    #: devices it was handed to and lost with (a shard moved too often fails the run)
+    attempts: int = 0
+
+    def __lt__(self, other: Shard) -> bool:  # the work queue hands out the earliest shard first
+        return self.index < other.index
+
+    @property
+    def samples(self) -> str:
+        return f"samples {self.start}-{self.start + self.count - 1}"
+
+
+def shard_size(manifest: Manifest, limit: int = SHARD_SAMPLES, max_bytes: int = SHARD_BYTES) -> int:
+    """Samples per shard for this bundle: ``limit``, fewer when one sample's inputs are large."""
+    per_sample = sum(int(np.prod(s.shape)) * np.dtype(s.dtype).itemsize for s in manifest.inputs)
+    return max(1, min(limit, max_bytes // max(per_sample, 1)))
+
+
+def shards(
+    dataset: Iterable, manifest: Manifest, reference: Reference, size: int = SHARD_SAMPLES
+) -> Iterator[Shard]:
+    """The evaluation data streamed again (the reference's ``count`` samples) in shards of ``size`` samples."""
     inputs = _match_inputs(manifest, list(reference.inputs_shapes))
-    outputs = _match_outputs(manifest, reference.output_names)
-    onnx_out_shapes = {n: reference.samples[0][1][n].shape for n in reference.output_names}
-    comparison = Comparison()
-    times: list[float] = []
-    wall = 0.0
-    batches = [reference.samples[i : i + BATCH] for i in range(0, len(reference.samples), BATCH)]
-    for batch in track(batches, f"evaluating on the device ({manifest.target})", len(batches)):
-        feeds = {spec.name: np.stack([to_device(s[0][n], spec) for s in batch]) for n, spec in inputs}
-        start = time.perf_counter()
-        device_out, batch_times = client.infer(feeds)
-        wall += time.perf_counter() - start
-        times += batch_times
-        for i, (_, ref_out, label) in enumerate(batch):
-            cand = {n: from_device(device_out[spec.name][i], spec, onnx_out_shapes[n]) for n, spec in outputs}
-            comparison.update({n: ref_out[n] for n in reference.output_names}, cand, label)
-    client.delete(bundle_id)
-    compute = float(sum(times))
-    n = max(len(reference.samples), 1)
-    return {
-        "target": manifest.target,
-        "bundle": str(bundle),
-        "runtime": manifest.runtime,
-        "size_bytes": sum(f.size for f in manifest.model_files),
-        "files": [{"name": f.path, "role": f.role, "size_bytes": f.size} for f in manifest.model_files],
-        "evaluation": comparison.to_json(),
-        "latency_ms": latency_summary(times),
-        "latency_samples_ms": [round(t * 1e3, 4) for t in times],
-        "transfer": {
-            "upload_s": upload_s,
-            "upload_bytes": sum(f.size for f in manifest.model_files),
-            "infer_wall_s": wall,
-            "compute_s": compute,
-            "overhead_per_sample_ms": 1e3 * max(wall - compute, 0.0) / n,
-        },
-        "load": {
-            k: v for k, v in load_info.items() if k in ("runtime", "delegate", "delegated_ops", "threads")
-        },
-    }
+    start = index = 0
+    batch: dict[str, list[np.ndarray]] = {spec.name: [] for _, spec in inputs}
+    count = 0
+    for sample in islice(iter(dataset), reference.count):
+        for name, spec in inputs:
+            batch[spec.name].append(to_device(sample.inputs[name], spec))
+        count += 1
+        if count == size:
+            yield Shard(index, start, count, {n: np.stack(a) for n, a in batch.items()})
+            index, start, count = index + 1, start + count, 0
+            batch = {spec.name: [] for _, spec in inputs}
+    if count:
+        yield Shard(index, start, count, {n: np.stack(a) for n, a in batch.items()})
+
+
+@dataclass
+class DeviceFigures:
+    """What one device did for one target."""
+
+    name: str
+    url: str
+    samples: int = 0
+    shards: int = 0
+    wall_s: float = 0.0
+    compute_s: float = 0.0
+    upload_s: float | None = None
+    status: str = "ok"  # ok | dropped | unavailable | not used
+    reason: str | None = None
+    hello: dict[str, Any] = field(default_factory=dict)
+    load: dict[str, Any] = field(default_factory=dict)
+    latency: LatencyStats = field(default_factory=LatencyStats)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "url": self.url,
+            "status": self.status,
+            "reason": self.reason,
+            "samples": self.samples,
+            "shards": self.shards,
+            "upload_s": self.upload_s,
+            "infer_wall_s": self.wall_s,
+            "compute_s": self.compute_s,
+            "latency_ms": self.latency.summary(),
+            "latency_samples_ms": self.latency.samples_ms(),
+        }
+
+
+class TargetEvaluation:
+    """Merges the devices' shard outputs in sample order into running figures: the comparison with the
+    reference, the latency reservoir, a sha256 of every output in sample order, and per-device figures."""
+
+    def __init__(self, manifest: Manifest, reference: Reference):
+        self.reference = reference
+        self.outputs = _match_outputs(manifest, reference.output_names)
+        self.comparison = Comparison()
+        self.latency = LatencyStats()
+        self.digest = hashlib.sha256()
+        self.merged = 0
+
+    def merge(
+        self, shard: Shard, outputs: dict[str, np.ndarray], times: Sequence[float], device: DeviceFigures
+    ) -> None:
+        if shard.start != self.merged:
+            raise AssertionError(f"shard of {shard.samples} merged out of order (at {self.merged})")
+        shapes = self.reference.output_shapes
+        for i in range(shard.count):
+            ref, label = self.reference.sample(shard.start + i)
+            cand = {}
+            for name, spec in self.outputs:
+                raw = np.ascontiguousarray(outputs[spec.name][i])
+                self.digest.update(raw.tobytes())
+                cand[name] = from_device(raw, spec, shapes[name])
+            self.comparison.update(ref, cand, label)
+            self.latency.add(times[i])
+            device.latency.add(times[i])
+        self.merged += shard.count
+        device.samples += shard.count
+        device.shards += 1
+        device.compute_s += float(sum(times[: shard.count]))

@@ -45,3 +45,7 @@ class TargetError(EdgekitError):
 
 class OutputError(EdgekitError):
     """An output path cannot be written."""
+
+
+class DeviceError(EdgekitError):
+    """Devices cannot be named (a bad fleet file or device URL) or none is left to run a target."""

@@ -140,3 +140,58 @@ class Comparison:
             }
             out["confusion"] = [[t, p, c] for (t, p), c in sorted(self.confusion.items())]
         return out
+
+
+#: Per-sample latencies kept for the percentiles and the plotted distribution (a seeded uniform sample beyond).
+RESERVOIR = 4096
+
+
+class LatencyStats:
+    """Per-sample times in fixed memory: count, sum, min and max exactly, and a seeded uniform reservoir of at most
+    ``size`` samples (Vitter's algorithm R) for the percentiles and the plotted distribution. While ``count <=
+    size`` the reservoir holds every sample and the percentiles are exact."""
+
+    def __init__(self, size: int = RESERVOIR, seed: int = 0):
+        import random
+
+        self.size = size
+        self.count = 0
+        self.total = 0.0
+        self.lo = math.inf
+        self.hi = -math.inf
+        self.kept: list[float] = []
+        self._rng = random.Random(seed)
+
+    def add(self, seconds: float) -> None:
+        s = float(seconds)
+        self.count += 1
+        self.total += s
+        self.lo, self.hi = min(self.lo, s), max(self.hi, s)
+        if len(self.kept) < self.size:
+            self.kept.append(s)
+            return
+        j = self._rng.randrange(self.count)
+        if j < self.size:
+            self.kept[j] = s
+
+    def summary(self) -> dict:
+        """p50/p90/p99 (over the reservoir), mean/min/max (over every sample) in milliseconds."""
+        if not self.count:
+            return {"samples": 0}
+        ms = np.asarray(self.kept, np.float64) * 1e3
+        out = {
+            "samples": self.count,
+            "p50": float(np.percentile(ms, 50)),
+            "p90": float(np.percentile(ms, 90)),
+            "p99": float(np.percentile(ms, 99)),
+            "mean": 1e3 * self.total / self.count,
+            "min": 1e3 * self.lo,
+            "max": 1e3 * self.hi,
+        }
+        if self.count > len(self.kept):
+            out["percentiles_over"] = len(self.kept)  # a uniform sample of the samples
+        return out
+
+    def samples_ms(self) -> list[float]:
+        """The reservoir in milliseconds (every sample while ``count <= size``), for the distribution plots."""
+        return [round(t * 1e3, 4) for t in self.kept]
