@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
@@ -51,6 +52,7 @@ class Reference:
         self._file = tempfile.TemporaryFile(prefix="edgekit-reference-")  # noqa: SIM115 - closed by close()
         self._layout: list[tuple[str, tuple[int, ...], np.dtype, int]] | None = None
         self._record = 0
+        self._dtype: np.dtype | None = None
         self._dirty = False
 
     def __enter__(self) -> Reference:
@@ -78,6 +80,12 @@ class Reference:
                 layout.append((name, a.shape, a.dtype, offset))
                 offset += a.nbytes
             self._layout, self._record = layout, offset
+            self._dtype = np.dtype({
+                "names": ["label", *self.output_names],
+                "formats": [np.int64, *[(dt, shape) for _, shape, dt, _ in layout]],
+                "offsets": [0, *[o for *_, o in layout]],
+                "itemsize": offset,
+            })  # fmt: skip
         parts = [np.int64(_NO_LABEL if label is None else label).tobytes()]
         for (name, shape, dtype, _), a in zip(self._layout, arrays, strict=True):
             if a.shape != shape or a.dtype != dtype:
@@ -88,23 +96,22 @@ class Reference:
         self._all_labelled &= label is not None
         self.count += 1
 
-    def _read(self, index: int) -> bytes:
-        if not 0 <= index < self.count:
-            raise IndexError(f"sample {index} of {self.count}")
+    def batch(self, start: int, count: int) -> tuple[dict[str, np.ndarray], list[int | None]]:
+        """The reference outputs (stacked along a first axis) and labels of samples ``start .. start+count-1``."""
+        if not (start >= 0 and count >= 1 and start + count <= self.count):
+            raise IndexError(f"samples {start}-{start + count - 1} of {self.count}")
         if self._dirty:
             self._file.flush()
             self._dirty = False
-        return os.pread(self._file.fileno(), self._record, index * self._record)
+        raw = os.pread(self._file.fileno(), self._record * count, start * self._record)
+        records = np.frombuffer(raw, self._dtype, count)
+        labels = [None if x == _NO_LABEL else x for x in records["label"].tolist()]
+        return {name: records[name] for name in self.output_names}, labels
 
     def sample(self, index: int) -> tuple[dict[str, np.ndarray], int | None]:
         """The reference outputs and label of sample ``index``."""
-        raw = self._read(index)
-        label = int(np.frombuffer(raw, np.int64, 1)[0])
-        outputs = {
-            name: np.frombuffer(raw, dtype, int(np.prod(shape, dtype=np.int64)), offset).reshape(shape)
-            for name, shape, dtype, offset in self._layout or ()
-        }
-        return outputs, None if label == _NO_LABEL else label
+        outputs, labels = self.batch(index, 1)
+        return {name: a[0] for name, a in outputs.items()}, labels[0]
 
 
 def host_reference(
@@ -154,25 +161,35 @@ def host_reference(
 
 def to_device(array: np.ndarray, spec: TensorSpec) -> np.ndarray:
     """An ONNX-layout float input as the packaged model takes it."""
-    a = np.asarray(array, np.float32)
-    if a.ndim == 4 and spec.layout == "NHWC" and tuple(spec.shape) != a.shape:
-        a = a.transpose(0, 2, 3, 1)
+    return to_device_batch(np.asarray(array)[None], spec)[0]
+
+
+def to_device_batch(arrays: np.ndarray, spec: TensorSpec) -> np.ndarray:
+    """Samples stacked along a new first axis, each in the ONNX layout, as the packaged model takes them."""
+    a = np.asarray(arrays, np.float32)
+    if a.ndim == 5 and spec.layout == "NHWC" and tuple(spec.shape) != a.shape[1:]:
+        a = a.transpose(0, 1, 3, 4, 2)
     if spec.dtype in ("int8", "uint8"):
         info = np.iinfo(spec.dtype)
         q = np.round(a / spec.scale) + (spec.zero_point or 0)
-        return np.clip(q, info.min, info.max).astype(spec.dtype)
-    return a.astype(spec.dtype).reshape(spec.shape)
+        return np.clip(q, info.min, info.max).astype(spec.dtype).reshape((len(a), *spec.shape))
+    return a.astype(spec.dtype).reshape((len(a), *spec.shape))
 
 
 def from_device(array: np.ndarray, spec: TensorSpec, onnx_shape: Sequence[int]) -> np.ndarray:
     """A packaged model's output back in the ONNX model's layout, dequantized."""
-    a = np.asarray(array)
+    return from_device_batch(np.asarray(array)[None], spec, onnx_shape)[0]
+
+
+def from_device_batch(arrays: np.ndarray, spec: TensorSpec, onnx_shape: Sequence[int]) -> np.ndarray:
+    """A packaged model's outputs for samples along the first axis, back in the ONNX layout, dequantized."""
+    a = np.asarray(arrays)
     if spec.dtype in ("int8", "uint8"):
         a = (a.astype(np.float32) - (spec.zero_point or 0)) * np.float32(spec.scale)
     a = a.astype(np.float32)
-    if a.ndim == 4 and spec.layout == "NHWC" and tuple(onnx_shape) != a.shape:
-        a = a.transpose(0, 3, 1, 2)
-    return a.reshape(tuple(onnx_shape))
+    if a.ndim == 5 and spec.layout == "NHWC" and tuple(onnx_shape) != a.shape[1:]:
+        a = a.transpose(0, 1, 4, 2, 3)
+    return a.reshape((len(a), *onnx_shape))
 
 
 def _match_outputs(manifest: Manifest, onnx_names: list[str]) -> list[tuple[str, TensorSpec]]:
@@ -226,16 +243,23 @@ def shards(
     start = index = 0
     batch: dict[str, list[np.ndarray]] = {spec.name: [] for _, spec in inputs}
     count = 0
+    names = {spec.name: name for name, spec in inputs}
+    specs = {spec.name: spec for _, spec in inputs}
+
+    def shard() -> Shard:
+        feeds = {n: to_device_batch(np.stack(a), specs[n]) for n, a in batch.items()}
+        return Shard(index, start, count, feeds)
+
     for sample in islice(iter(dataset), reference.count):
-        for name, spec in inputs:
-            batch[spec.name].append(to_device(sample.inputs[name], spec))
+        for device_name, onnx_name in names.items():
+            batch[device_name].append(sample.inputs[onnx_name])
         count += 1
         if count == size:
-            yield Shard(index, start, count, {n: np.stack(a) for n, a in batch.items()})
+            yield shard()
             index, start, count = index + 1, start + count, 0
             batch = {spec.name: [] for _, spec in inputs}
     if count:
-        yield Shard(index, start, count, {n: np.stack(a) for n, a in batch.items()})
+        yield shard()
 
 
 @dataclass
@@ -282,24 +306,31 @@ class TargetEvaluation:
         self.latency = LatencyStats()
         self.digest = hashlib.sha256()
         self.merged = 0
+        #: host seconds spent merging (converting outputs back, comparing, hashing)
+        self.merge_s = 0.0
 
     def merge(
         self, shard: Shard, outputs: dict[str, np.ndarray], times: Sequence[float], device: DeviceFigures
     ) -> None:
         if shard.start != self.merged:
             raise AssertionError(f"shard of {shard.samples} merged out of order (at {self.merged})")
+        started = time.perf_counter()
         shapes = self.reference.output_shapes
-        for i in range(shard.count):
-            ref, label = self.reference.sample(shard.start + i)
-            cand = {}
-            for name, spec in self.outputs:
-                raw = np.ascontiguousarray(outputs[spec.name][i])
-                self.digest.update(raw.tobytes())
-                cand[name] = from_device(raw, spec, shapes[name])
-            self.comparison.update(ref, cand, label)
-            self.latency.add(times[i])
-            device.latency.add(times[i])
+        ref, labels = self.reference.batch(shard.start, shard.count)
+        raw = {spec.name: np.ascontiguousarray(outputs[spec.name][: shard.count]) for _, spec in self.outputs}
+        if len(raw) == 1:
+            self.digest.update(next(iter(raw.values())).tobytes())  # the same bytes as sample by sample
+        else:
+            for i in range(shard.count):
+                for a in raw.values():
+                    self.digest.update(a[i].tobytes())
+        cand = {name: from_device_batch(raw[spec.name], spec, shapes[name]) for name, spec in self.outputs}
+        self.comparison.update_batch(ref, cand, labels)
+        for t in times[: shard.count]:
+            self.latency.add(t)
+            device.latency.add(t)
         self.merged += shard.count
         device.samples += shard.count
         device.shards += 1
         device.compute_s += float(sum(times[: shard.count]))
+        self.merge_s += time.perf_counter() - started

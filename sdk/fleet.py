@@ -268,6 +268,8 @@ def evaluate_bundle(
             "infer_wall_s": wall,
             "compute_s": compute,
             "overhead_per_sample_ms": 1e3 * max(busy_wall - compute, 0.0) / n,
+            # the calling thread's own work: reading and converting the inputs, merging and comparing outputs
+            "host_s": run.make_s + evaluation.merge_s,
         },
         "load": {
             k: v
@@ -303,6 +305,7 @@ class _FleetRun:
         self.events = _Events()
         self.halt = threading.Event()
         self.failover: list[dict[str, Any]] = []
+        self.make_s = 0.0
         self.workers = [_Worker(d, DeviceFigures(d.name, d.url)) for d in devices]
         for i, w in enumerate(self.workers):
             progress = upload_progress if i == 0 else None
@@ -409,6 +412,7 @@ class _FleetRun:
         """Feed shards to the queue (at most a window of them alive), merge results in sample order; yields
         once per merged shard."""
         made = iter(source)
+        self.make_s = 0.0
         exhausted = False
         outstanding = 0
         pending: dict[int, tuple[Shard, Any, Any, _Worker]] = {}
@@ -416,7 +420,9 @@ class _FleetRun:
         while True:
             window = max(1, self.options.window_per_device * len(self._live()))
             while not exhausted and outstanding < window:
+                started = time.perf_counter()
                 shard = next(made, None)
+                self.make_s += time.perf_counter() - started
                 if shard is None:
                     exhausted = True
                     break

@@ -7,7 +7,7 @@ mean of cosine similarity, a running maximum of the absolute error, counters for
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,22 +35,32 @@ class TensorError:
     cosine_sum: float = 0.0
 
     def update(self, ref: np.ndarray, cand: np.ndarray) -> None:
-        r = np.asarray(ref, dtype=np.float64).reshape(-1)
-        c = np.asarray(cand, dtype=np.float64).reshape(-1)
+        """One sample."""
+        if np.size(ref) != np.size(cand):
+            raise ValueError(f"shape mismatch: reference {np.shape(ref)} vs candidate {np.shape(cand)}")
+        self.update_batch(np.reshape(ref, (1, -1)), np.reshape(cand, (1, -1)))
+
+    def update_batch(self, ref: np.ndarray, cand: np.ndarray) -> None:
+        """Several samples along the first axis (the same sums as one at a time)."""
+        n = len(ref)
+        r = np.asarray(ref, dtype=np.float64).reshape(n, -1)
+        c = np.asarray(cand, dtype=np.float64).reshape(len(cand), -1)
         if r.shape != c.shape:
             raise ValueError(f"shape mismatch: reference {np.shape(ref)} vs candidate {np.shape(cand)}")
         diff = r - c
-        self.samples += 1
+        self.samples += n
         self.elements += r.size
-        self.signal += float(r @ r)
-        self.noise += float(diff @ diff)
+        self.signal += float(np.einsum("ij,ij->", r, r))
+        self.noise += float(np.einsum("ij,ij->", diff, diff))
         self.abs_sum += float(np.abs(diff).sum())
         self.max_abs = max(self.max_abs, float(np.abs(diff).max(initial=0.0)))
-        nr, nc = float(np.linalg.norm(r)), float(np.linalg.norm(c))
-        if nr == 0 and nc == 0:
-            self.cosine_sum += 1.0
-        elif nr > 0 and nc > 0:
-            self.cosine_sum += float(r @ c) / (nr * nc)
+        nr = np.sqrt(np.einsum("ij,ij->i", r, r))
+        nc = np.sqrt(np.einsum("ij,ij->i", c, c))
+        both = (nr > 0) & (nc > 0)
+        dots = np.einsum("ij,ij->i", r, c)
+        cosine = np.where(both, dots / np.where(both, nr * nc, 1.0), 0.0)
+        cosine[(nr == 0) & (nc == 0)] = 1.0
+        self.cosine_sum += float(cosine.sum())
 
     def to_json(self) -> dict:
         n = max(self.elements, 1)
@@ -96,27 +106,44 @@ class Comparison:
     def update(
         self, ref: Mapping[str, np.ndarray], cand: Mapping[str, np.ndarray], label: int | None
     ) -> None:
+        """One sample."""
+        self.update_batch(
+            {n: np.asarray(a)[None] for n, a in ref.items()}, {n: np.asarray(a)[None] for n, a in cand.items()},
+            [label],
+        )  # fmt: skip
+
+    def update_batch(
+        self, ref: Mapping[str, np.ndarray], cand: Mapping[str, np.ndarray], labels: Sequence[int | None]
+    ) -> None:
+        """Several samples along the first axis of every array, with their labels (None: unlabelled)."""
         for name, r in ref.items():
-            self.outputs.setdefault(name, TensorError()).update(r, cand[name])
+            self.outputs.setdefault(name, TensorError()).update_batch(r, cand[name])
         if self.primary is None:
             self.primary = next(iter(ref))
-            self.classifier = is_classifier_output(ref[self.primary])
-        self.samples += 1
+            self.classifier = is_classifier_output(ref[self.primary][0])
+        n = len(labels)
+        self.samples += n
         if not self.classifier:
             return
-        r = np.asarray(ref[self.primary], np.float64).reshape(-1)
-        c = np.asarray(cand[self.primary], np.float64).reshape(-1)
-        r1, c1 = int(np.argmax(r)), int(np.argmax(c))
-        self.agree += r1 == c1
-        if label is None:
+        r = np.asarray(ref[self.primary], np.float64).reshape(n, -1)
+        c = np.asarray(cand[self.primary], np.float64).reshape(n, -1)
+        r1, c1 = np.argmax(r, axis=1), np.argmax(c, axis=1)
+        self.agree += int((r1 == c1).sum())
+        rows = [i for i, label in enumerate(labels) if label is not None]
+        if not rows:
             return
-        self.labelled += 1
-        k = min(5, r.size)
-        self.ref_top1 += r1 == label
-        self.cand_top1 += c1 == label
-        self.ref_top5 += label in np.argsort(-r, kind="stable")[:k]
-        self.cand_top5 += label in np.argsort(-c, kind="stable")[:k]
-        self.confusion[(label, c1)] = self.confusion.get((label, c1), 0) + 1
+        lab = np.asarray([labels[i] for i in rows], np.int64)
+        r, c, r1, c1 = r[rows], c[rows], r1[rows], c1[rows]
+        k = min(5, r.shape[1])
+        self.labelled += len(rows)
+        self.ref_top1 += int((r1 == lab).sum())
+        self.cand_top1 += int((c1 == lab).sum())
+        self.ref_top5 += int((np.argsort(-r, axis=1, kind="stable")[:, :k] == lab[:, None]).any(axis=1).sum())
+        self.cand_top5 += int(
+            (np.argsort(-c, axis=1, kind="stable")[:, :k] == lab[:, None]).any(axis=1).sum()
+        )
+        for t, p in zip(lab.tolist(), c1.tolist(), strict=True):
+            self.confusion[(t, p)] = self.confusion.get((t, p), 0) + 1
 
     def to_json(self) -> dict:
         out: dict = {

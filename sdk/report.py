@@ -135,6 +135,47 @@ def output_rows(target: dict) -> list[list[str]]:
 OUTPUT_HEADER = ["output", "cosine", "SQNR dB", "MAE", "RMSE", "relative L2", "max abs error"]
 
 
+def device_rows(target: dict) -> list[list[str]]:
+    """Which device ran what: one row per device of a sharded evaluation (none for a single device)."""
+    devices = target.get("devices") or []
+    if len(devices) < 2 and not target.get("failover"):
+        return []
+    rows = []
+    for d in devices:
+        lat = d.get("latency_ms") or {}
+        status = d.get("status", "ok")
+        if d.get("reason"):
+            status += f": {d['reason']}"
+        rows.append([d["name"], str(d.get("samples", 0)), str(d.get("shards", 0)), _f(lat.get("p50"), 3),
+                     _f(lat.get("p90"), 3), status])  # fmt: skip
+    return rows
+
+
+DEVICE_HEADER = ["device", "samples", "shards", "p50 ms", "p90 ms", "status"]
+
+
+def failover_sentences(target: dict) -> list[str]:
+    """One sentence per device that dropped during the run, saying where its unfinished samples went."""
+    out = []
+    for e in target.get("failover") or []:
+        text = f"Device `{e['device']}` dropped after {e.get('after_samples', 0)} samples ({e.get('reason')})"
+        moved = e.get("moved")
+        if moved:
+            text += f"; its unfinished samples {moved[0]}-{moved[1]} were moved to the other devices"
+        out.append(text + ".")
+    return out
+
+
+def devices_phrase(report: Mapping[str, Any]) -> str:
+    """``device `url``` or ``devices `a` (url), `b` (url)`` (the Markdown header)."""
+    devices = report.get("devices") or []
+    if len(devices) < 2:
+        return f"device `{(report.get('device') or {}).get('url')}`"
+    return "devices " + ", ".join(
+        f"`{d['name']}`" + (f" ({d['url']})" if d["url"] != d["name"] else "") for d in devices
+    )
+
+
 def change_label(drop_pp: float) -> str:
     """The device's top-1 change against fp32 in words: "drop 0.50 pp", "gain 0.50 pp", "no change"."""
     if abs(drop_pp) < 0.005:
@@ -147,6 +188,14 @@ def transfer_sentence(target: dict) -> str | None:
     tr = target.get("transfer") or {}
     if not tr:
         return None
+    working = [d for d in target.get("devices") or [] if d.get("samples")]
+    if len(working) > 1:
+        return (
+            f"Upload {_f(tr.get('upload_s'), 2)} s (the slowest device); evaluation wall time "
+            f"{_f(tr.get('infer_wall_s'), 2)} s over {len(working)} devices, on-device compute "
+            f"{_f(tr.get('compute_s'), 2)} s summed over them (transfer and protocol overhead "
+            f"{_f(tr.get('overhead_per_sample_ms'), 3)} ms per sample, kept apart from latency)."
+        )
     return (
         f"Upload {_f(tr.get('upload_s'), 2)} s; evaluation wall time {_f(tr.get('infer_wall_s'), 2)} s "
         f"of which on-device compute {_f(tr.get('compute_s'), 2)} s (transfer and protocol overhead "
@@ -195,7 +244,7 @@ def render_markdown(report: dict) -> str:
         f"Model `{model.get('path')}` (sha256 `{str(model.get('sha256', ''))[:16]}…`, "
         f"{_f((model.get('size_bytes') or 0) / 1e6)} MB), {report.get('samples', 0)} evaluation samples"
         f"{' with labels' if report.get('labelled') else ' (no labels: agreement and error metrics only)'}, "
-        f"device `{(report.get('device') or {}).get('url')}`.",
+        f"{devices_phrase(report)}.",
         "",
         f"{reference_sentence(report)}; each target's bundle runs on the device through the agent.",
         "",
@@ -213,6 +262,16 @@ def render_markdown(report: dict) -> str:
         transfer = transfer_sentence(t)
         if transfer:
             parts += [transfer]
+        devices = device_rows(t)
+        if devices:
+            parts += [
+                "",
+                "Devices (the evaluation was sharded; latency is each device's on-device compute):",
+                "",
+            ]
+            parts += [_md_table(DEVICE_HEADER, devices)]
+        for sentence in failover_sentences(t):
+            parts += ["", sentence]
         parts += ["", _md_table(OUTPUT_HEADER, output_rows(t))]
         layers = t.get("host_worst_layers") or []
         if layers:
@@ -301,8 +360,13 @@ def _plots(report: dict) -> list[tuple[str, str]]:
         plots.append(("layers", _png(fig)))
 
     # 3. on-device latency distribution
-    lat = [(t["target"], t.get("latency_samples_ms") or []) for t in targets]
-    lat = [(n, v) for n, v in lat if v]
+    lat = []
+    for t in targets:
+        devices = [d for d in t.get("devices") or [] if d.get("latency_samples_ms")]
+        if len(devices) > 1:  # a sharded evaluation: one box per device
+            lat += [(f"{t['target']}\n{d['name']}", d["latency_samples_ms"]) for d in devices]
+        elif t.get("latency_samples_ms"):
+            lat.append((t["target"], t["latency_samples_ms"]))
     if lat:
         fig, ax = plt.subplots(figsize=(max(4.5, 1.6 * len(lat)), 3.2))
         ax.boxplot([v for _, v in lat], showfliers=True)
@@ -375,6 +439,12 @@ def _machine(device: dict) -> str:
     return f" ({html.escape(str(machine))})" if machine else ""
 
 
+def _devices_html(report: dict, device: dict) -> str:
+    if len(report.get("devices") or []) > 1:
+        return _code(devices_phrase(report))
+    return f"device <code>{html.escape(str(device.get('url')))}</code>{_machine(device)}"
+
+
 def render_html(report: dict) -> str:
     model = report.get("model", {})
     device = report.get("device") or {}
@@ -384,8 +454,8 @@ def render_html(report: dict) -> str:
         f"<style>{_CSS}</style></head><body>",
         "<h1>edgekit accuracy-drop report</h1>",
         f"<p>Model <code>{html.escape(str(model.get('path')))}</code>, {report.get('samples', 0)} evaluation "
-        f"samples{' with labels' if report.get('labelled') else ' without labels'}; device "
-        f"<code>{html.escape(str(device.get('url')))}</code>{_machine(device)}. "
+        f"samples{' with labels' if report.get('labelled') else ' without labels'}; "
+        f"{_devices_html(report, device)}. "
         f"{html.escape(reference_sentence(report))}; each target's bundle runs on the device through the agent.</p>",
         "<h2>Summary</h2>",
         _html_table(SUMMARY_HEADER, summary_rows(report), "summary"),
@@ -403,6 +473,10 @@ def render_html(report: dict) -> str:
         transfer = transfer_sentence(t)
         if transfer:
             parts.append(f"<p class='transfer'>{html.escape(transfer)}</p>")
+        devices = device_rows(t)
+        if devices:
+            parts.append(_html_table(DEVICE_HEADER, devices, "devices"))
+        parts += [f"<p class='warning failover'>{_code(x)}</p>" for x in failover_sentences(t)]
         parts.append(_html_table(OUTPUT_HEADER, output_rows(t), "outputs"))
         parts.append(_confusion_html(t, (report.get("data") or {}).get("class_names") or {}))
     parts.append("</body></html>")

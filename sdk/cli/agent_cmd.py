@@ -101,29 +101,40 @@ def serve(
 
 
 def probe(
-    url: Annotated[str, typer.Argument(help="local, serial:///dev/ttyUSB0?baud=921600 or tcp://host:7100")],
+    url: Annotated[
+        str | None, typer.Argument(help="local, serial:///dev/ttyUSB0?baud=921600 or tcp://host:7100")
+    ] = None,
+    devices: Annotated[
+        Path | None, typer.Option("--devices", help="A fleet.toml: probe every device it names, one table.")
+    ] = None,
     token: Annotated[
         str | None, typer.Option("--token", help="The agent's token (or ?token= in the URL).")
     ] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for the agent.")] = 20.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Print what an agent reports about itself: machine, OS, Python, runtimes, disk, memory, bundles."""
+    """Print what an agent reports about itself: machine, OS, Python, runtimes, disk, memory, bundles. With
+    --devices fleet.toml, one row per device (exit code 1 when some do not answer, 2 when none does)."""
     from edgekit.device_agents.client import connect
 
+    if (url is None) == (devices is None):
+        raise typer.BadParameter("give a device URL or --devices fleet.toml (one of them)")
+    if devices is not None:
+        _probe_fleet(devices, timeout, as_json)
+        return
+    assert url is not None
     with connect(url, timeout=timeout, token=token) as client:
         info, status = client.info, client.status()
     if as_json:
         console.print_json(json.dumps({"url": url, "info": info, "status": status}))
         return
     table = Table(title=f"edgekit agent at {url}", show_header=False)
-    runtimes = ", ".join(f"{k} {v}" for k, v in info.get("runtimes", {}).items() if v) or "none found"
     rows = [
         ("agent", f"{info.get('agent_version')} (protocol {info.get('protocol')})"),
         ("machine", str(info.get("machine"))),
         ("os", str(info.get("os"))),
         ("python", str(info.get("python"))),
-        ("runtimes", runtimes),
+        ("runtimes", _runtimes(info)),
         ("disk free", _size(info.get("disk_free"))),
         ("memory available", _size(info.get("memory_available"))),
         ("storage used", f"{_size(status.get('used'))} of {_size(status.get('quota'))}"),
@@ -133,6 +144,40 @@ def probe(
     for key, value in rows:
         table.add_row(key, value)
     console.print(table)
+
+
+def _runtimes(info: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in info.get("runtimes", {}).items() if v) or "none found"
+
+
+def _probe_fleet(path: Path, timeout: float, as_json: bool) -> None:
+    """Every device of a fleet file at once (the same questions as for one device), one table."""
+    from edgekit.errors import DeviceError
+    from edgekit.fleet import load_fleet, probe
+
+    fleet = load_fleet(path)
+    results = probe(fleet, timeout=timeout)
+    failed = [r for r in results if "error" in r]
+    if as_json:
+        rows = [{**r["device"].to_json(), **{k: v for k, v in r.items() if k != "device"}} for r in results]
+        console.print_json(json.dumps(rows))
+    else:
+        table = Table(title=f"edgekit agents of {path}")
+        for column in ("device", "url", "agent", "machine", "python", "runtimes", "memory", "targets", "tags",
+                       "status"):  # fmt: skip
+            table.add_column(column)
+        for r in results:
+            d, info = r["device"], r.get("info") or {}
+            agent = f"{info.get('agent_version')} (protocol {info.get('protocol')})" if info else "-"
+            status = f"error: {r['error']}" if "error" in r else "ok"
+            table.add_row(d.name, d.url, agent, str(info.get("machine", "-")), str(info.get("python", "-")),
+                          _runtimes(info) if info else "-", _size(info.get("memory_available")) if info else "-",
+                          ", ".join(d.targets) or "any", ", ".join(d.tags) or "-", status)  # fmt: skip
+        console.print(table)
+    if failed and len(failed) == len(results):
+        raise DeviceError(f"none of the {len(results)} devices of {path} answers")
+    if failed:
+        raise typer.Exit(1)
 
 
 def _size(n: object) -> str:
