@@ -15,6 +15,8 @@ outputs), the agents' on-device compute, and the mean INFER round trip per shard
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import signal
 import subprocess
 import sys
@@ -43,6 +45,19 @@ def package(model: Path, data: Path, out: Path) -> Path:
     return out / "arm-cpu"
 
 
+def cpu_seconds(agents: list) -> float | None:
+    """CPU time (user + system) of this process (every thread) and of the agent processes so far."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    total = own.ru_utime + own.ru_stime
+    for agent in agents:
+        try:
+            fields = Path(f"/proc/{agent.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def killing(proc: subprocess.Popen, after: int):
     """A progress callback that SIGKILLs ``proc`` once ``after`` shards are merged."""
 
@@ -61,10 +76,12 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=10_000)
     parser.add_argument("--shard", type=int, default=64, help="samples per shard (one INFER request)")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2, help="inference threads on each agent")
     args = parser.parse_args()
     model = args.shared / "models" / "mnist-8.onnx"
-    options = FleetOptions(shard_samples=args.shard)
+    options = FleetOptions(shard_samples=args.shard, threads=args.threads)
     rows = []
+    load = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="edgekit-fleet-") as tmp:
         work = Path(tmp)
         data = mnist_npz(args.shared, args.samples, work)
@@ -85,8 +102,11 @@ def main() -> None:
                 best = None
                 for _ in range(1 if mode else args.repeat):
                     track = killing(agents[3].proc, -(-args.samples // args.shard) // 2) if mode else None
+                    cpu = cpu_seconds(agents[:count])
                     entry = evaluate_bundle(bundle, devices[:count], reference, dataset, options,
                                             **({"track": track} if track else {}))  # fmt: skip
+                    after = cpu_seconds(agents[:count])
+                    entry["cpu_s"] = after - cpu if after is not None and cpu is not None else None
                     if best is None or entry["transfer"]["infer_wall_s"] < best["transfer"]["infer_wall_s"]:
                         best = entry
                 rows.append((count, mode, best))
@@ -99,7 +119,9 @@ def main() -> None:
     print(
         f"\nMNIST-8 arm-cpu int8, {args.samples} samples, shards of {args.shard}, local TCP agents on this host"
     )
-    print(f"{'agents':<14}{'eval s':>8}{'x one':>7}{'host s':>8}{'compute s':>10}{'INFER ms':>10}"
+    print(f"load average before the runs: {load[0]:.1f} on {os.cpu_count()} cores; agents run {args.threads} "
+          "inference thread(s) each")  # fmt: skip
+    print(f"{'agents':<14}{'eval s':>8}{'x one':>7}{'host s':>8}{'compute s':>10}{'INFER ms':>10}{'cores':>7}"
           f"{'  samples per agent':<28}{'same outputs':>13}  dropped")  # fmt: skip
     for count, mode, e in rows:
         t = e["transfer"]
@@ -111,12 +133,14 @@ def main() -> None:
         same = e["outputs_sha256"] == one["outputs_sha256"] and e["evaluation"] == one["evaluation"]
         dropped = ", ".join(f"{f['device']} after {f['after_samples']}" for f in e["failover"]) or "-"
         label = f"{count}" + (" (1 killed)" if mode else "")
+        cores = f"{e['cpu_s'] / t['infer_wall_s']:.2f}" if e.get("cpu_s") is not None else "-"
         print(f"{label:<14}{t['infer_wall_s']:>8.2f}{t['infer_wall_s'] / one['transfer']['infer_wall_s']:>7.2f}"
-              f"{t['host_s']:>8.2f}{t['compute_s']:>10.2f}{per_request:>10.2f}  {per_agent:<26}"
+              f"{t['host_s']:>8.2f}{t['compute_s']:>10.2f}{per_request:>10.2f}{cores:>7}  {per_agent:<26}"
               f"{'yes' if same else 'NO':>13}  {dropped}")  # fmt: skip
     print("eval s: wall time of the evaluation stage (upload, load, INFER, merge); host s: the calling thread's "
           "own work within it; compute s: on-device compute summed over the agents; INFER ms: mean round trip "
-          "of one shard's request")  # fmt: skip
+          "of one shard's request; cores: CPU seconds of this process and the agents during the stage per wall "
+          f"second (the host has {os.cpu_count()} cores)")  # fmt: skip
 
 
 if __name__ == "__main__":
