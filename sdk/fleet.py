@@ -142,6 +142,33 @@ def load_fleet(path: str | os.PathLike[str], environ: dict[str, str] | None = No
     return tuple(devices)
 
 
+def devices_from_options(
+    urls: Sequence[str], token: str | None, fleet: str | os.PathLike[str] | None
+) -> tuple[Device, ...]:
+    """The devices ``--device URL`` (repeatable, with one ``--token``) or ``--devices fleet.toml`` name; by
+    default the local agent."""
+    if fleet is not None and urls:
+        raise DeviceError("give the devices either with --device URL or with --devices fleet.toml, not both")
+    if fleet is not None and token is not None:
+        raise DeviceError("--token applies to --device URLs; a fleet file names token_env for each device")
+    return load_fleet(fleet) if fleet is not None else from_urls(list(urls) or ["local"], token)
+
+
+def check_answers(devices: Sequence[Device], note: Callable[[str], None]) -> None:
+    """Every remote device answers, or a DeviceError: in a fleet, one that does not is a warning (``note``), all
+    of them an error. A local agent is started for the run, so it is not probed."""
+    remote = [d for d in devices if d.url != "local"]
+    failed = [r for r in probe(remote) if "error" in r] if remote else []
+    if failed and len(failed) == len(devices):
+        if len(failed) == 1:
+            raise DeviceError(failed[0]["error"])
+        raise DeviceError(
+            "no device answers: " + "; ".join(f"{r['device'].name}: {r['error']}" for r in failed)
+        )
+    for r in failed:
+        note(f"warning: device {r['device'].name} does not answer: {r['error']}")
+
+
 def probe(devices: Sequence[Device], timeout: float = 20.0) -> list[dict[str, Any]]:
     """HELLO and STATUS of every device at once (one thread each, each bounded by ``timeout``): per device
     ``{"device", "info", "status"}`` or ``{"device", "error"}``, in the order given."""
@@ -472,4 +499,14 @@ def _hello_summary(hello: dict) -> dict:
     return {k: hello[k] for k in keep if k in hello}
 
 
-__all__ = ["Device", "FleetOptions", "evaluate_bundle", "from_urls", "load_fleet", "probe", "runs_bundle"]
+__all__ = [
+    "Device",
+    "FleetOptions",
+    "check_answers",
+    "devices_from_options",
+    "evaluate_bundle",
+    "from_urls",
+    "load_fleet",
+    "probe",
+    "runs_bundle",
+]

@@ -66,7 +66,11 @@ def test_the_module_does_not_hide_the_function() -> None:
     [
         ({}, OutputError, "pass an output folder (-o DIR) or --report PATH"),
         ({"output": "OUT", "precision": "fp8"}, EdgekitError, "--precision must be one of auto, fp32, fp16"),
-        ({"output": "OUT", "devices": ["local", "tcp://h:1"], "eval": "VAL"}, EdgekitError, "one device"),
+        (
+            {"output": "OUT", "devices": ["local", "ftp://h"], "eval": "VAL"},
+            EdgekitError,
+            "unknown device URL",
+        ),
         (
             {"output": "OUT", "precision": "w4", "targets": "nnapi"},
             TargetError,

@@ -169,6 +169,16 @@ def test_deploy_over_a_fleet_file_reports_each_device(digits, agents, tmp_path):
     assert 'class="devices"' in html and html.count("data:image/png;base64,") == 3
 
 
+def test_the_library_takes_several_devices(digits, agents, tmp_path):
+    import edgekit
+
+    result = edgekit.deploy(digits.model, "arm-cpu", calib=digits.calib, eval=digits.val,
+                            devices=[agents[0].url(), agents[1].url()], report=tmp_path / "report.html")  # fmt: skip
+    (evaluation,) = result.evaluations
+    assert [d["name"] for d in result.report["devices"]] == [agents[0].url(), agents[1].url()]
+    assert sum(d["samples"] for d in evaluation.entry["devices"]) == 360 and evaluation.top1 is not None
+
+
 BAD_FLEETS = [
     ("[[device]\nname = 'a'", "is not valid TOML"),
     ("", "no devices"),

@@ -38,7 +38,10 @@ FLOORS: dict[str, int] = {
     },  # fmt: skip
     "edgekit.quantize": 2,
     "edgekit.targets": 2,
-    **{f"edgekit.{m}": 3 for m in ("api", "deployment", "device_eval", "report", "inspect", "docs_gen")},
+    **{
+        f"edgekit.{m}": 3
+        for m in ("api", "deployment", "device_eval", "fleet", "report", "inspect", "docs_gen")
+    },
     "edgekit.cli": 4,
 }
 

@@ -61,12 +61,16 @@ def deploy(
         "--eval",
         help="Evaluation data: run each bundle on the device and compare with fp32 on the host.",
     ),
-    device: str = typer.Option(
+    device: list[str] = typer.Option(
         None,
         "--device",
-        help="Agent URL: local (default with --eval), serial:///dev/ttyUSB0?baud=N, tcp://host:port.",
+        help="Agent URL: local (default with --eval), serial:///dev/ttyUSB0?baud=N, tcp://host:port. Repeat it "
+        "to shard the evaluation over several devices.",
     ),
-    token: str = typer.Option(None, "--token", help="Shared token of a TCP agent on another host."),
+    devices: Path = typer.Option(
+        None, "--devices", help="A fleet.toml naming the devices (name, url, token_env, targets, tags)."
+    ),
+    token: str = typer.Option(None, "--token", help="Shared token of the TCP agents given by --device."),
     report: Path = typer.Option(
         None, "--report", help="Write the report here (.html; report.json and report.md go beside it)."
     ),
@@ -157,7 +161,7 @@ def deploy(
             if v is not None
         },  # fmt: skip
     )
-    device_run = DeviceRun.from_options(request, device, token, report, fail_on_drop, max_samples)
+    device_run = DeviceRun.from_options(request, device, token, report, fail_on_drop, max_samples, devices)
     track = RichTrack(enabled=not quiet)
     several = len(request.targets) > 1
 

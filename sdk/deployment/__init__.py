@@ -22,7 +22,7 @@ from typing import Any
 from edgekit.deployment.evaluate import evaluate_on_device
 from edgekit.deployment.package import choose_precision, package_all, package_targets, prepare, validate
 from edgekit.deployment.request import AUTO, DeployRequest, DeviceRun, Hooks, Packaged, precisions
-from edgekit.errors import DataError, OutputError, TargetError
+from edgekit.errors import OutputError, TargetError
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,8 @@ def deploy(
 
     ``output``: the folder the bundles go to (``output/<target>``); without it, beside ``report``
     (``report``'s folder). ``calib``: calibration data (a float model is quantized per target scheme).
-    ``eval``: evaluation data; ``devices``: the agent URL (default ``local``). ``report``: the HTML report
+    ``eval``: evaluation data; ``devices``: the agent URL (default ``local``), several (the evaluation is
+    sharded over them) or a ``fleet.toml`` (:mod:`edgekit.fleet`). ``report``: the HTML report
     path (``.json`` and ``.md`` beside it). ``precision``: ``auto`` or a recipe (fp32, fp16, int8, int16x8,
     w8, w4); ``layer_precision``: ``{node: recipe}`` for the quantizer. ``preprocess``: an
     :class:`edgekit.ImagePreprocess` or its JSON form, for image-folder data. ``hooks``: progress callbacks
@@ -143,9 +144,8 @@ def deploy(
         preprocess = preprocess.to_json()
     if isinstance(targets, str):
         targets = (targets,)
-    urls = (devices,) if isinstance(devices, str) else tuple(devices or ())
-    if len(urls) > 1:
-        raise DataError(f"one device per deploy for now, got {len(urls)}: {', '.join(urls)}")
+    fleet = devices if isinstance(devices, str | os.PathLike) and str(devices).endswith(".toml") else None
+    urls = () if fleet is not None else (devices,) if isinstance(devices, str) else tuple(devices or ())
     pairs = tuple(layer_precision.items()) if isinstance(layer_precision, Mapping) else tuple(layer_precision)
     report_path = Path(report) if report is not None else None
     request = DeployRequest(
@@ -165,9 +165,7 @@ def deploy(
         target_settings=dict(target_settings or {}),
         layer_precision=tuple((str(k), str(v)) for k, v in pairs),
     )
-    device_run = DeviceRun.from_options(
-        request, urls[0] if urls else None, token, report_path, fail_on_drop, max_samples
-    )
+    device_run = DeviceRun.from_options(request, urls, token, report_path, fail_on_drop, max_samples, fleet)
     return run(request, device_run, hooks or Hooks())
 
 
@@ -183,10 +181,12 @@ def output_folder(output: Path | None, report: Path | None) -> Path:
 
 
 def run(request: DeployRequest, device_run: DeviceRun | None, hooks: Hooks | None = None) -> DeployResult:
-    """Package every target of ``request``, then run the bundles on ``device_run``'s device (when given)."""
+    """Package every target of ``request``, then run the bundles on ``device_run``'s devices (when given)."""
     hooks = hooks or Hooks()
-    if device_run is not None and device_run.url != "local":
-        _probe(device_run)  # an unreachable or refusing device fails now, before the slow work
+    if device_run is not None:
+        from edgekit.fleet import check_answers
+
+        check_answers(device_run.devices, hooks.note)  # unreachable or refusing devices fail now, not later
     prepared = prepare(request, hooks)
     bundles, failures = package_all(request, prepared, hooks)
     if device_run is None or not bundles:
@@ -200,13 +200,6 @@ def run(request: DeployRequest, device_run: DeviceRun | None, hooks: Hooks | Non
         device_run.report,
         tuple(report["failed"]),
     )
-
-
-def _probe(device_run: DeviceRun) -> None:
-    from edgekit.device_agents.client import connect
-
-    with connect(device_run.url, token=device_run.token) as client:
-        client.hello()
 
 
 __all__ = [

@@ -1,5 +1,6 @@
-"""The device half of a deploy: push each packaged bundle to the agent, run the evaluation set on the device,
-compare with fp32 on the host, and write the accuracy-drop report (JSON, Markdown, HTML)."""
+"""The device half of a deploy: push each packaged bundle to the devices (edgekit.fleet: sharded when there are
+several), run the evaluation set there in bounded memory (edgekit.device_eval), compare with fp32 on the host,
+and write the accuracy-drop report (JSON, Markdown, HTML)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.deployment.package import file_sha256, image_preprocess
-from edgekit.deployment.request import DeployRequest, DeviceRun, Hooks, Packaged
+from edgekit.deployment.request import DeployRequest, DeviceRun, Hooks, Packaged, _no_upload
 
 #: What the report compares the devices with, unless the model brings its own reference.
 HOST_REFERENCE = "the model on the host (edgekit.runtime.HostRunner: OpenVINO CPU, f32, QDQ run exactly)"
@@ -43,12 +44,13 @@ def evaluate_on_device(
     hooks: Hooks | None = None,
     model: Any = None,
 ) -> dict[str, Any]:
-    """Run every packaged bundle on the agent at ``device_run.url``; returns the report (JSON-ready) and writes
-    it when ``device_run.report`` is set. ``model``: the source model as loaded (loaded here when None)."""
+    """Run every packaged bundle on the devices of ``device_run`` (sharded when there are several); returns the
+    report (JSON-ready) and writes it when ``device_run.report`` is set. ``model``: the source model as loaded
+    (loaded here when None). Memory stays bounded whatever the evaluation set's size (edgekit.device_eval)."""
     from edgekit import __version__
     from edgekit.data import input_specs, open_dataset
-    from edgekit.device_agents.client import connect
-    from edgekit.device_eval import agreement_with_reference, host_reference, run_on_device
+    from edgekit.device_eval import host_reference
+    from edgekit.fleet import FleetOptions, evaluate_bundle
     from edgekit.qoperator import onnxruntime_reference
     from edgekit.report import FORMAT_VERSION, write_reports
 
@@ -66,27 +68,33 @@ def evaluate_on_device(
     # A QOperator model's own answers are onnxruntime's integer kernels on the file as given; its QDQ form,
     # run exactly on the host, is reported beside them.
     original = onnxruntime_reference(request.model)
-    reference = host_reference(model, dataset, device_run.max_samples, hooks.track, runner=original)
-    references: dict[str, Any] = {"reference": HOST_REFERENCE}
-    if original is not None:
-        references = {
-            "reference": original.description,
-            "qdq_on_host": {"model": HOST_REFERENCE, **agreement_with_reference(model, reference)},
-        }
-        hooks.say(
-            f"reference: {original.description}; its QDQ form on the host agrees on "
-            f"{references['qdq_on_host']['top1_agreement']:.1f} % of the top-1 answers"
-        )
-    timings["host_fp32_s"] = time.perf_counter() - start
+    reference = host_reference(model, dataset, device_run.max_samples, hooks.track, runner=original,
+                               agreement_model=model if original is not None else None)  # fmt: skip
+    with reference:
+        references: dict[str, Any] = {"reference": HOST_REFERENCE}
+        if original is not None:
+            references = {
+                "reference": original.description,
+                "qdq_on_host": {"model": HOST_REFERENCE, **(reference.agreement or {})},
+            }
+            hooks.say(
+                f"reference: {original.description}; its QDQ form on the host agrees on "
+                f"{references['qdq_on_host']['top1_agreement']:.1f} % of the top-1 answers"
+            )
+        timings["host_fp32_s"] = time.perf_counter() - start
 
-    source_size = Path(request.model).stat().st_size
-    entries = []
-    hooks.say(f"connecting to the agent at {device_run.url}")
-    with connect(device_run.url, token=device_run.token) as client:
-        hello = client.hello()
+        source_size = Path(request.model).stat().st_size
+        entries = []
+        devices = device_run.devices
+        hooks.say(
+            "evaluating on "
+            + ", ".join(d.name if d.name == d.url else f"{d.name} ({d.url})" for d in devices)
+        )
+        upload = hooks.upload if len(devices) == 1 else _no_upload
         for item in packaged:
-            with hooks.upload(f"uploading {item.target}") as progress:
-                entry = run_on_device(client, item.path, reference, hooks.track, upload_progress=progress)
+            with upload(f"uploading {item.target}") as progress:
+                entry = evaluate_bundle(item.path, devices, reference, dataset, FleetOptions(), hooks.track,
+                                        upload_progress=progress, say=hooks.say)  # fmt: skip
             entry["target"] = item.target
             entry["precision"] = item.precision
             entry["size_ratio"] = entry["size_bytes"] / source_size
@@ -97,6 +105,9 @@ def evaluate_on_device(
                 timings[f"{stage.removesuffix('_s')}_{item.target}_s"] = seconds
             timings[f"upload_{item.target}_s"] = entry["transfer"]["upload_s"]
             timings[f"evaluate_{item.target}_s"] = entry["transfer"]["infer_wall_s"]
+        hellos: dict[str, dict] = {}
+        for e in entries:
+            hellos.update(e.pop("hello", {}))
 
     warnings = _data_warnings(entries, packaged, reference)
     for warning in warnings:
@@ -116,10 +127,11 @@ def evaluate_on_device(
             "size_bytes": source_size,
         },
         "data": dataset.describe(),
-        "samples": len(reference.samples),
+        "samples": reference.count,
         "labelled": reference.labelled,
         **references,
-        "device": {"url": device_run.url, "hello": _hello_summary(hello)},
+        "device": {"url": devices[0].url, "hello": hellos.get(devices[0].name, {})},
+        "devices": [{**d.to_json(), "hello": hellos.get(d.name, {})} for d in devices],
         "warnings": warnings,
         "fail_on_drop": device_run.fail_on_drop,
         "failed": failed,
@@ -132,17 +144,3 @@ def evaluate_on_device(
         write_reports(report, html_path.with_suffix(".json"), html_path.with_suffix(".md"), html_path)
         hooks.say(f"wrote {html_path.with_suffix('.json')}, {html_path.with_suffix('.md')}, {html_path}")
     return report
-
-
-def _hello_summary(hello: dict) -> dict:
-    keep = (
-        "machine",
-        "os",
-        "python",
-        "runtimes",
-        "free_disk",
-        "free_memory",
-        "protocol_version",
-        "agent_version",
-    )
-    return {k: hello[k] for k in keep if k in hello}

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,21 +110,32 @@ class DeviceRun:
     report: Path | None
     fail_on_drop: float | None
     max_samples: int | None
+    #: The devices the evaluation is sharded over (:class:`edgekit.fleet.Device`; by default the one ``url``).
+    devices: tuple[Any, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.devices:
+            from edgekit.fleet import from_urls
+
+            object.__setattr__(self, "devices", from_urls([self.url], self.token))
 
     @classmethod
     def from_options(
         cls,
         request: DeployRequest,
-        device: str | None,
+        device: str | Sequence[str] | None,
         token: str | None,
         report: Path | None,
         fail_on_drop: float | None,
         max_samples: int | None,
+        fleet: str | os.PathLike[str] | None = None,
     ) -> DeviceRun | None:
-        """The device run the options ask for (None without evaluation data); one-line errors for bad ones."""
+        """The device run the options ask for (None without evaluation data); one-line errors for bad ones.
+        ``device``: one agent URL or several (the evaluation is sharded over them), or ``fleet``: a fleet.toml."""
+        urls = [device] if isinstance(device, str) else list(device or ())
         if request.eval_data is None:
-            for flag, value in (("--device", device), ("--report", report), ("--fail-on-drop", fail_on_drop),
-                                ("--max-samples", max_samples)):  # fmt: skip
+            for flag, value in (("--device", urls or None), ("--devices", fleet), ("--report", report),
+                                ("--fail-on-drop", fail_on_drop), ("--max-samples", max_samples)):  # fmt: skip
                 if value is not None:
                     raise DataError(f"{flag} needs --eval DATA (the samples to run on the device)")
             return None
@@ -137,7 +149,10 @@ class DeviceRun:
             )
         if report is not None:
             check_report_path(report)
-        return cls(device or "local", token, report, fail_on_drop, max_samples)
+        from edgekit.fleet import devices_from_options
+
+        devices = devices_from_options(urls, token, fleet)
+        return cls(devices[0].url, devices[0].token, report, fail_on_drop, max_samples, devices)
 
 
 def check_report_path(report: Path) -> None:
