@@ -110,6 +110,27 @@ def test_a_device_killed_halfway_moves_its_shard_to_the_others(setup, agents):
     assert f"its unfinished samples {first}-{last} were moved" in md
 
 
+def test_a_device_that_stops_answering_is_dropped_not_waited_for(setup, agents):
+    """SIGSTOP: the agent's socket stays open but nothing answers; the link's own timeouts (short ones here,
+    from the URL) drop the device and its shard moves on."""
+    bundle, reference, dataset, solo = setup
+    devices = [Device("a", agents[0].url()), Device("b", agents[1].url(ack_timeout=0.2, retries=2))]
+
+    def freeze(items, description, total):
+        for i, item in enumerate(items, 1):
+            yield item
+            if i == 10:
+                agents[1].proc.send_signal(signal.SIGSTOP)
+
+    try:
+        entry = evaluate_bundle(bundle, devices, reference, dataset, OPTIONS, track=freeze)
+    finally:
+        agents[1].proc.send_signal(signal.SIGCONT)
+    assert entry["outputs_sha256"] == solo["outputs_sha256"]
+    (event,) = entry["failover"]
+    assert event["device"] == "b" and "no answer" in event["reason"], event
+
+
 def test_no_device_left_is_one_error(setup, agents):
     bundle, reference, dataset, _ = setup
     devices = [Device("a", agents[0].url()), Device("b", agents[1].url())]
