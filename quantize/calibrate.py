@@ -33,15 +33,19 @@ def no_progress(items: Iterable[T], description: str, total: int) -> Iterator[T]
 class QParams:
     scale: float
     zero_point: int
-    dtype: str  # "int8" | "uint8"
+    dtype: str  # "int8" | "uint8" | "int16"
 
     @property
     def qmin(self) -> int:
-        return -128 if self.dtype == "int8" else 0
+        return QRANGES[self.dtype][0]
 
     @property
     def qmax(self) -> int:
-        return 127 if self.dtype == "int8" else 255
+        return QRANGES[self.dtype][1]
+
+
+#: The integer range of each activation type.
+QRANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767)}
 
 
 @dataclass
@@ -176,20 +180,23 @@ def _length(dataset: Iterable, default: int) -> int:
 
 
 def params_for_range(lo: float, hi: float, dtype: str) -> QParams:
-    """Asymmetric per-tensor parameters covering [lo, hi] (widened to include 0, as integer kernels need)."""
+    """Asymmetric per-tensor parameters covering [lo, hi] (widened to include 0, as integer kernels need);
+    int16: symmetric, zero point 0 (TFLite's 16x8 kernels require it), scale max(|lo|, |hi|) / 32767."""
     lo, hi = min(lo, 0.0), max(hi, 0.0)
+    if dtype == "int16":
+        return QParams(float(np.float32(max(-lo, hi, 1e-8) / 32767.0)), 0, dtype)
     if hi - lo < 1e-8:
         hi = lo + 1e-8
-    qmin, qmax = (-128, 127) if dtype == "int8" else (0, 255)
+    qmin, qmax = QRANGES[dtype]
     scale = (hi - lo) / (qmax - qmin)
     zero_point = int(np.clip(round(qmin - lo / scale), qmin, qmax))
     return QParams(float(np.float32(scale)), zero_point, dtype)
 
 
 def fixed_params(fixed: tuple[float, int], dtype: str) -> QParams:
-    """A fixed int8 range, shifted by 128 for uint8 (the uint8 kernels use the same scale)."""
+    """A fixed int8 range, shifted by 128 for uint8 (the uint8 kernels use the same scale); int16's as given."""
     scale, zp = fixed
-    return QParams(scale, zp if dtype == "int8" else zp + 128, dtype)
+    return QParams(scale, zp + 128 if dtype == "uint8" else zp, dtype)
 
 
 def choose_params(
@@ -208,21 +215,33 @@ def choose_params(
     for node_name, index in plan.constants:
         array = nodes[node_name].inputs[index].const_value.numpy()
         ranges[constant_key(node_name, index)] = (float(array.min()), float(array.max()))
+    groups = plan.members()
+
+    def dtype_of(root: str) -> str:
+        return "int16" if any(m in plan.int16 for m in groups[root]) else options.activations
+
     for key, (_, _, source) in plan.requant.items():
-        # The requantized tensor has a fixed range (that is why it is requantized): its int8 grid's span.
-        scale, zp = plan.fixed_of(plan.group(source)) or (None, None)
-        ranges[key] = ranges[source] if scale is None else ((-128 - zp) * scale, (127 - zp) * scale)
-    params: dict[str, QParams] = {}
-    for root, members in plan.members().items():
+        # The source's range: a fixed one's grid span (a fixed range is requantized for a same-scale op that
+        # reads it), else its scale group's (a reader of the other activation type reads a requantized copy).
+        root = plan.group(source)
         fixed = plan.fixed_of(root)
         if fixed is not None:
-            p = fixed_params(fixed, options.activations)
+            p = fixed_params(fixed, dtype_of(root))
+            ranges[key] = ((p.qmin - p.zero_point) * p.scale, (p.qmax - p.zero_point) * p.scale)
+        else:
+            observed = [ranges[m] for m in groups[root] if m in ranges]
+            ranges[key] = (min(r[0] for r in observed), max(r[1] for r in observed))
+    params: dict[str, QParams] = {}
+    for root, members in groups.items():
+        fixed = plan.fixed_of(root)
+        if fixed is not None:
+            p = fixed_params(fixed, dtype_of(root))
         else:
             observed = [ranges[m] for m in members if m in ranges]
             assert observed, f"scale group {root} has no observed member"
             lo = min(r[0] for r in observed)
             hi = max(r[1] for r in observed)
-            p = params_for_range(lo, hi, options.activations)
+            p = params_for_range(lo, hi, dtype_of(root))
         for m in members:
             params[m] = p
     _raise_min_scales(plan, params)

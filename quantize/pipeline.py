@@ -4,10 +4,14 @@
 2. calibrate  run the fp32 model on calibration data and observe every planned tensor (statistics only)
 3. params     choose scales and zero points per scale group (method: minmax / percentile / entropy / mse)
 4. weights    int8 per-channel weights, int32 biases (a weight scale is raised where the bias would overflow
-              int32, never clipped), int8 constants (QuantizeWeightsPass)
+              int32, never clipped; an int16x8 layer's bias that overflows stays float), int8 constants
+              (QuantizeWeightsPass)
 5. activations QuantizeLinear -> DequantizeLinear after every planned tensor (InsertActivationQDQPass)
    (bias correction, an option: each bias absorbs (W - W_int8) E[x], the mean shift weight rounding causes)
-6. tidy       topological order, shape inference, opset 19, onnx.checker
+6. tidy       topological order, shape inference, opset 19 (21 with int16 activations), onnx.checker
+
+Recipes: ``int8`` (8-bit activations) or ``int16x8`` (int16 symmetric activations, int8 weights: TFLite's 16x8
+mode), for the whole model (``precision``) or per layer (``layer_precision``; ``fp32`` keeps a layer float).
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ class Quantized:
     dequantized: dict[str, str]
     #: Layers whose weight scales were raised so that their int32 bias fits (never clipped).
     raised_weight_scales: list[RaisedWeightScales] = field(default_factory=list)
+    #: int16x8 layers whose bias stays float in the QDQ model (it exceeds int32 at its scale; TFLite: int64).
+    float_biases: list[str] = field(default_factory=list)
 
     def proto(self) -> onnx.ModelProto:
         return ir.to_proto(self.model)
@@ -81,19 +87,25 @@ def quantize(
         raise QuantizationError(
             "the model is already quantized (it has QuantizeLinear/DequantizeLinear nodes)"
         )
-    plan = make_plan(model, options.exclude, options.float_output_heads)
+    layers = dict(options.layer_precision)
+    plan = make_plan(model, options.exclude, options.float_output_heads, options.precision, layers)
     if not plan.activations:
         raise QuantizationError("nothing to quantize: the model has no op with an integer kernel")
     stats = statistics
     if stats is None:
         # Collected for the integer-head plan, a superset (it observes the pooled logits a float head keeps float),
         # so that either kind of target can reuse them.
-        observe = make_plan(model, options.exclude, False) if options.float_output_heads else plan
+        observe = (
+            make_plan(model, options.exclude, False, options.precision, layers)
+            if options.float_output_heads
+            else plan
+        )
         stats = collect_statistics(model, observe, calibration, options, track)
         _warn_degenerate_inputs(model, stats)
     params = choose_params(model, plan, stats, options)
 
-    qmodel = ir.from_proto(ir.to_proto(model))  # a copy: the caller keeps its fp32 model
+    opset = 21 if plan.int16 else 19
+    qmodel = _copy_at_opset(model, opset)  # a copy: the caller keeps its fp32 model
     activations = InsertActivationQDQPass(plan, params)
     weights = QuantizeWeightsPass(
         plan, params, stats.means if options.bias_correction else None, options.dense_per_channel
@@ -109,10 +121,41 @@ def quantize(
         steps=1,
     )
     qmodel = passes(qmodel).model
-    qmodel.opset_imports[""] = max(qmodel.opset_imports.get("", 19), 19)
     proto = ir.to_proto(qmodel)
     try:
         onnx.checker.check_model(proto, full_check=True)
     except onnx.checker.ValidationError as exc:  # pragma: no cover - a bug in the passes, not user input
         raise AssertionError(f"the QDQ model fails onnx.checker: {exc}") from exc
-    return Quantized(qmodel, plan, params, stats, activations.dequantized, weights.raised_weight_scales)
+    return Quantized(
+        qmodel,
+        plan,
+        params,
+        stats,
+        activations.dequantized,
+        weights.raised_weight_scales,
+        weights.float_biases,
+    )
+
+
+#: Ops whose meaning changed between opsets 19 and 21 (the rest only gained types): a model using them is
+#: upgraded by onnx's version converter rather than relabelled.
+_CHANGED_BY_21 = frozenset({"GridSample", "DFT", "GroupNormalization"})
+
+
+def _copy_at_opset(model: ir.Model, opset: int) -> ir.Model:
+    """A copy of the fp32 model at ``opset`` or above, where its QDQ nodes will be valid (QDQ below 19 fails in
+    the onnx reference evaluator; int16 QuantizeLinear/DequantizeLinear need 21)."""
+    proto = ir.to_proto(model)
+    current = model.opset_imports.get("", opset)
+    if current < 21 <= opset and any(n.op_type in _CHANGED_BY_21 for n in model.graph.all_nodes()):
+        try:
+            proto = onnx.version_converter.convert_version(proto, opset)
+        except Exception as exc:  # noqa: BLE001 - the converter raises many types
+            raise QuantizationError(f"cannot bring the model to opset {opset} for int16 QDQ: {exc}") from None
+    else:
+        for imp in proto.opset_import:
+            if imp.domain in ("", "ai.onnx"):
+                imp.version = max(imp.version, opset)
+    if opset >= 21:
+        proto.ir_version = max(proto.ir_version, 10)
+    return ir.from_proto(proto)

@@ -6,11 +6,12 @@ The plan is what statistics are collected for (:mod:`edgekit.quantize.calibrate`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnx_ir as ir
+from edgekit.errors import QuantizationError
 from edgekit.irutil import attr, const_array, only_consumer
 from edgekit.quantize import patterns, rules
 
@@ -23,6 +24,10 @@ class WeightSpec:
     bias_index: int | None
     #: The activation whose scale multiplies the weight scale to give the bias scale.
     input_tensor: str
+    #: The plan's key of that input (its requantized copy when the layer's recipe differs from its producer's).
+    input_key: str = ""
+    #: The layer computes in 16x8 mode (int16 activations).
+    int16: bool = False
 
 
 @dataclass(frozen=True)
@@ -39,7 +44,7 @@ class QuantPlan:
     #: Constant data inputs quantized per tensor (not weights): (node name, input index).
     constants: list[tuple[str, int]] = field(default_factory=list)
     weights: list[WeightSpec] = field(default_factory=list)
-    #: Output ranges fixed by integer kernels, as (scale, int8 zero point).
+    #: Output ranges fixed by integer kernels, as (scale, int8 zero point) (int16: the zero point, 0).
     fixed: dict[str, tuple[float, int]] = field(default_factory=dict)
     #: Tensors that must share one scale: tensor -> representative.
     parent: dict[str, str] = field(default_factory=dict)
@@ -54,6 +59,10 @@ class QuantPlan:
     derived: set[str] = field(default_factory=set)
     #: Outputs whose scale must exceed their input's times a ratio (HARD_SWISH): output -> (input, ratio).
     min_scale: dict[str, tuple[str, float]] = field(default_factory=dict)
+    #: Members (activations, constant keys, requantize keys) quantized to int16, symmetric (``int16x8`` layers);
+    #: the others take the 8-bit activation type. A tensor takes its producer's type; a reader of the other
+    #: type reads a requantized copy (``requant``): each tensor has one quantization.
+    int16: set[str] = field(default_factory=set)
 
     def group(self, name: str) -> str:
         root = name
@@ -173,20 +182,44 @@ def _output_heads(model: ir.Model) -> dict[str, str]:
     return heads
 
 
+#: The recipes a layer of a static (QDQ) model can take: ``fp32`` keeps it float.
+LAYER_RECIPES = ("int8", "int16x8", "fp32")
+
+
 def make_plan(
-    model: ir.Model, exclude: frozenset[str] = frozenset(), float_output_heads: bool = False
+    model: ir.Model,
+    exclude: frozenset[str] = frozenset(),
+    float_output_heads: bool = False,
+    precision: str = "int8",
+    layer_precision: Mapping[str, str] | None = None,
 ) -> QuantPlan:
+    """The plan of a static recipe: ``precision`` (``int8`` or ``int16x8``) for every layer but those of
+    ``layer_precision`` (node name -> ``int8`` / ``int16x8`` / ``fp32``)."""
+    layer_precision = dict(layer_precision or {})
+    for name, recipe in [("", precision), *layer_precision.items()]:
+        if recipe not in LAYER_RECIPES[: 2 if not name else 3]:
+            where = f"--layer-precision {name}={recipe}" if name else f"--precision {recipe}"
+            legal = ", ".join(LAYER_RECIPES[: 2 if not name else 3])
+            raise QuantizationError(f"{where}: a static model's layers take {legal}")
+    unknown = sorted(set(layer_precision) - {n.name for n in model.graph})
+    if unknown:
+        raise QuantizationError(f"--layer-precision names no node of the model: {', '.join(unknown)}")
     plan = QuantPlan()
     seen: set[str] = set()
+    #: Activation -> quantized to int16 (the type its producer, or its first quantized reader, gives it).
+    wide_of: dict[str, bool] = {}
     fused_nodes: set[str] = set()
     heads = _output_heads(model) if float_output_heads else {}
     kept_float = patterns.float_patterns(model)
 
-    def add_activation(value: ir.Value) -> None:
+    def add_activation(value: ir.Value, wide: bool) -> None:
         assert value.name
         if value.name not in seen:
             seen.add(value.name)
             plan.activations.append(value.name)
+            wide_of[value.name] = wide
+            if wide:
+                plan.int16.add(value.name)
 
     for node in model.graph:
         assert node.name, "NameFixPass names every node"
@@ -196,6 +229,11 @@ def make_plan(
         if node.name in exclude:
             plan.float_ops.append(FloatOp(node.name, node.op_type, "excluded by the user"))
             continue
+        recipe = layer_precision.get(node.name, precision)
+        if recipe == "fp32":
+            plan.float_ops.append(FloatOp(node.name, node.op_type, "kept float by --layer-precision"))
+            continue
+        wide = recipe == "int16x8"
         if node.name in heads:
             plan.float_ops.append(FloatOp(node.name, node.op_type, heads[node.name]))
             continue
@@ -204,6 +242,9 @@ def make_plan(
             continue
         if rule is None:
             plan.float_ops.append(FloatOp(node.name, node.op_type, rules.FLOAT_REASON))
+            continue
+        if wide and not rule.int16:
+            plan.float_ops.append(FloatOp(node.name, node.op_type, rules.NO_INT16_REASON))
             continue
         if any(o.dtype not in (ir.DataType.FLOAT, None) for o in node.outputs):
             plan.float_ops.append(FloatOp(node.name, node.op_type, "output is not float32"))
@@ -226,27 +267,49 @@ def make_plan(
             if const_array(value) is not None:
                 plan.constants.append((node.name, i))
                 members.append(constant_key(node.name, i))
+                if wide:
+                    plan.int16.add(constant_key(node.name, i))
             else:
-                add_activation(value)
-                members.append(value.name)
+                add_activation(value, wide)
+                name = value.name
+                if wide_of[name] != wide:  # int8 -> int16 or back: this layer reads a requantized copy
+                    name = f"{node.name}::requant{i}"
+                    plan.requant[name] = (node.name, i, value.name)
+                    if wide:
+                        plan.int16.add(name)
+                members.append(name)
         if rule.weight is not None:
             bias = rule.bias if rule.bias is not None and rule.bias < len(node.inputs) else None
             if bias is not None and (node.inputs[bias] is None or const_array(node.inputs[bias]) is None):
                 bias = None
             plan.weights.append(
-                WeightSpec(node.name, rule.weight, rules.weight_axis(node), bias, node.inputs[0].name)
+                WeightSpec(
+                    node.name,
+                    rule.weight,
+                    rules.weight_axis(node),
+                    bias,
+                    node.inputs[0].name,
+                    members[0],
+                    wide,
+                )
             )
         outputs = list(node.outputs)
         if rule.fuses_activation and len(outputs) == 1:
             act = only_consumer(outputs[0])
-            if act is not None and _is_fusable_activation(act) and act.name not in exclude:
+            if (
+                act is not None
+                and _is_fusable_activation(act)
+                and act.name not in exclude
+                and layer_precision.get(act.name, precision) == recipe
+            ):
                 plan.fused[outputs[0].name] = act.name
                 fused_nodes.add(act.name)
                 outputs = list(act.outputs)
+        fixed = rule.fixed_output16 if wide else rule.fixed_output
         for out in outputs:
-            add_activation(out)
-            if rule.fixed_output is not None:
-                plan.fixed[out.name] = rule.fixed_output
+            add_activation(out, wide)
+            if fixed is not None:
+                plan.fixed[out.name] = fixed
             if rule.min_output_scale_ratio is not None:
                 plan.min_scale[out.name] = (members[0], rule.min_output_scale_ratio)
         if rule.same_scale and rule.all_inputs:
@@ -254,9 +317,11 @@ def make_plan(
             # (a Sigmoid output, say) keeps it and is requantized to the shared scale in front of the op.
             out = outputs[0].name
             for i, name in zip(data, members, strict=True):
-                if plan.fixed_of(plan.group(name)) is not None:
+                if name not in plan.requant and plan.fixed_of(plan.group(name)) is not None:
                     key = f"{node.name}::requant{i}"
                     plan.requant[key] = (node.name, i, name)
+                    if wide:
+                        plan.int16.add(key)
                     name = key
                 plan.union(out, name)
             if node.op_type == "Concat":

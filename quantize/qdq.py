@@ -74,8 +74,18 @@ def fit_bias_scales(
     return np.where(raised, need, scales).astype(np.float32), raised
 
 
+_NP_QDTYPES = {"int8": np.int8, "uint8": np.uint8, "int16": np.int16}
+_IR_QDTYPES = {"int8": ir.DataType.INT8, "uint8": ir.DataType.UINT8, "int16": ir.DataType.INT16}
+
+
 def _np_qdtype(dtype: str) -> type:
-    return np.int8 if dtype == "int8" else np.uint8
+    return _NP_QDTYPES[dtype]
+
+
+def bias_fits_int32(bias: np.ndarray, input_scale: float, weight_scales: np.ndarray) -> bool:
+    """``round(bias / (input_scale * weight_scale))`` fits int32 (with :data:`_BIAS_LIMIT`'s headroom)."""
+    scales = np.float64(input_scale) * np.asarray(weight_scales, np.float64)
+    return bool(np.all(np.abs(bias.astype(np.float64)) <= scales * _BIAS_LIMIT))
 
 
 def weight_error_shift(
@@ -138,6 +148,9 @@ class QuantizeWeightsPass(ir.passes.InPlacePass):
         self.input_means = input_means
         #: Layers whose weight scales were raised so that their bias fits int32 (for the report).
         self.raised_weight_scales: list[RaisedWeightScales] = []
+        #: 16x8 layers whose bias stays float: at scale input x weight it exceeds int32 (TFLite's 16x8 kernels
+        #: take an int64 bias; ONNX's DequantizeLinear reads no int64).
+        self.float_biases: list[str] = []
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph = model.graph
@@ -165,9 +178,20 @@ class QuantizeWeightsPass(ir.passes.InPlacePass):
         q, scales = quantize_weight(weight, axis)
         bias = None
         if spec.bias_index is not None:
-            input_scale = self.params[spec.input_tensor].scale
+            input_scale = self.params[spec.input_key or spec.input_tensor].scale
             bias = node.inputs[spec.bias_index].const_value.numpy().reshape(-1)
             bias = np.broadcast_to(bias, (weight.shape[spec.axis],)).astype(np.float64)
+            if spec.int16 and not bias_fits_int32(bias, input_scale, scales):
+                # int16 input scales are ~256x finer than int8's: the bias's int32 levels may run out. The
+                # weights keep their scales (raising them would cost the precision int16x8 is for); the bias
+                # stays float here, and the TFLite target writes it as the int64 its 16x8 kernels take.
+                self.float_biases.append(node.name)
+                log.info(
+                    f"{node.op_type} {node.name!r}: int16x8 bias exceeds int32 at scale input x weight: kept "
+                    "float in the QDQ model (int64 in TFLite)"
+                )
+                bias = None
+        if bias is not None:
             scales, raised = fit_bias_scales(bias, input_scale, scales)
             if np.any(raised):
                 q = _requantize_weight(weight, axis, scales)
@@ -269,7 +293,7 @@ class InsertActivationQDQPass(ir.passes.InPlacePass):
                 name=names.fresh(f"{name}_DequantizeLinear"),
             )
             dequant.outputs[0].name = names.fresh(f"{name}_dequantized")
-            quant.outputs[0].dtype = ir.DataType.INT8 if p.dtype == "int8" else ir.DataType.UINT8
+            quant.outputs[0].dtype = _IR_QDTYPES[p.dtype]
             quant.outputs[0].shape = value.shape
             dequant.outputs[0].dtype = ir.DataType.FLOAT
             dequant.outputs[0].shape = value.shape
@@ -313,7 +337,7 @@ class InsertActivationQDQPass(ir.passes.InPlacePass):
             "DequantizeLinear", [quant.outputs[0], scale, zp], name=names.fresh(f"{base}_DequantizeLinear")
         )
         dequant.outputs[0].name = names.fresh(f"{base}_dequantized")
-        quant.outputs[0].dtype = ir.DataType.INT8 if p.dtype == "int8" else ir.DataType.UINT8
+        quant.outputs[0].dtype = _IR_QDTYPES[p.dtype]
         quant.outputs[0].shape = value.shape
         dequant.outputs[0].dtype = ir.DataType.FLOAT
         dequant.outputs[0].shape = value.shape

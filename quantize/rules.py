@@ -18,6 +18,12 @@ TFLite kernel refuses and the TFLite target keeps every scale exactly:
 - MEAN, RELU, LEAKY_RELU, PRELU: own output scale.
 
 The zero points are int8's; uint8 activations use the same scales with zero points 128 higher.
+
+16x8 (``int16x8`` layers: int16 activations, int8 weights, int64 bias): ``Kernel.int16`` says whether the kernel
+has that mode in LiteRT and what it checks; every int16 tensor is symmetric (zero point 0); SOFTMAX, LOGISTIC and
+TANH fix their int16 output at scale 1/32768, zero point 0 (``fixed_output16``). Each declared 16x8 kernel is run in
+LiteRT by ``tests/tflite/test_int16x8.py``; PRELU (runs int16 but miscomputes), RELU_N1_TO_1, HARD_SWISH and
+LOG_SOFTMAX (refuse int16) have none.
 Ops not listed here have no integer kernel the targets can use; they stay float (fed by DequantizeLinear).
 """
 
@@ -68,6 +74,12 @@ class Kernel:
     fused_activation: bool = False
     #: What the kernel checks, in words (docs and test names).
     checks: str = ""
+    #: The kernel's 16x8 mode (int16 activations, int8 weights, int64 bias; ``--precision int16x8``): None when
+    #: it has none (the op then stays float in an int16x8 layer), else what it checks beyond the int8 mode's
+    #: requirements, in words. Every int16 tensor is symmetric (zero point 0): TFLite's 16x8 kernels check it.
+    int16: str | None = None
+    #: The int16 output's required (scale, zero point) in 16x8 mode.
+    fixed_output16: tuple[float, int] | None = None
 
     def __post_init__(self) -> None:
         if self.symmetric_weights != (self.filter_axis is not None and self.bias_input is not None):
@@ -79,6 +91,11 @@ class Kernel:
 _SAME_CHECKED = "int8 inputs and output: same scale and zero point (TF_LITE_ENSURE_EQ)"
 _SAME_ASSUMED = (
     "moves int8 values unchanged: the output must have the input's scale and zero point (not checked)"
+)
+_ZP0 = "input and output zero points 0"
+_CONV16 = (
+    "input and output zero points 0; filter int8 symmetric; bias int64 (or int32) with scale input x filter "
+    "(conv.cc / depthwise_conv.cc / fully_connected.cc / transpose_conv.cc: the kTfLiteInt16 branch)"
 )
 _CONV_CHECKS = (
     "filter zero points all 0; one filter scale per output channel or one; bias int32 with scale input x filter "
@@ -96,6 +113,7 @@ TFLITE_KERNELS: dict[str, Kernel] = {
         bias_input=2,
         fused_activation=True,
         checks=_CONV_CHECKS,
+        int16=_CONV16,
     ),
     "DEPTHWISE_CONV_2D": Kernel(
         "depthwise_conv.cc",
@@ -104,6 +122,7 @@ TFLITE_KERNELS: dict[str, Kernel] = {
         bias_input=2,
         fused_activation=True,
         checks=_CONV_CHECKS,
+        int16=_CONV16,
     ),
     "FULLY_CONNECTED": Kernel(
         "fully_connected.cc",
@@ -112,6 +131,7 @@ TFLITE_KERNELS: dict[str, Kernel] = {
         bias_input=2,
         fused_activation=True,
         checks=_CONV_CHECKS,
+        int16=_CONV16,
     ),
     "TRANSPOSE_CONV": Kernel(
         "transpose_conv.cc",
@@ -120,17 +140,23 @@ TFLITE_KERNELS: dict[str, Kernel] = {
         bias_input=3,
         data_input=2,
         checks=_CONV_CHECKS,
+        int16=_CONV16,
     ),
     "BATCH_MATMUL": Kernel(
         "batch_matmul.cc",
         symmetric_constants=True,
         checks="int8 zero points allowed (int16: 0); constant operands are made symmetric",
+        int16=_ZP0,
     ),
-    "ADD": Kernel("add.cc", fused_activation=True, checks="own scales (int16: zero points 0)"),
-    "SUB": Kernel("sub.cc", fused_activation=True, checks="own scales (int16: zero points 0)"),
-    "MUL": Kernel("mul.cc", fused_activation=True, checks="own scales (int16: zero points 0)"),
+    "ADD": Kernel("add.cc", fused_activation=True, checks="own scales (int16: zero points 0)", int16=_ZP0),
+    "SUB": Kernel("sub.cc", fused_activation=True, checks="own scales (int16: zero points 0)", int16=_ZP0),
+    "MUL": Kernel("mul.cc", fused_activation=True, checks="own scales (int16: zero points 0)", int16=_ZP0),
     "MAX_POOL_2D": Kernel(
-        "pooling.cc", same_scale=True, fused_activation=True, checks="same scale and zero point (DCHECK)"
+        "pooling.cc",
+        same_scale=True,
+        fused_activation=True,
+        checks="same scale and zero point (DCHECK)",
+        int16=_ZP0,
     ),
     "AVERAGE_POOL_2D": Kernel(
         "pooling.cc",
@@ -138,28 +164,40 @@ TFLITE_KERNELS: dict[str, Kernel] = {
         averages=True,
         fused_activation=True,
         checks="same scale and zero point (DCHECK)",
+        int16=_ZP0,
     ),
     "RESHAPE": Kernel(
-        "reshape.cc", same_scale=True, sink_dequantize=True, hoist_quantize=True, checks=_SAME_ASSUMED
+        "reshape.cc",
+        same_scale=True,
+        sink_dequantize=True,
+        hoist_quantize=True,
+        checks=_SAME_ASSUMED,
+        int16=_ZP0,
     ),
     "SQUEEZE": Kernel("squeeze.cc", same_scale=True, checks=_SAME_ASSUMED),
     "EXPAND_DIMS": Kernel("expand_dims.cc", same_scale=True, checks=_SAME_ASSUMED),
     "TRANSPOSE": Kernel(
-        "transpose.cc", same_scale=True, sink_dequantize=True, hoist_quantize=True, checks=_SAME_ASSUMED
+        "transpose.cc",
+        same_scale=True,
+        sink_dequantize=True,
+        hoist_quantize=True,
+        checks=_SAME_ASSUMED,
+        int16=_ZP0,
     ),
-    "GATHER": Kernel("gather.cc", same_scale=True, checks=_SAME_ASSUMED),
-    "SLICE": Kernel("slice.cc", same_scale=True, checks=_SAME_ASSUMED),
-    "STRIDED_SLICE": Kernel("strided_slice.cc", same_scale=True, checks=_SAME_ASSUMED),
+    "GATHER": Kernel("gather.cc", same_scale=True, checks=_SAME_ASSUMED, int16=_ZP0),
+    "SLICE": Kernel("slice.cc", same_scale=True, checks=_SAME_ASSUMED, int16=_ZP0),
+    "STRIDED_SLICE": Kernel("strided_slice.cc", same_scale=True, checks=_SAME_ASSUMED, int16=_ZP0),
     "SPLIT": Kernel("split.cc", same_scale=True, checks=_SAME_ASSUMED),
-    "SPLIT_V": Kernel("split_v.cc", same_scale=True, checks=_SAME_ASSUMED),
+    "SPLIT_V": Kernel("split_v.cc", same_scale=True, checks=_SAME_ASSUMED, int16=_ZP0),
     "TILE": Kernel("tile.cc", same_scale=True, checks=_SAME_ASSUMED),
     "BROADCAST_TO": Kernel("broadcast_to.cc", same_scale=True, checks=_SAME_ASSUMED),
-    "MIRROR_PAD": Kernel("mirror_pad.cc", same_scale=True, checks=_SAME_ASSUMED),
+    "MIRROR_PAD": Kernel("mirror_pad.cc", same_scale=True, checks=_SAME_ASSUMED, int16=_ZP0),
     "PAD": Kernel(
         "pad.cc",
         same_scale=True,
         sink_dequantize=True,
         checks=_SAME_ASSUMED + "; pads with the output zero point",
+        int16=_ZP0,
     ),
     "PADV2": Kernel(
         "pad.cc",
@@ -167,34 +205,44 @@ TFLITE_KERNELS: dict[str, Kernel] = {
         sink_dequantize=True,
         checks=_SAME_ASSUMED
         + "; the pad value has the output's scale and zero point (TF_LITE_ENSURE_EQ in EvalInt)",
+        int16=_ZP0,
     ),
     "CONCATENATION": Kernel(
         "concatenation.cc",
         same_scale=True,
         checks=_SAME_CHECKED + "; no fused activation (ignored or refused)",
+        int16=_ZP0,
     ),
-    "RESIZE_BILINEAR": Kernel("resize_bilinear.cc", same_scale=True, checks=_SAME_ASSUMED),
-    "RESIZE_NEAREST_NEIGHBOR": Kernel("resize_nearest_neighbor.cc", same_scale=True, checks=_SAME_ASSUMED),
-    "MAXIMUM": Kernel("maximum_minimum.cc", same_scale=True, checks=_SAME_ASSUMED),
-    "MINIMUM": Kernel("maximum_minimum.cc", same_scale=True, checks=_SAME_ASSUMED),
-    "REDUCE_MAX": Kernel("reduce.cc", same_scale=True, checks=_SAME_CHECKED + " (EvalType)"),
+    "RESIZE_BILINEAR": Kernel("resize_bilinear.cc", same_scale=True, checks=_SAME_ASSUMED, int16=_ZP0),
+    "RESIZE_NEAREST_NEIGHBOR": Kernel(
+        "resize_nearest_neighbor.cc", same_scale=True, checks=_SAME_ASSUMED, int16=_ZP0
+    ),
+    "MAXIMUM": Kernel("maximum_minimum.cc", same_scale=True, checks=_SAME_ASSUMED, int16=_ZP0),
+    "MINIMUM": Kernel("maximum_minimum.cc", same_scale=True, checks=_SAME_ASSUMED, int16=_ZP0),
+    "REDUCE_MAX": Kernel("reduce.cc", same_scale=True, checks=_SAME_CHECKED + " (EvalType)", int16=_ZP0),
     "REDUCE_MIN": Kernel("reduce.cc", same_scale=True, checks=_SAME_CHECKED + " (EvalType)"),
-    "MEAN": Kernel("reduce.cc", checks="own scales (requantizes the mean)"),
+    "MEAN": Kernel("reduce.cc", checks="own scales (requantizes the mean)", int16=_ZP0),
     "SUM": Kernel("reduce.cc", checks="own scales (requantizes the sum)"),
     "SOFTMAX": Kernel(
         "activations.cc",
         fixed_output=(1.0 / 256.0, -128),
         checks="output zero point -128, scale 1/256 (SoftmaxPrepare)",
+        int16="input and output zero points 0; output scale 1/32768 (SoftmaxPrepare)",
+        fixed_output16=(1.0 / 32768.0, 0),
     ),
     "LOGISTIC": Kernel(
         "activations.cc",
         fixed_output=(1.0 / 256.0, -128),
         checks="output zero point -128, scale == 1/256 (SigmoidPrepare)",
+        int16="output scale 1/32768, zero point 0 (SigmoidPrepare)",
+        fixed_output16=(1.0 / 32768.0, 0),
     ),
     "TANH": Kernel(
         "activations.cc",
         fixed_output=(1.0 / 128.0, 0),
         checks="output zero point 0, scale 1/128 (TanhPrepare)",
+        int16="output scale 1/32768, zero point 0 (TanhPrepare)",
+        fixed_output16=(1.0 / 32768.0, 0),
     ),
     "LOG_SOFTMAX": Kernel(
         "activations.cc",
@@ -206,10 +254,10 @@ TFLITE_KERNELS: dict[str, Kernel] = {
         min_output_scale_ratio=1.0 / 128.0,
         checks="output multiplier (input scale / 128) / output scale below 1 (HardSwishPrepare: exponent <= 0)",
     ),
-    "RELU": Kernel("activations.cc", checks="own scales (ReluPrepare requantizes)"),
+    "RELU": Kernel("activations.cc", checks="own scales (ReluPrepare requantizes)", int16=_ZP0),
     "RELU6": Kernel("activations.cc", checks="own scales (ReluPrepare requantizes)"),
     "RELU_N1_TO_1": Kernel("activations.cc", checks="own scales (ReluPrepare requantizes)"),
-    "LEAKY_RELU": Kernel("activations.cc", checks="own scales (LeakyReluPrepare)"),
+    "LEAKY_RELU": Kernel("activations.cc", checks="own scales (LeakyReluPrepare)", int16=_ZP0),
     "PRELU": Kernel("activations.cc", checks="own scales (PreluPrepare)"),
     "GELU": Kernel("gelu.cc", checks="own scales (lookup table)"),
 }
@@ -235,7 +283,10 @@ class OpRule:
 
     def __post_init__(self) -> None:
         found = [TFLITE_KERNELS[k] for k in self.kernels]
-        if len({(k.same_scale, k.fixed_output, k.min_output_scale_ratio) for k in found}) != 1:
+        if (
+            len({(k.same_scale, k.fixed_output, k.fixed_output16, k.min_output_scale_ratio) for k in found})
+            != 1
+        ):
             raise ValueError(f"kernels {self.kernels} disagree on shared or fixed scales")
 
     @property
@@ -251,6 +302,16 @@ class OpRule:
     def fixed_output(self) -> tuple[float, int] | None:
         """Output range fixed by the integer kernel: (scale, int8 zero point)."""
         return self.kernel.fixed_output
+
+    @property
+    def int16(self) -> bool:
+        """Every kernel the op may become has a 16x8 mode (``int16x8`` layers; else the op stays float)."""
+        return all(TFLITE_KERNELS[k].int16 is not None for k in self.kernels)
+
+    @property
+    def fixed_output16(self) -> tuple[float, int] | None:
+        """Output range fixed by the 16x8 kernel: (scale, zero point 0)."""
+        return self.kernel.fixed_output16
 
     @property
     def min_output_scale_ratio(self) -> float | None:
@@ -345,6 +406,9 @@ register("LogSoftmax", _unary("LOG_SOFTMAX"))
 
 #: Activations that fuse into the op before them when that op ``fuses_activation``.
 FUSABLE_ACTIVATIONS = frozenset({"Relu", "Clip"})
+
+#: Why an op of an ``int16x8`` layer whose TFLite kernels have no 16x8 mode stays float (for the report).
+NO_INT16_REASON = "no 16x8 (int16 activations) kernel in TFLite for this op: kept float in an int16x8 layer"
 
 #: Why an op with no rule stays float (for the report).
 FLOAT_REASON = "no integer kernel in the targets' quantized op set (TFLite operator_property)"

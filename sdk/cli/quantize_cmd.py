@@ -74,9 +74,17 @@ def quantize(
     exclude: Annotated[list[str] | None, typer.Option("--exclude", help="Keep this node in float.")] = None,
     layer_precision: Annotated[
         list[str] | None,
-        typer.Option("--layer-precision", help="NAME=RECIPE: this node takes another recipe (repeatable)."),
+        typer.Option(
+            "--layer-precision", help="NAME=RECIPE: this node takes int8, int16x8 or fp32 (repeatable)."
+        ),
     ] = None,
     integer_head: Annotated[bool, typer.Option("--integer-head", help=INTEGER_HEAD_HELP)] = False,
+    precision: Annotated[
+        str,
+        typer.Option(
+            "--precision", help="int8 (8-bit activations) or int16x8 (int16 activations, int8 weights)."
+        ),
+    ] = "int8",
     max_samples: Annotated[
         int | None, typer.Option("--max-samples", help="Evaluate at most N samples.")
     ] = None,
@@ -103,10 +111,12 @@ def quantize(
         bias_correction=bias_correction,
         float_output_heads=not integer_head,
         exclude=frozenset(exclude or ()),
+        precision=precision,
         layer_precision=parse_layer_precision(layer_precision),
     )
     preprocess = build_preprocess(size, resize_mode, resize_shorter, color, scale, mean, std, layout)
-    out = output if output is not None else model.with_name(model.name.removesuffix(".onnx") + ".int8.onnx")
+    suffix = ".int16x8.onnx" if precision == "int16x8" else ".int8.onnx"
+    out = output if output is not None else model.with_name(model.name.removesuffix(".onnx") + suffix)
     messages: list[str] = []
     result = quantize_model(
         model,
@@ -135,17 +145,20 @@ def _fmt(value, digits: int = 2, unit: str = "") -> str:
 def print_summary(report: dict) -> None:
     out = report["output"]
     q = report["quantization"]
+    name = q.get("precision", "int8")
+    activations = "int16" if name == "int16x8" else q["activations"]
     console.print(
         f"[bold]wrote[/] {out['path']}  ({out['size_bytes'] / 1e6:.2f} MB, "
-        f"{out['size_ratio']:.3f}x the fp32 model)  activations {q['activations']}, method {q['method']}, "
+        f"{out['size_ratio']:.3f}x the fp32 model)  activations {activations}, method {q['method']}, "
         f"{report['calibration']['samples_used']} calibration samples"
     )
     evaluation = report.get("evaluation")
     if evaluation:
-        table = Table(title=f"fp32 vs int8 on {evaluation['samples']} samples (host, OpenVINO f32)")
+        runtime = "onnxruntime" if name == "int16x8" else "OpenVINO f32"
+        table = Table(title=f"fp32 vs {name} on {evaluation['samples']} samples (host, {runtime})")
         table.add_column("metric")
         table.add_column("fp32", justify="right")
-        table.add_column("int8", justify="right")
+        table.add_column(name, justify="right")
         table.add_column("change", justify="right")
         acc = evaluation.get("accuracy")
         if acc:
