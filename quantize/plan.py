@@ -300,7 +300,7 @@ def make_plan(
                 act is not None
                 and _is_fusable_activation(act)
                 and act.name not in exclude
-                and layer_precision.get(act.name, precision) == recipe
+                and layer_precision.get(act.name, recipe) == recipe  # its layer's recipe unless given one
             ):
                 plan.fused[outputs[0].name] = act.name
                 fused_nodes.add(act.name)

@@ -260,8 +260,8 @@ def _qparams(ctx: Context, node: ir.Node, axis: int, rank: int, default: np.dtyp
     zp = zp.astype(np.int64)
     if dtype == np.uint8:
         zp = zp - 128
-    elif dtype not in (np.int8, np.int32):
-        raise ctx.error(f"quantization to {dtype} is not supported (int8, uint8, int32 are)")
+    elif dtype not in (np.int8, np.int16, np.int32):
+        raise ctx.error(f"quantization to {dtype} is not supported (int8, uint8, int16, int32 are)")
     axis = axis + rank if axis < 0 else axis
     return Quant(
         scale.reshape(-1),

@@ -5,6 +5,12 @@ replaces a float op whose inputs all come from DEQUANTIZE (or are constants) and
 QUANTIZE by the integer kernel on the quantized tensors, with the same scales and zero points. Where
 TFLite's kernel needs something the QDQ model does not give (equal input/output scales, the fixed
 Softmax/Logistic output scale), a requantize (int8 -> int8 QUANTIZE) is inserted and a note recorded.
+
+16x8 (``int16x8`` layers): where the DEQUANTIZEs and the QUANTIZE are int16 (symmetric, zero point 0), the op
+becomes the kernel's 16x8 mode: int16 activations, int8 symmetric weights, an int64 bias (scale input x
+weight), int16 symmetric constants; a kernel without a 16x8 mode (``Kernel.int16`` None) stays float. Between
+an int8 and an int16 layer, QUANTIZE requantizes (quantize.cc: int16 -> int8 and int16 -> int16 directly;
+int8 -> int16 through float, a DEQUANTIZE then a QUANTIZE).
 """
 
 from __future__ import annotations
@@ -29,6 +35,11 @@ _SINK_DEQUANTIZE = frozenset(code for code, k in TFLITE_KERNELS.items() if k.sin
 _HOIST_QUANTIZE = frozenset(code for code, k in TFLITE_KERNELS.items() if k.hoist_quantize)
 _SAME_SCALE = {code for code, k in TFLITE_KERNELS.items() if k.same_scale}
 _FIXED_OUTPUT = {code: k.fixed_output for code, k in TFLITE_KERNELS.items() if k.fixed_output is not None}
+_FIXED_OUTPUT16 = {code: k.fixed_output16 for code, k in TFLITE_KERNELS.items() if k.fixed_output16}
+_INT16_KERNELS = frozenset(code for code, k in TFLITE_KERNELS.items() if k.int16 is not None)
+#: The activation types of the integer kernels: int8 (uint8 models are shifted to int8) and int16 (16x8).
+_ACTIVATION_TYPES = (np.dtype(np.int8), np.dtype(np.int16))
+_LIMITS = {np.dtype(np.int8): (-128, 127), np.dtype(np.int16): (-32768, 32767)}
 _MIN_OUTPUT_RATIO = {
     code: k.min_output_scale_ratio
     for code, k in TFLITE_KERNELS.items()
@@ -41,14 +52,19 @@ def _is_float(t: Tensor | None) -> bool:
     return t is not None and t.dtype == np.float32
 
 
-def _requantize(graph: Graph, x: Tensor, quant: Quant, origin: str, index: int) -> Tensor:
-    out = Tensor(graph.unique_name(x.name + "/requant"), x.shape, np.int8, quant=quant)
+def _requantize(
+    graph: Graph, x: Tensor, quant: Quant, origin: str, index: int, dtype: np.dtype = np.dtype(np.int8)
+) -> Tensor:
+    out = Tensor(graph.unique_name(x.name + "/requant"), x.shape, dtype, quant=quant)
     graph.ops.insert(index, Op("QUANTIZE", [x], [out], None, origin))
     return out
 
 
-def _quantize_const(graph: Graph, t: Tensor, axis: int | None, symmetric: bool) -> Tensor:
-    """An int8 constant for a float constant: its integer weights when it has compatible ones."""
+def _quantize_const(graph: Graph, t: Tensor, axis: int | None, symmetric: bool, wide: bool = False) -> Tensor:
+    """An int8 constant for a float constant: its integer weights when it has compatible ones. ``wide``: an
+    int16 symmetric one (a data constant of a 16x8 kernel)."""
+    if wide:
+        return _int16_const(graph, t)
     q = t.qparams
     usable = t.qdata is not None and q is not None and t.qdata.dtype == np.int8
     if (
@@ -85,23 +101,57 @@ def _quantize_const(graph: Graph, t: Tensor, axis: int | None, symmetric: bool) 
     return Tensor(graph.unique_name(t.name + "/q"), t.shape, np.int8, data=qdata, quant=quant)
 
 
-def _quantize_bias(graph: Graph, bias: Tensor, x: Quant, w: Quant) -> Tensor:
-    """int32 bias with scale input_scale * weight_scale: per channel, or one scale for per-tensor weights."""
+def _int16_const(graph: Graph, t: Tensor) -> Tensor:
+    """An int16 symmetric per-tensor constant (zero point 0) for a float constant."""
+    q = t.qparams
+    if t.qdata is not None and q is not None and q.per_tensor and t.qdata.dtype == np.int16:
+        return Tensor(graph.unique_name(t.name + "/q"), t.shape, np.int16, data=t.qdata, quant=q)
+    data = t.data.astype(np.float64)
+    scale = float(np.abs(data).max(initial=0.0)) / 32767 or 1.0
+    qdata = np.clip(np.rint(data / scale), -32767, 32767).astype(np.int16)
+    return Tensor(graph.unique_name(t.name + "/q"), t.shape, np.int16, data=qdata, quant=Quant([scale], [0]))
+
+
+def _quantize_bias(graph: Graph, bias: Tensor, x: Quant, w: Quant, wide: bool = False) -> Tensor:
+    """int32 bias with scale input_scale * weight_scale: per channel, or one scale for per-tensor weights.
+    ``wide`` (16x8 kernels): int64, as TFLite's own 16x8 quantizer writes it."""
     scale = x.scale.astype(np.float64)[0] * w.scale.astype(np.float64)
     levels = np.rint(bias.data.astype(np.float64) / scale)
-    if np.any(np.abs(levels) > 2**31 - 1):  # weights requantized here (e.g. per tensor): never silently
-        graph.notes.append(
-            f"bias {bias.name!r} exceeds int32 at the requantized weight scale and was clipped"
-        )
-    qdata = np.clip(levels, -(2**31), 2**31 - 1).astype(np.int32)
+    if wide:
+        qdata = levels.astype(np.int64)
+    else:
+        if np.any(np.abs(levels) > 2**31 - 1):  # weights requantized here (e.g. per tensor): never silently
+            graph.notes.append(
+                f"bias {bias.name!r} exceeds int32 at the requantized weight scale and was clipped"
+            )
+        qdata = np.clip(levels, -(2**31), 2**31 - 1).astype(np.int32)
     quant = Quant(scale.astype(np.float32), np.zeros(scale.size, np.int64), 0)
-    return Tensor(graph.unique_name(bias.name + "/q"), bias.shape, np.int32, data=qdata, quant=quant)
+    return Tensor(graph.unique_name(bias.name + "/q"), bias.shape, qdata.dtype, data=qdata, quant=quant)
+
+
+def _activation_type(op: Op, producers: dict[int, Op]) -> np.dtype | None:
+    """The integer type the op's run-time float inputs are DEQUANTIZEd from (int8 or int16), or None when one
+    is computed in float or they differ."""
+    types = set()
+    for t in op.inputs:
+        if t is None or not _is_float(t) or t.is_const:
+            continue
+        prod = producers.get(id(t))
+        if prod is None or prod.code != "DEQUANTIZE" or prod.inputs[0].dtype not in _ACTIVATION_TYPES:
+            return None
+        types.add(prod.inputs[0].dtype)
+    return types.pop() if len(types) == 1 else None
 
 
 def _integer_inputs(
-    graph: Graph, op: Op, producers: dict[int, Op], per_tensor_weights: frozenset[str] = frozenset()
+    graph: Graph,
+    op: Op,
+    producers: dict[int, Op],
+    per_tensor_weights: frozenset[str] = frozenset(),
+    wide: bool = False,
 ) -> list[Tensor | None] | None:
-    """The op's inputs on the integer side, or None when an input is float computed at run time."""
+    """The op's inputs on the integer side, or None when an input is float computed at run time. ``wide``: the
+    16x8 kernel's (int16 activations and data constants, int8 weights, int64 bias)."""
     result: list[Tensor | None] = []
     data_index = _INPUT_INDEX.get(op.code, 0)
     for i, t in enumerate(op.inputs):
@@ -110,7 +160,7 @@ def _integer_inputs(
             continue
         if not t.is_const:
             prod = producers.get(id(t))
-            if prod is None or prod.code != "DEQUANTIZE" or prod.inputs[0].dtype != np.int8:
+            if prod is None or prod.code != "DEQUANTIZE" or prod.inputs[0].dtype not in _ACTIVATION_TYPES:
                 return None
             result.append(prod.inputs[0])
             continue
@@ -127,21 +177,25 @@ def _integer_inputs(
         elif op.code in _BIAS_INDEX and i == _BIAS_INDEX[op.code]:
             result.append(t)  # quantized below, once the input and weight scales are known
         else:
-            result.append(_quantize_const(graph, t, None, symmetric=op.code in _SYMMETRIC_CONSTANTS))
+            result.append(
+                _quantize_const(graph, t, None, symmetric=op.code in _SYMMETRIC_CONSTANTS, wide=wide)
+            )
     if op.code in _BIAS_INDEX:
         b = _BIAS_INDEX[op.code]
         x, w = result[data_index], result[1]
         if x is None or x.quant is None or w is None or w.quant is None:
             return None
         if len(result) > b and result[b] is not None:
-            result[b] = _quantize_bias(graph, op.inputs[b], x.quant, w.quant)
+            result[b] = _quantize_bias(graph, op.inputs[b], x.quant, w.quant, wide)
     return result
 
 
-def _output_quant(out: Tensor, consumers: dict[int, list[Op]], graph: Graph) -> Tensor | None:
-    """The QUANTIZE consumer's output that the integer op can write directly, if any."""
+def _output_quant(
+    out: Tensor, consumers: dict[int, list[Op]], graph: Graph, dtype: np.dtype = np.dtype(np.int8)
+) -> Tensor | None:
+    """The QUANTIZE consumer's output (of type ``dtype``) that the integer op can write directly, if any."""
     for user in consumers.get(id(out), []):
-        if user.code == "QUANTIZE" and user.outputs[0].dtype == np.int8 and user.outputs[0].quant is not None:
+        if user.code == "QUANTIZE" and user.outputs[0].dtype == dtype and user.outputs[0].quant is not None:
             return user.outputs[0]
     return None
 
@@ -171,43 +225,60 @@ def _quantize_kernels(graph: Graph, per_tensor_weights: frozenset[str]) -> Graph
         producers, consumers = graph.producers(), graph.consumers()
         if not any(_is_float(t) for t in op.outputs):
             continue
-        qouts = [_output_quant(out, consumers, graph) for out in op.outputs]
+        dtype = _activation_type(op, producers)
+        if dtype is None:
+            dtype = np.dtype(np.int8)  # every input constant: the output's QUANTIZE decides
+            if any(_output_quant(out, consumers, graph, np.dtype(np.int16)) for out in op.outputs):
+                dtype = np.dtype(np.int16)
+        wide = dtype == np.int16
+        if wide and op.code not in _INT16_KERNELS:
+            continue  # no 16x8 kernel: stays float between DEQUANTIZE and QUANTIZE
+        qouts = [_output_quant(out, consumers, graph, dtype) for out in op.outputs]
         if any(q is None for q in qouts):
             continue
-        inputs = _integer_inputs(graph, op, producers, per_tensor_weights)
+        inputs = _integer_inputs(graph, op, producers, per_tensor_weights, wide)
         if inputs is None:
             continue
-        _rewrite(graph, op, inputs, qouts, consumers)
+        _rewrite(graph, op, inputs, qouts, consumers, dtype)
     _fold_dequantize_quantize(graph)
     graph.remove_dead()
     return graph
 
 
 def _rewrite(
-    graph: Graph, op: Op, inputs: list[Tensor | None], qouts: list[Tensor], consumers: dict[int, list[Op]]
+    graph: Graph,
+    op: Op,
+    inputs: list[Tensor | None],
+    qouts: list[Tensor],
+    consumers: dict[int, list[Op]],
+    dtype: np.dtype = np.dtype(np.int8),
 ) -> None:
     index = graph.ops.index(op)
+    wide = dtype == np.int16
+    if wide and op.code in ("ADD", "SUB") and op.options is not None:
+        op.options.potScaleInt16 = (
+            False  # the general int16 kernel (any scales), not power-of-two scales only
+        )
     if op.code in _SAME_SCALE:
         target = qouts[0].quant
         for i, t in enumerate(inputs):
-            if t is not None and t.dtype == np.int8 and not t.is_const and not t.quant.same_as(target):
-                inputs[i] = _requantize(graph, t, target, op.origin, index)
+            if t is not None and t.dtype == dtype and not t.is_const and not t.quant.same_as(target):
+                inputs[i] = _requantize(graph, t, target, op.origin, index, dtype)
                 index += 1
                 graph.notes.append(
                     f"requantize inserted before {op.code} ({op.origin}): input {t.quant.describe()} -> output {target.describe()}"
                 )
-            elif t is not None and t.is_const and t.dtype == np.int8 and not t.quant.same_as(target):
+            elif t is not None and t.is_const and t.dtype == dtype and not t.quant.same_as(target):
                 real = (t.data.astype(np.float64) - t.quant.zero_point[0]) * t.quant.scale[0]
-                qdata = np.clip(np.rint(real / target.scale[0]) + target.zero_point[0], -128, 127).astype(
-                    np.int8
-                )
+                levels = np.rint(real / target.scale[0]) + target.zero_point[0]
+                qdata = np.clip(levels, *_LIMITS[dtype]).astype(dtype)
                 inputs[i] = Tensor(
-                    graph.unique_name(t.name + "/rq"), t.shape, np.int8, data=qdata, quant=target
+                    graph.unique_name(t.name + "/rq"), t.shape, dtype, data=qdata, quant=target
                 )
     new_outputs = []
     for out, qout in zip(op.outputs, qouts, strict=True):
-        fixed = _FIXED_OUTPUT.get(op.code)
-        ratio = _MIN_OUTPUT_RATIO.get(op.code)
+        fixed = (_FIXED_OUTPUT16 if wide else _FIXED_OUTPUT).get(op.code)
+        ratio = None if wide else _MIN_OUTPUT_RATIO.get(op.code)
         if ratio is not None and inputs[0] is not None and inputs[0].quant is not None:
             floor = float(inputs[0].quant.scale[0]) * ratio
             if float(qout.quant.scale[0]) <= floor:  # e.g. a QDQ model from another quantizer
@@ -216,7 +287,7 @@ def _rewrite(
             direct = Tensor(
                 graph.unique_name(out.name + "/fixed"),
                 out.shape,
-                np.int8,
+                dtype,
                 quant=Quant([fixed[0]], [fixed[1]]),
             )
             graph.ops.insert(index + 1, Op("QUANTIZE", [direct], [qout], None, op.origin))
@@ -250,14 +321,21 @@ def _average_at_input_scale(graph: Graph) -> None:
         dq = producers.get(id(op.inputs[0]))
         out = op.outputs[0]
         users = consumers.get(id(out), [])
-        if dq is None or dq.code != "DEQUANTIZE" or dq.inputs[0].dtype != np.int8 or not dq.inputs[0].quant:
+        if (
+            dq is None
+            or dq.code != "DEQUANTIZE"
+            or dq.inputs[0].dtype not in _ACTIVATION_TYPES
+            or not dq.inputs[0].quant
+        ):
             continue
         if len(users) != 1 or users[0].code != "QUANTIZE" or graph.is_graph_output(out):
             continue
         a, q = dq.inputs[0].quant, users[0]
         if not a.per_tensor or q.outputs[0].quant is None or q.outputs[0].quant.same_as(a):
             continue
-        at_a = Tensor(graph.unique_name(out.name + "/avg"), out.shape, np.int8, quant=a)
+        if q.outputs[0].dtype != dq.inputs[0].dtype:
+            continue
+        at_a = Tensor(graph.unique_name(out.name + "/avg"), out.shape, dq.inputs[0].dtype, quant=a)
         real = Tensor(graph.unique_name(out.name + "/avg_real"), out.shape, np.float32)
         index = graph.ops.index(q)
         graph.ops[index:index] = [
@@ -364,7 +442,7 @@ def _sink_dequantize(graph: Graph) -> None:
             if op.code == "PADV2":  # the pad value, with the output's scale and zero point (pad.cc EvalInt)
                 real = np.float64(op.inputs[2].data.reshape(-1)[0])
                 scale, zp = np.float64(q.quant.scale[0]), int(q.quant.zero_point[0])
-                level = np.clip(np.rint(np.clip(real / scale, -1e6, 1e6)) + zp, -128, 127)
+                level = np.clip(np.rint(np.clip(real / scale, -1e6, 1e6)) + zp, *_LIMITS[q.dtype])
                 op.inputs[2] = Tensor(
                     graph.unique_name("pad_value"), (), q.dtype, data=np.array(level, q.dtype), quant=q.quant
                 )
@@ -404,17 +482,29 @@ def _hoist_quantize(graph: Graph) -> None:
             break
 
 
+#: Integer -> integer requantizations TFLite's QUANTIZE kernel runs (quantize.cc Prepare): int8 -> int16 is not
+#: one of them (it goes through float: DEQUANTIZE, QUANTIZE).
+_REQUANTIZE = frozenset({("int8", "int8"), ("int16", "int16"), ("int16", "int8")})
+
+
 def _fold_dequantize_quantize(graph: Graph) -> None:
-    """QUANTIZE(DEQUANTIZE(q)) -> q when the parameters agree, else one int8 -> int8 requantize."""
+    """QUANTIZE(DEQUANTIZE(q)) -> q when the parameters agree, else one integer requantize (int8 -> int8,
+    int16 -> int16 or int16 -> int8)."""
     producers = graph.producers()
     for op in list(graph.ops):
-        if op.code != "QUANTIZE" or op.outputs[0].dtype != np.int8:
+        if op.code != "QUANTIZE" or op.outputs[0].dtype not in _ACTIVATION_TYPES:
             continue
         prod = producers.get(id(op.inputs[0]))
-        if prod is None or prod.code != "DEQUANTIZE" or prod.inputs[0].dtype != np.int8:
+        if prod is None or prod.code != "DEQUANTIZE" or prod.inputs[0].dtype not in _ACTIVATION_TYPES:
             continue
         source = prod.inputs[0]
-        if source.quant.same_as(op.outputs[0].quant) and not graph.is_graph_output(op.outputs[0]):
+        if (source.dtype.name, op.outputs[0].dtype.name) not in _REQUANTIZE:
+            continue
+        if (
+            source.dtype == op.outputs[0].dtype
+            and source.quant.same_as(op.outputs[0].quant)
+            and not graph.is_graph_output(op.outputs[0])
+        ):
             graph.replace_uses(op.outputs[0], source)
             graph.ops.remove(op)
         else:

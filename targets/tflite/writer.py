@@ -51,6 +51,45 @@ _INT8_VERSIONS = {
 }
 
 
+# Op versions of the 16x8 kernels (int16 activations; op_version.cc GetBuiltinOperatorVersion, the int16
+# branches). CONV_2D: op_version.cc's int16 test reads the filter as int16 (never so in 16x8), 4 is the version
+# its comment gives the int16 kernel.
+_INT16_VERSIONS = {
+    "CONV_2D": 4,
+    "DEPTHWISE_CONV_2D": 5,
+    "FULLY_CONNECTED": 7,
+    "TRANSPOSE_CONV": 3,
+    "ADD": 3,
+    "SUB": 5,
+    "MUL": 4,
+    "AVERAGE_POOL_2D": 3,
+    "MAX_POOL_2D": 3,
+    "CONCATENATION": 3,
+    "SOFTMAX": 3,
+    "LOGISTIC": 3,
+    "TANH": 3,
+    "MEAN": 3,
+    "REDUCE_MAX": 3,
+    "REDUCE_MIN": 3,
+    "RELU": 3,
+    "RELU6": 3,
+    "LEAKY_RELU": 2,
+    "PAD": 3,
+    "PADV2": 3,
+    "TRANSPOSE": 5,
+    "RESIZE_BILINEAR": 4,
+    "RESIZE_NEAREST_NEIGHBOR": 4,
+    "DEQUANTIZE": 3,
+    "QUANTIZE": 2,
+    "MAXIMUM": 4,
+    "MINIMUM": 4,
+    "SLICE": 4,
+    "SPLIT": 4,
+    "GATHER": 4,
+    "BATCH_MATMUL": 3,
+}
+
+
 class _AlignedBuffer(fb.BufferT):
     """A ``BufferT`` whose data vector starts on a 16-byte boundary of the finished flatbuffer."""
 
@@ -134,8 +173,11 @@ class _SharedShapeTensor(fb.TensorT):
 _MIN_VERSIONS = {"BROADCAST_TO": 2}
 
 
-def _op_version(code: str, graph_op_inputs: list[Tensor | None]) -> int:
+def _op_version(code: str, graph_op_inputs: list[Tensor | None], outputs: list[Tensor] = ()) -> int:
     first = next((t for t in graph_op_inputs if t is not None), None)
+    wide = [t for t in (first, *outputs[:1]) if t is not None and t.dtype == np.int16 and t.quant is not None]
+    if wide and (code != "QUANTIZE" or outputs[0].dtype == np.int16):
+        return max(_INT16_VERSIONS.get(code, 1), _INT8_VERSIONS.get(code, 1), _MIN_VERSIONS.get(code, 1))
     if (
         first is not None
         and first.dtype in (np.dtype(np.int8), np.dtype(np.uint8))
@@ -187,7 +229,7 @@ def serialize(graph: Graph, description: str = "edgekit", *, names: bool = True)
     sub.name = "main" if names else None
     sub.inputs = [index_of(t) for t in graph.inputs]
     for op in graph.ops:
-        version = _op_version(op.code, op.inputs)
+        version = _op_version(op.code, op.inputs, op.outputs)
         key = (op.code, version)
         if key not in opcode_index:
             code = fb.OperatorCodeT()
