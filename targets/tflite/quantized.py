@@ -9,8 +9,7 @@ Softmax/Logistic output scale), a requantize (int8 -> int8 QUANTIZE) is inserted
 16x8 (``int16x8`` layers): where the DEQUANTIZEs and the QUANTIZE are int16 (symmetric, zero point 0), the op
 becomes the kernel's 16x8 mode: int16 activations, int8 symmetric weights, an int64 bias (scale input x
 weight), int16 symmetric constants; a kernel without a 16x8 mode (``Kernel.int16`` None) stays float. Between
-an int8 and an int16 layer, QUANTIZE requantizes (quantize.cc: int16 -> int8 and int16 -> int16 directly;
-int8 -> int16 through float, a DEQUANTIZE then a QUANTIZE).
+an int8 and an int16 layer, one QUANTIZE requantizes (quantize.cc: int8 <-> int16).
 """
 
 from __future__ import annotations
@@ -482,14 +481,9 @@ def _hoist_quantize(graph: Graph) -> None:
             break
 
 
-#: Integer -> integer requantizations TFLite's QUANTIZE kernel runs (quantize.cc Prepare): int8 -> int16 is not
-#: one of them (it goes through float: DEQUANTIZE, QUANTIZE).
-_REQUANTIZE = frozenset({("int8", "int8"), ("int16", "int16"), ("int16", "int8")})
-
-
 def _fold_dequantize_quantize(graph: Graph) -> None:
-    """QUANTIZE(DEQUANTIZE(q)) -> q when the parameters agree, else one integer requantize (int8 -> int8,
-    int16 -> int16 or int16 -> int8)."""
+    """QUANTIZE(DEQUANTIZE(q)) -> q when the parameters agree, else one integer requantize: int8 or int16 to int8
+    or int16 (quantize.cc Prepare; LiteRT 2.3 runs all four, ``tests/tflite/test_int16x8.py``)."""
     producers = graph.producers()
     for op in list(graph.ops):
         if op.code != "QUANTIZE" or op.outputs[0].dtype not in _ACTIVATION_TYPES:
@@ -498,8 +492,6 @@ def _fold_dequantize_quantize(graph: Graph) -> None:
         if prod is None or prod.code != "DEQUANTIZE" or prod.inputs[0].dtype not in _ACTIVATION_TYPES:
             continue
         source = prod.inputs[0]
-        if (source.dtype.name, op.outputs[0].dtype.name) not in _REQUANTIZE:
-            continue
         if (
             source.dtype == op.outputs[0].dtype
             and source.quant.same_as(op.outputs[0].quant)

@@ -46,6 +46,12 @@ INT16_CASES = [c for c in CASES + EXTRA_CASES if rules.TFLITE_KERNELS[c.kernel].
 FLOAT_CASES = [c for c in CASES if rules.TFLITE_KERNELS[c.kernel].int16 is None]
 
 
+def test_every_16x8_kernel_has_a_case():
+    """Each kernel ``TFLITE_KERNELS`` declares a 16x8 mode for is converted to and run in LiteRT below."""
+    declared = {k for k, kernel in rules.TFLITE_KERNELS.items() if kernel.int16 is not None}
+    assert declared == {c.kernel for c in INT16_CASES}
+
+
 def _quantize16(model: onnx.ModelProto, feeds: list[dict], **options) -> onnx.ModelProto:
     samples = [Sample(f, None, str(i)) for i, f in enumerate(feeds)]
     opts = QuantizeOptions(samples=len(samples), activations="int8", float_output_heads=False, **options)
@@ -146,3 +152,80 @@ def test_int16x8_matches_onnx_reference_evaluator_and_onnxruntime() -> None:
     np.testing.assert_allclose(ort16, ref16, atol=1e-6)
     (ort8,) = run_onnx(q8, feeds)
     assert np.abs(ort16 - fp32).max() * 2 < np.abs(ort8 - fp32).max()
+
+
+MIXED = [
+    # (model, recipe, per-layer recipes): an int8 model with one int16x8 layer (requantized in and out), an
+    # int16x8 model with an int8 layer and a float one (a Concat reading both types).
+    ("tiny_cnn", "int8", (("conv2", "int16x8"),)),
+    ("fire_module", "int16x8", (("expand1x1", "int8"), ("squeeze", "fp32"))),
+    ("tiny_cnn", "int16x8", (("fc", "int8"),)),
+]
+
+
+@pytest.mark.parametrize(("name", "precision", "layers"), MIXED, ids=[f"{m}-{p}" for m, p, _ in MIXED])
+def test_mixed_int8_int16_layers_convert_and_run_in_litert_and_onnxruntime(name, precision, layers) -> None:
+    """Per-layer recipes: every float tensor has one QuantizeLinear; a reader of the other type reads a requantize
+    (DequantizeLinear -> QuantizeLinear of the other type); the onnx reference evaluator and onnxruntime agree;
+    the .tflite computes the int8 layers in int8, the int16x8 ones in 16x8, requantizes between them with one
+    QUANTIZE (int8 <-> int16), keeps the fp32 layer float, and matches onnxruntime within two output steps (99 %
+    of the elements; all within one int8 step)."""
+    import cnn_models
+    from onnx.reference import ReferenceEvaluator
+
+    model = cnn_models.tiny_cnn(softmax=False) if name == "tiny_cnn" else cnn_models.fire_module()
+    feeds = [{"x": x} for x in cnn_models.calibration_samples(count=8)]
+    qdq = _quantize16(model, feeds, precision=precision, layer_precision=layers)
+    m = _QDQ(qdq)
+    quantize_nodes = [n for n in qdq.graph.node if n.op_type == "QuantizeLinear"]
+    sources = [n.input[0] for n in quantize_nodes]
+    assert len(sources) == len(set(sources)), "a tensor is quantized twice"
+    requant = [
+        n
+        for n in quantize_nodes
+        if n.input[0] in m.producer and m.producer[n.input[0]].op_type == "DequantizeLinear"
+    ]
+    assert requant, "no requantize between the int8 and the int16 layers"
+    for n in requant:
+        before = m.init[m.producer[n.input[0]].input[2]].dtype
+        assert before != m.init[n.input[2]].dtype, f"{n.name} requantizes to the same type"
+    for layer, recipe in layers:
+        if recipe == "fp32":
+            assert all(
+                m.producer.get(i) is None or m.producer[i].op_type != "DequantizeLinear" or i == "x"
+                for i in m.nodes[layer].input[1:]
+            ), "the fp32 layer reads quantized weights"
+            continue
+        wanted = np.int16 if recipe == "int16x8" else np.int8
+        dq = m.producer[m.nodes[layer].input[0]]
+        assert m.init[dq.input[2]].dtype == wanted, (layer, m.init[dq.input[2]].dtype)
+    sample = {"x": cnn_models.calibration_samples(count=1, seed=7)[0]}
+    (expected,), (reference,) = run_onnx(qdq, sample), ReferenceEvaluator(qdq).run(None, sample)
+    np.testing.assert_allclose(expected, reference, atol=1e-5)
+    result = convert_proto(qdq, ConvertOptions(target="test"))
+    floats = [f for f in result.float_ops if not any(f"({layer})" in f for layer, r in layers if r == "fp32")]
+    assert floats == [], result.float_ops
+    assert _requantizes_between_types(result)
+    (actual,) = run_tflite_isolated(result, sample)
+    assert_within_one_step(actual, expected, 2 * output_steps(qdq)[0])
+    # An int8 layer's output may round one int8 step apart in LiteRT; requantized to int16, the step stays.
+    int8_steps = [float(m.init[n.input[1]]) for n in quantize_nodes if m.init[n.input[2]].dtype == np.int8]
+    assert_within_one_step(actual, expected, max([2 * output_steps(qdq)[0], *int8_steps]), fraction=1.0)
+
+
+def _requantizes_between_types(result) -> bool:
+    """The flatbuffer has a QUANTIZE from an int8 tensor to an int16 one or back."""
+    from ai_edge_litert import schema_py_generated as fb
+
+    model = fb.Model.GetRootAs(result.data, 0)
+    sub = model.Subgraphs(0)
+    quantize_code = fb.BuiltinOperator.QUANTIZE
+    integer = {fb.TensorType.INT8, fb.TensorType.INT16}
+    for i in range(sub.OperatorsLength()):
+        op = sub.Operators(i)
+        if model.OperatorCodes(op.OpcodeIndex()).BuiltinCode() != quantize_code:
+            continue
+        a, b = sub.Tensors(op.Inputs(0)).Type(), sub.Tensors(op.Outputs(0)).Type()
+        if a in integer and b in integer and a != b:
+            return True
+    return False
