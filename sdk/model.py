@@ -255,6 +255,23 @@ def is_quantized(model: ir.Model | onnx.ModelProto) -> bool:
     return any(n.op_type in QDQ_OPS for n in model.graph)
 
 
+def activation_types(model: ir.Model) -> set[ir.DataType]:
+    """The types a QDQ model quantizes activations to (its QuantizeLinear zero points' types)."""
+    return {
+        n.inputs[2].dtype
+        for n in model.graph
+        if n.op_type == "QuantizeLinear" and len(n.inputs) > 2 and n.inputs[2] is not None
+    }
+
+
+def qdq_precision(model: ir.Model) -> str | None:
+    """The static recipe of a QDQ model: ``int16x8`` when an activation is quantized to 16 bits (in some layers
+    at least), ``int8`` for 8-bit activations only, None for a model without QuantizeLinear/DequantizeLinear."""
+    if not is_quantized(model):
+        return None
+    return "int16x8" if activation_types(model) & {ir.DataType.INT16, ir.DataType.UINT16} else "int8"
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
     target = Path(path)

@@ -1,7 +1,7 @@
 """The ``arm-cpu`` target: a .tflite for the LiteRT/TFLite CPU path (XNNPACK) on ARM boards and phones.
 
 Float models become an fp32 .tflite; QDQ models (from ``edgekit quantize``) become int8 kernels with
-the QDQ model's scales, with float inputs and outputs (QUANTIZE/DEQUANTIZE at the edges). The
+the QDQ model's scales (int16 QDQ: TFLite's 16x8 kernels, int16 activations and int8 weights), with float inputs and outputs (QUANTIZE/DEQUANTIZE at the edges). The
 converter is ``edgekit.targets.tflite``; every artifact is verified in LiteRT against the source model
 on the host before the bundle is written.
 """
@@ -36,13 +36,15 @@ class ArmCpuTarget(Target):
     name = "arm-cpu"
     runtime = "tflite"
     activation_dtype = "int8"
-    description = "ARM CPU via LiteRT/TFLite (XNNPACK): fp32, or int8 kernels with float inputs/outputs"
+    description = (
+        "ARM CPU via LiteRT/TFLite (XNNPACK): fp32, or int8 / 16x8 kernels with float inputs/outputs"
+    )
     options_type = ArmCpuOptions
     precisions = {
         "fp32": None,
         "fp16": "not built yet (issue 13)",
         "int8": None,
-        "int16x8": "not built yet (issue 13)",
+        "int16x8": None,
         "w8": "not built yet (issue 13)",
         "w4": "not built yet (issue 13)",
     }

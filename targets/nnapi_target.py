@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import onnx_ir as ir
 from edgekit.errors import TargetError
+from edgekit.model import qdq_precision
 from edgekit.targets.base import PackageOptions, Problem, Target, register_target
 from edgekit.targets.tflite.converter import ConvertOptions, convert
 from edgekit.targets.tflite.package import check_model, is_quantized, package_tflite
@@ -78,6 +79,10 @@ class NnapiTarget(Target):
         return replace(base, activations="int8", dense_per_channel=False, float_output_heads=False)
 
     def check(self, model: ir.Model) -> list[Problem]:
+        if qdq_precision(model) == "int16x8":
+            return [
+                Problem("error", "QuantizeLinear", None, f"int16 activations: {self.precisions['int16x8']}")
+            ]
         if not is_quantized(model):
             return check_model(model, self.name, ConvertOptions(target=self.name)) + [
                 Problem("info", None, None, "nnapi runs integer models only: quantize first (--calib DATA)")
@@ -91,6 +96,8 @@ class NnapiTarget(Target):
         from edgekit.targets.tflite.nnapi import check_nnapi, is_fully_integer
 
         opts: NnapiOptions = self.target_options(options)
+        if qdq_precision(model) == "int16x8":
+            self.check_precision("int16x8")
         if not is_quantized(model):
             raise TargetError("nnapi runs integer models only; quantize first (pass --calib DATA)")
         convert_options = ConvertOptions(

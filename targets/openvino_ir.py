@@ -30,6 +30,7 @@ import onnx_ir as ir
 from edgekit import isolated
 from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, write_bundle
 from edgekit.errors import TargetError
+from edgekit.model import qdq_precision
 from edgekit.runtime import preflight_ir
 from edgekit.targets.base import (
     PackageOptions,
@@ -107,7 +108,10 @@ class IntelVpuTarget(Target):
         "fp32": None,
         "fp16": None,
         "int8": None,
-        "int16x8": "not built yet (issue 13)",
+        "int16x8": (
+            "OpenVINO's CPU plugin strips 16-bit QuantizeLinear/DequantizeLinear (qdq_stripping: the activations "
+            "compute in float, not int16) and fails to compile when one feeds a model output"
+        ),
         "w8": "not built yet (issue 13)",
         "w4": "not built yet (issue 13)",
     }
@@ -124,6 +128,9 @@ class IntelVpuTarget(Target):
     def check(self, model: ir.Model) -> list[Problem]:
         problems = _static_input_problems(model)
         problems += _activation_dtype_problems(model)
+        if qdq_precision(model) == "int16x8":
+            why = self.precisions["int16x8"]
+            problems.append(Problem("error", "QuantizeLinear", None, f"int16 activations: {why}"))
         if problems and any(p.severity == "error" for p in problems):
             return problems
         with tempfile.TemporaryDirectory(prefix="edgekit-ov-") as tmp:
@@ -135,6 +142,8 @@ class IntelVpuTarget(Target):
         from edgekit.model import is_quantized, to_proto
 
         opts: IntelVpuOptions = self.target_options(options)
+        if qdq_precision(model) == "int16x8":
+            self.check_precision("int16x8")
         hint = self.check_device_hint(options.device_hint)
         self.raise_on_errors(self.check(model))
         quantized = is_quantized(model)
