@@ -162,6 +162,8 @@ def quantize_model(
                 {"node": f.node, "op_type": f.op_type, "reason": f.reason} for f in quantized.plan.float_ops
             ],
             "raised_weight_scales": [r.to_json() for r in quantized.raised_weight_scales],
+            "int16_activations": len(quantized.plan.int16 & set(quantized.plan.activations)),
+            "float_biases": list(quantized.float_biases),
         },
         "calibration": {
             **(calib_set.describe() if isinstance(calib_set, Dataset) else {"kind": "iterable"}),

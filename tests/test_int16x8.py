@@ -51,6 +51,7 @@ def test_quantize_cli_writes_an_int16_qdq_model(tmp_path):
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["quantization"]["precision"] == "int16x8"
     assert report["quantization"]["layer_precision"] == {"fc": "int8"}
+    assert report["quantization"]["int16_activations"] > 0
     feeds = {"x": calibration_samples(count=1, seed=9)[0]}
     (expected,) = ReferenceEvaluator(written).run(None, feeds)
     np.testing.assert_allclose(_session(written).run(None, feeds)[0], expected, atol=1e-5)

@@ -20,7 +20,7 @@ from edgekit.quantize import rules
 from edgekit.quantize.options import QuantizeOptions
 from edgekit.quantize.pipeline import quantize
 from edgekit.targets.tflite.converter import ConvertOptions
-from test_kernel_constraints import _QDQ, CASES, CONV, CONV_INITS, TWO_CONV_INITS, TWO_CONVS, Case, X, node
+from test_kernel_constraints import _QDQ, CASES, CONV, CONV_INITS, TWO_CONV_INITS, TWO_CONVS, Case, X, node, w
 from test_ops_int8 import assert_within_one_step, output_steps
 from tflite_helpers import convert_proto, make_model, op_types, random_feeds, run_onnx, run_tflite_isolated
 
@@ -229,3 +229,30 @@ def _requantizes_between_types(result) -> bool:
         if a in integer and b in integer and a != b:
             return True
     return False
+
+
+def test_a_bias_beyond_int32_at_the_int16_scale_stays_float_and_becomes_int64_in_tflite() -> None:
+    """A tiny input range gives an int16 input scale so fine that the bias (scale input x weight) exceeds int32:
+    the QDQ model keeps that bias float (DequantizeLinear reads no int64) without touching the weight scales, and
+    the 16x8 CONV_2D gets it as int64, matching onnxruntime."""
+    from ai_edge_litert import schema_py_generated as fb
+
+    inits = {"w1": w(4, 3, 1, 1), "b1": np.array([3000.0, -2000.0, 0.5, 1.0], np.float32)}
+    model = make_model([node("Conv", ["x", "w1", "b1"], "y")], {"x": X}, ["y"], inits)
+    calib = [random_feeds(model, seed, -0.01, 0.01) for seed in range(4)]
+    samples = [Sample(f, None, str(i)) for i, f in enumerate(calib)]
+    options = QuantizeOptions(samples=4, activations="int8", float_output_heads=False, precision="int16x8")
+    quantized = quantize(load_proto(model), samples, options)
+    assert quantized.float_biases == ["y"] and not quantized.raised_weight_scales
+    qdq = quantized.proto()
+    m = _QDQ(qdq)
+    assert m.nodes["y"].input[2] in m.init and m.init[m.nodes["y"].input[2]].dtype == np.float32
+    result = convert_proto(qdq, ConvertOptions(target="test"))
+    tflite = fb.Model.GetRootAs(result.data, 0)
+    sub = tflite.Subgraphs(0)
+    (conv,) = [sub.Operators(i) for i in range(sub.OperatorsLength())
+               if tflite.OperatorCodes(sub.Operators(i).OpcodeIndex()).BuiltinCode() == fb.BuiltinOperator.CONV_2D]  # fmt: skip
+    assert sub.Tensors(conv.Inputs(2)).Type() == fb.TensorType.INT64
+    feeds = random_feeds(model, 100, -0.01, 0.01)
+    (actual,), (expected,) = run_tflite_isolated(result, feeds), run_onnx(qdq, feeds)
+    assert_within_one_step(actual, expected, 2 * output_steps(qdq)[0], fraction=1.0)
