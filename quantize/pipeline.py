@@ -93,14 +93,9 @@ def quantize(
         raise QuantizationError("nothing to quantize: the model has no op with an integer kernel")
     stats = statistics
     if stats is None:
-        # Collected for the integer-head plan, a superset (it observes the pooled logits a float head keeps float),
-        # so that either kind of target can reuse them.
-        observe = (
-            make_plan(model, options.exclude, False, options.precision, layers)
-            if options.float_output_heads
-            else plan
+        stats = collect_statistics(
+            model, _observation_plan(model, plan, options), calibration, options, track
         )
-        stats = collect_statistics(model, observe, calibration, options, track)
         _warn_degenerate_inputs(model, stats)
     params = choose_params(model, plan, stats, options)
 
@@ -135,6 +130,17 @@ def quantize(
         weights.raised_weight_scales,
         weights.float_biases,
     )
+
+
+def _observation_plan(model: ir.Model, plan: QuantPlan, options: QuantizeOptions) -> QuantPlan:
+    """What calibration observes: every activation ``plan`` or the integer-head int8 plan quantizes, derived and
+    fixed ranges included, and the outputs the int8 plan fuses into an activation (cheap: min/max are reduced in
+    the graph). Any plan of the same model then finds its
+    ranges there: targets that differ in activation type, in recipe, or in per-layer recipes (a layer kept float
+    makes the derived output before it an observed one; the accuracy-aware search) reuse one pass over the data."""
+    base = make_plan(model, options.exclude, False)
+    names = list(dict.fromkeys(base.activations + list(base.fused) + plan.activations))
+    return QuantPlan(activations=names, weights=list(dict.fromkeys(base.weights + plan.weights)))
 
 
 #: Ops whose meaning changed between opsets 19 and 21 (the rest only gained types): a model using them is

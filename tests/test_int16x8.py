@@ -160,3 +160,28 @@ def test_openvino_strips_16bit_qdq_which_is_why_intel_vpu_refuses_int16x8(dtype,
         openvino(_qdq_then_conv(dtype, zero_point, conv=False))
     eight = _qdq_then_conv(np.uint8, 128, conv=True)  # an 8-bit QDQ rounds in OpenVINO too
     np.testing.assert_allclose(openvino(eight), ReferenceEvaluator(eight).run(None, {"x": x})[0], atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"precision": "int16x8"},
+        {"layer_precision": (("pool0", "fp32"), ("expand3", "int16x8"))},
+        {"precision": "int16x8", "layer_precision": (("squeeze", "fp32"),)},
+        {"float_output_heads": False},
+    ],
+    ids=["int16x8", "int8+fp32+int16x8", "int16x8+fp32", "integer-head"],
+)
+def test_one_calibration_serves_every_recipe_and_per_layer_mix(options):
+    """Statistics of a plain int8 run give the same QDQ model as calibrating afresh for another recipe or another
+    per-layer mix (a layer kept float needs the range of a tensor int8 derives or fuses away): the accuracy-aware
+    search and deploy's targets calibrate once."""
+    from quant_models import squeezenet_like
+
+    model = load_proto(squeezenet_like(13))
+    data = np.random.default_rng(0).uniform(0, 1, (8, 1, 3, 33, 33)).astype(np.float32)
+    calib = [Sample({"data": data[i]}, None, str(i)) for i in range(8)]
+    base = quantize(model, calib, QuantizeOptions(samples=8))
+    opts = QuantizeOptions(samples=8, **options)
+    shared = quantize(model, calib, opts, statistics=base.stats).proto()
+    assert shared.SerializeToString() == quantize(model, calib, opts).proto().SerializeToString()
