@@ -20,6 +20,7 @@ import numpy as np
 from edgekit.errors import TargetError
 from edgekit.quantize.rules import TFLITE_KERNELS
 from edgekit.targets.tflite.graph import Graph, Op, Quant, Tensor
+from edgekit.targets.tflite.schema import activation_code
 
 # What each integer kernel requires (tensorflow/lite/kernels/*.cc), from the quantizer's rules: one table.
 # Op -> axis of its per-channel weights (input 1) in TFLite's layout; index of its bias and data inputs.
@@ -353,24 +354,22 @@ def _scalar_of(t: Tensor | None) -> float | None:
     return float(t.data.reshape(-1)[0])
 
 
-def _int8_scalar(graph: Graph, value: float) -> Tensor:
-    """``value`` as an exact int8 constant (q = 127, scale = value / 127)."""
+def _int_scalar(graph: Graph, value: float, dtype: np.dtype = np.dtype(np.int8)) -> Tensor:
+    """``value`` as an exact int8 (or int16) constant (q = 127 or 32767, scale = value / q)."""
+    top = _LIMITS[np.dtype(dtype)][1]
     return Tensor(
-        graph.unique_name("scalar/q"),
-        (),
-        np.int8,
-        data=np.array(127, np.int8),
-        quant=Quant([value / 127], [0]),
+        graph.unique_name("scalar/q"), (), dtype, data=np.array(top, dtype), quant=Quant([value / top], [0])
     )
 
 
 def _integer_hard_sigmoid(graph: Graph) -> None:
     """DEQUANTIZE -> MUL(alpha) -> ADD(beta) -> RELU_0_TO_1 -> QUANTIZE (the HardSigmoid converter's ops; TFLite
-    has no HARD_SIGMOID) becomes int8 MUL -> int8 ADD.
+    has no HARD_SIGMOID) becomes int8 MUL -> int8 ADD (int16: the 16x8 MUL and ADD).
 
     The MUL's output takes scale ``alpha * input scale`` and the input's zero point, so it keeps every input
     level; the ADD writes the HardSigmoid's quantized output, whose int8 range lies in [0, 1]: the ADD kernel's
-    saturation to that range is the clip, and RELU_0_TO_1 (float only in TFLite) goes.
+    saturation to that range is the clip, and RELU_0_TO_1 (float only in TFLite) goes. An int16 range is symmetric
+    (zero point 0): its top is at most 1, the clip at 0 is the ADD's fused RELU.
     """
     for relu in [op for op in graph.ops if op.code == "RELU_0_TO_1"]:
         producers, consumers = graph.producers(), graph.consumers()
@@ -388,28 +387,36 @@ def _integer_hard_sigmoid(graph: Graph) -> None:
         if (
             dq is None
             or dq.code != "DEQUANTIZE"
-            or dq.inputs[0].dtype != np.int8
+            or dq.inputs[0].dtype not in _ACTIVATION_TYPES
             or not dq.inputs[0].quant.per_tensor
         ):
             continue
         if graph.is_graph_output(relu.outputs[0]) or graph.is_graph_output(add.outputs[0]):
             continue
-        qout = _output_quant(relu.outputs[0], consumers, graph)
+        dtype = dq.inputs[0].dtype
+        qout = _output_quant(relu.outputs[0], consumers, graph, dtype)
         if qout is None or not qout.quant.per_tensor or len(consumers[id(relu.outputs[0])]) != 1:
             continue
         scale, zp = float(qout.quant.scale[0]), int(qout.quant.zero_point[0])
-        if (-128 - zp) * scale < -1e-6 or (127 - zp) * scale > 1 + 1e-6:
-            continue  # the saturation would not be the clip to [0, 1]
+        low, high = _LIMITS[dtype]
+        wide = dtype == np.int16
+        if (not wide and (low - zp) * scale < -1e-6) or (high - zp) * scale > 1 + 1e-6:
+            continue  # the saturation (and the fused RELU for int16) would not be the clip to [0, 1]
+        if wide and (zp != 0 or add.options is None):
+            continue
         x = dq.inputs[0]
         scaled = Tensor(
             graph.unique_name(mul.outputs[0].name + "/q"),
             mul.outputs[0].shape,
-            np.int8,
+            dtype,
             quant=Quant([float(x.quant.scale[0]) * alpha], x.quant.zero_point),
         )
-        mul.inputs = [x, _int8_scalar(graph, alpha)]
+        mul.inputs = [x, _int_scalar(graph, alpha, dtype)]
         mul.outputs = [scaled]
-        add.inputs = [scaled, _int8_scalar(graph, beta)]
+        add.inputs = [scaled, _int_scalar(graph, beta, dtype)]
+        if wide:
+            add.options.potScaleInt16 = False
+            add.options.fusedActivationFunction = activation_code("RELU")
         the_q = consumers[id(relu.outputs[0])][0]
         add.outputs = [qout]
         graph.ops.remove(the_q)

@@ -256,3 +256,20 @@ def test_a_bias_beyond_int32_at_the_int16_scale_stays_float_and_becomes_int64_in
     feeds = random_feeds(model, 100, -0.01, 0.01)
     (actual,), (expected,) = run_tflite_isolated(result, feeds), run_onnx(qdq, feeds)
     assert_within_one_step(actual, expected, 2 * output_steps(qdq)[0], fraction=1.0)
+
+
+def test_hard_sigmoid_runs_as_16x8_mul_and_add() -> None:
+    """TFLite has no HARD_SIGMOID: an int16x8 HardSigmoid (a squeeze-excitation gate) becomes the 16x8 MUL and ADD,
+    the clip to [0, 1] being the ADD's fused RELU and its int16 output range (at most 1), nothing in float."""
+    nodes = [*CONV, node("HardSigmoid", ["a"], "g", alpha=0.2, beta=0.5), node("Mul", ["a", "g"], "y")]
+    model = make_model(nodes, {"x": X}, ["y"], CONV_INITS)
+    calib = [random_feeds(model, seed, -3.0, 3.0) for seed in range(8)]
+    qdq = _quantize16(model, calib, precision="int16x8")
+    result = convert_proto(qdq, ConvertOptions(target="test"))
+    assert result.float_ops == [], result.float_ops
+    assert op_types(result).get("MUL") == 2 and "RELU_0_TO_1" not in op_types(result)
+    assert _int16_tensors_of(result, "ADD")
+    for seed in (100, 101):
+        feeds = random_feeds(model, seed, -3.0, 3.0)
+        (actual,), (expected,) = run_tflite_isolated(result, feeds), run_onnx(qdq, feeds)
+        assert_within_one_step(actual, expected, 2 * output_steps(qdq)[0], fraction=1.0)
