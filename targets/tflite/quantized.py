@@ -160,8 +160,12 @@ def _integer_inputs(
             continue
         if not t.is_const:
             prod = producers.get(id(t))
-            if prod is None or prod.code != "DEQUANTIZE" or prod.inputs[0].dtype not in _ACTIVATION_TYPES:
-                return None
+            if (
+                prod is None
+                or prod.code != "DEQUANTIZE"
+                or prod.inputs[0].dtype != (np.int16 if wide else np.int8)
+            ):
+                return None  # computed in float, or quantized to the other type
             result.append(prod.inputs[0])
             continue
         if op.code in _WEIGHT_AXIS and i == 1 and op.code in per_tensor_weights:
