@@ -260,9 +260,8 @@ def _rewrite(
     index = graph.ops.index(op)
     wide = dtype == np.int16
     if wide and op.code in ("ADD", "SUB") and op.options is not None:
-        op.options.potScaleInt16 = (
-            False  # the general int16 kernel (any scales), not power-of-two scales only
-        )
+        # The general int16 kernel (any scales); the schema's default asks for power-of-two scales.
+        op.options.potScaleInt16 = False
     if op.code in _SAME_SCALE:
         target = qouts[0].quant
         for i, t in enumerate(inputs):
