@@ -22,7 +22,7 @@ The zero points are int8's; uint8 activations use the same scales with zero poin
 16x8 (``int16x8`` layers: int16 activations, int8 weights, int64 bias): ``Kernel.int16`` says whether the kernel
 has that mode in LiteRT and what it checks; every int16 tensor is symmetric (zero point 0); SOFTMAX, LOGISTIC and
 TANH fix their int16 output at scale 1/32768, zero point 0 (``fixed_output16``). Each declared 16x8 kernel is run in
-LiteRT by ``tests/tflite/test_int16x8.py``; PRELU (runs int16 but miscomputes), RELU_N1_TO_1, HARD_SWISH and
+LiteRT by ``tests/tflite/test_16x8_kernels.py``; PRELU (runs int16 but miscomputes), RELU_N1_TO_1, HARD_SWISH and
 LOG_SOFTMAX (refuse int16) have none.
 Ops not listed here have no integer kernel the targets can use; they stay float (fed by DequantizeLinear).
 """

@@ -458,7 +458,7 @@ YARDSTICKS = {
         "int8", resolution=1.0 / 255.0, kernel_noise_db=3.0, answer_cosine=0.99
     ),  # 1 of 256 steps
     # 16 of 65536 steps: TFLite's 16x8 lookup-table kernels (LOGISTIC, TANH, SOFTMAX) interpolate, up to 9 steps
-    # off the exact QDQ model (tests/tflite/test_int16x8.py); an int16 artifact is judged against onnxruntime.
+    # off the exact QDQ model (tests/tflite/test_16x8_kernels.py); an int16 artifact is judged against onnxruntime.
     "int16x8": Yardstick("int16x8", resolution=16.0 / 65535.0),
 }
 

@@ -61,7 +61,7 @@ def test_quantize_cli_writes_an_int16_qdq_model(tmp_path):
     ("args", "message"),
     [
         (["--layer-precision", "nosuchnode=int16x8"], "names no node of the model: nosuchnode"),
-        (["--layer-precision", "conv1"], "needs NODE=RECIPE"),
+        (["--layer-precision", "conv1"], "expects NAME=RECIPE"),
         (["--layer-precision", "conv1=int4"], "--precision must be one of"),
     ],
 )

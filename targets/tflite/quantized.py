@@ -259,7 +259,7 @@ def _rewrite(
 ) -> None:
     index = graph.ops.index(op)
     wide = dtype == np.int16
-    if wide and op.code in ("ADD", "SUB") and op.options is not None:
+    if wide and hasattr(op.options, "potScaleInt16"):  # ADD, SUB
         # The general int16 kernel (any scales); the schema's default asks for power-of-two scales.
         op.options.potScaleInt16 = False
     if op.code in _SAME_SCALE:
@@ -493,7 +493,7 @@ def _hoist_quantize(graph: Graph) -> None:
 
 def _fold_dequantize_quantize(graph: Graph) -> None:
     """QUANTIZE(DEQUANTIZE(q)) -> q when the parameters agree, else one integer requantize: int8 or int16 to int8
-    or int16 (quantize.cc Prepare; LiteRT 2.3 runs all four, ``tests/tflite/test_int16x8.py``)."""
+    or int16 (quantize.cc Prepare; LiteRT 2.3 runs all four, ``tests/tflite/test_16x8_kernels.py``)."""
     producers = graph.producers()
     for op in list(graph.ops):
         if op.code != "QUANTIZE" or op.outputs[0].dtype not in _ACTIVATION_TYPES:
