@@ -9,7 +9,8 @@ Softmax/Logistic output scale), a requantize (int8 -> int8 QUANTIZE) is inserted
 16x8 (``int16x8`` layers): where the DEQUANTIZEs and the QUANTIZE are int16 (symmetric, zero point 0), the op
 becomes the kernel's 16x8 mode: int16 activations, int8 symmetric weights, an int64 bias (scale input x
 weight), int16 symmetric constants; a kernel without a 16x8 mode (``Kernel.int16`` None) stays float. Between
-an int8 and an int16 layer, one QUANTIZE requantizes (quantize.cc: int8 <-> int16).
+an int8 and an int16 layer, QUANTIZE requantizes (int16 -> int8 in one op; int8 -> int16 through float, which
+older TFLite runtimes need).
 """
 
 from __future__ import annotations
@@ -492,8 +493,10 @@ def _hoist_quantize(graph: Graph) -> None:
 
 
 def _fold_dequantize_quantize(graph: Graph) -> None:
-    """QUANTIZE(DEQUANTIZE(q)) -> q when the parameters agree, else one integer requantize: int8 or int16 to int8
-    or int16 (quantize.cc Prepare; LiteRT 2.3 runs all four, ``tests/tflite/test_16x8_kernels.py``)."""
+    """QUANTIZE(DEQUANTIZE(q)) -> q when the parameters agree, else one integer requantize: int8 -> int8,
+    int16 -> int16, int16 -> int8. int8 -> int16 stays DEQUANTIZE -> QUANTIZE: LiteRT 2.3 runs it as one QUANTIZE,
+    but TFLite's quantize.cc refused it for years (int8 input: int8/uint8 outputs only, 2022), and a bundle's
+    16x8 ops date it to TFLite 2.3."""
     producers = graph.producers()
     for op in list(graph.ops):
         if op.code != "QUANTIZE" or op.outputs[0].dtype not in _ACTIVATION_TYPES:
@@ -502,6 +505,8 @@ def _fold_dequantize_quantize(graph: Graph) -> None:
         if prod is None or prod.code != "DEQUANTIZE" or prod.inputs[0].dtype not in _ACTIVATION_TYPES:
             continue
         source = prod.inputs[0]
+        if source.dtype == np.int8 and op.outputs[0].dtype == np.int16:
+            continue
         if (
             source.dtype == op.outputs[0].dtype
             and source.quant.same_as(op.outputs[0].quant)

@@ -167,8 +167,8 @@ MIXED = [
 def test_mixed_int8_int16_layers_convert_and_run_in_litert_and_onnxruntime(name, precision, layers) -> None:
     """Per-layer recipes: every float tensor has one QuantizeLinear; a reader of the other type reads a requantize
     (DequantizeLinear -> QuantizeLinear of the other type); the onnx reference evaluator and onnxruntime agree;
-    the .tflite computes the int8 layers in int8, the int16x8 ones in 16x8, requantizes between them with one
-    QUANTIZE (int8 <-> int16), keeps the fp32 layer float, and matches onnxruntime within two output steps (99 %
+    the .tflite computes the int8 layers in int8, the int16x8 ones in 16x8, requantizes between them wherever the
+    QDQ model does (int16 -> int8 in one QUANTIZE, int8 -> int16 through float), keeps the fp32 layer float, and matches onnxruntime within two output steps (99 %
     of the elements; all within one int8 step)."""
     import cnn_models
     from onnx.reference import ReferenceEvaluator
@@ -205,7 +205,7 @@ def test_mixed_int8_int16_layers_convert_and_run_in_litert_and_onnxruntime(name,
     result = convert_proto(qdq, ConvertOptions(target="test"))
     floats = [f for f in result.float_ops if not any(f"({layer})" in f for layer, r in layers if r == "fp32")]
     assert floats == [], result.float_ops
-    assert _requantizes_between_types(result)
+    assert _requantizes_between_types(result) == _type_changes(qdq)
     (actual,) = run_tflite_isolated(result, sample)
     assert_within_one_step(actual, expected, 2 * output_steps(qdq)[0])
     # An int8 layer's output may round one int8 step apart in LiteRT; requantized to int16, the step stays.
@@ -213,22 +213,43 @@ def test_mixed_int8_int16_layers_convert_and_run_in_litert_and_onnxruntime(name,
     assert_within_one_step(actual, expected, max([2 * output_steps(qdq)[0], *int8_steps]), fraction=1.0)
 
 
-def _requantizes_between_types(result) -> bool:
-    """The flatbuffer has a QUANTIZE from an int8 tensor to an int16 one or back."""
+def _type_changes(qdq: onnx.ModelProto) -> set[tuple[str, str]]:
+    """(from, to) of every requantize (DequantizeLinear -> QuantizeLinear) between activation types in the QDQ
+    model (uint8 counts as int8: the converter shifts it)."""
+    m = _QDQ(qdq)
+    name = {np.dtype(np.int8): "int8", np.dtype(np.uint8): "int8", np.dtype(np.int16): "int16"}
+    changes = set()
+    for n in qdq.graph.node:
+        dq = m.producer.get(n.input[0]) if n.op_type == "QuantizeLinear" else None
+        if dq is not None and dq.op_type == "DequantizeLinear":
+            changes.add((name[m.init[dq.input[2]].dtype], name[m.init[n.input[2]].dtype]))
+    return {c for c in changes if c[0] != c[1]}
+
+
+def _requantizes_between_types(result) -> set[tuple[str, str]]:
+    """(from, to) of each change of activation type in the flatbuffer: int16 -> int8 as one QUANTIZE; int8 ->
+    int16 as DEQUANTIZE -> QUANTIZE (never one int8 -> int16 QUANTIZE, which older TFLite runtimes refuse)."""
     from ai_edge_litert import schema_py_generated as fb
 
     model = fb.Model.GetRootAs(result.data, 0)
     sub = model.Subgraphs(0)
-    quantize_code = fb.BuiltinOperator.QUANTIZE
-    integer = {fb.TensorType.INT8, fb.TensorType.INT16}
-    for i in range(sub.OperatorsLength()):
-        op = sub.Operators(i)
-        if model.OperatorCodes(op.OpcodeIndex()).BuiltinCode() != quantize_code:
+    names = {fb.TensorType.INT8: "int8", fb.TensorType.INT16: "int16", fb.TensorType.FLOAT32: "float32"}
+    ops = [sub.Operators(i) for i in range(sub.OperatorsLength())]
+    code = {id(op): model.OperatorCodes(op.OpcodeIndex()).BuiltinCode() for op in ops}
+    produced_by = {op.Outputs(0): op for op in ops}
+    changes = set()
+    for op in ops:
+        if code[id(op)] != fb.BuiltinOperator.QUANTIZE:
             continue
-        a, b = sub.Tensors(op.Inputs(0)).Type(), sub.Tensors(op.Outputs(0)).Type()
-        if a in integer and b in integer and a != b:
-            return True
-    return False
+        a, b = (names.get(sub.Tensors(t).Type()) for t in (op.Inputs(0), op.Outputs(0)))
+        assert (a, b) != ("int8", "int16"), "one QUANTIZE int8 -> int16: older TFLite runtimes refuse it"
+        if a == "float32" and op.Inputs(0) in produced_by:
+            dq = produced_by[op.Inputs(0)]
+            if code[id(dq)] == fb.BuiltinOperator.DEQUANTIZE:
+                a = names.get(sub.Tensors(dq.Inputs(0)).Type())
+        if a in ("int8", "int16") and b in ("int8", "int16") and a != b:
+            changes.add((a, b))
+    return changes
 
 
 def test_a_bias_beyond_int32_at_the_int16_scale_stays_float_and_becomes_int64_in_tflite() -> None:
