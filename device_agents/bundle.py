@@ -180,6 +180,9 @@ class Manifest:
     provenance: Mapping[str, Any] = field(default_factory=dict)
     verification: Mapping[str, Any] = field(default_factory=dict)
     device_hint: str | None = None
+    #: Options the runtime passes to a delegate when it loads one, per delegate (``{"nnapi": {"allow_fp16":
+    #: "true"}}``: the NNAPI delegate may relax float32 computation to float16). Optional.
+    delegate_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def primary_model(self) -> ModelFile:
         """The file a runtime loads: the first file with role ``model``."""
@@ -193,7 +196,7 @@ class Manifest:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (``json.dumps(manifest.to_json())`` is the file's content)."""
-        return {
+        out: dict[str, Any] = {
             "format_version": self.format_version,
             "target": self.target,
             "runtime": self.runtime,
@@ -206,6 +209,9 @@ class Manifest:
             "provenance": dict(self.provenance),
             "verification": dict(self.verification),
         }
+        if self.delegate_options:
+            out["delegate_options"] = {k: dict(v) for k, v in self.delegate_options.items()}
+        return out
 
     @classmethod
     def from_json(cls, d: Any) -> Manifest:
@@ -263,6 +269,7 @@ class Manifest:
             provenance=provenance,
             verification=_expect(d, "verification", dict, "manifest"),
             device_hint=_optional(d, "device_hint", str, "manifest"),
+            delegate_options=_delegate_options(_optional(d, "delegate_options", dict, "manifest") or {}),
         )
         manifest.primary_model()  # raises when no file has role "model"
         return manifest
@@ -373,6 +380,16 @@ def _expect(d: dict[str, Any], key: str, typ: type | tuple[type, ...], where: st
     if not isinstance(value, typ) or (isinstance(value, bool) and typ in (int, (int, float))):
         raise BundleError(f"manifest: {where}.{key} has the wrong type ({type(value).__name__})")
     return value
+
+
+def _delegate_options(d: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """``delegate_options``: delegate name -> {option: string value}."""
+    for name, options in d.items():
+        if not isinstance(options, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in options.items()
+        ):
+            raise BundleError(f"manifest: delegate_options.{name} must map option names to strings")
+    return {name: dict(options) for name, options in d.items()}
 
 
 def _optional(d: dict[str, Any], key: str, typ: type | tuple[type, ...], where: str) -> Any:

@@ -153,7 +153,8 @@ class TFLiteRunner(Runner):
         if delegate is not None:
             if delegate.lower() != "nnapi":
                 raise RuntimeUnavailable(f"unknown TFLite delegate {delegate!r}; supported: nnapi")
-            delegates.append(_load_nnapi(load_delegate))
+            options = dict(getattr(manifest, "delegate_options", {}).get("nnapi", {}))
+            delegates.append(_load_nnapi(load_delegate, options))
         try:
             self.interp = interpreter_cls(
                 model_path=str(model_path), num_threads=threads, experimental_delegates=delegates or None
@@ -237,13 +238,15 @@ def _import_tflite() -> tuple[str, Any, Any]:
         ) from None
 
 
-def _load_nnapi(load_delegate: Any) -> Any:
+def _load_nnapi(load_delegate: Any, options: Any = None) -> Any:
+    """The NNAPI delegate, given the bundle's ``delegate_options["nnapi"]`` (``allow_fp16``: relax float32
+    computation to float16, what an ``fp16`` nnapi bundle asks for)."""
     candidates = [os.environ["EDGEKIT_NNAPI_DELEGATE"]] if os.environ.get("EDGEKIT_NNAPI_DELEGATE") else []
     candidates += list(NNAPI_LIBRARIES[:2])
     errors = []
     for lib in candidates:
         try:
-            return load_delegate(lib)
+            return load_delegate(lib, options) if options else load_delegate(lib)
         except (ValueError, OSError, RuntimeError) as exc:
             errors.append(f"{lib}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
     raise RuntimeUnavailable(

@@ -131,6 +131,27 @@ class Target(ABC):
             legal = ", ".join(r for r, reason in self.precisions.items() if reason is None)
             raise TargetError(f"target {self.name!r} cannot run --precision {name}: {why}; it runs: {legal}")
 
+    def resolve_precision(self, model: ir.Model, options: PackageOptions, float_default: str = "fp32") -> str:
+        """The recipe ``package`` builds: ``options.precision``, else read off the model (QDQ: ``int8`` or
+        ``int16x8``, else ``float_default``). A TargetError when this target cannot run it, when a float recipe (fp32, fp16)
+        is asked of a model that is already quantized, or a static one (int8, int16x8) of a float model."""
+        from edgekit.model import is_quantized, qdq_precision
+        from edgekit.quantize.recipes import get_recipe
+
+        quantized = is_quantized(model)
+        name = options.precision or qdq_precision(model) or float_default
+        self.check_precision(name)
+        if quantized and get_recipe(name).weights in ("fp32", "fp16"):
+            raise TargetError(
+                f"target {self.name!r}: --precision {name} needs a float model; this one is already quantized"
+            )
+        if not quantized and get_recipe(name).activations != "float":
+            raise TargetError(
+                f"target {self.name!r}: --precision {name} needs a quantized (QDQ) model; quantize first "
+                "(--calib DATA)"
+            )
+        return name
+
     def check_device_hint(self, hint: str | None) -> str | None:
         if hint is None:
             return None

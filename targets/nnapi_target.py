@@ -1,6 +1,7 @@
 """The ``nnapi`` target: an integer .tflite for Android's NNAPI delegate, float islands on the CPU.
 
-Only quantized (QDQ) models. The integer body runs as int8 kernels, which the NNAPI delegate takes in
+Quantized (QDQ) models; or, with ``--precision fp16``, a float model the delegate may relax to float16
+(``NnapiTarget._package_relaxed``). The integer body runs as int8 kernels, which the NNAPI delegate takes in
 partitions; ops that cannot be integer (a detector's box decoding: EXP, DIV, ...) stay float between
 DEQUANTIZE/QUANTIZE and run on the CPU. Inputs and outputs are int8 (``io_dtype="uint8"`` for older
 accelerators) where the first/last op is integer, float32 where it computes in float (a note says
@@ -56,8 +57,8 @@ class NnapiTarget(Target):
     runtime = "tflite"
     activation_dtype = "int8"
     precisions = {
-        "fp32": "NNAPI accelerators run integer (or fp16-relaxed) models; use --precision int8",
-        "fp16": "not built yet (issue 13)",
+        "fp32": "NNAPI accelerators run integer or fp16-relaxed models; use --precision int8 or fp16",
+        "fp16": None,
         "int8": None,
         "int16x8": "NNAPI has no 16-bit activation kernels for convolutions and most ops",
         "w8": "NNAPI has no hybrid (weight-only) kernels: its ops take integer or float tensors throughout",
@@ -85,7 +86,12 @@ class NnapiTarget(Target):
             ]
         if not is_quantized(model):
             return check_model(model, self.name, ConvertOptions(target=self.name)) + [
-                Problem("info", None, None, "nnapi runs integer models only: quantize first (--calib DATA)")
+                Problem(
+                    "info",
+                    None,
+                    None,
+                    "nnapi runs integer models only: quantize first (--calib DATA), or --precision fp16",
+                )
             ]
         options = ConvertOptions(
             io_dtype="int8", target=self.name, per_tensor_weights=NNAPI_PER_TENSOR, strict_integer=False
@@ -98,8 +104,10 @@ class NnapiTarget(Target):
         opts: NnapiOptions = self.target_options(options)
         if qdq_precision(model) == "int16x8":
             self.check_precision("int16x8")
-        if not is_quantized(model):
+        if options.precision is None and not is_quantized(model):
             raise TargetError("nnapi runs integer models only; quantize first (pass --calib DATA)")
+        if self.resolve_precision(model, options) == "fp16":
+            return self._package_relaxed(model, out_dir, options, opts)
         convert_options = ConvertOptions(
             keep_io_layout=opts.keep_io_layout,
             io_dtype=opts.io_dtype,
@@ -130,4 +138,66 @@ class NnapiTarget(Target):
         files = {REPORT_FILE: json.dumps(report.to_json(), indent=2).encode()}
         return package_tflite(
             self, model, out_dir, options, convert_options, None, files, extra_report, result=result
+        )
+
+    def _package_relaxed(
+        self, model: ir.Model, out_dir: Path, options: PackageOptions, opts: NnapiOptions
+    ) -> Path:
+        """``--precision fp16``: a float .tflite (float32 weights and I/O) whose bundle lets the NNAPI delegate
+        relax float32 computation to float16 (``delegate_options.nnapi.allow_fp16``: the delegate calls
+        ``ANeuralNetworksModel_relaxComputationFloat32toFloat16``, NNAPI 1.1). Float32 weights, not fp16
+        ones: the delegate hands constants to the driver, which stores them at the precision it computes
+        in; constant fp16 DEQUANTIZE ops would go through the delegate's fp16-weights partitioning, which
+        the compatibility report does not model. On the host there is no NNAPI: verification runs the
+        float .tflite in LiteRT (float32); the report says which ops the delegate takes in float."""
+        from edgekit.targets.tflite.nnapi import FEATURE_LEVELS, NNAPI_1_1, check_nnapi
+
+        if opts.feature_level < NNAPI_1_1:
+            api = FEATURE_LEVELS[opts.feature_level][0]
+            raise TargetError(
+                f"nnapi --precision fp16 needs feature level >= {NNAPI_1_1} (NNAPI 1.1, Android API 28: "
+                f"relaxed float32-to-float16 computation); got level {opts.feature_level} (API {api})"
+            )
+        if opts.strict_integer:
+            raise TargetError("nnapi --strict-integer refuses float ops; --precision fp16 runs a float model")
+        convert_options = ConvertOptions(
+            keep_io_layout=opts.keep_io_layout, io_dtype="float32", target=self.name
+        )
+        result = convert(model, convert_options)
+        report = check_nnapi(result.data, opts.feature_level, integer_accelerator=False)
+        log.info("nnapi: %s", report.summary)
+        note = (
+            f"{report.summary}; float ops judged by the delegate's rules at level {report.feature_level}, "
+            "computed in float16 where the driver relaxes them (allow_fp16); the host verification ran the "
+            "float .tflite in LiteRT in float32"
+        )
+        extra_report = {
+            "nnapi": {
+                "feature_level": report.feature_level,
+                "android_api": report.android_api,
+                "delegated_ops": report.delegated_ops,
+                "op_count": len(report.ops),
+                "partitions": report.delegated_partitions,
+                "cpu_ops": [op.op for op in report.cpu_ops],
+                "float_io": list(report.float_io),
+                "strict_integer": False,
+                "fully_delegated": report.fully_delegated,
+                "relax_fp32_to_fp16": True,
+                "note": note,
+            }
+        }
+        files = {REPORT_FILE: json.dumps(report.to_json(), indent=2).encode()}
+        return package_tflite(
+            self,
+            model,
+            out_dir,
+            options,
+            convert_options,
+            1e-4,
+            files,
+            extra_report,
+            result=result,
+            precision="fp16",
+            verify_precision="fp32",
+            delegate_options={"nnapi": {"allow_fp16": "true"}},
         )

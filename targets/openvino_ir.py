@@ -67,7 +67,8 @@ NPU_BLOB = "model.npu.blob"
 class IntelVpuOptions:
     """Options of the ``intel-vpu`` target.
 
-    ``compress_to_fp16``: FP16 weights for float models (else an fp32 IR, verified like fp32 TFLite).
+    ``compress_to_fp16``: FP16 weights for float models (else an fp32 IR, verified like fp32 TFLite), when
+    ``PackageOptions.precision`` does not say (``fp16`` / ``fp32`` there decide).
     ``compile_npu``: compile and export a blob when an NPU plugin is present. How the IR is verified is
     :data:`edgekit.targets.base.YARDSTICKS` (docs/bundle.md).
     """
@@ -147,16 +148,16 @@ class IntelVpuTarget(Target):
         hint = self.check_device_hint(options.device_hint)
         self.raise_on_errors(self.check(model))
         quantized = is_quantized(model)
+        # fp16 (FP16-compressed weights) is the float default unless the options ask for an fp32 IR.
+        precision = self.resolve_precision(model, options, "fp16" if opts.compress_to_fp16 else "fp32")
         proto = to_proto(model)
         samples = tuple(options.verify_samples) or default_verify_samples(model)
         ov = _ov()
         core = ov.Core()
         _warn_absent_device(core, hint)
         with tempfile.TemporaryDirectory(prefix="edgekit-ir-") as tmp:
-            converted = _convert(proto, Path(tmp), compress=opts.compress_to_fp16 and not quantized)
-            report: dict[str, Any] = {
-                "precision": "int8" if quantized else ("fp16" if opts.compress_to_fp16 else "fp32")
-            }
+            converted = _convert(proto, Path(tmp), compress=precision == "fp16")
+            report: dict[str, Any] = {"precision": precision}
             # OpenVINO can crash compiling or running an IR or a QDQ model: do what verification does once,
             # on one sample, where a crash cannot end the CLI.
             isolated.call(

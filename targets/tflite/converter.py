@@ -12,6 +12,7 @@ transposes_to_reshapes         transposes that move only unit dims become (merge
 float_spatial_mean_to_average_pool  float MEAN over H, W -> one AVERAGE_POOL_2D (cheaper in XNNPACK)
 softmax_on_last_axis           SOFTMAX reads the tensor before a RESHAPE that keeps its rows; no-op RESHAPEs go
 integer_io                     int8 / uint8 graph inputs and outputs (nnapi)
+fp16_weights                   (the fp16 recipe) FLOAT16 constants read through DEQUANTIZE
 finalize                       dead ops, topological order, ONNX names on the outputs
 """
 
@@ -27,7 +28,7 @@ import onnx_ir as ir
 from edgekit.errors import TargetError
 from edgekit.litert_run import TensorInfo  # noqa: F401 - defined there to be light, used here
 from edgekit.model import forget_nonpositive_dims
-from edgekit.targets.tflite import fusion, layout, lowering, quantized, writer
+from edgekit.targets.tflite import fp16, fusion, layout, lowering, quantized, writer
 from edgekit.targets.tflite.context import Context, permute, to_nchw_perm, to_nhwc_perm
 from edgekit.targets.tflite.graph import Graph, Op, Tensor
 from edgekit.targets.tflite.registry import call, lookup
@@ -49,7 +50,8 @@ class ConvertOptions:
     ``{"FULLY_CONNECTED"}``) whose per-channel int8 weights are requantized per tensor, for runtimes
     that lack the per-channel kernel (NNAPI); each is reported in ``notes``. ``strict_integer`` (with
     integer ``io_dtype``): refuse a model with ops left in float; off, they stay float between
-    DEQUANTIZE/QUANTIZE and the inputs/outputs next to them stay float32.
+    DEQUANTIZE/QUANTIZE and the inputs/outputs next to them stay float32. ``fp16_weights`` (the ``fp16``
+    recipe, float models): float constants stored as FLOAT16 and read through DEQUANTIZE (``fp16.py``).
     """
 
     keep_io_layout: bool = False
@@ -57,6 +59,7 @@ class ConvertOptions:
     target: str = "arm-cpu"
     per_tensor_weights: frozenset[str] = frozenset()
     strict_integer: bool = True
+    fp16_weights: bool = False
 
     def __post_init__(self) -> None:
         if self.io_dtype not in ("float32", "int8", "uint8"):
@@ -92,6 +95,7 @@ def _pipeline(options: ConvertOptions) -> list[Pass]:
         lowering.float_spatial_mean_to_average_pool,
         lowering.softmax_on_last_axis,
         quantized.integer_io(options.io_dtype, options.target, options.strict_integer),
+        *([fp16.fp16_weights] if options.fp16_weights else []),
         finalize,
     ]
 

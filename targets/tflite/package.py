@@ -16,6 +16,7 @@ from edgekit.errors import EdgekitError, TargetError, UnsupportedOpError
 from edgekit.litert_run import TensorInfo, host_outputs, reference_and_tflite, run_tflite_samples
 from edgekit.model import activation_types, qdq_precision
 from edgekit.targets.base import (
+    YARDSTICKS,
     PackageOptions,
     Problem,
     Target,
@@ -94,8 +95,13 @@ def verify(
     samples: Sequence[Mapping[str, np.ndarray]],
     tolerance: float | None,
     target: str,
+    precision: str | None = None,
 ) -> dict[str, Any]:
-    """Run the .tflite (LiteRT) and the source model (host, OpenVINO f32) on ``samples`` and compare."""
+    """Run the .tflite (LiteRT) and the source model (host, OpenVINO f32) on ``samples`` and compare.
+
+    ``precision``: a float model's recipe (fp16 has its own yardstick; anything else is judged as fp32 within
+    ``tolerance``); a QDQ model is judged by its activations (int8, or int16x8 when every layer is 16-bit).
+    """
     # Both runtimes run in a child process: LiteRT aborts the process on some graphs, OpenVINO can crash
     # compiling one; either becomes a TargetError here.
     proto = ir.to_proto(model).SerializeToString()
@@ -124,11 +130,13 @@ def verify(
         )
 
     quantized = is_quantized(model)
-    precision = qdq_precision(model)
-    # A mix of int8 and int16x8 layers is judged as int8, its coarser part.
-    stick = yardstick(precision if precision == "int16x8" and not _has_8bit_qdq(model) else "int8")
-    if not quantized:
-        stick = yardstick("fp32", tolerance)
+    qdq = qdq_precision(model)
+    if quantized:
+        # A mix of int8 and int16x8 layers is judged as int8, its coarser part.
+        stick = yardstick(qdq if qdq == "int16x8" and not _has_8bit_qdq(model) else "int8")
+    else:  # a float model: its recipe's yardstick (fp16), else fp32's within the target's tolerance
+        float_recipe = precision if precision in YARDSTICKS and precision != "fp32" else "fp32"
+        stick = yardstick(float_recipe, tolerance if float_recipe == "fp32" else None)
     figures = verify_outputs(
         reference,
         actual,
@@ -140,7 +148,7 @@ def verify(
     )
     return {
         "reference": "source ONNX model on the host ("
-        + ("onnxruntime: OpenVINO strips 16-bit QDQ" if precision == "int16x8" else "OpenVINO CPU, f32")
+        + ("onnxruntime: OpenVINO strips 16-bit QDQ" if qdq == "int16x8" else "OpenVINO CPU, f32")
         + ")",
         "runtime": "LiteRT interpreter (ai-edge-litert)",
         **figures,
@@ -171,8 +179,15 @@ def package_tflite(
     extra_files: Mapping[str, bytes] | None = None,
     extra_report: Mapping[str, Any] | None = None,
     result: ConversionResult | None = None,
+    precision: str | None = None,
+    verify_precision: str | None = None,
+    delegate_options: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Path:
-    """Convert (unless ``result`` is given), verify, and write the bundle atomically."""
+    """Convert (unless ``result`` is given), verify, and write the bundle atomically.
+
+    ``precision``: the recipe recorded in the report (default: int8 for a QDQ model, else fp32);
+    ``verify_precision``: the yardstick the host run is judged by (default: ``precision``'s).
+    """
     for value in model.graph.inputs:
         if static_dims(value) is None:
             raise TargetError(f"input {value.name!r} has a dynamic shape {value.shape}; pass --input-shape")
@@ -180,14 +195,16 @@ def package_tflite(
         result = convert(model, convert_options)
     samples = tuple(options.verify_samples) or default_verify_samples(model)
     report: dict[str, Any] = {
-        "precision": options.precision or qdq_precision(model) or "fp32",
+        "precision": precision or options.precision or qdq_precision(model) or "fp32",
         "io_dtype": convert_options.io_dtype,
         "op_counts": result.op_counts,
         "converter_notes": list(result.notes),
         "float_ops": list(result.float_ops),
         "size_bytes": len(result.data),
     }
-    report.update(verify(model, result, samples, tolerance, target.name))
+    report.update(
+        verify(model, result, samples, tolerance, target.name, verify_precision or report["precision"])
+    )
     report.update(extra_report or {})
     manifest = Manifest(
         format_version=FORMAT_VERSION,
@@ -201,6 +218,7 @@ def package_tflite(
         provenance=complete_provenance(model, options.provenance),
         verification=report,
         device_hint=target.check_device_hint(options.device_hint),
+        delegate_options=dict(delegate_options or {}),
     )
     files: dict[str, bytes] = {MODEL_FILE: result.data, **(extra_files or {})}
     roles = {name: "report" for name in extra_files or {}}

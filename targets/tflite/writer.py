@@ -175,6 +175,8 @@ _MIN_VERSIONS = {"BROADCAST_TO": 2}
 
 def _op_version(code: str, graph_op_inputs: list[Tensor | None], outputs: list[Tensor] = ()) -> int:
     first = next((t for t in graph_op_inputs if t is not None), None)
+    if code == "DEQUANTIZE" and first is not None and first.dtype == np.float16:
+        return 3  # float16 -> float32 (op_version.cc)
     wide = [t for t in (first, *outputs[:1]) if t is not None and t.dtype == np.int16 and t.quant is not None]
     if wide and (code != "QUANTIZE" or outputs[0].dtype == np.int16):
         return max(_INT16_VERSIONS.get(code, 1), _INT8_VERSIONS.get(code, 1), _MIN_VERSIONS.get(code, 1))

@@ -1,0 +1,59 @@
+"""fp16 weights (the ``fp16`` recipe), as TFLite's float16 post-training quantization writes them.
+
+Every float32 constant an op reads (convolution and dense weights, biases, other constants) is stored as
+a FLOAT16 buffer and read through a DEQUANTIZE op (version 3: float16 -> float32) whose float32 output
+the op consumes. Compute stays float32: LiteRT's DEQUANTIZE of a constant runs once, when the
+interpreter prepares (its output is persistent), and XNNPACK unpacks static fp16 weights when it takes
+the graph. The file is about half the size of the fp32 one.
+
+A constant whose values do not fit float16 (magnitude above 65504, e.g. the -1e38 of an attention mask)
+stays float32; one read by an op of an integer kernel (a quantized model) is not a float weight and is
+left alone, as are graph outputs that are constants.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from edgekit.targets.tflite.graph import Graph, Op, Tensor
+
+FP16_MAX = float(np.finfo(np.float16).max)
+
+
+def fp16_weights(graph: Graph) -> Graph:
+    """Every float32 constant input becomes FLOAT16 constant -> DEQUANTIZE -> float32 (module docstring)."""
+    converted: dict[int, Tensor] = {}
+    kept = 0
+    outputs = {id(t) for t in graph.outputs}
+    ops: list[Op] = []
+    for op in graph.ops:
+        for t in op.inputs:
+            if (
+                t is None
+                or not t.is_const
+                or t.dtype != np.float32
+                or t.quant is not None
+                or id(t) in outputs
+                or id(t) in converted
+            ):
+                continue
+            if t.data.size and float(np.max(np.abs(t.data))) > FP16_MAX:
+                kept += 1
+                continue
+            half = Tensor(
+                graph.unique_name(t.name + "_fp16"), t.shape, np.float16, data=t.data.astype(np.float16)
+            )
+            t.data = None  # the float32 tensor is now the DEQUANTIZE's output, read by every consumer
+            ops.append(Op("DEQUANTIZE", [half], [t], None, "fp16 weights"))
+            converted[id(t)] = half
+        ops.append(op)
+    graph.ops = ops
+    if kept:
+        graph.notes.append(f"fp16: {kept} constant(s) beyond float16's range (|x| > 65504) stay float32")
+    return graph
+
+
+def fp16_constants(graph: Graph) -> int:
+    """How many FLOAT16 constants ``graph`` stores (for reports and tests)."""
+    return sum(
+        1 for op in graph.ops for t in op.inputs if t is not None and t.is_const and t.dtype == np.float16
+    )
