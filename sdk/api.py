@@ -15,7 +15,7 @@ from pathlib import Path
 import onnx
 import onnx_ir as ir
 from edgekit.data import Dataset, ImagePreprocess, input_specs, open_dataset, prefetched
-from edgekit.errors import DataError
+from edgekit.errors import DataError, QuantizationError
 from edgekit.metrics import Comparison, TensorError
 from edgekit.model import atomic_write_bytes, check_writable, load_model, save_model
 from edgekit.quantize.calibrate import Statistics, Track, no_progress
@@ -36,7 +36,7 @@ class QuantizeResult:
 
     model: onnx.ModelProto
     report: dict
-    quantized: Quantized = field(repr=False)
+    quantized: Quantized | None = field(repr=False)  # None for the fp16 recipe (no calibration)
     output_path: Path | None = None
 
 
@@ -109,7 +109,7 @@ def _length(dataset: Iterable, limit: int | None) -> int:
 
 def quantize_model(
     model: str | os.PathLike[str],
-    calib: str | os.PathLike[str] | Dataset | Iterable,
+    calib: str | os.PathLike[str] | Dataset | Iterable | None,
     *,
     options: QuantizeOptions = QuantizeOptions(),
     eval_data: str | os.PathLike[str] | Dataset | Iterable | None = None,
@@ -140,6 +140,13 @@ def quantize_model(
     fp32 = loaded if loaded is not None else load_model(model, input_shapes, messages=messages)
     check_layer_names((n.name for n in fp32.graph.all_nodes()), options.layer_precision)
     timings["load_s"] = time.perf_counter() - start
+    if options.precision == "fp16":  # no calibration: every weight and activation becomes float16
+        eval_set = (
+            as_dataset(eval_data, fp32, preprocess, limit=eval_limit) if eval_data is not None else None
+        )
+        return _fp16_model(model, fp32, options, eval_set, output, report_path, timings, track, eval_limit)
+    if calib is None:
+        raise DataError(f"--precision {options.precision} needs calibration data (--calib)")
 
     calib_set = as_dataset(calib, fp32, preprocess, limit=options.samples)
     eval_set = as_dataset(eval_data, fp32, preprocess, limit=eval_limit) if eval_data is not None else None
@@ -211,3 +218,85 @@ def _version() -> str:
     from edgekit import __version__
 
     return __version__
+
+
+def _fp16_model(
+    path: str | os.PathLike[str],
+    fp32: ir.Model,
+    options: QuantizeOptions,
+    eval_set: Iterable | None,
+    output: str | os.PathLike[str] | None,
+    report_path: str | os.PathLike[str] | None,
+    timings: dict[str, float],
+    track: Track,
+    eval_limit: int | None,
+) -> QuantizeResult:
+    """The ``fp16`` recipe (:mod:`edgekit.quantize.fp16`), verified against fp32 on the host (OpenVINO, f32
+    compute on the float16 weights) on seeded samples, and with ``eval_set`` over it."""
+    from edgekit.quantize.fp16 import to_fp16
+    from edgekit.runtime import HostRunner
+    from edgekit.targets.base import (
+        compare_outputs,
+        default_verify_samples,
+        judge_outputs,
+        output_kinds,
+        yardstick,
+    )
+
+    start = time.perf_counter()
+    reference = ir.to_proto(fp32)
+    samples = default_verify_samples(fp32)
+    kinds = output_kinds(fp32)
+    half = to_fp16(fp32)
+    proto = ir.to_proto(half.model)
+    try:
+        onnx.checker.check_model(proto)
+    except onnx.checker.ValidationError as exc:
+        raise QuantizationError(
+            f"internal: the fp16 model is not valid ONNX: {str(exc).splitlines()[0]}"
+        ) from None
+    timings["quantize_s"] = time.perf_counter() - start
+    ref_runner, half_runner = HostRunner(reference), HostRunner(proto, isolate=True)
+    names = [v.name for v in fp32.graph.outputs]
+    ref = [{n: r[n] for n in names} for r in map(ref_runner.run, samples)]
+    got = [{n: r[n] for n in names} for r in map(half_runner.run, samples)]
+    figures = compare_outputs(ref, got, kinds)
+    failures = judge_outputs(figures, yardstick("fp16"), ref, got)
+    source_size = Path(path).stat().st_size
+    report: dict = {
+        "edgekit_version": _version(),
+        "model": {"path": str(path), "sha256": file_sha256(path), "size_bytes": source_size},
+        "quantization": {**options.to_json(), **half.to_json()},
+        "verification": {
+            "reference": "the fp32 model on the host (OpenVINO CPU, f32)",
+            "runtime": "OpenVINO CPU, f32 compute on the fp16 model",
+            "passed": not failures,
+            "failures": failures,
+            **figures,
+        },
+    }
+    for failure in failures:
+        log.warning("fp16 model: %s", failure)
+    if eval_set is not None:
+        start = time.perf_counter()
+        comparison = Comparison()
+        total = _length(eval_set, eval_limit)
+        for sample in track(prefetched(islice(iter(eval_set), eval_limit)), "evaluating fp32 vs fp16", total):
+            a, b = ref_runner.run(sample.inputs), half_runner.run(sample.inputs)
+            comparison.update({n: a[n] for n in names}, {n: b[n] for n in names}, sample.label)
+        if comparison.samples == 0:
+            raise DataError("the evaluation data set is empty")
+        timings["evaluate_s"] = time.perf_counter() - start
+        data = eval_set.describe() if isinstance(eval_set, Dataset) else {"kind": "iterable"}
+        report["evaluation"] = {**comparison.to_json(), "data": data}
+    output_path = save_model(proto, output) if output is not None else None
+    size = output_path.stat().st_size if output_path is not None else len(proto.SerializeToString())
+    report["output"] = {
+        "path": None if output_path is None else str(output_path),
+        "size_bytes": size,
+        "size_ratio": size / source_size,
+    }
+    report["timings"] = timings
+    if report_path is not None:
+        atomic_write_bytes(report_path, (json.dumps(report, indent=2) + "\n").encode())
+    return QuantizeResult(proto, report, None, output_path)

@@ -1,4 +1,4 @@
-"""``edgekit quantize``: calibrated int8 post-training quantization to QDQ ONNX."""
+"""``edgekit quantize``: calibrated int8 post-training quantization to QDQ ONNX, or the fp16 recipe."""
 
 from __future__ import annotations
 
@@ -46,8 +46,11 @@ def register(app: typer.Typer) -> None:
 def quantize(
     model: Annotated[Path, typer.Argument(help="The fp32 ONNX model.")],
     calib: Annotated[
-        str, typer.Option("--calib", help="Calibration data: .npz, .npy or a folder of images.")
-    ],
+        str | None,
+        typer.Option(
+            "--calib", help="Calibration data: .npz, .npy or a folder of images (calibrated recipes)."
+        ),
+    ] = None,
     output: Annotated[
         Path | None,
         typer.Option("--output", "-o", help="The QDQ ONNX model to write (default MODEL.int8.onnx)."),
@@ -82,7 +85,9 @@ def quantize(
     precision: Annotated[
         str,
         typer.Option(
-            "--precision", help="int8 (8-bit activations) or int16x8 (int16 activations, int8 weights)."
+            "--precision",
+            help="int8 (8-bit activations), int16x8 (int16 activations, int8 weights) or fp16 (float16 weights "
+            "and compute, no calibration data).",
         ),
     ] = "int8",
     max_samples: Annotated[
@@ -101,7 +106,9 @@ def quantize(
 ) -> None:
     """Calibrated int8 post-training quantization of an ONNX model (standard QDQ ONNX out)."""
     from edgekit.api import quantize_model
+    from edgekit.errors import DataError
     from edgekit.quantize.options import QuantizeOptions
+    from edgekit.quantize.recipes import get_recipe
 
     options = QuantizeOptions(
         activations=activations,
@@ -114,9 +121,14 @@ def quantize(
         precision=precision,
         layer_precision=parse_layer_precision(layer_precision),
     )
+    if calib is None and get_recipe(precision).calibrated:
+        raise DataError(f"--precision {precision} needs calibration data: pass --calib DATA")
     preprocess = build_preprocess(size, resize_mode, resize_shorter, color, scale, mean, std, layout)
-    suffix = ".int16x8.onnx" if precision == "int16x8" else ".int8.onnx"
-    out = output if output is not None else model.with_name(model.name.removesuffix(".onnx") + suffix)
+    out = (
+        output
+        if output is not None
+        else model.with_name(model.name.removesuffix(".onnx") + f".{precision}.onnx")
+    )
     messages: list[str] = []
     result = quantize_model(
         model,
@@ -133,13 +145,39 @@ def quantize(
     )
     for message in messages:
         err_console.print(f"[yellow]note:[/] {message}")
-    print_summary(result.report)
+    if precision == "fp16":
+        print_fp16_summary(result.report)
+    else:
+        print_summary(result.report)
 
 
 def _fmt(value, digits: int = 2, unit: str = "") -> str:
     if value is None:
         return "exact" if unit == " dB" else "-"
     return f"{value:.{digits}f}{unit}"
+
+
+def print_fp16_summary(report: dict) -> None:
+    """The fp16 model: size, the nodes kept in float32, and its verification against fp32."""
+    q, v, out = report["quantization"], report["verification"], report["output"]
+    worst = max((o["max_rel_error"] for o in v["outputs"].values()), default=0.0)
+    console.print(
+        f"fp16 model: {out['size_bytes']:,} bytes ({out['size_ratio']:.2f}x), {q['converted_weights']} weight(s) "
+        f"in float16, {len(q['float32_nodes'])} node(s) kept in float32, {q['casts']} Cast(s)"
+    )
+    for node in q["float32_nodes"][:8]:
+        console.print(f"  float32: {node['op_type']} {node['node']!r}: {node['reason']}")
+    mark = "[green]✓[/]" if v["passed"] else "[yellow]![/]"
+    console.print(f"{mark} vs fp32 on {v['samples']} sample(s): max error {worst:.2e} of the output range")
+    evaluation = report.get("evaluation")
+    if evaluation:
+        agreement = evaluation.get("top1_agreement")
+        if agreement is not None:
+            console.print(
+                f"top-1 agreement with fp32: {agreement:.2f} % on {evaluation['samples']} sample(s)"
+            )
+    if out["path"]:
+        console.print(f"wrote {out['path']}")
 
 
 def print_summary(report: dict) -> None:
