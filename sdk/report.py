@@ -89,6 +89,15 @@ def _primary(target: dict) -> dict:
     return outputs.get(name, {}) if name else {}
 
 
+def label(report: Mapping[str, Any], target: Mapping[str, Any]) -> str:
+    """A target entry's name in headings and plots: with a sweep (several recipes per target) its recipe too."""
+    return (
+        f"{target['target']} {target.get('precision', '')}".strip()
+        if report.get("tradeoff")
+        else target["target"]
+    )
+
+
 def summary_rows(report: dict) -> list[list[str]]:
     """One row per target: the numbers people compare."""
     rows = []
@@ -256,8 +265,12 @@ def render_markdown(report: dict) -> str:
         failed = report.get("failed") or []
         parts += ["", f"Gate: top-1 drop must be at most {report['fail_on_drop']} pp: "
                   + (f"**failed** for {', '.join(failed)}." if failed else "passed.")]  # fmt: skip
+    if report.get("tradeoff"):
+        from edgekit import tradeoff
+
+        parts += ["", tradeoff.markdown(report["tradeoff"])]
     for t in report["targets"]:
-        parts += ["", f"## {t['target']}", ""]
+        parts += ["", f"## {label(report, t)}", ""]
         parts += [size_sentence(t)]
         transfer = transfer_sentence(t)
         if transfer:
@@ -300,7 +313,7 @@ def _plots(report: dict) -> list[tuple[str, str]]:
     import matplotlib.pyplot as plt
 
     targets = report["targets"]
-    names = [t["target"] for t in targets]
+    names = [label(report, t) for t in targets]
     plots: list[tuple[str, str]] = []
 
     # 1. accuracy, and the change against fp32 on its own zoomed axis (or agreement without labels)
@@ -354,7 +367,7 @@ def _plots(report: dict) -> list[tuple[str, str]]:
         for ax, t, rows in zip(axes[:, 0], with_layers, rows_per, strict=True):
             ax.barh([_short(r["tensor"]) for r in rows], [r["sqnr_db"] for r in rows], color="#e78ac3")
             ax.set_xlabel("SQNR dB (higher is better)")
-            ax.set_title(f"{t['target']}: worst layers", fontsize=9)
+            ax.set_title(f"{label(report, t)}: worst layers", fontsize=9)
             ax.tick_params(axis="y", labelsize=7)
         fig.tight_layout()
         plots.append(("layers", _png(fig)))
@@ -364,9 +377,9 @@ def _plots(report: dict) -> list[tuple[str, str]]:
     for t in targets:
         devices = [d for d in t.get("devices") or [] if d.get("latency_samples_ms")]
         if len(devices) > 1:  # a sharded evaluation: one box per device
-            lat += [(f"{t['target']}\n{d['name']}", d["latency_samples_ms"]) for d in devices]
+            lat += [(f"{label(report, t)}\n{d['name']}", d["latency_samples_ms"]) for d in devices]
         elif t.get("latency_samples_ms"):
-            lat.append((t["target"], t["latency_samples_ms"]))
+            lat.append((label(report, t), t["latency_samples_ms"]))
     if lat:
         fig, ax = plt.subplots(figsize=(max(4.5, 1.6 * len(lat)), 3.2))
         ax.boxplot([v for _, v in lat], showfliers=True)
@@ -374,6 +387,12 @@ def _plots(report: dict) -> list[tuple[str, str]]:
         ax.set_ylabel("on-device compute per sample, ms")
         ax.set_title("latency distribution")
         plots.append(("latency", _png(fig)))
+
+    # 4. with a sweep: accuracy against latency per target, size as marker area, the Pareto front marked
+    if report.get("tradeoff"):
+        from edgekit import tradeoff
+
+        plots += [(name, _png(fig)) for name, fig in tradeoff.figures(report["tradeoff"])]
     return plots
 
 
@@ -464,11 +483,15 @@ def render_html(report: dict) -> str:
     if report.get("fail_on_drop") is not None:
         cls, text = ("fail", f"failed for {', '.join(failed)}") if failed else ("ok", "passed")
         parts.append(f"<p class='{cls}'>Gate: top-1 drop at most {report['fail_on_drop']} pp: {text}.</p>")
+    if report.get("tradeoff"):
+        from edgekit import tradeoff
+
+        parts += ["<h2>Trade-off: recipes per target</h2>", tradeoff.html_table(report["tradeoff"])]
     parts.append("<h2>Plots</h2>")
     for name, uri in _plots(report):
         parts.append(f"<img alt='{name}' id='plot-{name}' src='{uri}'>")
     for t in report["targets"]:
-        parts.append(f"<h2>{html.escape(t['target'])}</h2>")
+        parts.append(f"<h2>{html.escape(label(report, t))}</h2>")
         parts.append(f"<p class='size'>{_code(size_sentence(t))}</p>")
         transfer = transfer_sentence(t)
         if transfer:
