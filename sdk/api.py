@@ -247,7 +247,7 @@ def _fp16_model(
     reference = ir.to_proto(fp32)
     samples = default_verify_samples(fp32)
     kinds = output_kinds(fp32)
-    half = to_fp16(fp32)
+    half = to_fp16(ir.from_proto(reference))  # the caller's model stays float32
     proto = ir.to_proto(half.model)
     try:
         onnx.checker.check_model(proto)
