@@ -134,11 +134,11 @@ def tradeoff_section(entries: Iterable[Mapping[str, Any]], skipped: Sequence[Map
 
 # ------------------------------------------------------------------------------------------------- --pick
 
-#: ``--pick`` budgets: name -> (row key, at most?, what it says).
+#: ``--pick`` budgets: name -> (row key, at most?, how a value reads: "top-1 drop {:.2f} pp").
 BUDGETS: dict[str, tuple[str, bool, str]] = {
-    "max-drop": ("top1_drop_pp", True, "top-1 drop against fp32, pp"),
-    "min-agreement": ("top1_agreement", False, "top-1 agreement with fp32, %"),
-    "min-cosine": ("cosine", False, "cosine similarity with fp32"),
+    "max-drop": ("top1_drop_pp", True, "top-1 drop {:.2f} pp"),
+    "min-agreement": ("top1_agreement", False, "agreement {:.2f} %"),
+    "min-cosine": ("cosine", False, "cosine {:.5f}"),
 }
 
 
@@ -163,6 +163,11 @@ class Budget:
     def __str__(self) -> str:
         return f"{self.name}={self.value:g}"
 
+    def reads(self, row: Mapping[str, Any]) -> str:
+        """The row's figure for this budget in words: ``top-1 drop 0.50 pp``."""
+        value = row.get(self.key)
+        return "no figure" if value is None else BUDGETS[self.name][2].format(value)
+
 
 def parse_budget(text: str) -> Budget:
     """``"max-drop=0.5"`` -> Budget; a DataError naming the accepted forms for anything else."""
@@ -184,8 +189,7 @@ def _fmt(value: Any, digits: int = 2) -> str:
 
 
 def _describe(row: Mapping[str, Any], budget: Budget) -> str:
-    digits = 5 if budget.key == "cosine" else 2
-    return f"{row['precision']} ({budget.key.replace('_', ' ')} {_fmt(row.get(budget.key), digits)})"
+    return f"{row['precision']} ({budget.reads(row)})"
 
 
 def pick(rows: Sequence[Mapping[str, Any]], budget: Budget) -> dict[str, dict[str, str]]:
@@ -212,8 +216,7 @@ def pick(rows: Sequence[Mapping[str, Any]], budget: Budget) -> dict[str, dict[st
         faster_out = [r for r in mine if r.get("p50_ms") is not None and r["p50_ms"] < fastest["p50_ms"]]
         why = (
             f"{target}: {fastest['precision']} is the fastest recipe within {budget} "
-            f"(p50 {_fmt(fastest['p50_ms'], 3)} ms, {budget.key.replace('_', ' ')} "
-            f"{_fmt(fastest.get(budget.key), 5 if budget.key == 'cosine' else 2)})"
+            f"(p50 {_fmt(fastest['p50_ms'], 3)} ms, {budget.reads(fastest)})"
         )
         if faster_out:
             why += "; faster but outside it: " + ", ".join(_describe(r, budget) for r in faster_out)
@@ -260,8 +263,11 @@ def sentences(section: Mapping[str, Any]) -> list[str]:
         f"{section['accuracy_label']} against on-device p50 latency (no other recipe is both faster and more "
         "accurate)."
     ]
+    grouped: dict[tuple[str, str], list[str]] = {}
     for s in section.get("skipped") or []:
-        out.append(f"Skipped {s['precision']} on {s['target']}: {s['reason']}.")
+        grouped.setdefault((s["target"], s["reason"]), []).append(s["precision"])
+    for (target, reason), recipes in grouped.items():
+        out.append(f"Skipped on {target}: {', '.join(recipes)} ({reason}).")
     chosen = (section.get("pick") or {}).get("chosen") or {}
     for c in chosen.values():
         out.append(f"Picked: {c['why']}.")
@@ -318,15 +324,22 @@ def figures(section: Mapping[str, Any]) -> list[tuple[str, Any]]:
         ax.scatter([r["p50_ms"] for r in on_front], [r[key] for r in on_front], s=[40 + 900 * (r.get(
             "size_bytes") or 0) / largest for r in on_front], facecolors="none", edgecolors="#d95f02",
             linewidths=2, label="Pareto front")  # fmt: skip
-        for r in rows:
-            text = r["precision"] + (
-                " (picked)" if chosen.get(target, {}).get("precision") == r["precision"] else ""
-            )
-            ax.annotate(text, (r["p50_ms"], r[key]), textcoords="offset points", xytext=(6, 6), fontsize=8)
+        # labels alternate above and below in latency order, so that close points keep readable names
+        for i, r in enumerate(sorted(rows, key=lambda r: (r["p50_ms"], r[key]))):
+            picked = chosen.get(target, {}).get("precision") == r["precision"]
+            text = r["precision"] + (" (picked)" if picked else "")
+            offset = (6, 8) if i % 2 == 0 else (6, -16)
+            ax.annotate(text, (r["p50_ms"], r[key]), textcoords="offset points", xytext=offset, fontsize=8)
         ax.set_xlabel("on-device p50 latency, ms (lower is better)")
         ax.set_ylabel(label)
         ax.set_title(f"{target}: accuracy against latency")
-        ax.margins(x=0.25, y=0.3)
+        ax.margins(x=0.25)
+        low, high = min(ys), max(ys)
+        span = max(high - low, 1e-4 if key == "cosine" else 1.0)
+        top = high + 0.4 * span
+        if key != "cosine":  # a percentage: nothing above 100
+            top = min(top, 100.0 + 0.1 * span)
+        ax.set_ylim(low - 0.4 * span, top)
         ax.legend(loc="lower right", fontsize=7, markerscale=0.4)
         fig.tight_layout()
         out.append((f"tradeoff-{target}", fig))

@@ -77,7 +77,7 @@ def test_pick_takes_the_fastest_within_the_budget(text, chosen) -> None:
     for target, choice in got.items():
         assert choice["why"].startswith(f"{target}: {choice['precision']} is the fastest recipe within ")
     if text == "max-drop=0.5":
-        assert "faster but outside it: int8 (top1 drop pp 1.00)" in got["arm-cpu"]["why"]
+        assert "faster but outside it: int8 (top-1 drop 1.00 pp)" in got["arm-cpu"]["why"]
 
 
 def test_pick_names_the_best_reached_when_nothing_meets_the_budget() -> None:
@@ -105,7 +105,7 @@ def test_report_renders_the_tradeoff_table_and_one_plot_per_target(monkeypatch) 
     }
     report = {"format_version": "1.0", "model": {}, "targets": ROWS, "tradeoff": section, "samples": 10}
     md = report_module.render_markdown(report)
-    assert "## Trade-off: recipes per target" in md and "Skipped fp32 on nnapi: integer only." in md
+    assert "## Trade-off: recipes per target" in md and "Skipped on nnapi: fp32 (integer only)." in md
     assert "| arm-cpu | fp32 | 4.000 | 10.000 | 80.00 | 0.00 | 100.00 | 1.00000 | ★ picked |" in md
     assert "## arm-cpu fp16" in md  # each bundle's own section names its recipe
     figures = []
