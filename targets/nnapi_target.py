@@ -121,20 +121,7 @@ class NnapiTarget(Target):
             assert not floats, f"converter left float tensors in a fully integer model: {floats}"
         report = check_nnapi(result.data, opts.feature_level, integer_accelerator=True)
         log.info("nnapi: %s", report.summary)
-        extra_report = {
-            "nnapi": {
-                "feature_level": report.feature_level,
-                "android_api": report.android_api,
-                "delegated_ops": report.delegated_ops,
-                "op_count": len(report.ops),
-                "partitions": report.delegated_partitions,
-                "cpu_ops": [op.op for op in report.cpu_ops],
-                "float_io": list(report.float_io),
-                "strict_integer": opts.strict_integer,
-                "fully_delegated": report.fully_delegated,
-                "note": report.summary,
-            }
-        }
+        extra_report = _verification(report, opts.strict_integer, report.summary)
         files = {REPORT_FILE: json.dumps(report.to_json(), indent=2).encode()}
         return package_tflite(
             self, model, out_dir, options, convert_options, None, files, extra_report, result=result
@@ -171,21 +158,7 @@ class NnapiTarget(Target):
             "computed in float16 where the driver relaxes them (allow_fp16); the host verification ran the "
             "float .tflite in LiteRT in float32"
         )
-        extra_report = {
-            "nnapi": {
-                "feature_level": report.feature_level,
-                "android_api": report.android_api,
-                "delegated_ops": report.delegated_ops,
-                "op_count": len(report.ops),
-                "partitions": report.delegated_partitions,
-                "cpu_ops": [op.op for op in report.cpu_ops],
-                "float_io": list(report.float_io),
-                "strict_integer": False,
-                "fully_delegated": report.fully_delegated,
-                "relax_fp32_to_fp16": True,
-                "note": note,
-            }
-        }
+        extra_report = _verification(report, False, note, relax_fp32_to_fp16=True)
         files = {REPORT_FILE: json.dumps(report.to_json(), indent=2).encode()}
         return package_tflite(
             self,
@@ -201,3 +174,22 @@ class NnapiTarget(Target):
             verify_precision="fp32",
             delegate_options={"nnapi": {"allow_fp16": "true"}},
         )
+
+
+def _verification(report: Any, strict_integer: bool, note: str, **extra: Any) -> dict[str, Any]:
+    """The manifest's ``verification.nnapi``: what the compatibility report found, in short."""
+    return {
+        "nnapi": {
+            "feature_level": report.feature_level,
+            "android_api": report.android_api,
+            "delegated_ops": report.delegated_ops,
+            "op_count": len(report.ops),
+            "partitions": report.delegated_partitions,
+            "cpu_ops": [op.op for op in report.cpu_ops],
+            "float_io": list(report.float_io),
+            "strict_integer": strict_integer,
+            "fully_delegated": report.fully_delegated,
+            **extra,
+            "note": note,
+        }
+    }
