@@ -166,7 +166,11 @@ class Budget:
     def reads(self, row: Mapping[str, Any]) -> str:
         """The row's figure for this budget in words: ``top-1 drop 0.50 pp``."""
         value = row.get(self.key)
-        return "no figure" if value is None else BUDGETS[self.name][2].format(value)
+        if value is None:
+            return "no figure"
+        if self.key == "top1_drop_pp" and value < 0:
+            return f"top-1 gain {-value:.2f} pp"
+        return BUDGETS[self.name][2].format(value)
 
 
 def parse_budget(text: str) -> Budget:
