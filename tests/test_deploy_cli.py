@@ -45,7 +45,7 @@ def test_float_model_becomes_an_fp16_bundle(tmp_path: Path, models: dict[str, Pa
     out_dir = tmp_path / "out"
     code, out, err = deploy(
         capsys, str(models["float"]), "-t", "intel-vpu", "-t", "intel-vpu", "-o", str(out_dir),
-        "--precision", "fp32", "--calib", str(models["calib"]),
+        "--precision", "fp16", "--calib", str(models["calib"]),
     )  # fmt: skip
     assert code == 0, err
     bundle = out_dir / "intel-vpu"
@@ -153,7 +153,7 @@ def test_failing_target_leaves_nothing(tmp_path: Path, models: dict[str, Path], 
         ),
         (
             ["{float}", "-t", "nnapi", "-o", "{out}", "--precision", "w4"],
-            "target 'nnapi' cannot run --precision w4: NNAPI has no 4-bit tensor type; it runs: int8",
+            "target 'nnapi' cannot run --precision w4: NNAPI has no 4-bit tensor type; it runs: fp16, int8",
         ),
         (["{qdq}", "-t", "intel-vpu", "-o", "{out}", "--precision", "fp16"], "already quantized"),
         (

@@ -123,6 +123,18 @@ def deploy(
         "--strict-integer",
         help="nnapi: refuse a model with ops that stay float (by default they run on the CPU).",
     ),
+    sweep: bool = typer.Option(
+        False,
+        "--sweep",
+        help="Package every recipe each target runs, run each on the device (--eval) and add the size / "
+        "latency / accuracy trade-off to the report.",
+    ),
+    pick: str = typer.Option(
+        None,
+        "--pick",
+        help='Sweep, then keep per target the fastest recipe within a budget: "max-drop=0.5" (top-1 pp), '
+        '"min-agreement=99" (%), "min-cosine=0.999".',
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Package a model for one or more targets (quantizing first where a target needs int8); with --eval, run
@@ -177,7 +189,14 @@ def deploy(
         bundle=lambda item: console.print(_summary_line(item.target, item.path, item.verification)),
         failure=failure,
     )
-    result = run(request, device_run, hooks)
+    if sweep or pick is not None:
+        from edgekit.deployment.sweep import run_sweep
+        from edgekit.tradeoff import parse_budget
+
+        budget = parse_budget(pick) if pick is not None else None
+        result = run_sweep(request, device_run, hooks, budget)
+    else:
+        result = run(request, device_run, hooks)
     if result.report is not None:
         _print_summary(result.report)
     if result.gate_failed:
@@ -225,7 +244,8 @@ def _print_summary(report: Mapping[str, Any]) -> None:
         table.add_column(h, justify="left" if h == "target" else "right", no_wrap=True)
     for row in summary_rows(dict(report)):
         top1 = f"{row[2]}→{row[3]}" if row[2] != "-" else "-"
-        table.add_row(row[0], top1, row[4], row[6], row[8], row[9], f"{row[12]}x", row[13])
+        name = f"{row[0]} {row[1]}" if report.get("tradeoff") else row[0]  # a sweep: one row per recipe
+        table.add_row(name, top1, row[4], row[6], row[8], row[9], f"{row[12]}x", row[13])
     console.print(table)
 
 

@@ -121,6 +121,8 @@ def deploy(
     integer_head: bool = False,
     preprocess: Any = None,
     target_settings: Mapping[str, Any] | None = None,
+    sweep: bool = False,
+    pick: str | None = None,
     hooks: Hooks | None = None,
 ) -> DeployResult:
     """Package ``model`` for each of ``targets`` and, with ``eval`` data, run every bundle on a device.
@@ -131,8 +133,10 @@ def deploy(
     sharded over them) or a ``fleet.toml`` (:mod:`edgekit.fleet`). ``report``: the HTML report
     path (``.json`` and ``.md`` beside it). ``precision``: ``auto`` or a recipe (fp32, fp16, int8, int16x8,
     w8, w4); ``layer_precision``: ``{node: recipe}`` for the quantizer. ``preprocess``: an
-    :class:`edgekit.ImagePreprocess` or its JSON form, for image-folder data. ``hooks``: progress callbacks
-    (:class:`Hooks`; default silent).
+    :class:`edgekit.ImagePreprocess` or its JSON form, for image-folder data. ``sweep``: package every recipe each
+    target runs and run each on the device (the report gains the trade-off section; :mod:`.sweep`); ``pick``: a
+    budget (``"max-drop=0.5"``, ``"min-agreement=99"``, ``"min-cosine=0.999"``; implies ``sweep``): each target's
+    fastest recipe within it becomes its bundle. ``hooks``: progress callbacks (:class:`Hooks`; default silent).
 
     Bad input raises an :class:`edgekit.EdgekitError` (one line) before anything is written. A target that
     fails to package is listed in ``result.failures`` and the others still run (``result.raise_for_failures()``
@@ -166,6 +170,13 @@ def deploy(
         layer_precision=tuple((str(k), str(v)) for k, v in pairs),
     )
     device_run = DeviceRun.from_options(request, urls, token, report_path, fail_on_drop, max_samples, fleet)
+    if sweep or pick is not None:
+        from edgekit.deployment.sweep import run_sweep
+        from edgekit.tradeoff import parse_budget
+
+        return run_sweep(
+            request, device_run, hooks or Hooks(), parse_budget(pick) if pick is not None else None
+        )
     return run(request, device_run, hooks or Hooks())
 
 

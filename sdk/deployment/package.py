@@ -8,7 +8,7 @@ import dataclasses
 import hashlib
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,7 +114,13 @@ def image_preprocess(request: DeployRequest) -> Any:
     return ImagePreprocess.from_json(dict(request.preprocess)) if request.preprocess else None
 
 
-def prepare(request: DeployRequest, hooks: Hooks) -> _Prepared:
+def prepare(
+    request: DeployRequest,
+    hooks: Hooks,
+    choose: Callable[[list[Any], bool], tuple[tuple[Any, str], ...]] | None = None,
+) -> _Prepared:
+    """Load the model once, plan each target's recipe (``choose(targets, quantized)`` instead of
+    :func:`choose_precision`: a sweep plans several per target), open the calibration data."""
     from edgekit.model import is_quantized, load_model
     from edgekit.qoperator import quantization_source
     from edgekit.quantize.recipes import check_layer_names
@@ -125,7 +131,10 @@ def prepare(request: DeployRequest, hooks: Hooks) -> _Prepared:
     for note in notes:
         hooks.note(f"note: {note}")
     quantized = is_quantized(model)
-    plan = tuple((t, choose_precision(request, t, quantized)) for t in targets)
+    if choose is not None:
+        plan = choose(targets, quantized)
+    else:
+        plan = tuple((t, choose_precision(request, t, quantized)) for t in targets)
     if request.layer_precision:
         if quantized or not any(_needs_quantization(p) for _, p in plan):
             raise DataError(
@@ -160,8 +169,14 @@ def package_targets(
 
 
 def package_all(
-    request: DeployRequest, prepared: _Prepared, hooks: Hooks
+    request: DeployRequest,
+    prepared: _Prepared,
+    hooks: Hooks,
+    folder: Callable[[Any, str], Path] | None = None,
+    explicit: bool = False,
 ) -> tuple[list[Packaged], list[tuple[str, str]]]:
+    """Package every (target, recipe) of the plan into ``folder(target, recipe)`` (default ``DIR/<target>``);
+    ``explicit``: every target is told its recipe (a sweep), even with ``precision`` auto."""
     created = not request.out_dir.exists()
     try:
         request.out_dir.mkdir(parents=True, exist_ok=True)
@@ -193,9 +208,10 @@ def package_all(
             for problem in target.check(source):
                 if problem.severity != "error":
                     hooks.say(f"{target.name}: {problem}")
-            options = package_options(request, target, precision, prepared, provenance)
+            options = package_options(request, target, precision, prepared, provenance, explicit)
             quantized_at = time.perf_counter()
-            path = target.package(source, request.out_dir / target.name, options)
+            dest = folder(target, precision) if folder is not None else request.out_dir / target.name
+            path = target.package(source, dest, options)
             timings = {"quantize_s": quantized_at - started, "package_s": time.perf_counter() - quantized_at}
         except EdgekitError as exc:
             failures.append((target.name, str(exc)))
@@ -217,7 +233,12 @@ def _needs_quantization(precision: str) -> bool:
 
 
 def package_options(
-    request: DeployRequest, target: Any, precision: str, prepared: _Prepared, provenance: Mapping[str, Any]
+    request: DeployRequest,
+    target: Any,
+    precision: str,
+    prepared: _Prepared,
+    provenance: Mapping[str, Any],
+    explicit: bool = False,
 ) -> Any:
     """The :class:`edgekit.targets.base.PackageOptions` of ``target`` for this request."""
     from edgekit.targets.base import PackageOptions
@@ -240,7 +261,7 @@ def package_options(
         device_hint=hint,
         target_options=target_options,
         # auto: the target reads it off the model (QDQ: int8, else its float default)
-        precision=None if request.precision == AUTO else precision,
+        precision=None if request.precision == AUTO and not explicit else precision,
     )
 
 
