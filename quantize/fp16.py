@@ -4,9 +4,10 @@ Every float32 tensor becomes float16 except where an op cannot take float16:
 
 - the op's schema (at the model's opset) does not allow ``tensor(float16)`` for that operand, or pins it
   to ``tensor(float)`` (Resize's ``scales``, Upsample's ``scales``): that operand stays float32;
-- the op is in :data:`FP32_OPS` (no float16 meaning, or results float16 cannot hold), or reads a
-  constant whose values float16 cannot hold (|x| > 65504: an attention mask's ``-1e38``): the whole
-  op stays float32.
+- the op is in :data:`FP32_OPS` (no float16 meaning, or results float16 cannot hold), reads a
+  constant whose values float16 cannot hold (|x| > 65504: an attention mask's ``-1e38``), or its float
+  output's type is set by an attribute rather than by a float input (ConstantOfShape, Constant, EyeLike):
+  the whole op stays float32.
 
 A Cast joins the two worlds wherever a tensor's producer and consumer disagree (one Cast per tensor and
 type), and at the edges: each float32 model input is cast to float16 after it, each float16 output cast
@@ -112,6 +113,10 @@ def _why_fp32(node: ir.Node, opset: int) -> str | None:
                 return (
                     f"its schema at opset {opset} takes no float16 for {'output' if outputs else 'input'} {i}"
                 )
+    bound = {_formal(schema, i, False).type_str for i, v in enumerate(node.inputs) if _is_float(v)}
+    for i, v in enumerate(node.outputs):
+        if _is_float(v) and _formal(schema, i, True).type_str not in bound:
+            return "its output type comes from an attribute, not from a float input"
     for v in node.inputs:
         data = v.const_value if v is not None and _is_float(v) else None
         if data is not None and data.size and float(np.max(np.abs(data.numpy()))) > FP16_MAX:

@@ -277,6 +277,42 @@ def test_quantize_fp16_keeps_what_float16_cannot_hold() -> None:
         assert np.abs(got - exact).max() <= 2e-3 * np.ptp(exact)
 
 
+def test_quantize_fp16_keeps_ops_whose_type_an_attribute_sets() -> None:
+    """ConstantOfShape writes the type its ``value`` attribute has: it stays float32, a Cast joins it to the
+    float16 Add, and Resize's ``scales`` stay float32 as its schema pins them."""
+    from edgekit.quantize.fp16 import to_fp16
+
+    value = numpy_helper.from_array(np.array([0.5], np.float32), "value")
+    nodes = [
+        helper.make_node("ConstantOfShape", ["shape"], ["half"], value=value),
+        helper.make_node("Add", ["x", "half"], ["a"]),
+        helper.make_node("Resize", ["a", "", "scales"], ["y"], mode="nearest"),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array([1, 3, 16, 16], np.int64), "shape"),
+        numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 32, 32])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    result = to_fp16(load_proto(model, prepare=False))
+    assert [(op, why) for _, op, why in result.float32_nodes] == [
+        ("ConstantOfShape", "its output type comes from an attribute, not from a float input")
+    ]
+    proto = ir.to_proto(result.model)
+    onnx.checker.check_model(proto, full_check=True)
+    scales = next(i for i in proto.graph.initializer if i.name == "scales")
+    assert scales.data_type == TensorProto.FLOAT
+    x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    got, exact = _ort(proto, [{"x": x}])[0], _ort(model, [{"x": x}])[0]
+    assert got.dtype == np.float32 and np.abs(got - exact).max() <= 2e-3
+
+
 def test_cli_quantize_fp16_without_calibration(model, tmp_path) -> None:
     source = tmp_path / "m.onnx"
     onnx.save(model, source)
