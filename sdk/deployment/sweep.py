@@ -37,8 +37,9 @@ def run_sweep(request: Any, device_run: Any, hooks: Any, budget: Any = None) -> 
         raise DataError(f"--sweep packages every recipe a target runs; drop --precision {request.precision}")
     if device_run is None:
         raise DataError("--sweep needs --eval DATA: each recipe runs on the device")
-    if device_run.url != "local":
-        deployment._probe(device_run)
+    from edgekit.fleet import check_answers
+
+    check_answers(device_run.devices, hooks.note)  # unreachable or refusing devices fail now, not later
     skipped: list[dict[str, str]] = []
 
     def plan(targets: list[Any], quantized: bool) -> tuple[tuple[Any, str], ...]:
