@@ -99,9 +99,12 @@ def run_sweep(request: Any, device_run: Any, hooks: Any, budget: Any = None) -> 
         )
         for c in chosen.values():
             hooks.say(f"picked: {c['why']}")
+    # A recipe that failed to package is a skip of the sweep (reported with its reason); a target none of whose
+    # recipes packaged is the deploy's failure.
+    swept = {b.target for b in bundles}
     return deployment.DeployResult(
         result_bundles,
-        tuple(failures),
+        tuple((name, message) for name, message in failures if name not in swept),
         tuple(deployment.Evaluation.from_entry(e) for e in report["targets"]),
         report,
         device_run.report,
