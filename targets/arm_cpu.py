@@ -38,9 +38,7 @@ class ArmCpuTarget(Target):
     name = "arm-cpu"
     runtime = "tflite"
     activation_dtype = "int8"
-    description = (
-        "ARM CPU via LiteRT/TFLite (XNNPACK): fp32, fp16 weights, or int8 / 16x8 kernels with float inputs/outputs"
-    )
+    description = "ARM CPU via LiteRT/TFLite (XNNPACK): fp32, fp16 weights, or int8 / 16x8 kernels with float inputs/outputs"
     options_type = ArmCpuOptions
     precisions = {
         "fp32": None,
