@@ -411,3 +411,42 @@ def test_shared_squeezenet_fp16_and_int8(tmp_path: Path) -> None:
     pairs = [n for n in qdq.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in q_outputs]
     assert report["fake_quantize"] == report["qdq_pairs"] == len(pairs) >= 36
     assert report["int8_compute_layers"] == 26
+
+
+def padded_uint8_average_pool() -> onnx.ModelProto:
+    """x -> Q -> DQ -> AveragePool (3x3, pads 1, counting the padding) -> Q -> DQ, uint8 with zero point 100."""
+    h = onnx.helper
+    inits = [
+        onnx.numpy_helper.from_array(np.array(0.02, np.float32), "s"),
+        onnx.numpy_helper.from_array(np.array(100, np.uint8), "z"),
+    ]
+    nodes = [
+        h.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+        h.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+        h.make_node(
+            "AveragePool", ["xd"], ["p"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1
+        ),
+        h.make_node("QuantizeLinear", ["p", "s", "z"], ["pq"]),
+        h.make_node("DequantizeLinear", ["pq", "s", "z"], ["y"]),
+    ]
+    graph = h.make_graph(
+        nodes,
+        "padded_pool",
+        [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 16, 16])],
+        [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 3, 16, 16])],
+        inits,
+    )
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 19)])
+
+
+def test_int8_ir_pads_an_average_pool_with_the_zero_point(tmp_path: Path) -> None:
+    """OpenVINO pads a dequantized tensor with the integer 0, not its zero point: the IR's border values of a pool
+    counting its padding were 56 steps off; the IR pads the integer tensor with the zero point first."""
+    model = padded_uint8_average_pool()
+    bundle = get_target("intel-vpu").package(prepared(model), tmp_path / "bundle", PackageOptions())
+    compiled = ov_compile(bundle)
+    for x in inputs(3):
+        x = np.abs(x)  # around the zero point's side of the range, where padding with 0 shows most
+        ref = ort_run(model, x)
+        got = compiled({"x": x})[compiled.output(0)]
+        assert np.abs(got - ref).max() <= 0.02 * 1.001, np.abs(got - ref).max() / 0.02
