@@ -166,6 +166,12 @@ def figure_cell(case: str, fig: dict[str, Any]) -> str:
                 f"vs QDQ cos {fmt(q.get('cosine'), 6)}"
                 + (f" top1 {q['top1']:.2f}" if q.get("top1") is not None else "")
             )
+            o, floor = fig.get("vs_qdq_onnxruntime"), fig.get("qdq_floor")
+            if o and floor:
+                parts.append(
+                    f"(onnxruntime node by node: vs int8 cos {fmt(o.get('cosine'), 6)}, vs host runner "
+                    f"cos {fmt(floor.get('cosine'), 6)})"
+                )
     return ", ".join(parts)
 
 

@@ -761,9 +761,9 @@ ONE_OP_CASES = {
     "int8 SQUEEZE": (lambda: one_op("SQUEEZE", [[1, 1, 4]], [[4]], options("SqueezeOptions", squeezeDims=[0, 1]), 1, "int8"), 4),
     "int8 SPLIT": (lambda: one_op("SPLIT", [i32(1, shape=()), [1, 4]], [[1, 2], [1, 2]], options("SplitOptions", numSplits=2), 2, "int8"), 4),
     "int8 QUANTIZE from float": (lambda: one_op("QUANTIZE", [([1, 4])], [([1, 4], "int8")]), 4),
-    # MobileNetV3's activations as the converter writes them in int8: HARD_SWISH (ANEURALNETWORKS_HARD_SWISH
-    # from level 4, lowered by the delegate to MUL/ADD/RELU1 below it), HardSigmoid as MUL and ADD by int8
-    # scalars; RELU_0_TO_1 has no NNAPI mapping.
+    # MobileNetV3's activations in int8: HARD_SWISH (ANEURALNETWORKS_HARD_SWISH from level 4, lowered by the
+    # delegate to MUL/ADD/RELU1 below it; the converter writes HardSwish as a CAST/ADD/GATHER table instead, see
+    # test_int8_hardswish.py), HardSigmoid as MUL and ADD by int8 scalars; RELU_0_TO_1 has no NNAPI mapping.
     "int8 HARD_SWISH": (lambda: one_op("HARD_SWISH", [[1, 4]], [[1, 4]], None, 1, "int8"), 1),
     "int8 MUL by a scalar": (lambda: one_op("MUL", [[1, 4], np.array(127, np.int8)], [[1, 4]], options("MulOptions"), 2, "int8"), 1),
     "int8 ADD of a scalar": (lambda: one_op("ADD", [[1, 4], np.array(64, np.int8)], [[1, 4]], options("AddOptions"), 2, "int8"), 1),
