@@ -431,13 +431,12 @@ def _integer_hard_sigmoid(graph: Graph) -> None:
 
 
 #: Float ops whose int8 form is a table lookup (CAST -> ADD -> GATHER), and the ONNX op of their function
-#: (``edgekit.quantize.lut``). HARD_SWISH's int8 kernel approximates in 16-bit fixed point: it rounded 0.3 % of
-#: MobileNetV3-Large's values one step off the QDQ model's, and the network amplified that to a cosine of 0.992.
-_TABULATED = {"HARD_SWISH": "HardSwish"}
+#: (``edgekit.quantize.lut``): ``Kernel.table``.
+_TABULATED = {code: k.table for code, k in TFLITE_KERNELS.items() if k.table}
 
 
 def _tabulated(graph: Graph) -> None:
-    """DEQUANTIZE -> HARD_SWISH -> QUANTIZE (int8, per tensor) becomes GATHER of the op's 256 int8 outputs at
+    """DEQUANTIZE -> op -> QUANTIZE (int8, per tensor; e.g. HARD_SWISH) becomes GATHER of the op's 256 int8 outputs at
     ``input + 128`` (CAST to int32, ADD 128): exactly the QDQ model's ``Q(op(DQ(x)))`` for every input level."""
     for op in [op for op in graph.ops if op.code in _TABULATED]:
         producers, consumers = graph.producers(), graph.consumers()

@@ -272,7 +272,7 @@ def test_int8_hardswish_table_equals_the_qdq_model_at_every_level(monkeypatch) -
         (actual,) = run_tflite_isolated(result, feeds)
         np.testing.assert_array_equal(actual, expected)
         with monkeypatch.context() as patch:
-            patch.setattr(quantized, "_TABULATED", {})
+            patch.setattr(quantized, "_TABULATED", {})  # HARD_SWISH, the kernel
             kernel = convert_proto(qdq, ConvertOptions(target="test"))
         assert op_types(kernel).get("HARD_SWISH") == 1
         (by_kernel,) = run_tflite_isolated(kernel, feeds)

@@ -46,3 +46,8 @@ def test_the_pass_reads_the_table() -> None:
     assert quantized._BIAS_INDEX["TRANSPOSE_CONV"] == 3 and quantized._INPUT_INDEX == {"TRANSPOSE_CONV": 2}
     assert {"PAD", "PADV2"} == quantized._SINK_DEQUANTIZE - quantized._HOIST_QUANTIZE
     assert {"AVERAGE_POOL_2D"} == quantized._AVERAGING and quantized._SAME_SCALE >= quantized._AVERAGING
+    assert (
+        quantized._TABULATED
+        == {"HARD_SWISH": "HardSwish"}
+        == {c: k.table for c, k in kernels.items() if k.table}
+    )
