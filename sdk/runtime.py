@@ -183,14 +183,15 @@ def pad_before_dequantize(proto: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def tabulate_elementwise(proto: onnx.ModelProto) -> onnx.ModelProto:
+def tabulate_elementwise(proto: onnx.ModelProto, keep: Iterable[str] = ()) -> onnx.ModelProto:
     """A copy of ``proto`` where each DequantizeLinear -> element-wise op -> QuantizeLinear (per tensor, 8-bit
     activations; the ops of :data:`edgekit.quantize.lut.FUNCTIONS`) is a ``Gather`` of the op's table, indexed by
     the integer input: exactly what the three nodes compute.
 
     OpenVINO 2026.4 rewrites HardSigmoid and HardSwish into its own float formulas, which round some values one
     step away from the QDQ model's (7 % of a MobileNetV3 squeeze-excite gate); the int8 TFLite (a table too) and
-    onnxruntime give the exact value. ``proto`` itself when there is nothing to tabulate.
+    onnxruntime give the exact value. ``proto`` itself when there is nothing to tabulate. An op whose float output
+    is a graph output or in ``keep`` (outputs a caller will ask for) stays.
     """
     from edgekit.quantize import lut
 
@@ -200,7 +201,7 @@ def tabulate_elementwise(proto: onnx.ModelProto) -> onnx.ModelProto:
     for n in proto.graph.node:
         for name in n.input:
             readers.setdefault(name, []).append(n)
-    outputs = {o.name for o in proto.graph.output}
+    outputs = {o.name for o in proto.graph.output} | set(keep)
 
     def scalar(name: str) -> np.ndarray | None:
         t = inits.get(name)
@@ -366,7 +367,7 @@ class HostRunner:
             model = ir.to_proto(model)
         proto = model
         if exact_qdq:
-            proto = tabulate_elementwise(fold_constant_dequantize(proto))
+            proto = tabulate_elementwise(fold_constant_dequantize(proto), keep=extra_outputs)
         else:  # as the intel-vpu target converts it (targets/openvino_ir.py)
             proto = pad_before_dequantize(proto)
         proto = with_outputs(proto, list(extra_outputs))

@@ -79,7 +79,7 @@ def test_host_runner_runs_hard_sigmoid_exactly(monkeypatch) -> None:
         (expected,) = exact(model, feeds)
         np.testing.assert_array_equal(HostRunner(model).run(feeds)["y"], expected)
         with monkeypatch.context() as patch:
-            patch.setattr(runtime, "tabulate_elementwise", lambda proto: proto)
+            patch.setattr(runtime, "tabulate_elementwise", lambda proto, keep=(): proto)
             off_without_table += int(np.sum(HostRunner(model).run(feeds)["y"] != expected))
     assert off_without_table > 0, "OpenVINO's HardSigmoid now rounds like onnxruntime: the table may go"
 
@@ -91,5 +91,11 @@ def test_host_runner_tables_only_per_tensor_qdq_between_two_quantizers() -> None
     tabled = runtime.tabulate_elementwise(model)
     assert [n.op_type for n in tabled.graph.node].count("Gather") == 1
     assert "HardSwish" not in [n.op_type for n in tabled.graph.node]
+    assert runtime.tabulate_elementwise(model, keep=["f"]) is model  # a caller asks for the float output
     model.graph.output.append(helper.make_tensor_value_info("f", TensorProto.FLOAT, [1, 256]))
     assert runtime.tabulate_elementwise(model) is model
+    feeds = {"x": every_level((0.05, 3))}
+    y, f = exact(model, feeds)
+    got = HostRunner(model).run(feeds)  # OpenVINO's own HardSwish here: within one step of onnxruntime's
+    np.testing.assert_allclose(got["f"], f, rtol=1e-6, atol=1e-6)
+    assert np.abs(got["y"] - y).max() <= 0.03 * 1.001
