@@ -72,7 +72,7 @@ class Kernel:
     hoist_quantize: bool = False
     #: The kernel takes a fused activation.
     fused_activation: bool = False
-    #: The ONNX op whose 256-entry table (``edgekit.quantize.lut``) the converter writes instead of this kernel
+    #: The ONNX op whose 256-entry table (``edgekit.lut``) the converter writes instead of this kernel
     #: between a DEQUANTIZE and a QUANTIZE: the kernel rounds some levels differently from DQ -> op -> Q.
     table: str | None = None
     #: What the kernel checks, in words (docs and test names).

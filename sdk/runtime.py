@@ -185,7 +185,7 @@ def pad_before_dequantize(proto: onnx.ModelProto) -> onnx.ModelProto:
 
 def tabulate_elementwise(proto: onnx.ModelProto, keep: Iterable[str] = ()) -> onnx.ModelProto:
     """A copy of ``proto`` where each DequantizeLinear -> element-wise op -> QuantizeLinear (per tensor, 8-bit
-    activations; the ops of :data:`edgekit.quantize.lut.FUNCTIONS`) is a ``Gather`` of the op's table, indexed by
+    activations; the ops of :data:`edgekit.lut.FUNCTIONS`) is a ``Gather`` of the op's table, indexed by
     the integer input: exactly what the three nodes compute.
 
     OpenVINO 2026.4 rewrites HardSigmoid and HardSwish into its own float formulas, which round some values one
@@ -193,7 +193,7 @@ def tabulate_elementwise(proto: onnx.ModelProto, keep: Iterable[str] = ()) -> on
     onnxruntime give the exact value. ``proto`` itself when there is nothing to tabulate. An op whose float output
     is a graph output or in ``keep`` (outputs a caller will ask for) stays.
     """
-    from edgekit.quantize import lut
+    from edgekit import lut
 
     inits = {t.name: t for t in proto.graph.initializer}
     producers = {name: n for n in proto.graph.node for name in n.output}

@@ -32,6 +32,7 @@ FLOORS: dict[str, int] = {
             "metrics",
             "isolated",
             "litert_run",
+            "lut",
             "qoperator",
             "sanity",
         )

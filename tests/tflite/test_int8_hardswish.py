@@ -1,6 +1,6 @@
 """HardSwish and HardSigmoid in every form exporters write them run as integer kernels in the int8 TFLite.
 
-- the HardSwish op (opset 14+) -> the HardSwish table (CAST, ADD, GATHER: ``edgekit.quantize.lut``);
+- the HardSwish op (opset 14+) -> the HardSwish table (CAST, ADD, GATHER: ``edgekit.lut``);
 - torch below opset 14: ``x * HardSigmoid(x)`` (alpha 1/6) -> the same;
 - PaddlePaddle: ``x * relu6(x + 3) / 6`` (Add, Clip, Mul, Div by a constant) -> the same;
 - a HardSigmoid gate (squeeze-excitation) -> int8 MUL + ADD (TFLite has no HARD_SIGMOID);
