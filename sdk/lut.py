@@ -10,7 +10,7 @@ so a table of 256 entries computes it exactly, whatever the scales. Two places u
   table: OpenVINO rewrites HardSigmoid / HardSwish into its own float formulas, which round differently.
 
 The function is evaluated in float32 as onnxruntime does, rounded half to even (QuantizeLinear), saturated.
-Numpy only: the TFLite verification child imports this without onnx.
+Numpy only (a core module, docs/architecture.md floor 1).
 """
 
 from __future__ import annotations
