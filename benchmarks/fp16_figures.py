@@ -10,6 +10,9 @@ For SqueezeNet 1.1, MobileNetV2 (real weights: the fp32 model behind ../shared's
 
     python benchmarks/fp16_figures.py [--samples 200]
 
+PP-OCRv4 det misses the error figure for reasons float16 weights cannot avoid (docs/benchmarks.md;
+``benchmarks/fp16_sensitivity.py`` takes the error apart per weight).
+
 ``fp16_figures(samples)`` returns the rows (``benchmarks/compression.py`` can call it).
 """
 
@@ -124,7 +127,7 @@ def main() -> None:
         agreement = "-" if r["top1_agreement"] is None else f"{100 * r['top1_agreement']:.1f} %"
         print(
             f"| {r['model']} | {r['output']} | {r['samples']} | {r['fp32_bytes']:,} | {r['fp16_bytes']:,} | "
-            f"{r['ratio']:.3f}x | {r['max_rel_error']:.2e} | {r['fp32_tflite_max_rel_error']:.2e} | "
+            f"{r['ratio']:.4f}x | {r['max_rel_error']:.2e} | {r['fp32_tflite_max_rel_error']:.2e} | "
             f"{r['mean_abs_error']:.2e} | {r['cosine']:.7f} | {agreement} | "
             + ("-" if r["map_agreement"] is None else f"{100 * r['map_agreement']:.4f} %")
             + " |"
