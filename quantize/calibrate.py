@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 from edgekit.data import prefetched
-from edgekit.errors import DataError
+from edgekit.errors import DataError, QuantizationError
 from edgekit.quantize.observers import Histogram, MinMax, choose_range
 from edgekit.quantize.options import QuantizeOptions
 from edgekit.quantize.plan import QuantPlan, constant_key
@@ -199,11 +199,26 @@ def fixed_params(fixed: tuple[float, int], dtype: str) -> QParams:
     return QParams(scale, zp + 128 if dtype == "uint8" else zp, dtype)
 
 
+def layer_methods(model: ir.Model, plan: QuantPlan, options: QuantizeOptions) -> dict[str, str]:
+    """Planned tensor -> calibration method, from ``options.layer_method`` (node -> method): a node's outputs,
+    or its fused activation's."""
+    nodes = {n.name: n for n in model.graph}
+    methods: dict[str, str] = {}
+    for node_name, method in options.layer_method:
+        node = nodes.get(node_name)
+        for out in node.outputs if node is not None else ():
+            fused = plan.fused.get(out.name)
+            targets = [o.name for o in nodes[fused].outputs] if fused in nodes else [out.name]
+            methods.update((t, method) for t in targets)
+    return methods
+
+
 def choose_params(
     model: ir.Model, plan: QuantPlan, stats: Statistics, options: QuantizeOptions
 ) -> dict[str, QParams]:
     """Quantization parameters for every planned activation and constant data input, one per scale group."""
     nodes = {n.name: n for n in model.graph}
+    methods = layer_methods(model, plan, options)
     ranges: dict[str, tuple[float, float]] = {}
     for name in plan.activations:
         if name in plan.derived or plan.fixed_of(plan.group(name)) is not None:
@@ -211,7 +226,13 @@ def choose_params(
         mm = stats.minmax[name]
         if mm.count == 0:
             raise DataError(f"tensor {name!r} was never observed during calibration")
-        ranges[name] = choose_range(options.method, mm, stats.histograms.get(name), options.percentile)
+        method = methods.get(name, options.method)
+        hist = stats.histograms.get(name)
+        if method != "minmax" and hist is None:
+            raise QuantizationError(
+                f"tensor {name!r}: the {method} range needs histograms; calibrate with a histogram method"
+            )
+        ranges[name] = choose_range(method, mm, hist, options.percentile)
     for node_name, index in plan.constants:
         array = nodes[node_name].inputs[index].const_value.numpy()
         ranges[constant_key(node_name, index)] = (float(array.min()), float(array.max()))

@@ -41,6 +41,11 @@ class QuantizeOptions:
     layer_precision: tuple[tuple[str, str], ...] = ()
     #: Block size of the blockwise int4 weights (``w4``).
     block_size: int = 32
+    #: Per-layer calibration methods, ``((node name, method), ...)``: the range of that node's output (its
+    #: fused activation's, when it has one) is chosen by that method (the accuracy-aware search's int8 fix).
+    layer_method: tuple[tuple[str, str], ...] = ()
+    #: Nodes whose bias absorbs the weight-rounding shift (``bias_correction`` for these layers only).
+    layer_bias_correction: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
         if self.activations not in ACTIVATION_DTYPES:
@@ -60,6 +65,11 @@ class QuantizeOptions:
             get_recipe(recipe)
             if not node:
                 raise QuantizationError(f"--layer-precision needs NAME=RECIPE, got {node!r}={recipe!r}")
+        for node, method in self.layer_method:
+            if method not in METHODS:
+                raise QuantizationError(
+                    f"layer method must be one of {', '.join(METHODS)}, got {method!r} for {node!r}"
+                )
         if self.block_size not in W4_BLOCK_SIZES:
             raise QuantizationError(
                 f"--block-size must be one of {', '.join(map(str, W4_BLOCK_SIZES))}, got {self.block_size}"
@@ -81,4 +91,6 @@ class QuantizeOptions:
             "precision": self.precision,
             "layer_precision": dict(self.layer_precision),
             "block_size": self.block_size if self.precision == "w4" else None,
+            "layer_method": dict(self.layer_method),
+            "layer_bias_correction": sorted(self.layer_bias_correction),
         }

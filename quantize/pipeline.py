@@ -71,6 +71,29 @@ def _warn_degenerate_inputs(model: ir.Model, stats: Statistics) -> None:
             )
 
 
+def observing_options(options: QuantizeOptions) -> QuantizeOptions:
+    """The options statistics are collected with: histograms when a layer's range method needs them, channel
+    means when a layer's bias is corrected."""
+    from dataclasses import replace
+
+    if options.method == "minmax" and any(m != "minmax" for _, m in options.layer_method):
+        options = replace(options, method=next(m for _, m in options.layer_method if m != "minmax"))
+    if options.layer_bias_correction and not options.bias_correction:
+        options = replace(options, bias_correction=True)
+    return options
+
+
+def _corrected_means(plan: QuantPlan, stats: Statistics, options: QuantizeOptions) -> dict | None:
+    """The input channel means the weight pass corrects biases with: every layer's (``bias_correction``), or
+    those of the ``layer_bias_correction`` layers' inputs."""
+    if options.bias_correction:
+        return stats.means
+    if not options.layer_bias_correction:
+        return None
+    inputs = {w.input_tensor for w in plan.weights if w.node in options.layer_bias_correction}
+    return {name: mean for name, mean in stats.means.items() if name in inputs}
+
+
 def quantize(
     model: ir.Model,
     calibration: Iterable,
@@ -94,7 +117,7 @@ def quantize(
     stats = statistics
     if stats is None:
         stats = collect_statistics(
-            model, _observation_plan(model, plan, options), calibration, options, track
+            model, _observation_plan(model, plan, options), calibration, observing_options(options), track
         )
         _warn_degenerate_inputs(model, stats)
     params = choose_params(model, plan, stats, options)
@@ -103,7 +126,7 @@ def quantize(
     qmodel = _copy_at_opset(model, opset)  # a copy: the caller keeps its fp32 model
     activations = InsertActivationQDQPass(plan, params)
     weights = QuantizeWeightsPass(
-        plan, params, stats.means if options.bias_correction else None, options.dense_per_channel
+        plan, params, _corrected_means(plan, stats, options), options.dense_per_channel
     )
     passes = ir.passes.PassManager(
         [

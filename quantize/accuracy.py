@@ -1,0 +1,514 @@
+"""Accuracy-aware quantization: the fewest layers restored (in what the target runs) that meet a budget.
+
+1. Statistics once: the fp32 model is calibrated once per scheme, observing every tensor a restore could
+   leave quantized (histograms and channel means too when the target's int8 fixes need them); every
+   candidate only chooses parameters and rewrites (:func:`edgekit.quantize.pipeline.quantize`).
+2. The fp32 answers on the accuracy set once (:class:`~edgekit.quantize.budget.Reference`).
+3. Rank, cheap: the per-layer SQNR the quantizer reports, turned into the noise each layer *adds* (its output's
+   relative noise power minus its inputs'), on the ranking subset.
+4. Rank, measured: each of the top candidates restored alone (each of its choices on int8-only targets), its
+   effect on the budget's metric over the ranking subset, in parallel. When none helps, the next ones are
+   measured (re-rank).
+5. Restore in that order: a galloping then parallel (k-ary) bisection over the ranked list finds the shortest
+   prefix meeting the budget; layers whose removal keeps the budget are dropped (a restore that did not help);
+   the result is confirmed on the whole accuracy set (the search goes on there when it fails).
+6. The curve: the metric on the whole accuracy set after each restored layer, for the report.
+
+Candidates run on an :mod:`~edgekit.quantize.executors` executor: a local process pool or a Ray cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+from edgekit.errors import DataError, QuantizationError
+from edgekit.quantize import rules
+from edgekit.quantize.budget import Budget, Measurement, Reference
+from edgekit.quantize.calibrate import Track, collect_statistics, no_progress
+from edgekit.quantize.executors import EvalContext, Executor, Outcome, Task, make_executor
+from edgekit.quantize.options import QuantizeOptions
+from edgekit.quantize.pipeline import observing_options, quantize
+from edgekit.quantize.plan import QuantPlan, make_plan
+from edgekit.quantize.restores import Restore, apply_restores, available_restores, fused_followers
+
+log = logging.getLogger("edgekit")
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    budget: Budget
+    #: ``process`` | ``inline`` | ``ray`` | ``ray://HOST:PORT``.
+    executor: str = "process"
+    workers: int | None = None
+    #: Accuracy samples the ranking and bisection run on (the whole set confirms).
+    ranking_samples: int = 50
+    #: Candidates measured one by one after the cheap ranking.
+    top_k: int = 12
+    #: nnapi: layers the int8 fixes cannot save may stay float on the CPU partition.
+    allow_cpu_fallback: bool = False
+
+
+@dataclass
+class Step:
+    """One evaluation of the search: which layers were restored, on how many samples, what it measured."""
+
+    phase: str
+    restored: int
+    measurement: Measurement
+    met: bool
+
+    def to_json(self) -> dict:
+        return {"phase": self.phase, "restored": self.restored, "met": self.met, **self.measurement.to_json()}
+
+
+@dataclass
+class SearchResult:
+    target: str
+    budget: Budget
+    met: bool
+    #: (node, op_type, restore name) in the order restored.
+    restored: list[tuple[str, str, str]]
+    options: QuantizeOptions
+    base: Measurement
+    final: Measurement
+    #: Whole-set metric after 0, 1, ... restored layers (the report's plot).
+    curve: list[Measurement]
+    steps: list[Step]
+    quantizable_layers: int
+    ranking_samples: int
+    accuracy_samples: int
+    executor: str
+    wall_s: float
+    size_bytes: tuple[int, int] = (0, 0)
+    restores: dict[str, str] = field(default_factory=dict)
+    #: Layers that would need float when the int8 fixes fall short (nnapi).
+    float_needed: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        b = self.budget
+        return {
+            "target": self.target,
+            "budget": {"kind": b.kind, "flag": b.flag, "value": b.value},
+            "met": self.met,
+            "restored": [
+                {"node": n, "op_type": o, "restore": r, "what": self.restores.get(r, r)}
+                for n, o, r in self.restored
+            ],  # fmt: skip
+            "base": self.base.to_json(),
+            "final": self.final.to_json(),
+            "curve": [{"restored": i, **m.to_json()} for i, m in enumerate(self.curve)],
+            "steps": [s.to_json() for s in self.steps],
+            "evaluations": len(self.steps),
+            "quantizable_layers": self.quantizable_layers,
+            "restored_fraction": len(self.restored) / max(self.quantizable_layers, 1),
+            "ranking_samples": self.ranking_samples,
+            "accuracy_samples": self.accuracy_samples,
+            "executor": self.executor,
+            "wall_s": self.wall_s,
+            "size_bytes": {"int8": self.size_bytes[0], "restored": self.size_bytes[1]},
+            "float_needed": self.float_needed,
+        }
+
+    def summary(self) -> str:
+        b = self.budget
+        layers = ", ".join(f"{n} ({r})" for n, _, r in self.restored) or "none"
+        return (
+            f"{self.target}: {b.describe()} {'met' if self.met else 'NOT met'}: {b.format(self.final.metric)} "
+            f"(int8 {b.format(self.base.metric)}) with {len(self.restored)}/{self.quantizable_layers} layers "
+            f"restored: {layers}"
+        )
+
+
+class _NoTarget:
+    """`edgekit quantize` without --target: the QDQ file's own restores, its own scheme."""
+
+    name = "onnx"
+    precisions: dict = {}
+
+    def quantize_options(self, base: QuantizeOptions) -> QuantizeOptions:
+        return base
+
+
+def quantizable_layers(model: ir.Model, plan: QuantPlan) -> list[ir.Node]:
+    """The nodes a restore can act on: quantized nodes that compute (a weight, or their own output scale);
+    same-scale data movement (reshapes, pooling by max) and fused activations are not layers of their own."""
+    floats = {f.node for f in plan.float_ops}
+    fused = set(plan.fused.values())
+    layers = []
+    for node in model.graph:
+        if node.name in floats or node.name in fused:
+            continue
+        rule = rules.rule_for(node)
+        if rule is None or (rule.weight is None and rule.same_scale):
+            continue
+        layers.append(node)
+    return layers
+
+
+def _observe_all(model: ir.Model, options: QuantizeOptions) -> QuantPlan:
+    """The integer-head plan with nothing derived and nothing fixed: statistics then hold every tensor that a
+    restore can leave quantized on its own (a Concat's output, a Sigmoid's, ...)."""
+    plan = make_plan(model, options.exclude, False)
+    plan.derived = set()
+    plan.fixed = {}
+    return plan
+
+
+def _noise(sqnr_db: float | None) -> float:
+    return 0.0 if sqnr_db is None else 10.0 ** (-sqnr_db / 10.0)
+
+
+def cheap_ranking(
+    model: ir.Model, plan: QuantPlan, layers: Sequence[ir.Node], layer_rows: Sequence[dict]
+) -> list[tuple[str, float]]:
+    """(node, added relative noise power) per layer, worst first, from the quantizer's per-layer SQNR rows
+    (``tensor``, ``sqnr_db``): a layer's output noise minus the largest of its inputs'."""
+    sqnr = {r["tensor"]: r["sqnr_db"] for r in layer_rows}
+    outputs_of = {n.name: n.outputs[0].name for n in model.graph if n.outputs}
+    scores = []
+    for node in layers:
+        out = node.outputs[0].name
+        act = plan.fused.get(out)
+        if act is not None:
+            out = outputs_of.get(act, out)
+        inputs = [v.name for v in node.inputs if v is not None and v.name in sqnr]
+        before = max((_noise(sqnr[i]) for i in inputs), default=0.0)
+        added = max(_noise(sqnr.get(out)) - before, 0.0)
+        scores.append((node.name, added))
+    scores.sort(key=lambda s: -s[1])
+    return scores
+
+
+def _load_samples(
+    dataset: Iterable, limit: int | None
+) -> tuple[list[dict[str, np.ndarray]], list[int | None]]:
+    inputs, labels = [], []
+    for i, sample in enumerate(dataset):
+        if limit is not None and i >= limit:
+            break
+        inputs.append({k: np.array(v) for k, v in sample.inputs.items()})
+        labels.append(None if sample.label is None else int(sample.label))
+    if not inputs:
+        raise DataError("the accuracy data set is empty")
+    return inputs, labels
+
+
+class _Search:
+    """One target's search (the module docstring's steps 3-6)."""
+
+    def __init__(
+        self, executor: Executor, budget: Budget, ranking: tuple[int, ...], everything: tuple[int, ...]
+    ):
+        self.executor, self.budget = executor, budget
+        self.ranking, self.everything = ranking, everything
+        self.steps: list[Step] = []
+
+    def run(
+        self, phase: str, candidates: Sequence[tuple[QuantizeOptions, int]], indices=None
+    ) -> list[Outcome]:
+        indices = self.ranking if indices is None else indices
+        outcomes = self.executor.map([Task(o, indices) for o, _ in candidates])
+        for (_, count), out in zip(candidates, outcomes, strict=True):
+            self.steps.append(Step(phase, count, out.measurement, self.budget.met(out.measurement.metric)))
+        return outcomes
+
+
+def search(
+    model: ir.Model,
+    calibration: Iterable,
+    accuracy: Iterable,
+    target: Any,
+    base_options: QuantizeOptions,
+    options: SearchOptions,
+    *,
+    track: Track = no_progress,
+    statistics: Any = None,
+    accuracy_limit: int | None = None,
+    say: Callable[[str], None] = lambda line: None,
+) -> SearchResult:
+    """The fewest layers restored, with what ``target`` runs, for ``model`` quantized with ``target``'s
+    scheme of ``base_options`` to meet ``options.budget`` on ``accuracy``.
+
+    ``target`` None: the QDQ file's own restores (layers left float). Raises a QuantizationError (one line,
+    with the best reached and the layers) when the budget cannot be met.
+    """
+    from edgekit.api import evaluate as per_layer_sqnr
+    from edgekit.runtime import HostRunner
+
+    start = time.perf_counter()
+    target = target if target is not None else _NoTarget()
+    budget = options.budget
+    scheme = target.quantize_options(base_options)
+    choices = available_restores(target, options.allow_cpu_fallback)
+    integer_only = all(r.integer for r in choices)
+    if any(r.kind == "range" for r in choices) and scheme.method == "minmax":
+        observe_options = QuantizeOptions(**{**_fields(scheme), "method": "mse"})
+    else:
+        observe_options = scheme
+    if any(r.kind == "bias" for r in choices):
+        observe_options = QuantizeOptions(**{**_fields(observe_options), "bias_correction": True})
+    observe_options = observing_options(observe_options)
+
+    inputs, labels = _load_samples(accuracy, accuracy_limit)
+    if budget.needs_labels and any(label is None for label in labels):
+        raise DataError(
+            f"{budget.flag} needs labels and the accuracy data has none; use --min-agreement or --min-cosine"
+        )
+    stats = statistics
+    if stats is None or (observe_options.method != "minmax" and not stats.histograms):
+        stats = collect_statistics(model, _observe_all(model, scheme), calibration, observe_options, track)
+
+    output_names = [v.name for v in model.graph.outputs]
+    fp32_runner = HostRunner(ir.to_proto(model))
+    reference = Reference.build(
+        output_names,
+        [
+            fp32_runner.run({k: s[k] for k in fp32_runner.input_names})
+            for s in track(inputs, "fp32 reference", len(inputs))
+        ],
+        labels,
+        budget,
+    )
+    del fp32_runner
+    everything = tuple(range(len(inputs)))
+    ranking = everything[: max(1, min(options.ranking_samples, len(inputs)))]
+
+    base = quantize(model, (), scheme, statistics=stats)
+    plan = base.plan
+    layers = quantizable_layers(model, plan)
+    if not layers:
+        raise QuantizationError("nothing to restore: the model has no quantized layer")
+    op_types = {n.name: n.op_type for n in layers}
+    followers = fused_followers(model, plan)
+
+    class _Samples:
+        def __iter__(self):
+            for i in ranking:
+                yield _Sample(inputs[i], labels[i])
+
+        def __len__(self):
+            return len(ranking)
+
+    _, rows = per_layer_sqnr(model, base, _Samples())
+    cheap = cheap_ranking(model, plan, layers, rows)
+    say(
+        f"{target.name}: {len(layers)} quantizable layers; worst by SQNR: "
+        + ", ".join(n for n, _ in cheap[:5])
+    )
+
+    context = EvalContext(
+        uuid.uuid4().hex, ir.to_proto(model).SerializeToString(), stats, inputs, reference, budget
+    )
+    with make_executor(options.executor, context, options.workers) as executor:
+        import os
+
+        context.threads = max(1, (os.cpu_count() or 1) // max(executor.workers, 1))
+        s = _Search(executor, budget, ranking, everything)
+
+        def with_restores(restores: dict[str, str]) -> QuantizeOptions:
+            return apply_restores(scheme, restores, followers)
+
+        base_out = s.run("int8", [(scheme, 0)])[0].measurement
+        say(f"{target.name}: int8 {budget.format(base_out.metric)} on {len(ranking)} ranking sample(s)")
+
+        if budget.met(base_out.metric):
+            confirm = s.run("confirm", [(scheme, 0)], s.everything)[0]
+            if budget.met(confirm.measurement.metric):
+                return _result(
+                    target, budget, scheme, {}, [], op_types, [confirm], s, layers, choices, start, options
+                )
+        # Step 4: measured effect of each top candidate (each of its choices on int8-only targets).
+        preferred = [r for r in choices if not r.fallback] or list(choices)
+        per_layer = preferred if integer_only else preferred[:1]
+        gains: dict[str, tuple[tuple, str]] = {}
+        order_cheap = [n for n, _ in cheap]
+        measured_upto = 0
+        for _round in range(2):
+            batch = order_cheap[measured_upto : measured_upto + options.top_k]
+            measured_upto += len(batch)
+            tasks = [(with_restores({n: r.name}), 1) for n in batch for r in per_layer]
+            outs = s.run("rank", tasks)
+            for i, n in enumerate(batch):
+                tried = outs[i * len(per_layer) : (i + 1) * len(per_layer)]
+                best = max(range(len(per_layer)), key=lambda j: tried[j].measurement.key(budget))
+                gains[n] = (_gain(tried[best].measurement, base_out, budget), per_layer[best].name)
+            if any(g[0] > (0.0,) * 4 for g in gains.values()) or measured_upto >= len(order_cheap):
+                break
+            say(
+                f"{target.name}: no restore of the first {measured_upto} candidates helps: re-ranking the next"
+            )
+        cheap_score = dict(cheap)
+        ranked = sorted(gains, key=lambda n: (gains[n][0], cheap_score[n]), reverse=True)
+        ranked += [n for n in order_cheap if n not in gains]
+        restore_of = {n: gains[n][1] if n in gains else per_layer[0].name for n in order_cheap}
+
+        def prefix(k: int) -> dict[str, str]:
+            return {n: restore_of[n] for n in ranked[:k]}
+
+        # Step 5: the shortest prefix that meets the budget.
+        k, best = _shortest_prefix(s, with_restores, prefix, len(ranked), base_out, s.ranking)
+        met = k is not None
+        if met:
+            chosen = _prune(s, with_restores, prefix(k))
+            confirm = s.run("confirm", [(with_restores(chosen), len(chosen))], s.everything)[0].measurement
+            if not budget.met(confirm.metric) and len(s.everything) > len(s.ranking):
+                say(
+                    f"{target.name}: {budget.format(confirm.metric)} on the whole accuracy set: searching on it"
+                )
+                k2, _ = _shortest_prefix(
+                    s, with_restores, prefix, len(ranked), confirm, s.everything, lo=len(chosen)
+                )
+                met = k2 is not None
+                chosen = prefix(k2) if met else chosen
+        else:
+            chosen = prefix(len(ranked))
+        float_needed: list[str] = []
+        if not met:
+            best_m = max((st.measurement for st in s.steps), key=lambda m: m.key(budget))
+            if integer_only and not options.allow_cpu_fallback:
+                float_needed = _float_layers(s, scheme, followers, ranked, budget)
+                where = (
+                    f"; layers that would need float: {', '.join(float_needed)} "
+                    "(--allow-cpu-fallback keeps them on the CPU)"
+                    if float_needed
+                    else "; not even float layers would meet it"
+                )
+                raise QuantizationError(
+                    f"{target.name}: {budget.describe()} cannot be met in int8: best reached "
+                    f"{budget.format(best_m.metric)}{where}"
+                )
+            raise QuantizationError(
+                f"{target.name}: {budget.describe()} cannot be met: best reached {budget.format(best_m.metric)} "
+                f"with {len(ranked)} of {len(layers)} layers restored"
+            )
+        ordered = [n for n in ranked if n in chosen]
+        # Step 6: the curve on the whole set.
+        curve_tasks = [
+            (with_restores({n: chosen[n] for n in ordered[:i]}), i) for i in range(len(ordered) + 1)
+        ]
+        curve_out = s.run("curve", curve_tasks, s.everything)
+    return _result(target, budget, with_restores(chosen), chosen, ordered, op_types, curve_out, s, layers, choices,
+                   start, options, float_needed)  # fmt: skip
+
+
+def _result(target, budget, final_options, chosen, ordered, op_types, curve_out, s, layers, choices, start, options,
+            float_needed=()) -> SearchResult:  # fmt: skip
+    curve = [o.measurement for o in curve_out]
+    return SearchResult(
+        target=target.name,
+        budget=budget,
+        met=budget.met(curve[-1].metric),
+        restored=[(n, op_types[n], chosen[n]) for n in ordered],
+        options=final_options,
+        base=curve[0],
+        final=curve[-1],
+        curve=curve,
+        steps=s.steps,
+        quantizable_layers=len(layers),
+        ranking_samples=len(s.ranking),
+        accuracy_samples=len(s.everything),
+        executor=options.executor,
+        wall_s=time.perf_counter() - start,
+        size_bytes=(curve_out[0].size_bytes, curve_out[-1].size_bytes),
+        restores={r.name: r.what for r in choices},
+        float_needed=list(float_needed),
+    )
+
+
+@dataclass(frozen=True)
+class _Sample:
+    inputs: dict
+    label: int | None
+
+
+def _fields(options: QuantizeOptions) -> dict:
+    from dataclasses import fields
+
+    return {f.name: getattr(options, f.name) for f in fields(options)}
+
+
+def _gain(m: Measurement, base: Measurement, budget: Budget) -> tuple:
+    return tuple(a - b for a, b in zip(m.key(budget), base.key(budget), strict=True))
+
+
+def _shortest_prefix(s: _Search, with_restores, prefix, n: int, base: Measurement, indices, lo: int = 0):
+    """The smallest k in (lo, n] whose prefix meets the budget: galloping (1, 2, 4, ...) then a k-ary
+    bisection, ``executor.workers`` evaluations at a time. (None, best measurement) when even n fails."""
+    budget = s.budget
+    width = max(1, s.executor.workers)
+    sizes, step = [], 1
+    while lo + step < n:
+        sizes.append(lo + step)
+        step *= 2
+    sizes.append(n)
+    fail, ok, best = lo, None, base
+    for i in range(0, len(sizes), width):
+        batch = sizes[i : i + width]
+        outs = s.run("gallop", [(with_restores(prefix(k)), k) for k in batch], indices)
+        for k, out in zip(batch, outs, strict=True):
+            best = max(best, out.measurement, key=lambda m: m.key(budget))
+            if budget.met(out.measurement.metric):
+                ok = k
+                break
+            fail = k
+        if ok is not None:
+            break
+    if ok is None:
+        return None, best
+    while ok - fail > 1:
+        inner = list(range(fail + 1, ok))
+        picks = sorted(set(inner[int(j * len(inner) / (width + 1))] for j in range(1, width + 1)))
+        outs = s.run("bisect", [(with_restores(prefix(k)), k) for k in picks], indices)
+        met = {k: budget.met(o.measurement.metric) for k, o in zip(picks, outs, strict=True)}
+        ok = min([k for k in picks if met[k]], default=ok)
+        fail = max([k for k in picks if not met[k] and k < ok], default=fail)
+    return ok, best
+
+
+def _prune(s: _Search, with_restores, chosen: dict[str, str]) -> dict[str, str]:
+    """Drop the restores that did not help: each left out in turn (in parallel); those whose absence keeps the
+    budget go, all together if that still meets it, else the best one alone."""
+    if len(chosen) < 2:
+        return chosen
+    names = list(chosen)
+    trials = [({n: chosen[n] for n in names if n != drop}, drop) for drop in names]
+    outs = s.run("prune", [(with_restores(t), len(t)) for t, _ in trials])
+    removable = [(o.measurement, drop) for (_, drop), o in zip(trials, outs, strict=True)
+                 if s.budget.met(o.measurement.metric)]  # fmt: skip
+    if not removable:
+        return chosen
+    if len(removable) > 1:
+        together = {n: chosen[n] for n in names if n not in {d for _, d in removable}}
+        out = s.run("prune", [(with_restores(together), len(together))])[0]
+        if s.budget.met(out.measurement.metric):
+            return together
+    _, drop = max(removable, key=lambda r: r[0].key(s.budget))
+    return {n: chosen[n] for n in names if n != drop}
+
+
+def _float_layers(s: _Search, scheme, followers, ranked: list[str], budget: Budget) -> list[str]:
+    """The shortest prefix of the ranking that meets the budget with those layers left float (what an int8-only
+    target would have to give to the CPU), or [] when none does."""
+
+    def with_float(restores: dict[str, str]) -> QuantizeOptions:
+        return apply_restores(scheme, restores, followers)
+
+    def prefix(k: int) -> dict[str, str]:
+        return {n: "float" for n in ranked[:k]}
+
+    k, _ = _shortest_prefix(s, with_float, prefix, len(ranked), s.steps[0].measurement, s.ranking)
+    return ranked[:k] if k is not None else []
+
+
+def restore_names(restores: Sequence[Restore]) -> list[str]:
+    return [r.name for r in restores]
+
+
+__all__ = ["SearchOptions", "SearchResult", "cheap_ranking", "quantizable_layers", "search"]

@@ -1,0 +1,196 @@
+"""Where the accuracy-aware search evaluates its candidates: a local process pool (the default), a Ray cluster
+(``--executor ray`` or ``ray://HOST:PORT``, the optional extra ``edgekit[ray]``), or this process (``inline``).
+
+A candidate is a :class:`~edgekit.quantize.options.QuantizeOptions` (the restores applied) and the indices of
+the accuracy samples to run. Every worker holds one :class:`EvalContext`: the fp32 model, the calibration
+statistics (a candidate never recalibrates: it only chooses parameters and rewrites), the accuracy inputs and
+the fp32 reference's answers (computed once). No scheduler of our own: ``concurrent.futures`` or Ray's.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from edgekit.errors import QuantizationError
+from edgekit.quantize.budget import Budget, Measurement, Reference, measure
+
+RAY_HINT = "pip install edgekit[ray]"
+
+
+@dataclass
+class EvalContext:
+    """Everything a worker needs to evaluate candidates (pickled once per worker)."""
+
+    key: str
+    model: bytes
+    stats: Any
+    inputs: list[dict[str, np.ndarray]]
+    reference: Reference
+    budget: Budget
+    threads: int = 1
+    _model: Any = field(default=None, repr=False, compare=False)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_model"] = None
+        return state
+
+    def fp32(self) -> Any:
+        if self._model is None:
+            import onnx
+            import onnx_ir as ir
+
+            self._model = ir.from_proto(onnx.load_from_string(self.model))
+        return self._model
+
+
+@dataclass(frozen=True)
+class Task:
+    options: Any
+    indices: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    measurement: Measurement
+    size_bytes: int
+    seconds: float
+
+
+def evaluate(context: EvalContext, task: Task) -> Outcome:
+    """Quantize with the task's options from the context's statistics, run the QDQ model exactly on the host
+    (OpenVINO f32, :class:`edgekit.runtime.HostRunner`) on the task's samples and measure it."""
+    from edgekit.quantize.pipeline import quantize
+    from edgekit.runtime import HostRunner
+
+    start = time.perf_counter()
+    quantized = quantize(context.fp32(), (), task.options, statistics=context.stats)
+    proto = quantized.proto()
+    runner = HostRunner(proto, threads=context.threads)
+    results = [runner.run({k: context.inputs[i][k] for k in runner.input_names}) for i in task.indices]
+    measurement = measure(context.budget, context.reference, task.indices, results)
+    return Outcome(measurement, proto.ByteSize(), time.perf_counter() - start)
+
+
+_WORKER: dict[str, EvalContext] = {}
+
+
+def _install(context: EvalContext) -> None:
+    _WORKER[context.key] = context
+
+
+def _pool_evaluate(key: str, task: Task) -> Outcome:
+    return evaluate(_WORKER[key], task)
+
+
+class Executor:
+    """Runs tasks; ``map`` keeps their order."""
+
+    name = "executor"
+    workers = 1
+
+    def map(self, tasks: Sequence[Task]) -> list[Outcome]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class InlineExecutor(Executor):
+    name = "inline"
+
+    def __init__(self, context: EvalContext):
+        self.context = context
+
+    def map(self, tasks: Sequence[Task]) -> list[Outcome]:
+        return [evaluate(self.context, t) for t in tasks]
+
+
+class ProcessExecutor(Executor):
+    """A local process pool (spawned workers: the runtimes' threads do not survive a fork)."""
+
+    name = "process"
+
+    def __init__(self, context: EvalContext, workers: int | None = None):
+        import multiprocessing
+
+        self.workers = max(1, workers or min(os.cpu_count() or 1, 4))
+        self.key = context.key
+        self.pool = ProcessPoolExecutor(
+            self.workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_install,
+            initargs=(context,),
+        )
+
+    def map(self, tasks: Sequence[Task]) -> list[Outcome]:
+        try:
+            return list(self.pool.map(_pool_evaluate, [self.key] * len(tasks), tasks))
+        except BrokenProcessPool:
+            raise QuantizationError(
+                "a worker of the accuracy search died evaluating a candidate (a runtime crash)"
+            ) from None
+
+    def close(self) -> None:
+        self.pool.shutdown(cancel_futures=True)
+
+
+def _ray_evaluate(context: EvalContext, task: Task) -> Outcome:
+    cached = _WORKER.setdefault(context.key, context)  # a Ray worker keeps its parsed model between tasks
+    return evaluate(cached, task)
+
+
+class RayExecutor(Executor):
+    """Tasks on a Ray cluster: ``address`` None starts (or joins, with RAY_ADDRESS) a local Ray; ``ray://HOST:PORT``
+    connects to a cluster. The context goes to the object store once."""
+
+    name = "ray"
+
+    def __init__(self, context: EvalContext, address: str | None = None):
+        try:
+            import ray
+        except ImportError:
+            raise QuantizationError(f"--executor ray needs Ray: {RAY_HINT}") from None
+        self.ray = ray
+        if not ray.is_initialized():
+            try:
+                ray.init(
+                    address=address, include_dashboard=False, log_to_driver=False, configure_logging=False
+                )
+            except Exception as exc:  # noqa: BLE001 - Ray raises many types; the user gets one line
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise QuantizationError(
+                    f"cannot start or reach Ray at {address or 'local'}: {first}"
+                ) from None
+        self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self.context_ref = ray.put(context)
+        self.remote = ray.remote(num_cpus=1)(_ray_evaluate)
+
+    def map(self, tasks: Sequence[Task]) -> list[Outcome]:
+        return self.ray.get([self.remote.remote(self.context_ref, t) for t in tasks])
+
+
+def make_executor(spec: str, context: EvalContext, workers: int | None = None) -> Executor:
+    """``process`` (default), ``inline``, ``ray`` or ``ray://HOST:PORT``."""
+    if spec == "process":
+        return ProcessExecutor(context, workers)
+    if spec == "inline":
+        return InlineExecutor(context)
+    if spec == "ray":
+        return RayExecutor(context, None)
+    if spec.startswith("ray://"):
+        return RayExecutor(context, spec)
+    raise QuantizationError(f"--executor must be process, inline, ray or ray://HOST:PORT, got {spec!r}")
