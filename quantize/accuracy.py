@@ -90,6 +90,8 @@ class SearchResult:
     restores: dict[str, str] = field(default_factory=dict)
     #: Layers that would need float when the int8 fixes fall short (nnapi).
     float_needed: list[str] = field(default_factory=list)
+    #: The calibration statistics of the search (every tensor observed): quantizing with ``options`` reuses them.
+    statistics: Any = field(default=None, repr=False)
 
     def to_json(self) -> dict:
         b = self.budget
@@ -311,6 +313,7 @@ def search(
 
         context.threads = max(1, (os.cpu_count() or 1) // max(executor.workers, 1))
         s = _Search(executor, budget, ranking, everything)
+        s.stats = stats
 
         def with_restores(restores: dict[str, str]) -> QuantizeOptions:
             return apply_restores(scheme, restores, followers)
@@ -419,6 +422,7 @@ def _result(target, budget, final_options, chosen, ordered, op_types, curve_out,
         size_bytes=(curve_out[0].size_bytes, curve_out[-1].size_bytes),
         restores={r.name: r.what for r in choices},
         float_needed=list(float_needed),
+        statistics=s.stats,
     )
 
 

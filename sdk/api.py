@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
 import onnx
 import onnx_ir as ir
@@ -122,6 +123,11 @@ def quantize_model(
     messages: list[str] | None = None,
     statistics: Statistics | None = None,
     loaded: ir.Model | None = None,
+    budget: Any = None,
+    accuracy_data: str | os.PathLike[str] | Dataset | Iterable | None = None,
+    search: Any = None,
+    target: str | None = None,
+    say: Any = None,
 ) -> QuantizeResult:
     """Quantize an fp32 ONNX model to standard QDQ ONNX (int8 weights per channel, int8/uint8 activations).
 
@@ -150,6 +156,13 @@ def quantize_model(
 
     calib_set = as_dataset(calib, fp32, preprocess, limit=options.samples)
     eval_set = as_dataset(eval_data, fp32, preprocess, limit=eval_limit) if eval_data is not None else None
+    accuracy_report = None
+    if budget is not None:
+        start = time.perf_counter()
+        options, statistics, accuracy_report = _meet_budget(
+            fp32, calib_set, options, budget, accuracy_data, eval_data, preprocess, search, target, track, say
+        )
+        timings["accuracy_search_s"] = time.perf_counter() - start
 
     start = time.perf_counter()
     quantized = quantize(fp32, calib_set, options, track, statistics)
@@ -180,6 +193,8 @@ def quantize_model(
             ),
         },
     }
+    if accuracy_report is not None:
+        report["accuracy_aware"] = accuracy_report
     if eval_set is not None:
         start = time.perf_counter()
         comparison, layers = evaluate(fp32, quantized, eval_set, track, eval_limit)
@@ -212,6 +227,52 @@ def quantize_model(
     if report_path is not None:
         atomic_write_bytes(report_path, (json.dumps(report, indent=2) + "\n").encode())
     return QuantizeResult(proto, report, quantized, output_path)
+
+
+def _meet_budget(
+    fp32: ir.Model,
+    calib_set: Any,
+    options: QuantizeOptions,
+    budget: Any,
+    accuracy_data: Any,
+    eval_data: Any,
+    preprocess: ImagePreprocess | None,
+    search_options: Any,
+    target: str | None,
+    track: Track,
+    say: Any,
+) -> tuple[QuantizeOptions, Statistics, dict]:
+    """The accuracy-aware search (:mod:`edgekit.quantize.accuracy`) on ``accuracy_data`` (default: the
+    evaluation data): the options with the restored layers, the search's statistics and its report."""
+    from dataclasses import replace
+
+    from edgekit.quantize.accuracy import SearchOptions, search
+    from edgekit.targets.base import get_target
+
+    if accuracy_data is None and eval_data is None:
+        raise DataError(
+            f"{budget.flag} needs --accuracy-data DATA or --eval DATA (the samples it is measured on)"
+        )
+    used, flag = (accuracy_data, "--accuracy-data") if accuracy_data is not None else (eval_data, "--eval")
+    accuracy_set = as_dataset(used, fp32, preprocess)
+    search_options = (
+        replace(search_options, budget=budget) if search_options is not None else SearchOptions(budget)
+    )
+    result = search(
+        fp32,
+        calib_set,
+        accuracy_set,
+        get_target(target) if target is not None else None,
+        options,
+        search_options,
+        track=track,
+        say=say or (lambda line: None),
+    )
+    described = accuracy_set.describe() if isinstance(accuracy_set, Dataset) else {"kind": "iterable"}
+    report = {**result.to_json(), "data": {"flag": flag, **described}}
+    # With a target, the file has that target's scheme (its activation type, ...): what the search measured.
+    final = result.options
+    return final, result.statistics, report
 
 
 def _version() -> str:

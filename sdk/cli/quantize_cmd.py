@@ -39,6 +39,77 @@ InputShape = Annotated[
 ]
 
 
+# Accuracy budget options shared with `edgekit deploy` (issue 14).
+MaxDrop = Annotated[
+    float | None,
+    typer.Option(
+        "--max-drop", help="Restore the fewest layers so that top-1 drops at most PP points (labels)."
+    ),
+]
+MinAgreement = Annotated[
+    float | None,
+    typer.Option(
+        "--min-agreement",
+        help="... so that the decoded argmax agrees with fp32 on at least PCT % of samples.",
+    ),
+]
+MinCosine = Annotated[
+    float | None,
+    typer.Option("--min-cosine", help="... so that the outputs' mean cosine to fp32 is at least C."),
+]
+AccuracyData = Annotated[
+    str | None,
+    typer.Option("--accuracy-data", help="Data the budget is measured on (default: the --eval data)."),
+]
+Executor = Annotated[
+    str,
+    typer.Option("--executor", help="Where candidates run: process (local pool), ray, or ray://HOST:PORT."),
+]
+Workers = Annotated[
+    int | None, typer.Option("--workers", help="Local pool size (default: the CPUs, at most 4).")
+]
+RankingSamples = Annotated[
+    int,
+    typer.Option("--ranking-samples", help="Accuracy samples the search ranks on (the whole set confirms)."),
+]
+AllowCpuFallback = Annotated[
+    bool,
+    typer.Option(
+        "--allow-cpu-fallback", help="nnapi: layers int8 cannot save stay float on the CPU partition."
+    ),
+]
+
+
+def search_options(
+    max_drop: float | None,
+    min_agreement: float | None,
+    min_cosine: float | None,
+    executor: str,
+    workers: int | None,
+    ranking_samples: int,
+    allow_cpu_fallback: bool,
+):
+    """The budget and search options the flags give (None without a budget flag)."""
+    from edgekit.errors import DataError
+    from edgekit.quantize.accuracy import SearchOptions
+    from edgekit.quantize.budget import budget_from_flags
+
+    budget = budget_from_flags(max_drop, min_agreement, min_cosine)
+    if budget is None:
+        return None
+    if ranking_samples < 1:
+        raise DataError(f"--ranking-samples must be at least 1, got {ranking_samples}")
+    if workers is not None and workers < 1:
+        raise DataError(f"--workers must be at least 1, got {workers}")
+    return SearchOptions(
+        budget,
+        executor=executor,
+        workers=workers,
+        ranking_samples=ranking_samples,
+        allow_cpu_fallback=allow_cpu_fallback,
+    )
+
+
 def register(app: typer.Typer) -> None:
     app.command("quantize")(quantize)
 
@@ -102,6 +173,18 @@ def quantize(
     mean: Mean = None,
     std: Std = None,
     layout: Layout = "NCHW",
+    max_drop: MaxDrop = None,
+    min_agreement: MinAgreement = None,
+    min_cosine: MinCosine = None,
+    accuracy_data: AccuracyData = None,
+    target: Annotated[
+        str | None,
+        typer.Option("--target", help="With a budget: restore only what this target runs ({targets})."),
+    ] = None,
+    executor: Executor = "process",
+    workers: Workers = None,
+    ranking_samples: RankingSamples = 50,
+    allow_cpu_fallback: AllowCpuFallback = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
 ) -> None:
     """Calibrated int8 post-training quantization of an ONNX model (standard QDQ ONNX out)."""
@@ -123,6 +206,18 @@ def quantize(
     )
     if calib is None and get_recipe(precision).calibrated:
         raise DataError(f"--precision {precision} needs calibration data: pass --calib DATA")
+    search = search_options(
+        max_drop, min_agreement, min_cosine, executor, workers, ranking_samples, allow_cpu_fallback
+    )
+    if search is None and (accuracy_data is not None or target is not None):
+        from edgekit.errors import DataError
+
+        flag = "--accuracy-data" if accuracy_data is not None else "--target"
+        raise DataError(f"{flag} goes with an accuracy budget: --max-drop, --min-agreement or --min-cosine")
+    if target is not None:
+        from edgekit.targets.base import get_target
+
+        get_target(target)  # an unknown name names the targets there are
     preprocess = build_preprocess(size, resize_mode, resize_shorter, color, scale, mean, std, layout)
     out = (
         output
@@ -142,6 +237,11 @@ def quantize(
         eval_limit=max_samples,
         track=RichTrack(enabled=not quiet),
         messages=messages,
+        budget=search.budget if search is not None else None,
+        accuracy_data=accuracy_data,
+        search=search,
+        target=target,
+        say=(lambda line: console.print(line, soft_wrap=True, markup=False)) if not quiet else None,
     )
     for message in messages:
         err_console.print(f"[yellow]note:[/] {message}")
@@ -190,6 +290,9 @@ def print_summary(report: dict) -> None:
         f"{out['size_ratio']:.3f}x the fp32 model)  activations {activations}, method {q['method']}, "
         f"{report['calibration']['samples_used']} calibration samples"
     )
+    accuracy = report.get("accuracy_aware")
+    if accuracy:
+        print_accuracy_summary(accuracy)
     evaluation = report.get("evaluation")
     if evaluation:
         runtime = "onnxruntime" if name == "int16x8" else "OpenVINO f32"
@@ -229,3 +332,32 @@ def print_summary(report: dict) -> None:
         for f in q["float_ops"]:
             floats.add_row(f["node"], f["op_type"], f["reason"])
         console.print(floats)
+
+
+def print_accuracy_summary(section: dict) -> None:
+    """The accuracy-aware search's outcome: the budget, the data it was measured on, the layers restored."""
+    from edgekit.quantize.budget import Budget
+
+    b = section["budget"]
+    budget = Budget(b["kind"], b["value"])
+    data = section["data"]
+    console.print(
+        f"[bold]{section['target']}[/]: {budget.describe()} met on {section['accuracy_samples']} samples of "
+        f"{data.get('path', 'the data')} ({data['flag']}): {budget.format(section['final']['metric'])} "
+        f"(int8: {budget.format(section['base']['metric'])}), {len(section['restored'])} of "
+        f"{section['quantizable_layers']} layers restored, {section['evaluations']} evaluations in "
+        f"{section['wall_s']:.1f} s ({section['executor']})",
+        soft_wrap=True,
+    )
+    if section["restored"]:
+        table = Table(title="layers restored (metric on the accuracy set after each)")
+        table.add_column("#", justify="right")
+        table.add_column("layer")
+        table.add_column("op")
+        table.add_column("restore")
+        table.add_column(budget.flag, justify="right")
+        for i, row in enumerate(section["restored"], 1):
+            table.add_row(
+                str(i), row["node"], row["op_type"], row["what"], budget.format(section["curve"][i]["metric"])
+            )
+        console.print(table)
