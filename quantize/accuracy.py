@@ -249,7 +249,7 @@ def search(
     budget = options.budget
     scheme = target.quantize_options(base_options)
     choices = available_restores(target, options.allow_cpu_fallback)
-    integer_only = all(r.integer for r in choices)
+    integer_only = all(r.integer for r in choices if not r.fallback)
     if any(r.kind == "range" for r in choices) and scheme.method == "minmax":
         observe_options = QuantizeOptions(**{**_fields(scheme), "method": "mse"})
     else:
@@ -375,8 +375,12 @@ def search(
         float_needed: list[str] = []
         if not met:
             best_m = max((st.measurement for st in s.steps), key=lambda m: m.key(budget))
-            if integer_only and not options.allow_cpu_fallback:
+            if integer_only:
                 float_needed = _float_layers(s, scheme, followers, ranked, budget)
+            if integer_only and options.allow_cpu_fallback and float_needed:
+                say(f"{target.name}: int8 fixes fall short; left float on the CPU: {', '.join(float_needed)}")
+                chosen, met = {n: "float" for n in float_needed}, True
+            elif integer_only:
                 where = (
                     f"; layers that would need float: {', '.join(float_needed)} "
                     "(--allow-cpu-fallback keeps them on the CPU)"
@@ -387,10 +391,11 @@ def search(
                     f"{target.name}: {budget.describe()} cannot be met in int8: best reached "
                     f"{budget.format(best_m.metric)}{where}"
                 )
-            raise QuantizationError(
-                f"{target.name}: {budget.describe()} cannot be met: best reached {budget.format(best_m.metric)} "
-                f"with {len(ranked)} of {len(layers)} layers restored"
-            )
+            else:
+                raise QuantizationError(
+                    f"{target.name}: {budget.describe()} cannot be met: best reached {budget.format(best_m.metric)} "
+                    f"with {len(ranked)} of {len(layers)} layers restored"
+                )
         ordered = [n for n in ranked if n in chosen]
         # Step 6: the curve on the whole set.
         curve_tasks = [

@@ -60,7 +60,9 @@ def fragile_cnn(seed: int = 0, classes: int = 10) -> onnx.ModelProto:
     return model
 
 
-def fragile_data(model: onnx.ModelProto, folder: Path, count: int = 40, seed: int = 1, labels: bool = True) -> Path:
+def fragile_data(
+    model: onnx.ModelProto, folder: Path, count: int = 40, seed: int = 1, labels: bool = True
+) -> Path:
     """``count`` inputs, labelled with the fp32 model's own top-1 where a seeded coin says so (about 80 %),
     else another class: an fp32 top-1 near 80 %, so that a drop is measurable."""
     import onnxruntime as ort

@@ -1,0 +1,217 @@
+"""The accuracy-aware search (issue 14) on a model with one known fragile layer, checked against onnxruntime."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from edgekit.data import input_specs, open_dataset
+from edgekit.errors import DataError, QuantizationError
+from edgekit.model import load_model
+from edgekit.quantize.accuracy import SearchOptions, search
+from edgekit.quantize.budget import Budget, budget_from_flags
+from edgekit.quantize.options import QuantizeOptions
+from edgekit.quantize.pipeline import quantize
+from edgekit.quantize.restores import RESTORES, apply_restores, available_restores
+from edgekit.targets.base import get_target
+from fragile_models import FRAGILE, fragile_cnn, fragile_data
+
+
+@pytest.fixture(scope="module")
+def fragile(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("fragile")
+    model = fragile_cnn()
+    path = folder / "fragile.onnx"
+    onnx.save(model, path)
+    return path, fragile_data(model, folder), fragile_data(model, folder, labels=False)
+
+
+def edgekit(*args: str | Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "edgekit.cli.main", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "100"},
+    )
+
+
+def ort_outputs(model: onnx.ModelProto | Path, x: np.ndarray) -> np.ndarray:
+    import onnxruntime as ort
+
+    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    # No graph optimisation: the QDQ model's own arithmetic (onnxruntime's fused int8 Gemm rounds otherwise).
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    return np.stack([session.run(None, {"x": s[None]})[0][0] for s in x])
+
+
+def mean_cosine(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.mean(np.sum(a * b, 1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))))
+
+
+def dataset(model, path):
+    return open_dataset(path, input_specs(model), None)
+
+
+def test_the_search_restores_the_fragile_layer_first(fragile):
+    path, data, _ = fragile
+    model = load_model(path)
+    result = search(
+        model,
+        dataset(model, data),
+        dataset(model, data),
+        get_target("arm-cpu"),
+        QuantizeOptions(),
+        SearchOptions(Budget("min_cosine", 0.995), executor="inline", ranking_samples=20),
+    )
+    assert result.met and result.restored[0][0] == FRAGILE
+    assert [r[2] for r in result.restored] == ["float"] * len(result.restored)
+    # The curve starts at plain int8 (below the budget) and ends at the answer; onnxruntime agrees on both.
+    x = np.load(data)["x"]
+    ref = ort_outputs(path, x)
+    plain = quantize(model, dataset(model, data), QuantizeOptions(activations="int8"))
+    restored = quantize(model, dataset(model, data), result.options)
+    assert (
+        mean_cosine(ref, ort_outputs(plain.proto(), x))
+        < 0.995
+        <= mean_cosine(ref, ort_outputs(restored.proto(), x))
+    )
+    assert result.curve[0].metric == pytest.approx(mean_cosine(ref, ort_outputs(plain.proto(), x)), abs=2e-3)
+    assert result.curve[-1].metric == pytest.approx(result.final.metric)
+    assert len(result.curve) == len(result.restored) + 1
+
+
+def test_cli_max_drop_on_the_default_process_pool(fragile, tmp_path):
+    path, data, _ = fragile
+    out, report = tmp_path / "out.onnx", tmp_path / "report.json"
+    run = edgekit("quantize", path, "--calib", data, "--eval", data, "--max-drop", "0", "-o", out,
+                  "--report", report, "--target", "intel-vpu", "-q")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    section = json.loads(report.read_text())["accuracy_aware"]
+    assert section["executor"] == "process" and section["data"]["flag"] == "--eval"
+    assert section["restored"][0]["node"] == FRAGILE
+    assert "--max-drop 0 met" in run.stdout
+    # The written file: the fragile conv reads float weights, and onnxruntime loses no labelled sample.
+    written = onnx.load(out)
+    conv = next(n for n in written.graph.node if n.name == FRAGILE)
+    assert conv.input[1] in {t.name for t in written.graph.initializer}
+    arrays = np.load(data)
+    ref, cand = ort_outputs(path, arrays["x"]), ort_outputs(out, arrays["x"])
+    labels = arrays["labels"]
+    assert np.sum(cand.argmax(1) == labels) >= np.sum(ref.argmax(1) == labels)
+
+
+def test_every_target_has_its_legal_restores():
+    names = {
+        t: [r.name for r in available_restores(get_target(t))] for t in ("arm-cpu", "intel-vpu", "nnapi")
+    }
+    arm = get_target("arm-cpu")
+    arm_int16 = "int16x8" if arm.precisions["int16x8"] is None else None
+    assert names["arm-cpu"] == [n for n in (arm_int16, "float") if n]
+    assert names["intel-vpu"] == ["float"]
+    assert names["nnapi"] == ["mse", "percentile", "bias-correction"]  # int8 only
+    assert [r.name for r in available_restores(get_target("nnapi"), allow_cpu_fallback=True)][-1] == "float"
+    # int16x8 joins arm-cpu's choices, first, as soon as the target runs the recipe.
+    runs_int16 = type("Arm16", (), {"name": "arm-cpu", "precisions": {**arm.precisions, "int16x8": None}})()
+    assert [r.name for r in available_restores(runs_int16)] == ["int16x8", "float"]
+    assert set(RESTORES) >= {"arm-cpu", "intel-vpu", "nnapi"}
+
+
+def test_each_int8_restore_changes_what_it_says(fragile):
+    path, data, _ = fragile
+    model = load_model(path)
+    base = QuantizeOptions(activations="int8", samples=40, method="minmax")
+    stats_options = QuantizeOptions(activations="int8", samples=40, method="mse", bias_correction=True)
+    stats = quantize(model, dataset(model, data), stats_options).stats
+
+    def initializer(q, suffix: str, node: str) -> np.ndarray:
+        proto = q.proto()
+        inits = {t.name: onnx.numpy_helper.to_array(t) for t in proto.graph.initializer}
+        return next(v for k, v in inits.items() if node in k and k.endswith(suffix))
+
+    plain = quantize(model, (), base, statistics=stats)
+    mse = quantize(model, (), apply_restores(base, {"conv2": "mse"}), statistics=stats)
+    corrected = quantize(model, (), apply_restores(base, {"conv2": "bias-correction"}), statistics=stats)
+    out = plain.plan.fused and "r2"
+    assert mse.params[out].scale < plain.params[out].scale  # mse clips the range
+    assert mse.params["r1"] == plain.params["r1"]  # the other layers keep theirs
+    assert not np.array_equal(
+        initializer(plain, "_quantized", "b2_conv2"), initializer(corrected, "_quantized", "b2_conv2")
+    )
+    left_float = quantize(
+        model, (), apply_restores(base, {FRAGILE: "float"}, {FRAGILE: "relu1"}), statistics=stats
+    )
+    assert {f.node for f in left_float.plan.float_ops} >= {FRAGILE, "relu1"}
+
+
+def test_nnapi_refuses_a_budget_int8_cannot_meet_and_names_the_layers(fragile, tmp_path):
+    path, data, _ = fragile
+    args = ["quantize", path, "--calib", data, "--eval", data, "--max-drop", "0", "--target", "nnapi",
+            "--executor", "inline", "--ranking-samples", "20", "-q"]  # fmt: skip
+    run = edgekit(*args, "-o", tmp_path / "a.onnx")
+    assert run.returncode == 2, run.stdout + run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot be met in int8: best reached top-1 drop" in lines[0]
+    assert f"layers that would need float: {FRAGILE}" in lines[0] and "--allow-cpu-fallback" in lines[0]
+    assert not (tmp_path / "a.onnx").exists()
+    run = edgekit(*args, "-o", tmp_path / "b.onnx", "--allow-cpu-fallback", "--report", tmp_path / "b.json")
+    assert run.returncode == 0, run.stderr
+    restored = json.loads((tmp_path / "b.json").read_text())["accuracy_aware"]["restored"]
+    assert (FRAGILE, "float") in {(r["node"], r["restore"]) for r in restored}
+
+
+def test_a_budget_nothing_meets_is_one_line_with_the_best_reached(fragile, tmp_path):
+    path, data, _ = fragile
+    run = edgekit("quantize", path, "--calib", data, "--accuracy-data", data, "--min-cosine", "1",
+                  "--executor", "inline", "-o", tmp_path / "x.onnx", "-q")  # fmt: skip
+    assert run.returncode == 2
+    line = run.stderr.strip()
+    assert "\n" not in line and "--min-cosine 1 cannot be met: best reached cosine 0.9" in line
+
+
+def test_labels_absent_and_bad_budgets(fragile, tmp_path):
+    path, data, unlabelled = fragile
+    run = edgekit("quantize", path, "--calib", data, "--accuracy-data", unlabelled, "--max-drop", "1",
+                  "-o", tmp_path / "x.onnx", "-q")  # fmt: skip
+    assert run.returncode == 2 and "--max-drop needs labels" in run.stderr and "Traceback" not in run.stderr
+    run = edgekit("quantize", path, "--calib", data, "--max-drop", "1", "-o", tmp_path / "x.onnx", "-q")
+    assert run.returncode == 2 and "--accuracy-data DATA or --eval DATA" in run.stderr
+    with pytest.raises(DataError, match="pass one accuracy budget"):
+        budget_from_flags(1.0, 99.0, None)
+    with pytest.raises(DataError, match="--min-agreement must be a percentage"):
+        Budget("min_agreement", 120)
+
+
+def test_a_missing_ray_names_the_extra(fragile, monkeypatch):
+    from edgekit.quantize import executors
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(QuantizationError, match=r"pip install edgekit\[ray\]"):
+        executors.make_executor("ray", None)  # type: ignore[arg-type]
+
+
+def test_the_ray_executor_on_a_local_ray(fragile):
+    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install edgekit[ray])")
+    path, data, _ = fragile
+    model = load_model(path)
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        result = search(
+            model,
+            dataset(model, data),
+            dataset(model, data),
+            get_target("intel-vpu"),
+            QuantizeOptions(),
+            SearchOptions(Budget("max_drop", 0), executor="ray", ranking_samples=20),
+        )
+    finally:
+        ray.shutdown()
+    assert result.executor == "ray" and result.met and result.restored[0][0] == FRAGILE
