@@ -323,7 +323,11 @@ def search(
 
         if budget.met(base_out.metric):
             confirm = s.run("confirm", [(scheme, 0)], s.everything)[0]
-            if budget.met(confirm.measurement.metric):
+            if not budget.met(confirm.measurement.metric):
+                # The ranking subset cannot tell: rank on the whole set.
+                s.ranking, base_out = s.everything, confirm.measurement
+                say(f"{target.name}: int8 {budget.format(base_out.metric)} on the whole set: ranking on all of it")
+            else:
                 return _result(
                     target, budget, scheme, {}, [], op_types, [confirm], s, layers, choices, start, options
                 )
@@ -342,7 +346,7 @@ def search(
                 tried = outs[i * len(per_layer) : (i + 1) * len(per_layer)]
                 best = max(range(len(per_layer)), key=lambda j: tried[j].measurement.key(budget))
                 gains[n] = (_gain(tried[best].measurement, base_out, budget), per_layer[best].name)
-            if any(g[0] > (0.0,) * 4 for g in gains.values()) or measured_upto >= len(order_cheap):
+            if any(g[0] > (0.0,) * len(g[0]) for g in gains.values()) or measured_upto >= len(order_cheap):
                 break
             say(
                 f"{target.name}: no restore of the first {measured_upto} candidates helps: re-ranking the next"

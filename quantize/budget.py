@@ -166,10 +166,16 @@ class Measurement:
     cosine: float | None
     samples: int
 
-    def key(self, budget: Budget) -> tuple[float, float, float, float]:
-        """Sort key, higher is better."""
+    def key(self, budget: Budget) -> tuple[float, ...]:
+        """Sort key for ranking, higher is closer to fp32. A top-1 drop is ranked by the agreement with fp32
+        first: on a few samples the drop moves by whole samples and can be negative by chance (int8 right
+        where fp32 was wrong), while a restore should bring the answers back to fp32's."""
         cos = self.cosine if self.cosine is not None else 0.0
-        return (budget.score(self.metric), self.agreement, self.step_agreement, cos)
+        if budget.kind == "min_cosine":
+            return (cos, self.agreement, self.step_agreement)
+        if budget.kind == "max_drop":
+            return (self.agreement, self.step_agreement, cos, -self.metric)
+        return (self.agreement, self.step_agreement, cos)
 
     def to_json(self) -> dict:
         return {

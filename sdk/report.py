@@ -286,6 +286,10 @@ def render_markdown(report: dict) -> str:
         for sentence in failover_sentences(t):
             parts += ["", sentence]
         parts += ["", _md_table(OUTPUT_HEADER, output_rows(t))]
+        if t.get("accuracy_aware"):
+            from edgekit import accuracy_report
+
+            parts += ["", accuracy_report.markdown(t["accuracy_aware"])]
         layers = t.get("host_worst_layers") or []
         if layers:
             parts += ["", "Worst layers on the host (quantizer, SQNR vs fp32):", ""]
@@ -393,6 +397,11 @@ def _plots(report: dict) -> list[tuple[str, str]]:
         from edgekit import tradeoff
 
         plots += [(name, _png(fig)) for name, fig in tradeoff.figures(report["tradeoff"])]
+    searched = {t["target"]: t["accuracy_aware"] for t in report["targets"] if t.get("accuracy_aware")}
+    if searched:
+        from edgekit import accuracy_report
+
+        plots.append(("accuracy-aware", _png(accuracy_report.plot(searched))))
     return plots
 
 
@@ -502,5 +511,9 @@ def render_html(report: dict) -> str:
         parts += [f"<p class='warning failover'>{_code(x)}</p>" for x in failover_sentences(t)]
         parts.append(_html_table(OUTPUT_HEADER, output_rows(t), "outputs"))
         parts.append(_confusion_html(t, (report.get("data") or {}).get("class_names") or {}))
+        if t.get("accuracy_aware"):
+            from edgekit import accuracy_report
+
+            parts.append(accuracy_report.html_section(t["accuracy_aware"]))
     parts.append("</body></html>")
     return "\n".join(parts)

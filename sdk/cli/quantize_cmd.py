@@ -245,6 +245,19 @@ def quantize(
     )
     for message in messages:
         err_console.print(f"[yellow]note:[/] {message}")
+    section = result.report.get("accuracy_aware")
+    if section and report is not None:
+        from edgekit import accuracy_report
+        from edgekit.model import atomic_write_bytes
+
+        figure = accuracy_report.plot({section["target"]: section})
+        png = report.with_suffix(".accuracy.png")
+        import io
+
+        buf = io.BytesIO()
+        figure.savefig(buf, format="png", dpi=96, bbox_inches="tight")
+        atomic_write_bytes(png, buf.getvalue())
+        console.print(f"metric against layers restored: {png}", soft_wrap=True, markup=False)
     if precision == "fp16":
         print_fp16_summary(result.report)
     else:
