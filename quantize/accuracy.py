@@ -326,7 +326,9 @@ def search(
             if not budget.met(confirm.measurement.metric):
                 # The ranking subset cannot tell: rank on the whole set.
                 s.ranking, base_out = s.everything, confirm.measurement
-                say(f"{target.name}: int8 {budget.format(base_out.metric)} on the whole set: ranking on all of it")
+                say(
+                    f"{target.name}: int8 {budget.format(base_out.metric)} on the whole set: ranking on all of it"
+                )
             else:
                 return _result(
                     target, budget, scheme, {}, [], op_types, [confirm], s, layers, choices, start, options
