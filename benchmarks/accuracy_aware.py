@@ -52,78 +52,99 @@ def photos(shared: Path) -> list[Sample]:
     return [Sample({"input": np.array(s.inputs["input"])}, s.label) for s in data]
 
 
-def top1(outputs: list[np.ndarray], samples: list[Sample]) -> float:
+def top1(outputs: list, samples: list[Sample]) -> float:
     return 100.0 * float(
         np.mean([int(np.argmax(o)) == s.label for o, s in zip(outputs, samples, strict=True)])
     )
 
 
-def p50(run, x: np.ndarray, repeats: int = 30) -> float:
-    run(x)
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        run(x)
-        times.append(time.perf_counter() - t)
-    return 1e3 * statistics.median(times)
-
-
 def artifact_runner(target: str, proto) -> tuple[Any, int]:
-    """A function running one NCHW input through the target's real artifact, and the artifact's size."""
-    if target == "arm-cpu":
+    """A function running one sample (ONNX-layout feeds) through the target's real artifact (its first output,
+    ONNX layout), and the artifact's size."""
+    if target in ("arm-cpu", "nnapi"):
         from ai_edge_litert.interpreter import Interpreter
+        from edgekit.litert_run import from_model_output, to_model_input
         from edgekit.targets.tflite.converter import ConvertOptions, convert
 
-        result = convert(proto, ConvertOptions(keep_io_layout=True, target="arm-cpu"))
+        io = "float32" if target == "arm-cpu" else "int8"
+        options = ConvertOptions(keep_io_layout=True, target=target, io_dtype=io, strict_integer=False)
+        if target == "nnapi":
+            from edgekit.targets.nnapi_target import NNAPI_PER_TENSOR
+
+            options = ConvertOptions(keep_io_layout=True, target=target, io_dtype=io, strict_integer=False,
+                                     per_tensor_weights=NNAPI_PER_TENSOR)  # fmt: skip
+        result = convert(proto, options)
         interpreter = Interpreter(model_content=result.data, num_threads=2)
         interpreter.allocate_tensors()
-        (inp,), (out,) = interpreter.get_input_details(), interpreter.get_output_details()
+        details = {d["name"]: d for d in interpreter.get_input_details()}
+        out = {d["name"]: d for d in interpreter.get_output_details()}
 
-        def run(x):
-            interpreter.set_tensor(inp["index"], x)
+        def run(feeds):
+            for info in result.inputs:
+                interpreter.set_tensor(details[info.name]["index"], to_model_input(info, feeds[info.name]))
             interpreter.invoke()
-            return interpreter.get_tensor(out["index"]).copy()
+            info = result.outputs[0]
+            return {"y": from_model_output(info, interpreter.get_tensor(out[info.name]["index"]))}
 
         return run, len(result.data)
     from edgekit.runtime import HostRunner
 
     runner = HostRunner(proto, exact_qdq=False, threads=2)  # OpenVINO's int8 kernels: what the IR runs
     name = runner.output_names[0]
-    return (lambda x: runner.run({"input": x})[name]), proto.ByteSize()
+    return (lambda feeds: {"y": runner.run(feeds)[name]}), proto.ByteSize()
 
 
-def edgekit_case(
-    fp32_path: Path, calib: list[Sample], held: list[Sample], target: str, workers: int | None
-) -> dict:
+def p50(run, feeds: dict, repeats: int = 30) -> float:
+    run(feeds)
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        run(feeds)
+        times.append(time.perf_counter() - t)
+    return 1e3 * statistics.median(times)
+
+
+def edgekit_case(model_path: Path, calib: list[Sample], held: list[Sample], target: str, budget, workers,
+                 input_shapes=None, ranking: int = 50) -> dict:  # fmt: skip
+    """The search on ``calib`` (calibration and accuracy), then fp32, plain int8 and the restored model's real
+    artifacts on ``held``: the budget's metric (first output), host p50 and size."""
     from edgekit.model import load_model
     from edgekit.quantize.accuracy import SearchOptions, search
-    from edgekit.quantize.budget import Budget
+    from edgekit.quantize.budget import Reference, measure
     from edgekit.quantize.options import QuantizeOptions
     from edgekit.quantize.pipeline import quantize
+    from edgekit.runtime import HostRunner
     from edgekit.targets.base import get_target
 
-    model = load_model(fp32_path)
+    model = load_model(model_path, input_shapes)
     tgt = get_target(target)
     start = time.perf_counter()
-    result = search(model, calib, calib, tgt, QuantizeOptions(), SearchOptions(Budget("max_drop", 0.5), workers=workers),
-                    say=lambda line: print("  " + line, flush=True))  # fmt: skip
+    try:
+        result = search(model, calib, calib, tgt, QuantizeOptions(), SearchOptions(budget, workers=workers,
+                        ranking_samples=ranking), say=lambda line: print("  " + line, flush=True))  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 - a refusal is a result here
+        return {"target": target, "refused": str(exc), "wall_s": time.perf_counter() - start}
     wall = time.perf_counter() - start
     plain = quantize(model, (), tgt.quantize_options(QuantizeOptions()), statistics=result.statistics).proto()
     restored = quantize(model, (), result.options, statistics=result.statistics).proto()
-    import onnx
-    from edgekit.runtime import HostRunner
-
-    fp32 = HostRunner(onnx.load(str(fp32_path)))
-    ref = [fp32.run(s.inputs)[fp32.output_names[0]] for s in held]
-    row = {"target": target, "wall_s": wall, "search": result.to_json(), "fp32_top1": top1(ref, held)}
-    x = held[0].inputs["input"]
+    fp32 = HostRunner(ir_proto(model))
+    first = fp32.output_names[0]
+    ref_out = [{"y": fp32.run(s.inputs)[first]} for s in held]
+    reference = Reference.build(["y"], ref_out, [s.label for s in held], budget)
+    indices = list(range(len(held)))
+    row = {"target": target, "wall_s": wall, "search": result.to_json()}
     for name, proto in (("int8", plain), ("restored", restored)):
         run, size = artifact_runner(target, proto)
-        outs = [run(s.inputs["input"]) for s in held]
-        row[name] = {"top1": top1(outs, held), "drop_pp": row["fp32_top1"] - top1(outs, held),
-                     "agreement": 100.0 * float(np.mean([np.argmax(a) == np.argmax(b) for a, b in zip(outs, ref, strict=True)])),
-                     "p50_ms": p50(run, x), "size_bytes": size}  # fmt: skip
+        outs = [run(s.inputs) for s in held]
+        m = measure(budget, reference, indices, outs)
+        row[name] = {**m.to_json(), "p50_ms": p50(run, held[0].inputs), "size_bytes": size}
     return row
+
+
+def ir_proto(model):
+    import onnx_ir as ir
+
+    return ir.to_proto(model)
 
 
 def nncf_case(fp32_path: Path, calib: list[Sample], held: list[Sample]) -> dict:
@@ -162,43 +183,106 @@ def nncf_case(fp32_path: Path, calib: list[Sample], held: list[Sample]) -> dict:
             "top1": top1(outs, held), "drop_pp": top1(ref, held) - top1(outs, held)}  # fmt: skip
 
 
+def zoo_samples(entry: dict, count: int, seed: int) -> list[Sample]:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "zoo"))
+    import zoo_data
+
+    arrays = zoo_data.make_arrays(entry, count, seed)
+    return [Sample({k: v[i] for k, v in arrays.items()}, None) for i in range(count)]
+
+
+def zoo_entry(name: str) -> dict:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "zoo"))
+    import zoo_data
+
+    return next(e for e in zoo_data.entries() if e["name"] == name)
+
+
+def report(name: str, row: dict) -> None:
+    if "refused" in row:
+        print(f"{name} {row['target']}: refused in {row['wall_s']:.1f} s: {row['refused']}", flush=True)
+        return
+    s = row["search"]
+    print(f"{name} {row['target']}: {len(s['restored'])}/{s['quantizable_layers']} layers restored in "
+          f"{row['wall_s']:.1f} s ({s['evaluations']} evaluations); held-out metric int8 {row['int8']['metric']:.4g} "
+          f"({row['int8']['p50_ms']:.2f} ms, {row['int8']['size_bytes']} B), restored {row['restored']['metric']:.4g} "
+          f"({row['restored']['p50_ms']:.2f} ms, {row['restored']['size_bytes']} B), agreement "
+          f"{row['int8']['agreement']:.1f} -> {row['restored']['agreement']:.1f}; restored: "
+          f"{[(r['node'], r['restore']) for r in s['restored']]}", flush=True)  # fmt: skip
+
+
 def main() -> None:
+    from edgekit.quantize.budget import Budget
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shared", type=Path, default=default_shared())
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--skip-nncf", action="store_true")
     parser.add_argument("--workers", type=int, default=None)
-    parser.add_argument("--targets", default="arm-cpu,intel-vpu")
+    parser.add_argument("--cases", default="mobilenetv2,nnapi,nncf,zoo,rec")
     args = parser.parse_args()
+    cases = args.cases.split(",")
     out = args.out or Path(tempfile.mkdtemp(prefix="edgekit-accuracy-"))
     out.mkdir(parents=True, exist_ok=True)
-    fp32 = float_from_quantized(
-        args.shared / "models/mobilenetv2-12-int8.onnx", out / "mobilenetv2-fp32.onnx"
-    )
-    samples = photos(args.shared)
-    calib, held = samples[: len(samples) // 2], samples[len(samples) // 2 :]
-    results: dict[str, Any] = {
-        "model": "mobilenetv2 (real weights)",
-        "calibration": len(calib),
-        "held_out": len(held),
-    }
-    for target in args.targets.split(","):
-        print(f"edgekit {target} ...", flush=True)
-        row = edgekit_case(fp32, calib, held, target, args.workers)
-        results[target] = row
-        s = row["search"]
-        print(f"{target}: {len(s['restored'])}/{s['quantizable_layers']} layers restored in {row['wall_s']:.1f} s "
-              f"({s['evaluations']} evaluations); held-out top-1 fp32 {row['fp32_top1']:.1f}, int8 "
-              f"{row['int8']['top1']:.1f} ({row['int8']['p50_ms']:.2f} ms), restored {row['restored']['top1']:.1f} "
-              f"({row['restored']['p50_ms']:.2f} ms); restored: {[r['node'] for r in s['restored']]}", flush=True)  # fmt: skip
-    if not args.skip_nncf:
-        print("nncf quantize_with_accuracy_control ...", flush=True)
-        results["nncf"] = row = nncf_case(fp32, calib, held)
-        print(f"nncf: {len(row['reverted'])}/{row['weighted_ops']} reverted in {row['wall_s']:.1f} s; held-out "
-              f"top-1 {row['top1']:.1f} (fp32 {row['fp32_top1']:.1f}); reverted: {row['reverted']}", flush=True)  # fmt: skip
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    results: dict[str, Any] = {}
+
+    def save() -> None:
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=2) + "\n")
+
+    if {"mobilenetv2", "nnapi", "nncf"} & set(cases):
+        fp32 = float_from_quantized(
+            args.shared / "models/mobilenetv2-12-int8.onnx", out / "mobilenetv2-fp32.onnx"
+        )
+        samples = photos(args.shared)
+        calib, held = samples[: len(samples) // 2], samples[len(samples) // 2 :]
+        drop = Budget("max_drop", 0.5)
+        for target in [t for t, c in (("arm-cpu", "mobilenetv2"), ("intel-vpu", "mobilenetv2"), ("nnapi", "nnapi"))
+                       if c in cases]:  # fmt: skip
+            print(f"mobilenetv2 {target} --max-drop 0.5 ...", flush=True)
+            results[f"mobilenetv2/{target}"] = row = edgekit_case(
+                fp32, calib, held, target, drop, args.workers
+            )
+            report("mobilenetv2", row)
+            save()
+        if "nncf" in cases:
+            print("nncf quantize_with_accuracy_control ...", flush=True)
+            results["mobilenetv2/nncf"] = row = nncf_case(fp32, calib, held)
+            print(f"nncf: {len(row['reverted'])}/{row['weighted_ops']} reverted in {row['wall_s']:.1f} s; held-out "
+                  f"top-1 {row['top1']:.1f} (fp32 {row['fp32_top1']:.1f}); reverted: {row['reverted']}", flush=True)  # fmt: skip
+            save()
+    if "zoo" in cases:
+        models = Path(__file__).resolve().parents[1] / "tests/zoo/models"
+        for name in ("mobilenet_v3_small", "bert_tiny_op13"):
+            entry = zoo_entry(name)
+            calib, held = zoo_samples(entry, 32, 1), zoo_samples(entry, 32, 2)
+            print(f"{name} arm-cpu --min-cosine 0.99 ...", flush=True)
+            results[f"{name}/arm-cpu"] = row = edgekit_case(
+                models / entry["file"],
+                calib,
+                held,
+                "arm-cpu",
+                Budget("min_cosine", 0.99),
+                args.workers,
+                ranking=16,
+            )
+            report(name, row)
+            save()
+    if "rec" in cases:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from zoo import SHARED_MODELS
+
+        entry = next(e for e in SHARED_MODELS if e["name"] == "ppocrv4_rec")
+        calib, held = zoo_samples(entry, 24, 1), zoo_samples(entry, 24, 2)
+        for target in ("arm-cpu", "intel-vpu"):
+            print(f"ppocrv4_rec {target} --min-agreement 99 ...", flush=True)
+            results[f"ppocrv4_rec/{target}"] = row = edgekit_case(
+                args.shared / "models" / entry["file"], calib, held, target, Budget("min_agreement", 99),
+                args.workers, input_shapes={"x": (1, 3, 48, 320)}, ranking=12,
+            )  # fmt: skip
+            report("ppocrv4_rec", row)
+            save()
     return None
 
 
