@@ -188,6 +188,15 @@ def cheap_ranking(
     return scores
 
 
+def informative(badness: Sequence[float], size: int) -> tuple[int, ...]:
+    """Up to ``size`` sample indices: the worst half by ``badness`` (those int8 gets wrong), then the first
+    others in order."""
+    order = sorted(range(len(badness)), key=lambda i: -badness[i])
+    worst = [i for i in order[: max(1, size // 2)] if badness[i] > 0]
+    rest = [i for i in range(len(badness)) if i not in set(worst)][: max(0, size - len(worst))]
+    return tuple(sorted(worst + rest))
+
+
 def _load_samples(
     dataset: Iterable, limit: int | None
 ) -> tuple[list[dict[str, np.ndarray]], list[int | None]]:
@@ -318,74 +327,38 @@ def search(
         def with_restores(restores: dict[str, str]) -> QuantizeOptions:
             return apply_restores(scheme, restores, followers)
 
+        whole = s.run("int8", [(scheme, 0)], s.everything)[0]
+        if budget.met(whole.measurement.metric):
+            return _result(
+                target, budget, scheme, {}, [], op_types, [whole], s, layers, choices, start, options
+            )
+        # The ranking subset: the samples int8 gets most wrong, then the first others (to see new breakage).
+        s.ranking = informative(whole.measurement.badness, options.ranking_samples)
         base_out = s.run("int8", [(scheme, 0)])[0].measurement
-        say(f"{target.name}: int8 {budget.format(base_out.metric)} on {len(ranking)} ranking sample(s)")
-
-        if budget.met(base_out.metric):
-            confirm = s.run("confirm", [(scheme, 0)], s.everything)[0]
-            if not budget.met(confirm.measurement.metric):
-                # The ranking subset cannot tell: rank on the whole set.
-                s.ranking, base_out = s.everything, confirm.measurement
-                say(
-                    f"{target.name}: int8 {budget.format(base_out.metric)} on the whole set: ranking on all of it"
-                )
-            else:
-                return _result(
-                    target, budget, scheme, {}, [], op_types, [confirm], s, layers, choices, start, options
-                )
-        # Step 4: measured effect of each top candidate (each of its choices on int8-only targets).
+        say(
+            f"{target.name}: int8 {budget.format(whole.measurement.metric)} on the whole set, "
+            f"{budget.format(base_out.metric)} on {len(s.ranking)} ranking sample(s)"
+        )
+        # Steps 4-5: rank by the measured effect, then the shortest prefix meeting the budget.
         preferred = [r for r in choices if not r.fallback] or list(choices)
         per_layer = preferred if integer_only else preferred[:1]
-        gains: dict[str, tuple[tuple, str]] = {}
         order_cheap = [n for n, _ in cheap]
-        measured_upto = 0
-        for _round in range(2):
-            batch = order_cheap[measured_upto : measured_upto + options.top_k]
-            measured_upto += len(batch)
-            tasks = [(with_restores({n: r.name}), 1) for n in batch for r in per_layer]
-            outs = s.run("rank", tasks)
-            for i, n in enumerate(batch):
-                tried = outs[i * len(per_layer) : (i + 1) * len(per_layer)]
-                best = max(range(len(per_layer)), key=lambda j: tried[j].measurement.key(budget))
-                gains[n] = (_gain(tried[best].measurement, base_out, budget), per_layer[best].name)
-            if any(g[0] > (0.0,) * len(g[0]) for g in gains.values()) or measured_upto >= len(order_cheap):
-                break
-            say(
-                f"{target.name}: no restore of the first {measured_upto} candidates helps: re-ranking the next"
-            )
-        cheap_score = dict(cheap)
-        ranked = sorted(gains, key=lambda n: (gains[n][0], cheap_score[n]), reverse=True)
-        ranked += [n for n in order_cheap if n not in gains]
-        restore_of = {n: gains[n][1] if n in gains else per_layer[0].name for n in order_cheap}
-
-        def prefix(k: int) -> dict[str, str]:
-            return {n: restore_of[n] for n in ranked[:k]}
-
-        # Step 5: the shortest prefix that meets the budget.
-        k, best = _shortest_prefix(s, with_restores, prefix, len(ranked), base_out, s.ranking)
-        met = k is not None
-        if met:
-            chosen = _prune(s, with_restores, prefix(k))
-            confirm = s.run("confirm", [(with_restores(chosen), len(chosen))], s.everything)[0].measurement
-            if not budget.met(confirm.metric) and len(s.everything) > len(s.ranking):
-                say(
-                    f"{target.name}: {budget.format(confirm.metric)} on the whole accuracy set: searching on it"
-                )
-                k2, _ = _shortest_prefix(
-                    s, with_restores, prefix, len(ranked), confirm, s.everything, lo=len(chosen)
-                )
-                met = k2 is not None
-                chosen = prefix(k2) if met else chosen
-        else:
-            chosen = prefix(len(ranked))
+        met, chosen, ranked = _rank_and_restore(
+            s, with_restores, order_cheap, dict(cheap), [r.name for r in per_layer], base_out, options.top_k, say,
+            target.name,
+        )  # fmt: skip
         float_needed: list[str] = []
         if not met:
             best_m = max((st.measurement for st in s.steps), key=lambda m: m.key(budget))
             if integer_only:
-                float_needed = _float_layers(s, scheme, followers, ranked, budget)
+                say(f"{target.name}: int8 fixes fall short; searching the layers that would need float")
+                found, floats, ranked = _rank_and_restore(
+                    s, with_restores, order_cheap, dict(cheap), ["float"], base_out, options.top_k, say, target.name
+                )  # fmt: skip
+                float_needed = [n for n in ranked if n in floats] if found else []
             if integer_only and options.allow_cpu_fallback and float_needed:
-                say(f"{target.name}: int8 fixes fall short; left float on the CPU: {', '.join(float_needed)}")
-                chosen, met = {n: "float" for n in float_needed}, True
+                say(f"{target.name}: left float on the CPU: {', '.join(float_needed)}")
+                chosen, met = floats, True
             elif integer_only:
                 where = (
                     f"; layers that would need float: {', '.join(float_needed)} "
@@ -453,6 +426,47 @@ def _gain(m: Measurement, base: Measurement, budget: Budget) -> tuple:
     return tuple(a - b for a, b in zip(m.key(budget), base.key(budget), strict=True))
 
 
+def _rank_and_restore(
+    s: _Search, with_restores, order_cheap: list[str], cheap_score: dict[str, float], per_layer: list[str],
+    base_out: Measurement, top_k: int, say, target: str,
+) -> tuple[bool, dict[str, str], list[str]]:  # fmt: skip
+    """Rank the layers by the measured effect of restoring each alone (each restore of ``per_layer``, the best
+    kept) over the ranking subset, the top ``top_k`` of the cheap order first (the next ones when none helps),
+    then find the shortest prefix that meets the budget, prune it and confirm it on the whole set.
+    (met, layer -> restore, ranked layers)."""
+    budget = s.budget
+    gains: dict[str, tuple[tuple, str]] = {}
+    measured_upto = 0
+    for _round in range(2):
+        batch = order_cheap[measured_upto : measured_upto + top_k]
+        measured_upto += len(batch)
+        outs = s.run("rank", [(with_restores({n: r}), 1) for n in batch for r in per_layer])
+        for i, n in enumerate(batch):
+            tried = outs[i * len(per_layer) : (i + 1) * len(per_layer)]
+            best = max(range(len(per_layer)), key=lambda j: tried[j].measurement.key(budget))
+            gains[n] = (_gain(tried[best].measurement, base_out, budget), per_layer[best])
+        if any(g[0] > (0.0,) * len(g[0]) for g in gains.values()) or measured_upto >= len(order_cheap):
+            break
+        say(f"{target}: no restore of the first {measured_upto} candidates helps: re-ranking the next")
+    ranked = sorted(gains, key=lambda n: (gains[n][0], cheap_score[n]), reverse=True)
+    ranked += [n for n in order_cheap if n not in gains]
+    restore_of = {n: gains[n][1] if n in gains else per_layer[0] for n in order_cheap}
+
+    def prefix(k: int) -> dict[str, str]:
+        return {n: restore_of[n] for n in ranked[:k]}
+
+    k, _ = _shortest_prefix(s, with_restores, prefix, len(ranked), base_out, s.ranking)
+    if k is None:
+        return False, prefix(len(ranked)), ranked
+    chosen = _prune(s, with_restores, prefix(k))
+    confirm = s.run("confirm", [(with_restores(chosen), len(chosen))], s.everything)[0].measurement
+    if budget.met(confirm.metric) or len(s.everything) <= len(s.ranking):
+        return budget.met(confirm.metric), chosen, ranked
+    say(f"{target}: {budget.format(confirm.metric)} on the whole accuracy set: searching on it")
+    k2, _ = _shortest_prefix(s, with_restores, prefix, len(ranked), confirm, s.everything, lo=len(chosen))
+    return (True, prefix(k2), ranked) if k2 is not None else (False, chosen, ranked)
+
+
 def _shortest_prefix(s: _Search, with_restores, prefix, n: int, base: Measurement, indices, lo: int = 0):
     """The smallest k in (lo, n] whose prefix meets the budget: galloping (1, 2, 4, ...) then a k-ary
     bisection, ``executor.workers`` evaluations at a time. (None, best measurement) when even n fails."""
@@ -506,20 +520,6 @@ def _prune(s: _Search, with_restores, chosen: dict[str, str]) -> dict[str, str]:
             return together
     _, drop = max(removable, key=lambda r: r[0].key(s.budget))
     return {n: chosen[n] for n in names if n != drop}
-
-
-def _float_layers(s: _Search, scheme, followers, ranked: list[str], budget: Budget) -> list[str]:
-    """The shortest prefix of the ranking that meets the budget with those layers left float (what an int8-only
-    target would have to give to the CPU), or [] when none does."""
-
-    def with_float(restores: dict[str, str]) -> QuantizeOptions:
-        return apply_restores(scheme, restores, followers)
-
-    def prefix(k: int) -> dict[str, str]:
-        return {n: "float" for n in ranked[:k]}
-
-    k, _ = _shortest_prefix(s, with_float, prefix, len(ranked), s.steps[0].measurement, s.ranking)
-    return ranked[:k] if k is not None else []
 
 
 def restore_names(restores: Sequence[Restore]) -> list[str]:

@@ -170,6 +170,8 @@ class Measurement:
     samples: int
     #: Top-1 accuracy, fp32 minus candidate (labels), in pp: gains offset losses.
     net_drop: float | None = None
+    #: Per sample, how far the candidate is from fp32 for this budget (0: as fp32); not in the JSON.
+    badness: tuple[float, ...] = ()
 
     def key(self, budget: Budget) -> tuple[float, ...]:
         """Sort key for ranking, higher is closer to fp32. A top-1 drop is ranked by the agreement with fp32
@@ -199,21 +201,30 @@ def measure(
     """Compare a candidate's outputs on samples ``indices`` of the accuracy set with the fp32 reference."""
     agree = steps = steps_total = ref_ok = cand_ok = lost = labelled = 0
     cosines: dict[str, list[float]] = {}
+    badness: list[float] = []
     primary = reference.outputs[0]
     for i, out in zip(indices, results, strict=True):
         ref_frames = reference.frames[i]
         frames = argmax_frames(out[primary])
-        agree += decoded(ref_frames) == decoded(frames)
-        steps += int(np.sum(ref_frames == frames)) if ref_frames.shape == frames.shape else 0
+        same = decoded(ref_frames) == decoded(frames)
+        agree += same
+        same_steps = int(np.sum(ref_frames == frames)) if ref_frames.shape == frames.shape else 0
+        steps += same_steps
         steps_total += ref_frames.size
+        bad = float(not same) + 1.0 - same_steps / max(ref_frames.size, 1)
         label = reference.labels[i]
         if label is not None:
             labelled += 1
             ref_ok += int(ref_frames[0]) == label
             cand_ok += int(frames[0]) == label
             lost += int(ref_frames[0]) == label and int(frames[0]) != label
-        for name, ref in reference.arrays[i].items():
-            cosines.setdefault(name, []).append(_cosine(ref, out[name]))
+            bad += 2.0 * (int(ref_frames[0]) == label and int(frames[0]) != label)
+        sample_cosines = [_cosine(ref, out[name]) for name, ref in reference.arrays[i].items()]
+        for name, c in zip(reference.arrays[i], sample_cosines, strict=True):
+            cosines.setdefault(name, []).append(c)
+        if budget.kind == "min_cosine" and sample_cosines:
+            bad = 1.0 - min(sample_cosines)
+        badness.append(bad)
     n = len(indices)
     agreement = 100.0 * agree / max(n, 1)
     cosine = min(float(np.mean(v)) for v in cosines.values()) if cosines else None
@@ -227,4 +238,4 @@ def measure(
         assert cosine is not None
         metric = cosine
     net = 100.0 * (ref_ok - cand_ok) / max(n, 1) if labelled else None
-    return Measurement(metric, agreement, 100.0 * steps / max(steps_total, 1), cosine, n, net)
+    return Measurement(metric, agreement, 100.0 * steps / max(steps_total, 1), cosine, n, net, tuple(badness))

@@ -157,6 +157,7 @@ def quantize_model(
     calib_set = as_dataset(calib, fp32, preprocess, limit=options.samples)
     eval_set = as_dataset(eval_data, fp32, preprocess, limit=eval_limit) if eval_data is not None else None
     accuracy_report = None
+    options_given_exclude = options.exclude
     if budget is not None:
         start = time.perf_counter()
         options, statistics, accuracy_report = _meet_budget(
@@ -195,6 +196,12 @@ def quantize_model(
     }
     if accuracy_report is not None:
         report["accuracy_aware"] = accuracy_report
+        restored = set(options.exclude) - set(options_given_exclude)  # layers and their fused activations
+        for entry in report["quantization"]["float_ops"]:
+            if entry["node"] in restored:
+                entry["reason"] = (
+                    f"restored to float by the accuracy search ({accuracy_report['budget']['flag']})"
+                )
     if eval_set is not None:
         start = time.perf_counter()
         comparison, layers = evaluate(fp32, quantized, eval_set, track, eval_limit)
