@@ -47,6 +47,8 @@ METAVARS = {
     "output": "DIR", "calib": "DATA", "eval_data": "DATA", "accuracy_data": "DATA", "input_shape": "NAME=D0,D1,...",
     "device": "URL", "report": "PATH", "html": "PATH", "md": "PATH", "fail_on_drop": "PP", "max_samples": "N",
     "calib_samples": "N", "samples": "N", "eval_samples": "N", "layer_precision": "NAME=RECIPE",
+    "max_drop": "PP", "min_agreement": "PCT", "min_cosine": "C", "workers": "N", "ranking_samples": "N",
+    "executor": "process|ray|ray://HOST:PORT",
 }  # fmt: skip
 
 
