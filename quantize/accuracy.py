@@ -78,7 +78,7 @@ class SearchResult:
     options: QuantizeOptions
     base: Measurement
     final: Measurement
-    #: Whole-set metric after 0, 1, ... restored layers (the report's plot).
+    #: Whole-set metric after 0, 1, ... restored layers (the report's plot; at CURVE_POINTS points for many).
     curve: list[Measurement]
     steps: list[Step]
     quantizable_layers: int
@@ -87,6 +87,8 @@ class SearchResult:
     executor: str
     wall_s: float
     size_bytes: tuple[int, int] = (0, 0)
+    #: How many layers were restored at each curve point.
+    curve_at: list[int] = field(default_factory=list)
     restores: dict[str, str] = field(default_factory=dict)
     #: Layers that would need float when the int8 fixes fall short (nnapi).
     float_needed: list[str] = field(default_factory=list)
@@ -105,7 +107,7 @@ class SearchResult:
             ],  # fmt: skip
             "base": self.base.to_json(),
             "final": self.final.to_json(),
-            "curve": [{"restored": i, **m.to_json()} for i, m in enumerate(self.curve)],
+            "curve": [{"restored": i, **m.to_json()} for i, m in zip(self.curve_at, self.curve, strict=True)],
             "steps": [s.to_json() for s in self.steps],
             "evaluations": len(self.steps),
             "quantizable_layers": self.quantizable_layers,
@@ -186,6 +188,19 @@ def cheap_ranking(
         scores.append((node.name, added))
     scores.sort(key=lambda s: -s[1])
     return scores
+
+
+#: The curve is measured after each restored layer up to this many, else at this many points.
+CURVE_POINTS = 16
+#: Restores are pruned one by one up to this many (each costs an evaluation).
+PRUNE_LIMIT = 16
+
+
+def curve_points(count: int) -> list[int]:
+    """The numbers of restored layers the curve is measured at: each one, or CURVE_POINTS spread evenly."""
+    if count <= CURVE_POINTS:
+        return list(range(count + 1))
+    return sorted({round(i * count / CURVE_POINTS) for i in range(CURVE_POINTS + 1)})
 
 
 def informative(badness: Sequence[float], size: int) -> tuple[int, ...]:
@@ -377,10 +392,10 @@ def search(
                 )
         ordered = [n for n in ranked if n in chosen]
         # Step 6: the curve on the whole set.
-        curve_tasks = [
-            (with_restores({n: chosen[n] for n in ordered[:i]}), i) for i in range(len(ordered) + 1)
-        ]
+        points = curve_points(len(ordered))
+        curve_tasks = [(with_restores({n: chosen[n] for n in ordered[:i]}), i) for i in points]
         curve_out = s.run("curve", curve_tasks, s.everything)
+    s.curve_at = points
     return _result(target, budget, with_restores(chosen), chosen, ordered, op_types, curve_out, s, layers, choices,
                    start, options, float_needed)  # fmt: skip
 
@@ -404,6 +419,7 @@ def _result(target, budget, final_options, chosen, ordered, op_types, curve_out,
         executor=options.executor,
         wall_s=time.perf_counter() - start,
         size_bytes=(curve_out[0].size_bytes, curve_out[-1].size_bytes),
+        curve_at=getattr(s, "curve_at", [0]),
         restores={r.name: r.what for r in choices},
         float_needed=list(float_needed),
         statistics=s.stats,
@@ -504,7 +520,7 @@ def _shortest_prefix(s: _Search, with_restores, prefix, n: int, base: Measuremen
 def _prune(s: _Search, with_restores, chosen: dict[str, str]) -> dict[str, str]:
     """Drop the restores that did not help: each left out in turn (in parallel); those whose absence keeps the
     budget go, all together if that still meets it, else the best one alone."""
-    if len(chosen) < 2:
+    if len(chosen) < 2 or len(chosen) > PRUNE_LIMIT:
         return chosen
     names = list(chosen)
     trials = [({n: chosen[n] for n in names if n != drop}, drop) for drop in names]

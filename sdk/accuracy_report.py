@@ -33,12 +33,16 @@ def headline(section: Mapping[str, Any]) -> str:
 
 def step_rows(section: Mapping[str, Any]) -> list[list[str]]:
     budget = _budget(section)
-    rows = [["0", "-", "-", "int8", budget.format(section["curve"][0]["metric"])]]
+    at = curve_metrics(section)
+    rows = [["0", "-", "-", "int8", budget.format(at[0])]]
     for i, r in enumerate(section["restored"], 1):
-        rows.append(
-            [str(i), r["node"], r["op_type"], r["what"], budget.format(section["curve"][i]["metric"])]
-        )
+        rows.append([str(i), r["node"], r["op_type"], r["what"], budget.format(at[i]) if i in at else "-"])
     return rows
+
+
+def curve_metrics(section: Mapping[str, Any]) -> dict[int, float]:
+    """Layers restored -> the metric on the accuracy set (every count, or the points measured)."""
+    return {c["restored"]: c["metric"] for c in section["curve"]}
 
 
 STEP_HEADER = ["restored", "layer", "op", "to", "metric after"]
@@ -76,8 +80,8 @@ def plot(sections: Mapping[str, Mapping[str, Any]]) -> Any:
     budget = None
     for target, section in sections.items():
         budget = _budget(section)
-        ys = [c["metric"] for c in section["curve"]]
-        ax.plot(range(len(ys)), ys, marker="o", label=target)
+        at = curve_metrics(section)
+        ax.plot(list(at), list(at.values()), marker="o", label=target)
     if budget is not None:
         ax.axhline(budget.value, linestyle="--", color="grey", label=budget.describe())
         ax.set_ylabel(budget.format(0).rsplit(" ", 2)[0] if budget.kind != "min_cosine" else "cosine")

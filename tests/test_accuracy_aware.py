@@ -215,3 +215,30 @@ def test_the_ray_executor_on_a_local_ray(fragile):
     finally:
         ray.shutdown()
     assert result.executor == "ray" and result.met and result.restored[0][0] == FRAGILE
+
+
+def test_the_report_section_lists_the_restores_and_plots_the_curve(fragile):
+    from edgekit import accuracy_report
+    from edgekit.quantize.accuracy import CURVE_POINTS, curve_points
+
+    assert curve_points(3) == [0, 1, 2, 3]
+    many = curve_points(90)
+    assert many[0] == 0 and many[-1] == 90 and len(many) == CURVE_POINTS + 1
+    path, data, _ = fragile
+    model = load_model(path)
+    result = search(
+        model,
+        dataset(model, data),
+        dataset(model, data),
+        None,
+        QuantizeOptions(),
+        SearchOptions(Budget("min_agreement", 100), executor="inline", ranking_samples=20),
+    )
+    section = result.to_json()
+    assert section["restored"][0]["node"] == FRAGILE and section["target"] == "onnx"
+    md = accuracy_report.markdown(section)
+    assert f"| 1 | {FRAGILE} | Conv |" in md and "--min-agreement 100 met" in md
+    figure = accuracy_report.plot({"arm-cpu": section})
+    (line,) = [ln for ln in figure.axes[0].lines if ln.get_label() == "arm-cpu"]
+    assert list(line.get_xdata()) == [c["restored"] for c in section["curve"]]
+    assert FRAGILE in accuracy_report.html_section(section)

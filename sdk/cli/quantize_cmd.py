@@ -369,8 +369,11 @@ def print_accuracy_summary(section: dict) -> None:
         table.add_column("op")
         table.add_column("restore")
         table.add_column(budget.flag, justify="right")
+        from edgekit.accuracy_report import curve_metrics
+
+        at = curve_metrics(section)
         for i, row in enumerate(section["restored"], 1):
             table.add_row(
-                str(i), row["node"], row["op_type"], row["what"], budget.format(section["curve"][i]["metric"])
+                str(i), row["node"], row["op_type"], row["what"], budget.format(at[i]) if i in at else "-"
             )
         console.print(table)
