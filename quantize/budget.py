@@ -6,7 +6,8 @@ outputs are reduced sample by sample to the same answers and compared (:func:`me
 - ``max-drop PP``: top-1 accuracy against the labels, judged on the samples fp32 gets right that the candidate
   gets wrong, in percentage points. Samples the candidate gets right where fp32 was wrong do not offset them:
   on an accuracy set of a hundred samples such gains are chance, and a budget met by them does not hold on
-  other data. (The net drop is reported beside it, ``Measurement.net_drop``.)
+  other data. It is named "top-1 loss" in messages; the net drop is reported beside it
+  (``Measurement.net_drop``).
 - ``min-agreement PCT``: the share of samples whose *decoded argmax* matches fp32's: the class of a
   classifier, the greedy CTC sequence (argmax per step, repeats merged, blank 0 dropped) of a sequence
   output ``[1, T, C]`` such as a text recogniser's.
@@ -26,7 +27,7 @@ from edgekit.errors import DataError
 
 #: Budget kind -> (CLI flag, what it measures, unit).
 KINDS = {
-    "max_drop": ("--max-drop", "top-1 drop (fp32-correct samples lost)", "pp"),
+    "max_drop": ("--max-drop", "top-1 loss", "pp"),
     "min_agreement": ("--min-agreement", "decoded argmax agreement", "%"),
     "min_cosine": ("--min-cosine", "cosine", ""),
 }

@@ -55,9 +55,11 @@ def cost_sentence(section: Mapping[str, Any]) -> str:
     if size.get("int8"):
         parts.append(f"QDQ size {size['int8'] / 1e6:.2f} -> {size['restored'] / 1e6:.2f} MB")
     for where in ("host", "device"):
-        lat = cost.get(f"{where}_p50_ms")
-        if lat:
+        lat = cost.get(f"{where}_p50_ms") or {}
+        if "int8" in lat and "restored" in lat:
             parts.append(f"{where} p50 {lat['int8']:.2f} -> {lat['restored']:.2f} ms")
+        elif "restored" in lat:
+            parts.append(f"{where} p50 {lat['restored']:.2f} ms restored")
     return "Cost: " + ("; ".join(parts) if parts else "not measured") + "."
 
 

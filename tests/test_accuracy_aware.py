@@ -159,7 +159,7 @@ def test_nnapi_refuses_a_budget_int8_cannot_meet_and_names_the_layers(fragile, t
     run = edgekit(*args, "-o", tmp_path / "a.onnx")
     assert run.returncode == 2, run.stdout + run.stderr
     lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1 and "cannot be met in int8: best reached top-1 drop" in lines[0]
+    assert len(lines) == 1 and "cannot be met in int8: best reached top-1 loss" in lines[0]
     assert f"layers that would need float: {FRAGILE}" in lines[0] and "--allow-cpu-fallback" in lines[0]
     assert not (tmp_path / "a.onnx").exists()
     run = edgekit(*args, "-o", tmp_path / "b.onnx", "--allow-cpu-fallback", "--report", tmp_path / "b.json")
@@ -242,3 +242,22 @@ def test_the_report_section_lists_the_restores_and_plots_the_curve(fragile):
     (line,) = [ln for ln in figure.axes[0].lines if ln.get_label() == "arm-cpu"]
     assert list(line.get_xdata()) == [c["restored"] for c in section["curve"]]
     assert FRAGILE in accuracy_report.html_section(section)
+
+
+def test_deploy_restores_per_target_and_the_tflite_keeps_the_float_layer(fragile, tmp_path):
+    path, data, _ = fragile
+    out = tmp_path / "bundles"
+    run = edgekit("deploy", path, "-t", "arm-cpu", "-t", "intel-vpu", "--calib", data, "--accuracy-data", data,
+                  "--max-drop", "0", "--executor", "inline", "--ranking-samples", "20", "-o", out, "-q")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    from edgekit.device_agents.bundle import read_bundle
+
+    for target in ("arm-cpu", "intel-vpu"):
+        with read_bundle(out / target) as bundle:
+            manifest = bundle.manifest
+        assert FRAGILE in manifest.provenance["quantization"]["exclude"]
+        # Verified against its QDQ model: the restored conv runs float in the artifact too (LiteRT, OpenVINO).
+        assert min(o["cosine"] for o in manifest.verification["outputs"].values()) > 0.999
+    assert "ops left in float: CONV_2D (conv_fragile)" in run.stdout
+    run = edgekit("deploy", path, "-t", "arm-cpu", "--max-drop", "0", "-o", tmp_path / "x", "-q")
+    assert run.returncode == 2 and "--max-drop needs --calib DATA" in run.stderr

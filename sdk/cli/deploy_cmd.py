@@ -23,14 +23,22 @@ from edgekit.cli.common import (
 )
 from edgekit.cli.quantize_cmd import (
     INTEGER_HEAD_HELP,
+    AccuracyData,
+    AllowCpuFallback,
     Color,
+    Executor,
     Layout,
+    MaxDrop,
     Mean,
+    MinAgreement,
+    MinCosine,
+    RankingSamples,
     ResizeMode,
     ResizeShorter,
     Scale,
     Size,
     Std,
+    Workers,
 )
 from edgekit.errors import DataError
 from edgekit.quantize.recipes import RECIPES
@@ -135,6 +143,14 @@ def deploy(
         help='Sweep, then keep per target the fastest recipe within a budget: "max-drop=0.5" (top-1 pp), '
         '"min-agreement=99" (%), "min-cosine=0.999".',
     ),
+    max_drop: MaxDrop = None,
+    min_agreement: MinAgreement = None,
+    min_cosine: MinCosine = None,
+    accuracy_data: AccuracyData = None,
+    executor: Executor = "process",
+    workers: Workers = None,
+    ranking_samples: RankingSamples = 50,
+    allow_cpu_fallback: AllowCpuFallback = False,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Package a model for one or more targets (quantizing first where a target needs int8); with --eval, run
@@ -145,8 +161,22 @@ def deploy(
     flags = build_preprocess(size, resize_mode, resize_shorter, color, scale, mean, std, layout)
     if pre is None and flags != ImagePreprocess():
         pre = flags.to_json()
+    from edgekit.cli.quantize_cmd import search_options
     from edgekit.deployment import DeployRequest, DeviceRun, Hooks, output_folder, run
 
+    accuracy = search_options(
+        max_drop, min_agreement, min_cosine, executor, workers, ranking_samples, allow_cpu_fallback
+    )
+    if accuracy is None and accuracy_data is not None:
+        raise DataError(
+            "--accuracy-data goes with an accuracy budget: --max-drop, --min-agreement or --min-cosine"
+        )
+    if accuracy is not None and calib is None:
+        raise DataError(
+            f"{accuracy.budget.flag} needs --calib DATA (the budget picks what to keep from int8)"
+        )
+    if accuracy_data is not None and not Path(accuracy_data).exists():
+        raise DataError(f"accuracy data not found: {accuracy_data}")
     request = DeployRequest(
         model=model,
         targets=tuple(dict.fromkeys(target or ())),
@@ -162,6 +192,8 @@ def deploy(
         preprocess=pre,
         eval_data=eval_data,
         layer_precision=parse_layer_precision(layer_precision),
+        accuracy=accuracy,
+        accuracy_data=Path(accuracy_data) if accuracy_data is not None else None,
         target_settings={
             k: v
             for k, v in (

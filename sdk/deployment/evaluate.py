@@ -100,6 +100,12 @@ def evaluate_on_device(
             entry["size_ratio"] = entry["size_bytes"] / source_size
             if item.quantize_report:
                 entry["host_worst_layers"] = list(item.quantize_report.get("worst_layers", []))[:WORST_LAYERS]
+                if item.quantize_report.get("accuracy_aware"):
+                    section = dict(item.quantize_report["accuracy_aware"])
+                    p50 = (entry.get("latency_ms") or {}).get("p50")
+                    if p50 is not None:  # the restored bundle on the device (the int8 one is not built)
+                        section["cost"] = {**section.get("cost", {}), "device_p50_ms": {"restored": p50}}
+                    entry["accuracy_aware"] = section
             entries.append(entry)
             for stage, seconds in (item.timings or {}).items():
                 timings[f"{stage.removesuffix('_s')}_{item.target}_s"] = seconds

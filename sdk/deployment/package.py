@@ -195,15 +195,24 @@ def package_all(
                 dataset = prepared.dataset
                 assert dataset is not None  # choose_precision demands calibration data for these recipes
                 scheme = quantize_options(request, target, precision)
-                if scheme not in quantized_models:
+                # With a budget each target gets its own restores: its model is not shared.
+                key = (scheme, target.name) if request.accuracy is not None else scheme
+                if key not in quantized_models:
                     hooks.say(f"quantizing for {target.name} ({scheme.activations} activations) on "
                               f"{len(dataset)} calibration sample(s)")  # fmt: skip
                     stats_key = (scheme.method, scheme.samples, scheme.bias_correction, scheme.exclude)
-                    quantized_models[scheme] = _quantize(
-                        request, prepared.model, dataset, scheme, hooks.track, statistics.get(stats_key)
+                    quantized_models[key] = _quantize(
+                        request,
+                        prepared.model,
+                        dataset,
+                        scheme,
+                        hooks.track,
+                        statistics.get(stats_key) if request.accuracy is None else None,
+                        target=target.name if request.accuracy is not None else None,
+                        say=hooks.say,
                     )
-                    statistics[stats_key] = quantized_models[scheme][3]
-                source, extra, quant_report, _ = quantized_models[scheme]
+                    statistics[stats_key] = quantized_models[key][3]
+                source, extra, quant_report, _ = quantized_models[key]
                 provenance.update(extra)
             for problem in target.check(source):
                 if problem.severity != "error":
@@ -300,7 +309,14 @@ def quantize_options(request: DeployRequest, target: Any, precision: str = "int8
 
 
 def _quantize(
-    request: DeployRequest, model: Any, dataset: Any, options: Any, track: Any, statistics: Any = None
+    request: DeployRequest,
+    model: Any,
+    dataset: Any,
+    options: Any,
+    track: Any,
+    statistics: Any = None,
+    target: str | None = None,
+    say: Any = None,
 ) -> tuple[Any, dict, dict, Any]:
     """The model quantized with ``options`` (the target's scheme), what provenance records about it, and the
     quantizer's report (with the per-layer SQNR on up to LAYER_SAMPLES evaluation samples)."""
@@ -318,9 +334,15 @@ def _quantize(
         track=track,
         statistics=statistics,
         loaded=model,  # loaded once per deploy
+        budget=request.accuracy.budget if target is not None else None,
+        accuracy_data=request.accuracy_data,
+        search=request.accuracy,
+        target=target,
+        say=say,
     )
     used = result.report.get("calibration", {}).get("samples_used")
-    extra = {"quantization": options.to_json(), "calibration_samples": used}
+    quantization = result.report["quantization"] if target is not None else options.to_json()
+    extra = {"quantization": quantization, "calibration_samples": used}
     return load_proto(result.model, prepare=False), extra, result.report, result.quantized.stats
 
 

@@ -84,6 +84,11 @@ class DeployRequest:
     target_settings: Mapping[str, Any] = field(default_factory=dict)
     #: Per-layer recipes ``((node name, recipe), ...)`` for the quantizer (``QuantizeOptions.layer_precision``).
     layer_precision: tuple[tuple[str, str], ...] = ()
+    #: An accuracy budget (``edgekit.quantize.accuracy.SearchOptions``): each target quantized for restores the
+    #: fewest layers, in what it runs, that meet it.
+    accuracy: Any = None
+    #: The data the budget is measured on (default: ``eval_data``).
+    accuracy_data: Path | None = None
 
 
 @dataclass(frozen=True)

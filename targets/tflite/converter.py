@@ -145,6 +145,25 @@ def _info(graph: Graph, t: Tensor) -> TensorInfo:
 
 
 # -- translation -----------------------------------------------------------------------------------
+#: Weighted ONNX ops: in a QDQ model, one whose weight is a float constant was kept float by the quantizer.
+_WEIGHTED = {"Conv": 1, "ConvTranspose": 1, "Gemm": 1, "MatMul": 1}
+
+
+def _float_layers(model: ir.Model) -> set[str]:
+    """Weighted nodes of a QDQ model reading a float constant weight (an accuracy restore, ``--exclude``)."""
+    if not any(n.op_type == "DequantizeLinear" for n in model.graph):
+        return set()
+    kept = set()
+    for node in model.graph:
+        index = _WEIGHTED.get(node.op_type)
+        if index is None or len(node.inputs) <= index or node.inputs[index] is None:
+            continue
+        weight = node.inputs[index]
+        if weight.const_value is not None and weight.dtype == ir.DataType.FLOAT:
+            kept.add(node.name)
+    return kept
+
+
 def translate(model: ir.Model, options: ConvertOptions) -> Graph:
     """One converter per ONNX node; ONNX layouts inside, explicit transposes at NHWC kernels."""
     opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 0))
@@ -169,6 +188,7 @@ def translate(model: ir.Model, options: ConvertOptions) -> Graph:
             t = graph.tensor(value.name, shape, dtype)
             graph.inputs.append(t)
             ctx.bind(value, t)
+    graph.float_layers = _float_layers(model)
     for node in onnx_graph:
         if id(node) in ctx.claimed:
             continue

@@ -95,6 +95,9 @@ class Graph:
     notes: list[str] = field(default_factory=list)
     output_names: list[str] = field(default_factory=list)  # the ONNX names of ``outputs``
     io_perms: dict[str, tuple[int, ...] | None] = field(default_factory=dict)  # ONNX -> TFLite layout
+    #: ONNX layers a QDQ model keeps float on purpose (a weighted op reading float weights, not a
+    #: DequantizeLinear): they stay float kernels, never quantized by the converter.
+    float_layers: set[str] = field(default_factory=set)
     _names: set[str] = field(default_factory=set)
     _counter: Iterator[int] = field(default_factory=itertools.count)
 

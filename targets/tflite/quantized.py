@@ -170,6 +170,8 @@ def _integer_inputs(
                 return None  # computed in float, or quantized to the other type
             result.append(prod.inputs[0])
             continue
+        if op.code in _WEIGHT_AXIS and i == 1 and t.qdata is None and op.origin in graph.float_layers:
+            return None  # a layer the QDQ model keeps float (its weights are not dequantized) stays float
         if op.code in _WEIGHT_AXIS and i == 1 and op.code in per_tensor_weights:
             weights = _quantize_const(graph, t, None, symmetric=True)
             if t.qparams is not None and not t.qparams.per_tensor:
