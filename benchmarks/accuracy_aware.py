@@ -188,7 +188,7 @@ def zoo_samples(entry: dict, count: int, seed: int) -> list[Sample]:
     import zoo_data
 
     arrays = zoo_data.make_arrays(entry, count, seed)
-    return [Sample({k: v[i] for k, v in arrays.items()}, None) for i in range(count)]
+    return [Sample({k: v[i : i + 1] for k, v in arrays.items()}, None) for i in range(count)]
 
 
 def zoo_entry(name: str) -> dict:

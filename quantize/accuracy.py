@@ -23,7 +23,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -92,6 +92,8 @@ class SearchResult:
     restores: dict[str, str] = field(default_factory=dict)
     #: Layers that would need float when the int8 fixes fall short (nnapi).
     float_needed: list[str] = field(default_factory=list)
+    #: Whole-model int8 fixes applied before any layer was restored (``bias-correction``).
+    base_fixes: list[str] = field(default_factory=list)
     #: The calibration statistics of the search (every tensor observed): quantizing with ``options`` reuses them.
     statistics: Any = field(default=None, repr=False)
 
@@ -118,6 +120,7 @@ class SearchResult:
             "wall_s": self.wall_s,
             "size_bytes": {"int8": self.size_bytes[0], "restored": self.size_bytes[1]},
             "float_needed": self.float_needed,
+            "base_fixes": self.base_fixes,
         }
 
     def summary(self) -> str:
@@ -278,9 +281,10 @@ def search(
         observe_options = QuantizeOptions(**{**_fields(scheme), "method": "mse"})
     else:
         observe_options = scheme
-    if any(r.kind == "bias" for r in choices):
-        observe_options = QuantizeOptions(**{**_fields(observe_options), "bias_correction": True})
-    observe_options = observing_options(observe_options)
+    # Channel means always: bias correction of the whole model is the first int8 fix tried, on every target.
+    observe_options = observing_options(
+        QuantizeOptions(**{**_fields(observe_options), "bias_correction": True})
+    )
 
     inputs, labels = _load_samples(accuracy, accuracy_limit)
     if budget.needs_labels and any(label is None for label in labels):
@@ -342,11 +346,25 @@ def search(
         def with_restores(restores: dict[str, str]) -> QuantizeOptions:
             return apply_restores(scheme, restores, followers)
 
+        base_fixes: list[str] = []
         whole = s.run("int8", [(scheme, 0)], s.everything)[0]
         if budget.met(whole.measurement.metric):
             return _result(
                 target, budget, scheme, {}, [], op_types, [whole], s, layers, choices, start, options
             )
+        # Step 3b: an int8 fix of the whole model, legal on every target: bias correction of every layer.
+        if not scheme.bias_correction:
+            corrected = replace(scheme, bias_correction=True)
+            fixed = s.run("int8+bias-correction", [(corrected, 0)], s.everything)[0]
+            say(
+                f"{target.name}: int8 with bias correction {budget.format(fixed.measurement.metric)} on the whole set"
+            )
+            if fixed.measurement.key(budget) > whole.measurement.key(budget):
+                scheme, whole = corrected, fixed
+                base_fixes.append("bias-correction")
+            if budget.met(whole.measurement.metric):
+                return _result(target, budget, scheme, {}, [], op_types, [whole], s, layers, choices, start, options,
+                               base_fixes=base_fixes)  # fmt: skip
         # The ranking subset: the samples int8 gets most wrong, then the first others (to see new breakage).
         s.ranking = informative(whole.measurement.badness, options.ranking_samples)
         base_out = s.run("int8", [(scheme, 0)])[0].measurement
@@ -397,11 +415,11 @@ def search(
         curve_out = s.run("curve", curve_tasks, s.everything)
     s.curve_at = points
     return _result(target, budget, with_restores(chosen), chosen, ordered, op_types, curve_out, s, layers, choices,
-                   start, options, float_needed)  # fmt: skip
+                   start, options, float_needed, base_fixes)  # fmt: skip
 
 
 def _result(target, budget, final_options, chosen, ordered, op_types, curve_out, s, layers, choices, start, options,
-            float_needed=()) -> SearchResult:  # fmt: skip
+            float_needed=(), base_fixes=()) -> SearchResult:  # fmt: skip
     curve = [o.measurement for o in curve_out]
     return SearchResult(
         target=target.name,
@@ -423,6 +441,7 @@ def _result(target, budget, final_options, chosen, ordered, op_types, curve_out,
         restores={r.name: r.what for r in choices},
         float_needed=list(float_needed),
         statistics=s.stats,
+        base_fixes=list(base_fixes),
     )
 
 

@@ -25,7 +25,8 @@ def headline(section: Mapping[str, Any]) -> str:
     where = f" on {section['accuracy_samples']} samples ({data['flag']})" if data.get("flag") else ""
     return (
         f"{budget.describe()} {'met' if section['met'] else 'not met'}{where}: "
-        f"{budget.format(section['final']['metric'])} (int8: {budget.format(section['base']['metric'])}); "
+        f"{budget.format(section['final']['metric'])} (int8{' + ' + ', '.join(section.get('base_fixes') or []) if section.get('base_fixes') else ''}: "
+        f"{budget.format(section['base']['metric'])}); "
         f"{len(section['restored'])} of {section['quantizable_layers']} quantizable layers restored; "
         f"{section['evaluations']} candidate evaluations in {section['wall_s']:.1f} s ({section['executor']})."
     )
