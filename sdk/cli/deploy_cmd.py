@@ -175,6 +175,10 @@ def deploy(
         raise DataError(
             f"{accuracy.budget.flag} needs --calib DATA (the budget picks what to keep from int8)"
         )
+    if accuracy is not None and (sweep or pick is not None):
+        raise DataError(
+            f"{accuracy.budget.flag} restores layers of the int8 bundle; it does not go with --sweep/--pick"
+        )
     if accuracy_data is not None and not Path(accuracy_data).exists():
         raise DataError(f"accuracy data not found: {accuracy_data}")
     request = DeployRequest(
