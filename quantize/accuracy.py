@@ -374,7 +374,8 @@ def search(
         )
         # Steps 4-5: rank by the measured effect, then the shortest prefix meeting the budget.
         preferred = [r for r in choices if not r.fallback] or list(choices)
-        per_layer = preferred if integer_only else preferred[:1]
+        # Every choice is measured per layer; on a tie the earlier (cheaper: int16x8 before float) is kept.
+        per_layer = preferred
         order_cheap = [n for n, _ in cheap]
         met, chosen, ranked = _rank_and_restore(
             s, with_restores, order_cheap, dict(cheap), [r.name for r in per_layer], base_out, options.top_k, say,
@@ -485,7 +486,9 @@ def _rank_and_restore(
         say(f"{target}: no restore of the first {measured_upto} candidates helps: re-ranking the next")
     ranked = sorted(gains, key=lambda n: (gains[n][0], cheap_score[n]), reverse=True)
     ranked += [n for n in order_cheap if n not in gains]
-    restore_of = {n: gains[n][1] if n in gains else per_layer[0] for n in order_cheap}
+    # Layers not measured get the strongest restore (the last: float) on precision targets, else the first.
+    default = per_layer[-1] if per_layer[-1] == "float" else per_layer[0]
+    restore_of = {n: gains[n][1] if n in gains else default for n in order_cheap}
 
     def prefix(k: int) -> dict[str, str]:
         return {n: restore_of[n] for n in ranked[:k]}
