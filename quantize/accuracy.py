@@ -168,6 +168,45 @@ def _observe_all(model: ir.Model, options: QuantizeOptions) -> QuantPlan:
     return plan
 
 
+def _enclosed_data_movement(model: ir.Model, plan: QuantPlan, layers: set[str]):
+    """A function: float nodes -> the quantized data-movement ops (not layers: reshapes, pooling by max,
+    Concat, ...) whose every neighbour is float, repeatedly: a region of float layers is float throughout
+    instead of keeping int8 tensors between them."""
+    floats = {f.node for f in plan.float_ops}
+    fused = set(plan.fused.values())
+    movers = [
+        n for n in model.graph if n.name not in floats | fused | layers and rules.rule_for(n) is not None
+    ]
+    neighbours: dict[str, list[str | None]] = {}
+    for node in movers:
+        near: list[str | None] = []
+        for v in node.inputs:
+            if v is None or v.const_value is not None:
+                continue
+            producer = v.producer()
+            near.append(producer.name if producer is not None else None)  # None: a graph input
+        for out in node.outputs:
+            near += [u.node.name for u in out.uses()]
+            if out.is_graph_output():
+                near.append(None)
+        neighbours[node.name] = near
+
+    def enclosed(excluded: frozenset[str]) -> frozenset[str]:
+        done = set(excluded) | floats
+        added: set[str] = set()
+        changed = True
+        while changed:
+            changed = False
+            for name, near in neighbours.items():
+                if name not in done and near and all(n is not None and n in done for n in near):
+                    done.add(name)
+                    added.add(name)
+                    changed = True
+        return frozenset(added)
+
+    return enclosed
+
+
 def _noise(sqnr_db: float | None) -> float:
     return 0.0 if sqnr_db is None else 10.0 ** (-sqnr_db / 10.0)
 
@@ -317,6 +356,7 @@ def search(
         raise QuantizationError("nothing to restore: the model has no quantized layer")
     op_types = {n.name: n.op_type for n in layers}
     followers = fused_followers(model, plan)
+    enclosed = _enclosed_data_movement(model, plan, {n.name for n in layers})
 
     class _Samples:
         def __iter__(self):
@@ -344,7 +384,10 @@ def search(
         s.stats = stats
 
         def with_restores(restores: dict[str, str]) -> QuantizeOptions:
-            return apply_restores(scheme, restores, followers)
+            options_ = apply_restores(scheme, restores, followers)
+            if not any(r == "float" for r in restores.values()):
+                return options_
+            return replace(options_, exclude=options_.exclude | enclosed(options_.exclude))
 
         base_fixes: list[str] = []
         whole = s.run("int8", [(scheme, 0)], s.everything)[0]
