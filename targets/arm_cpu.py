@@ -83,9 +83,18 @@ class ArmCpuTarget(Target):
                 raise
             # The hybrid kernels quantize each input to int8 on the fly; some models (PP-OCRv4 rec) cannot take
             # that. The int8 weights then go through DEQUANTIZE into the float kernels: the model's numerics.
-            log.warning("arm-cpu: hybrid kernels failed verification; int8 weights through DEQUANTIZE instead")
+            log.warning(
+                "arm-cpu: hybrid kernels failed verification; int8 weights through DEQUANTIZE instead"
+            )
             fallback = replace(convert_options, weight_only="dequantize")
             why = {"weight_only_kernels": "dequantize", "hybrid_kernels_refused": str(exc)}
             return package_tflite(
-                self, model, out_dir, options, fallback, opts.fp32_tolerance, extra_report=why, precision=precision
+                self,
+                model,
+                out_dir,
+                options,
+                fallback,
+                opts.fp32_tolerance,
+                extra_report=why,
+                precision=precision,
             )

@@ -137,7 +137,6 @@ class Target(ABC):
         is asked of a model that is already quantized, or a static one (int8, int16x8) of a float model."""
         from edgekit.model import is_quantized, qdq_precision
         from edgekit.quantize.recipes import get_recipe
-
         from edgekit.quantize.weight_only import weight_only_precision
 
         quantized = is_quantized(model)

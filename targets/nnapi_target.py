@@ -99,10 +99,10 @@ class NnapiTarget(Target):
         return check_model(model, self.name, options)
 
     def package(self, model: ir.Model, out_dir: Path, options: PackageOptions) -> Path:
-        from edgekit.targets.tflite.nnapi import check_nnapi, is_fully_integer
-                opts: NnapiOptions = self.target_options(options)
         from edgekit.quantize.weight_only import weight_only_precision
+        from edgekit.targets.tflite.nnapi import check_nnapi, is_fully_integer
 
+        opts: NnapiOptions = self.target_options(options)
         weight_only = options.precision if options.precision in ("w8", "w4") else weight_only_precision(model)
         if weight_only:
             self.check_precision(weight_only)  # refused, with the reason
