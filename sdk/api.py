@@ -22,7 +22,8 @@ from edgekit.model import atomic_write_bytes, check_writable, load_model, save_m
 from edgekit.quantize.calibrate import Statistics, Track, no_progress
 from edgekit.quantize.options import QuantizeOptions
 from edgekit.quantize.pipeline import Quantized, quantize
-from edgekit.quantize.recipes import check_layer_names
+from edgekit.quantize.recipes import check_layer_names, get_recipe
+from edgekit.quantize.weight_only import WeightOnly, quantize_weight_only
 from edgekit.sanity import InputRanges, calibration_ranges, data_warnings
 
 #: How many layers the report lists as the worst.
@@ -37,7 +38,7 @@ class QuantizeResult:
 
     model: onnx.ModelProto
     report: dict
-    quantized: Quantized | None = field(repr=False)  # None for the fp16 recipe (no calibration)
+    quantized: Quantized | WeightOnly | None = field(repr=False)  # None for the fp16 recipe (no calibration)
     output_path: Path | None = None
 
 
@@ -110,7 +111,7 @@ def _length(dataset: Iterable, limit: int | None) -> int:
 
 def quantize_model(
     model: str | os.PathLike[str],
-    calib: str | os.PathLike[str] | Dataset | Iterable | None,
+    calib: str | os.PathLike[str] | Dataset | Iterable | None = None,
     *,
     options: QuantizeOptions = QuantizeOptions(),
     eval_data: str | os.PathLike[str] | Dataset | Iterable | None = None,
@@ -137,6 +138,9 @@ def quantize_model(
     with the same method, samples and bias correction) skip calibration. ``loaded``: ``model`` as
     :func:`edgekit.model.load_model` already loaded it (with ``input_shapes``): not loaded again. Errors are
     :class:`edgekit.EdgekitError` subclasses with one-line messages.
+
+    The weight-only recipes (``options.precision`` ``w8`` / ``w4``) need no ``calib``: their result's
+    ``quantized`` is a :class:`edgekit.quantize.weight_only.WeightOnly`.
     """
     for path in (output, report_path):
         if path is not None:
@@ -151,6 +155,21 @@ def quantize_model(
             as_dataset(eval_data, fp32, preprocess, limit=eval_limit) if eval_data is not None else None
         )
         return _fp16_model(model, fp32, options, eval_set, output, report_path, timings, track, eval_limit)
+    if get_recipe(options.precision).weight_only:
+        calib_set = as_dataset(calib, fp32, preprocess, limit=options.samples) if calib is not None else None
+        return _weight_only_model(
+            model,
+            fp32,
+            options,
+            calib_set,
+            eval_data,
+            output,
+            report_path,
+            preprocess,
+            eval_limit,
+            track,
+            timings,
+        )
     if calib is None:
         raise DataError(f"--precision {options.precision} needs calibration data (--calib)")
 
@@ -280,6 +299,84 @@ def _meet_budget(
     # With a target, the file has that target's scheme (its activation type, ...): what the search measured.
     final = result.options
     return final, result.statistics, report
+
+
+def evaluate_outputs(
+    fp32: ir.Model,
+    candidate: onnx.ModelProto,
+    dataset: Iterable,
+    track: Track = no_progress,
+    limit: int | None = None,
+) -> dict:
+    """fp32 against ``candidate`` (both on the host, OpenVINO f32) over ``dataset``: the output comparison."""
+    from edgekit.runtime import HostRunner
+
+    ref_runner = HostRunner(ir.to_proto(fp32))
+    cand_runner = HostRunner(candidate, isolate=True)
+    output_names = [v.name for v in fp32.graph.outputs]
+    comparison = Comparison()
+    ranges = InputRanges()
+    total = _length(dataset, limit)
+    for sample in track(prefetched(islice(iter(dataset), limit)), "evaluating fp32 vs the recipe", total):
+        ranges.update(sample.inputs)
+        ref, cand = ref_runner.run(sample.inputs), cand_runner.run(sample.inputs)
+        comparison.update({n: ref[n] for n in output_names}, {n: cand[n] for n in output_names}, sample.label)
+    if comparison.samples == 0:
+        raise DataError("the evaluation data set is empty")
+    return {**comparison.to_json(), "input_ranges": ranges.to_json()}
+
+
+def _weight_only_model(
+    model: str | os.PathLike[str],
+    fp32: ir.Model,
+    options: QuantizeOptions,
+    calib_set,
+    eval_data,
+    output,
+    report_path,
+    preprocess: ImagePreprocess | None,
+    eval_limit: int | None,
+    track: Track,
+    timings: dict[str, float],
+) -> QuantizeResult:
+    """:func:`quantize_model` for the weight-only recipes (calibration data, optional, corrects biases)."""
+    eval_set = as_dataset(eval_data, fp32, preprocess, limit=eval_limit) if eval_data is not None else None
+    start = time.perf_counter()
+    result = quantize_weight_only(fp32, options, calib_set)
+    proto = result.proto()
+    timings["quantize_s"] = time.perf_counter() - start
+    source_size = Path(model).stat().st_size
+    report: dict = {
+        "edgekit_version": _version(),
+        "model": {"path": str(model), "sha256": file_sha256(model), "size_bytes": source_size},
+        "quantization": {
+            **options.to_json(),
+            "activations": "float",
+            "weights": "int4 blockwise (MatMul/Gemm), int8 per channel (others)"
+            if options.precision == "w4"
+            else "int8 symmetric per-channel",
+            **result.to_json(),
+        },
+    }
+    if eval_set is not None:
+        start = time.perf_counter()
+        comparison = evaluate_outputs(fp32, proto, eval_set, track, eval_limit)
+        timings["evaluate_s"] = time.perf_counter() - start
+        report["evaluation"] = {
+            **comparison,
+            "data": eval_set.describe() if isinstance(eval_set, Dataset) else {"kind": "iterable"},
+        }
+    output_path = save_model(proto, output) if output is not None else None
+    size = output_path.stat().st_size if output_path is not None else len(proto.SerializeToString())
+    report["output"] = {
+        "path": str(output_path) if output_path else None,
+        "size_bytes": size,
+        "size_ratio": size / source_size,
+    }
+    report["timings"] = timings
+    if report_path is not None:
+        atomic_write_bytes(report_path, (json.dumps(report, indent=2) + "\n").encode())
+    return QuantizeResult(proto, report, result, output_path)
 
 
 def _version() -> str:

@@ -3,20 +3,27 @@
 Float models become an fp32 .tflite, or with ``--precision fp16`` one whose weights are FLOAT16 buffers read
 through DEQUANTIZE (TFLite's float16 quantization: half the size, float32 compute); QDQ models (from
 ``edgekit quantize``) become int8 kernels with the QDQ model's scales (int16 QDQ: TFLite's 16x8 kernels, int16
-activations and int8 weights), with float inputs and outputs (QUANTIZE/DEQUANTIZE at the edges). The
+activations and int8 weights), with float inputs and outputs (QUANTIZE/DEQUANTIZE at the edges). Weight-only
+models (``w8``, ``w4``) keep their int8 / blockwise int4 weights on LiteRT's hybrid kernels
+(``tflite/weight_only.py``); where those fail verification, the int8 weights go through DEQUANTIZE into the
+float kernels instead. The
 converter is ``edgekit.targets.tflite``; every artifact is verified in LiteRT against the source model
 on the host before the bundle is written.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import onnx_ir as ir
+from edgekit.errors import TargetError
 from edgekit.targets.base import PackageOptions, Problem, Target, register_target
 from edgekit.targets.tflite.converter import ConvertOptions
 from edgekit.targets.tflite.package import check_model, package_tflite
+
+log = logging.getLogger("edgekit")
 
 
 @dataclass(frozen=True)
@@ -45,8 +52,8 @@ class ArmCpuTarget(Target):
         "fp16": None,
         "int8": None,
         "int16x8": None,
-        "w8": "not built yet (issue 13)",
-        "w4": "not built yet (issue 13)",
+        "w8": None,
+        "w4": None,
     }
 
     def check(self, model: ir.Model) -> list[Problem]:
@@ -55,12 +62,39 @@ class ArmCpuTarget(Target):
     def package(self, model: ir.Model, out_dir: Path, options: PackageOptions) -> Path:
         opts: ArmCpuOptions = self.target_options(options)
         precision = self.resolve_precision(model, options)
+        weight_only = precision in ("w8", "w4")
+        if weight_only:
+            from edgekit.quantize.weight_only import as_weight_only
+
+            model = as_weight_only(model, precision)
         convert_options = ConvertOptions(
             keep_io_layout=opts.keep_io_layout,
             io_dtype="float32",
             target=self.name,
             fp16_weights=precision == "fp16",
+            weight_only="hybrid" if weight_only else "",
         )
-        return package_tflite(
-            self, model, out_dir, options, convert_options, opts.fp32_tolerance, precision=precision
-        )
+        try:
+            return package_tflite(
+                self, model, out_dir, options, convert_options, opts.fp32_tolerance, precision=precision
+            )
+        except TargetError as exc:
+            if not weight_only or "verification failed" not in str(exc):
+                raise
+            # The hybrid kernels quantize each input to int8 on the fly; some models (PP-OCRv4 rec) cannot take
+            # that. The int8 weights then go through DEQUANTIZE into the float kernels: the model's numerics.
+            log.warning(
+                "arm-cpu: hybrid kernels failed verification; int8 weights through DEQUANTIZE instead"
+            )
+            fallback = replace(convert_options, weight_only="dequantize")
+            why = {"weight_only_kernels": "dequantize", "hybrid_kernels_refused": str(exc)}
+            return package_tflite(
+                self,
+                model,
+                out_dir,
+                options,
+                fallback,
+                opts.fp32_tolerance,
+                extra_report=why,
+                precision=precision,
+            )

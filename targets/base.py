@@ -132,14 +132,15 @@ class Target(ABC):
             raise TargetError(f"target {self.name!r} cannot run --precision {name}: {why}; it runs: {legal}")
 
     def resolve_precision(self, model: ir.Model, options: PackageOptions, float_default: str = "fp32") -> str:
-        """The recipe ``package`` builds: ``options.precision``, else read off the model (QDQ: ``int8`` or
-        ``int16x8``, else ``float_default``). A TargetError when this target cannot run it, when a float recipe (fp32, fp16)
+        """The recipe ``package`` builds: ``options.precision``, else read off the model (weight-only: ``w8`` or
+        ``w4``; QDQ: ``int8`` or ``int16x8``; else ``float_default``). A TargetError when this target cannot run it, when a float recipe (fp32, fp16)
         is asked of a model that is already quantized, or a static one (int8, int16x8) of a float model."""
         from edgekit.model import is_quantized, qdq_precision
         from edgekit.quantize.recipes import get_recipe
+        from edgekit.quantize.weight_only import weight_only_precision
 
         quantized = is_quantized(model)
-        name = options.precision or qdq_precision(model) or float_default
+        name = options.precision or weight_only_precision(model) or qdq_precision(model) or float_default
         self.check_precision(name)
         if quantized and get_recipe(name).weights in ("fp32", "fp16"):
             raise TargetError(
@@ -481,11 +482,16 @@ YARDSTICKS = {
     # 16 of 65536 steps: TFLite's 16x8 lookup-table kernels (LOGISTIC, TANH, SOFTMAX) interpolate, up to 9 steps
     # off the exact QDQ model (tests/tflite/test_16x8_kernels.py); an int16 artifact is judged against onnxruntime.
     "int16x8": Yardstick("int16x8", resolution=16.0 / 65535.0),
+    # Weight-only: against the weight-only model (its weights dequantized). LiteRT's hybrid kernels quantize
+    # each input row to int8 on the fly (about 1e-3 of the range per layer); OpenVINO decompresses exactly.
+    "w8": Yardstick("w8", resolution=1e-3, min_cosine=0.999, min_top1=0.99),
+    "w4": Yardstick("w4", resolution=1e-3, min_cosine=0.999, min_top1=0.99),
 }
 
 
 def yardstick(precision: str, max_rel_error: float | None = None) -> Yardstick:
-    """The yardstick of ``precision`` (``fp32``, ``fp16``, ``int8``), with a target's fp32 tolerance."""
+    """The yardstick of ``precision`` (``fp32``, ``fp16``, ``int8``, ``w8``, ``w4``), with a target's fp32
+    tolerance."""
     from dataclasses import replace
 
     stick = YARDSTICKS[precision]

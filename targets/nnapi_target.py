@@ -99,9 +99,13 @@ class NnapiTarget(Target):
         return check_model(model, self.name, options)
 
     def package(self, model: ir.Model, out_dir: Path, options: PackageOptions) -> Path:
+        from edgekit.quantize.weight_only import weight_only_precision
         from edgekit.targets.tflite.nnapi import check_nnapi, is_fully_integer
 
         opts: NnapiOptions = self.target_options(options)
+        weight_only = options.precision if options.precision in ("w8", "w4") else weight_only_precision(model)
+        if weight_only:
+            self.check_precision(weight_only)  # refused, with the reason
         if qdq_precision(model) == "int16x8":
             self.check_precision("int16x8")
         if options.precision is None and not is_quantized(model):

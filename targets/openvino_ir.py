@@ -113,8 +113,8 @@ class IntelVpuTarget(Target):
             "OpenVINO's CPU plugin strips 16-bit QuantizeLinear/DequantizeLinear (qdq_stripping: the activations "
             "compute in float, not int16) and fails to compile when one feeds a model output"
         ),
-        "w8": "not built yet (issue 13)",
-        "w4": "not built yet (issue 13)",
+        "w8": None,
+        "w4": None,
     }
     description = "Intel VPU/NPU (and CPU) via OpenVINO IR: FP16 weights for float models, INT8 from QDQ"
     device_hints = ("NPU", "CPU")
@@ -141,15 +141,20 @@ class IntelVpuTarget(Target):
 
     def package(self, model: ir.Model, out_dir: Path, options: PackageOptions) -> Path:
         from edgekit.model import is_quantized, to_proto
+        from edgekit.quantize.weight_only import as_weight_only
 
         opts: IntelVpuOptions = self.target_options(options)
         if qdq_precision(model) == "int16x8":
             self.check_precision("int16x8")
         hint = self.check_device_hint(options.device_hint)
+        if options.precision in ("w8", "w4"):  # a float model: its weight-only quantization is packaged
+            model = as_weight_only(model, options.precision)
         self.raise_on_errors(self.check(model))
-        quantized = is_quantized(model)
         # fp16 (FP16-compressed weights) is the float default unless the options ask for an fp32 IR.
         precision = self.resolve_precision(model, options, "fp16" if opts.compress_to_fp16 else "fp32")
+        # A weight-only model keeps its other constants (scales, biases, norms) in f32: its recipe's numerics.
+        weight_only = precision if precision in ("w8", "w4") else None
+        quantized = is_quantized(model) and weight_only is None
         proto = to_proto(model)
         samples = tuple(options.verify_samples) or default_verify_samples(model)
         ov = _ov()
@@ -173,6 +178,8 @@ class IntelVpuTarget(Target):
             if quantized:
                 padded = pad_before_dequantize(proto)  # what _convert converted
                 report["int8"] = _check_int8(padded, converted.source, converted.ov_model, compiled)
+            if weight_only:
+                report["compressed_weights"] = _check_compressed(weight_only, converted.ov_model, compiled)
             kinds = output_kinds(model)
             report.update(_verify(proto, compiled, samples, yardstick(report["precision"]), kinds))
             files: dict[str, bytes | Path] = {"model.xml": converted.xml, "model.bin": converted.bin}
@@ -376,6 +383,39 @@ def _check_int8(proto: onnx.ModelProto, source: Path, ov_model: Any, compiled: A
         "float_compute_layers": [c["layer"] for c in compute if c["precision"] not in _INT_PRECISIONS],
         "float_layers": dict(sorted(float_layers.items())),
         "execution_precisions": dict(Counter(c["precision"] for c in compute)),
+    }
+
+
+#: The integer constant types of OpenVINO's compressed weights, per weight-only recipe (w4 has int8 weights
+#: where it falls back: convolutions, embeddings, input dims that are not a multiple of the block).
+_COMPRESSED_TYPES = {"w8": frozenset({"i8", "u8"}), "w4": frozenset({"i4", "u4", "i8", "u8"})}
+
+
+def _check_compressed(precision: str, ov_model: Any, compiled: Any) -> dict[str, Any]:
+    """The saved IR keeps the weight-only model's integer weights as integer constants (decompressed by
+    Convert -> Multiply, as OpenVINO's own weight compression writes them), and the CPU plugin's dense layers
+    read them compressed."""
+    types = _COMPRESSED_TYPES["w4"]
+    constants = Counter(
+        op.get_element_type().get_type_name()
+        for op in ov_model.get_ordered_ops()
+        if op.get_type_name() == "Constant" and op.get_element_type().get_type_name() in types
+    )
+    wanted = _COMPRESSED_TYPES[precision]
+    if not wanted & set(constants):
+        raise TargetError(
+            f"intel-vpu: the IR has no {'/'.join(sorted(wanted))} weight constants; the {precision} weights were "
+            "not kept compressed"
+        )
+    layers = Counter()
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        rt = op.get_rt_info()
+        layer = rt["layerType"].astype(str)
+        if layer in _COMPUTE_LAYERS or layer == "Gather":
+            layers[f"{layer} {rt['runtimePrecision'].astype(str)}"] += 1
+    return {
+        "weight_constants": dict(sorted(constants.items())),
+        "runtime_layers": dict(sorted(layers.items())),
     }
 
 

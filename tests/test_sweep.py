@@ -130,7 +130,8 @@ def test_a_budget_nothing_meets_is_one_line_and_exit_2(digits, agent, tmp_path) 
     )
     report = json.loads((tmp_path / "report.json").read_text())  # the measured table is kept
     assert report["tradeoff"]["pick"]["error"] == line[0].removeprefix("error: ")
-    assert {r["precision"] for r in report["tradeoff"]["rows"]} == {"fp32", "fp16"}  # no --calib: no int8
+    # no --calib: no int8 / int16x8 (the float and weight-only recipes need no calibration data)
+    assert {r["precision"] for r in report["tradeoff"]["rows"]} == {"fp32", "fp16", "w8", "w4"}
     assert not (tmp_path / "arm-cpu").exists()
     bad = edgekit("deploy", digits.model, "--target", "arm-cpu", "--eval", digits.val, "--pick", "fastest",
                   "-o", tmp_path / "b")  # fmt: skip

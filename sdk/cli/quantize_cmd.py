@@ -119,7 +119,8 @@ def quantize(
     calib: Annotated[
         str | None,
         typer.Option(
-            "--calib", help="Calibration data: .npz, .npy or a folder of images (calibrated recipes)."
+            "--calib",
+            help="Calibration data: .npz, .npy or a folder of images (calibrated recipes; w8/w4: optional, corrects biases).",
         ),
     ] = None,
     output: Annotated[
@@ -157,8 +158,9 @@ def quantize(
         str,
         typer.Option(
             "--precision",
-            help="int8 (8-bit activations), int16x8 (int16 activations, int8 weights) or fp16 (float16 weights "
-            "and compute, no calibration data).",
+            help="int8 (8-bit activations), int16x8 (int16 activations, int8 weights), fp16 (float16 weights "
+            "and compute, no calibration data), w8 / w4 (weight-only int8 / blockwise int4, float activations; "
+            "--calib optional, corrects biases).",
         ),
     ] = "int8",
     max_samples: Annotated[
@@ -185,9 +187,12 @@ def quantize(
     workers: Workers = None,
     ranking_samples: RankingSamples = 50,
     allow_cpu_fallback: AllowCpuFallback = False,
+    block_size: Annotated[
+        int, typer.Option("--block-size", help="w4: weights per int4 scale along the input dim (32|64|128).")
+    ] = 32,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
 ) -> None:
-    """Calibrated int8 post-training quantization of an ONNX model (standard QDQ ONNX out)."""
+    """Post-training quantization of an ONNX model (standard ONNX out): calibrated int8 QDQ, or weight-only."""
     from edgekit.api import quantize_model
     from edgekit.errors import DataError
     from edgekit.quantize.options import QuantizeOptions
@@ -203,6 +208,7 @@ def quantize(
         exclude=frozenset(exclude or ()),
         precision=precision,
         layer_precision=parse_layer_precision(layer_precision),
+        block_size=block_size,
     )
     if calib is None and get_recipe(precision).calibrated:
         raise DataError(f"--precision {precision} needs calibration data: pass --calib DATA")
@@ -296,6 +302,9 @@ def print_fp16_summary(report: dict) -> None:
 def print_summary(report: dict) -> None:
     out = report["output"]
     q = report["quantization"]
+    if q.get("weight_size_ratio") is not None:
+        _print_weight_only(report)
+        return
     name = q.get("precision", "int8")
     activations = "int16" if name == "int16x8" else q["activations"]
     console.print(
@@ -377,3 +386,34 @@ def print_accuracy_summary(section: dict) -> None:
                 str(i), row["node"], row["op_type"], row["what"], budget.format(at[i]) if i in at else "-"
             )
         console.print(table)
+
+
+def _print_weight_only(report: dict) -> None:
+    out, q = report["output"], report["quantization"]
+    console.print(
+        f"[bold]wrote[/] {out['path']}  ({out['size_bytes'] / 1e6:.2f} MB, {out['size_ratio']:.3f}x the fp32 "
+        f"model)  {q['precision']}: {q['quantized_weights']} weights {q['weights']}, "
+        f"{q['weight_size_ratio']:.3f}x their fp32 size; activations float"
+    )
+    evaluation = report.get("evaluation")
+    if evaluation:
+        table = Table(
+            title=f"fp32 vs {q['precision']} on {evaluation['samples']} samples (host, OpenVINO f32)"
+        )
+        table.add_column("metric")
+        table.add_column(q["precision"], justify="right")
+        if "top1_agreement" in evaluation:
+            table.add_row("top-1 agreement with fp32 %", _fmt(evaluation["top1_agreement"]))
+        for name, m in evaluation["outputs"].items():
+            table.add_row(f"{name}: cosine", _fmt(m["cosine"], 5))
+            table.add_row(f"{name}: SQNR", _fmt(m["sqnr_db"], 1, " dB"))
+            table.add_row(f"{name}: max abs error", _fmt(m["max_abs_error"], 4))
+        console.print(table)
+    if q["float_weights"]:
+        floats = Table(title="weights not in the recipe")
+        floats.add_column("node")
+        floats.add_column("op")
+        floats.add_column("reason")
+        for f in q["float_weights"]:
+            floats.add_row(f["node"], f["op_type"], f["reason"])
+        console.print(floats)

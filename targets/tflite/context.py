@@ -128,12 +128,17 @@ class Context:
         if quantized is not None:
             qdata, quant = quantized
             axis = quant.axis
+            if quant.block_size:  # blockwise int4: the scales have the weight's rank and move with it
+                if insert_axis is not None:
+                    raise self.error("blockwise int4 weights must be 2-D (MatMul/Gemm)")
+                scale = quant.scale if perm is None else np.transpose(quant.scale, perm)
+                quant = Quant(np.ascontiguousarray(scale), quant.zero_point, axis, quant.block_size)
             if insert_axis is not None:
                 qdata = np.expand_dims(qdata, insert_axis)
                 axis += int(axis >= insert_axis)
             axis = axis if perm is None else list(perm).index(axis)
             tensor.qdata = np.asarray(qdata if perm is None else np.transpose(qdata, perm), order="C")
-            tensor.qparams = Quant(quant.scale, quant.zero_point, axis)
+            tensor.qparams = Quant(quant.scale, quant.zero_point, axis, quant.block_size)
         return tensor
 
     def bind(self, value: ir.Value, tensor: Tensor) -> None:

@@ -6,6 +6,7 @@ cancel_transposes              sink transposes through layout-agnostic ops, fold
 choose_io_layout               NHWC inputs/outputs only where the edge transpose cancelled
 fuse_activations               RELU / RELU6 / RELU_N1_TO_1 into the preceding conv/fc/add/pool
 quantize_kernels               DEQUANTIZE -> op -> QUANTIZE becomes the integer kernel
+hybrid_weights                 weight-only models: int8 weights on the hybrid kernels (weight_only.py)
 flatten_into_fully_connected   NCHW flatten before a dense layer -> permuted weights instead
 drop_reshape_before_fully_connected  FULLY_CONNECTED flattens its input itself
 transposes_to_reshapes         transposes that move only unit dims become (merged) reshapes
@@ -28,7 +29,7 @@ import onnx_ir as ir
 from edgekit.errors import TargetError
 from edgekit.litert_run import TensorInfo  # noqa: F401 - defined there to be light, used here
 from edgekit.model import forget_nonpositive_dims
-from edgekit.targets.tflite import fp16, fusion, layout, lowering, quantized, writer
+from edgekit.targets.tflite import fp16, fusion, layout, lowering, quantized, weight_only, writer
 from edgekit.targets.tflite.context import Context, permute, to_nchw_perm, to_nhwc_perm
 from edgekit.targets.tflite.graph import Graph, Op, Tensor
 from edgekit.targets.tflite.registry import call, lookup
@@ -52,6 +53,9 @@ class ConvertOptions:
     integer ``io_dtype``): refuse a model with ops left in float; off, they stay float between
     DEQUANTIZE/QUANTIZE and the inputs/outputs next to them stay float32. ``fp16_weights`` (the ``fp16``
     recipe, float models): float constants stored as FLOAT16 and read through DEQUANTIZE (``fp16.py``).
+    ``weight_only``: a weight-only model
+    (``w8``, ``w4``): ``hybrid`` gives its integer weights to LiteRT's hybrid kernels, ``dequantize`` reads the
+    int8 ones through DEQUANTIZE into the float kernels (:mod:`.weight_only`); empty: not a weight-only model.
     """
 
     keep_io_layout: bool = False
@@ -60,6 +64,7 @@ class ConvertOptions:
     per_tensor_weights: frozenset[str] = frozenset()
     strict_integer: bool = True
     fp16_weights: bool = False
+    weight_only: Literal["", "hybrid", "dequantize"] = ""
 
     def __post_init__(self) -> None:
         if self.io_dtype not in ("float32", "int8", "uint8"):
@@ -89,6 +94,7 @@ def _pipeline(options: ConvertOptions) -> list[Pass]:
         layout.choose_io_layout,
         fusion.fuse_activations,
         quantized.quantize_kernels(options.per_tensor_weights),
+        weight_only.hybrid_weights(options.weight_only),
         fusion.flatten_into_fully_connected,
         fusion.drop_reshape_before_fully_connected,
         layout.transposes_to_reshapes,

@@ -70,6 +70,7 @@ def flatten_into_fully_connected(graph: Graph) -> Graph:
             or u.inputs[0] is not flat
             or not u.inputs[1].is_const
             or u.options.keepNumDims
+            or (u.inputs[1].quant is not None and u.inputs[1].quant.block_size)  # blocks along the columns
             for u in users
         ):
             continue

@@ -15,11 +15,16 @@ import numpy as np
 
 @dataclass(eq=False)
 class Quant:
-    """Affine quantization: ``real = scale * (q - zero_point)``, per tensor or along ``axis``."""
+    """Affine quantization: ``real = scale * (q - zero_point)``, per tensor or along ``axis``.
+
+    ``block_size``: blockwise (LiteRT's ``BlockwiseQuantization``, int4 weights): ``scale`` has the tensor's
+    rank, one scale per ``block_size`` values along ``axis``; zero points 0.
+    """
 
     scale: np.ndarray
     zero_point: np.ndarray
     axis: int = 0
+    block_size: int = 0
 
     def __post_init__(self) -> None:
         self.scale = np.atleast_1d(np.asarray(self.scale, dtype=np.float32))
@@ -27,13 +32,14 @@ class Quant:
 
     @property
     def per_tensor(self) -> bool:
-        return self.scale.size == 1
+        return self.scale.size == 1 and not self.block_size
 
     def same_as(self, other: Quant | None) -> bool:
         return (
             other is not None
             and self.scale.shape == other.scale.shape
             and self.axis == other.axis
+            and self.block_size == other.block_size
             and bool(np.all(self.scale == other.scale))
             and bool(np.all(self.zero_point == other.zero_point))
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 from edgekit.quantize import patterns
@@ -300,9 +301,10 @@ def quantize_linear(
 def dequantize_linear(
     ctx: Context, node: ir.Node, *, axis: int = 1, block_size: int = 0, output_dtype: int = 0
 ) -> None:
-    if block_size:
-        raise ctx.error("blocked quantization is not supported")
     x_value, y_value = node.inputs[0], node.outputs[0]
+    if block_size:
+        _blocked_weights(ctx, node, axis, block_size)
+        return
     rank = ctx.rank(x_value)
     q = ctx.const(x_value)
     if q is not None:
@@ -328,6 +330,24 @@ def dequantize_linear(
             f"DequantizeLinear params ({quant.describe()}) differ from its input's ({x.quant.describe()})"
         )
     ctx.op("DEQUANTIZE", [x], [ctx.output(y_value, shape=x.shape, dtype=np.float32)])
+
+
+def _blocked_weights(ctx: Context, node: ir.Node, axis: int, block_size: int) -> None:
+    """A blockwise DequantizeLinear of constant int4 weights (the ``w4`` recipe): a float constant that remembers
+    its int4 form and one scale per block (:class:`Quant` ``block_size``)."""
+    q = ctx.const(node.inputs[0])
+    zp_value = _optional(node, 2)
+    if q is None or q.dtype != np.dtype(ml_dtypes.int4) or q.ndim != 2:
+        raise ctx.error("blocked quantization is supported for constant 2-D int4 weights only")
+    if zp_value is not None and np.any(ctx.require_const(zp_value, "zero point").astype(np.int64)):
+        raise ctx.error("blocked int4 weights must be symmetric (zero point 0)")
+    scale = ctx.require_const(node.inputs[1], "quantization scale").astype(np.float32)
+    axis = axis + q.ndim if axis < 0 else axis
+    if q.shape[axis] % block_size:
+        raise ctx.error(f"blocked weights: dim {q.shape[axis]} is not a multiple of the block {block_size}")
+    real = q.astype(np.float32) * np.repeat(scale, block_size, axis=axis)
+    quant = Quant(scale, np.zeros(1, np.int64), axis, block_size)
+    ctx.set_const(node.outputs[0], real.astype(np.float32), quantized=(q, quant))
 
 
 # -- BatchNormalization (inference), DepthToSpace / SpaceToDepth, ArgMax / ArgMin ------------------------

@@ -100,7 +100,8 @@ def verify(
     """Run the .tflite (LiteRT) and the source model (host, OpenVINO f32) on ``samples`` and compare.
 
     ``precision``: a float model's recipe (fp16 has its own yardstick; anything else is judged as fp32 within
-    ``tolerance``); a QDQ model is judged by its activations (int8, or int16x8 when every layer is 16-bit).
+    ``tolerance``); a QDQ model is judged by its activations (int8, or int16x8 when every layer is 16-bit); a
+    weight-only model (w8, w4) by its recipe's yardstick.
     """
     # Both runtimes run in a child process: LiteRT aborts the process on some graphs, OpenVINO can crash
     # compiling one; either becomes a TargetError here.
@@ -129,9 +130,14 @@ def verify(
             doing="running the QDQ model on its int8 kernels",
         )
 
-    quantized = is_quantized(model)
+    from edgekit.quantize.weight_only import weight_only_precision
+
+    weight_only = precision if precision in ("w8", "w4") else weight_only_precision(model)
+    quantized = is_quantized(model) and weight_only is None
     qdq = qdq_precision(model)
-    if quantized:
+    if weight_only:  # against the weight-only model (its integer weights dequantized)
+        stick = yardstick(weight_only)
+    elif quantized:
         # A mix of int8 and int16x8 layers is judged as int8, its coarser part.
         stick = yardstick(qdq if qdq == "int16x8" and not _has_8bit_qdq(model) else "int8")
     else:  # a float model: its recipe's yardstick (fp16), else fp32's within the target's tolerance

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 from ai_edge_litert import schema_py_generated as fb
 
@@ -16,6 +17,7 @@ _TENSOR_TYPES: dict[np.dtype, int] = {
     np.dtype(np.int32): fb.TensorType.INT32,
     np.dtype(np.int64): fb.TensorType.INT64,
     np.dtype(np.bool_): fb.TensorType.BOOL,
+    np.dtype(ml_dtypes.int4): fb.TensorType.INT4,  # two per byte (writer.pack_int4)
 }
 
 

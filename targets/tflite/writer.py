@@ -12,6 +12,7 @@ import hashlib
 from pathlib import Path
 
 import flatbuffers
+import ml_dtypes
 import numpy as np
 from edgekit.targets.tflite.graph import Graph, Quant, Tensor
 from edgekit.targets.tflite.schema import builtin_code, fb, options_type, tensor_type
@@ -169,6 +170,35 @@ class _SharedShapeTensor(fb.TensorT):
         return fb.TensorEnd(builder)
 
 
+def pack_int4(values: np.ndarray) -> bytes:
+    """int4 values two per byte, the first of each pair in the low nibble (TFLite's INT4 layout)."""
+    flat = np.asarray(values).astype(np.int8).reshape(-1)
+    if flat.size % 2:
+        flat = np.append(flat, np.int8(0))
+    low, high = flat[0::2].astype(np.uint8) & 0x0F, flat[1::2].astype(np.uint8) & 0x0F
+    return (low | (high << 4)).astype(np.uint8).tobytes()
+
+
+def _payload(t: Tensor) -> bytes:
+    if t.dtype == np.dtype(ml_dtypes.int4):
+        return pack_int4(t.data)
+    return np.ascontiguousarray(t.data, dtype=t.dtype).astype(t.dtype.newbyteorder("<")).tobytes()
+
+
+def _blockwise(quant: Quant, scales: int) -> fb.QuantizationParametersT:
+    """LiteRT's ``BlockwiseQuantization`` of a weight whose scales are tensor ``scales`` (zero points 0, no
+    tensor). Its blocks run along the weight's last (input) dimension; ``quantizedDimension`` stays 0: with 1
+    LiteRT 2.3.0's XNNPACK delegate fails to prepare the FULLY_CONNECTED."""
+    details = fb.BlockwiseQuantizationT()
+    details.scales = scales
+    details.zeroPoints = -1
+    details.blockSize = int(quant.block_size)
+    params = fb.QuantizationParametersT()
+    params.detailsType = fb.QuantizationDetails.BlockwiseQuantization
+    params.details = details
+    return params
+
+
 # Ops whose first version is above 1.
 _MIN_VERSIONS = {"BROADCAST_TO": 2}
 
@@ -200,6 +230,7 @@ def serialize(graph: Graph, description: str = "edgekit", *, names: bool = True)
     tensors: list[fb.TensorT] = []
     tensor_index: dict[int, int] = {}
     vectors: dict[tuple[str, bytes], int] = {}
+    scale_tensors: list[Tensor] = []  # kept alive: tensors are indexed by id()
 
     def index_of(t: Tensor) -> int:
         if id(t) in tensor_index:
@@ -208,9 +239,15 @@ def serialize(graph: Graph, description: str = "edgekit", *, names: bool = True)
         ft.name = t.name if names else None
         ft.shape = np.asarray(t.shape, dtype=np.int32)
         ft.type = tensor_type(t.dtype)
-        ft.quantization = None if t.quant is None else _SharedQuantization(t.quant, vectors)
+        if t.quant is not None and t.quant.block_size:
+            # LiteRT reads blockwise scales as float16 (float32 ones are misread)
+            scales = Tensor(t.name + "/scales", t.quant.scale.shape, np.float16, data=t.quant.scale)
+            scale_tensors.append(scales)
+            ft.quantization = _blockwise(t.quant, index_of(scales))
+        else:
+            ft.quantization = None if t.quant is None else _SharedQuantization(t.quant, vectors)
         if t.data is not None:
-            payload = np.ascontiguousarray(t.data, dtype=t.dtype).astype(t.dtype.newbyteorder("<")).tobytes()
+            payload = _payload(t)
             key = hashlib.sha256(payload).digest() + len(payload).to_bytes(8, "little")
             if key not in buffer_index:
                 buffer_index[key] = len(buffers)
