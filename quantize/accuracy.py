@@ -307,7 +307,7 @@ def search(
     ``target`` None: the QDQ file's own restores (layers left float). Raises a QuantizationError (one line,
     with the best reached and the layers) when the budget cannot be met.
     """
-    from edgekit.api import evaluate as per_layer_sqnr
+    from edgekit.quantize.evaluation import evaluate as per_layer_sqnr
     from edgekit.runtime import HostRunner
 
     start = time.perf_counter()

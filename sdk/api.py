@@ -17,14 +17,15 @@ import onnx
 import onnx_ir as ir
 from edgekit.data import Dataset, ImagePreprocess, input_specs, open_dataset, prefetched
 from edgekit.errors import DataError, QuantizationError
-from edgekit.metrics import Comparison, TensorError
+from edgekit.metrics import Comparison
 from edgekit.model import atomic_write_bytes, check_writable, load_model, save_model
 from edgekit.quantize.calibrate import Statistics, Track, no_progress
+from edgekit.quantize.evaluation import dataset_length, evaluate, evaluate_outputs
 from edgekit.quantize.options import QuantizeOptions
 from edgekit.quantize.pipeline import Quantized, quantize
 from edgekit.quantize.recipes import check_layer_names, get_recipe
 from edgekit.quantize.weight_only import WeightOnly, quantize_weight_only
-from edgekit.sanity import InputRanges, calibration_ranges, data_warnings
+from edgekit.sanity import calibration_ranges, data_warnings
 
 #: How many layers the report lists as the worst.
 WORST_LAYERS = 10
@@ -60,53 +61,6 @@ def as_dataset(
     if isinstance(data, str | os.PathLike):
         return open_dataset(data, input_specs(model), preprocess, limit=limit)
     return data
-
-
-def evaluate(
-    fp32: ir.Model,
-    quantized: Quantized,
-    dataset: Iterable,
-    track: Track = no_progress,
-    limit: int | None = None,
-) -> tuple[dict, list[dict]]:
-    """Run the fp32 and the QDQ model on the host (OpenVINO, f32) over ``dataset``.
-
-    Returns the output comparison (accuracy, agreement, errors per output) and the per-layer SQNR of every quantized
-    activation against fp32 (worst first).
-    """
-    from edgekit.runtime import HostRunner
-
-    graph_inputs = {v.name for v in fp32.graph.inputs}
-    layers = [n for n in quantized.plan.activations if n not in graph_inputs]
-    ref_runner = HostRunner(ir.to_proto(fp32), extra_outputs=layers)
-    q_runner = HostRunner(
-        quantized.proto(), extra_outputs=[quantized.dequantized[n] for n in layers], isolate=True
-    )
-    output_names = [v.name for v in fp32.graph.outputs]
-    comparison = Comparison()
-    per_layer = {n: TensorError() for n in layers}
-    ranges = InputRanges()
-    total = _length(dataset, limit)
-    for sample in track(prefetched(islice(iter(dataset), limit)), "evaluating fp32 vs int8", total):
-        ranges.update(sample.inputs)
-        ref = ref_runner.run(sample.inputs)
-        cand = q_runner.run(sample.inputs)
-        comparison.update({n: ref[n] for n in output_names}, {n: cand[n] for n in output_names}, sample.label)
-        for n in layers:
-            per_layer[n].update(ref[n], cand[quantized.dequantized[n]])
-    if comparison.samples == 0:
-        raise DataError("the evaluation data set is empty")
-    layer_rows = [{"tensor": n, **per_layer[n].to_json()} for n in layers]
-    layer_rows.sort(key=lambda r: (r["sqnr_db"] is None, r["sqnr_db"] if r["sqnr_db"] is not None else 0.0))
-    return {**comparison.to_json(), "input_ranges": ranges.to_json()}, layer_rows
-
-
-def _length(dataset: Iterable, limit: int | None) -> int:
-    try:
-        n = len(dataset)  # type: ignore[arg-type]
-    except TypeError:
-        n = limit or 0
-    return min(n, limit) if limit else n
 
 
 def quantize_model(
@@ -301,31 +255,6 @@ def _meet_budget(
     return final, result.statistics, report
 
 
-def evaluate_outputs(
-    fp32: ir.Model,
-    candidate: onnx.ModelProto,
-    dataset: Iterable,
-    track: Track = no_progress,
-    limit: int | None = None,
-) -> dict:
-    """fp32 against ``candidate`` (both on the host, OpenVINO f32) over ``dataset``: the output comparison."""
-    from edgekit.runtime import HostRunner
-
-    ref_runner = HostRunner(ir.to_proto(fp32))
-    cand_runner = HostRunner(candidate, isolate=True)
-    output_names = [v.name for v in fp32.graph.outputs]
-    comparison = Comparison()
-    ranges = InputRanges()
-    total = _length(dataset, limit)
-    for sample in track(prefetched(islice(iter(dataset), limit)), "evaluating fp32 vs the recipe", total):
-        ranges.update(sample.inputs)
-        ref, cand = ref_runner.run(sample.inputs), cand_runner.run(sample.inputs)
-        comparison.update({n: ref[n] for n in output_names}, {n: cand[n] for n in output_names}, sample.label)
-    if comparison.samples == 0:
-        raise DataError("the evaluation data set is empty")
-    return {**comparison.to_json(), "input_ranges": ranges.to_json()}
-
-
 def _weight_only_model(
     model: str | os.PathLike[str],
     fp32: ir.Model,
@@ -445,7 +374,7 @@ def _fp16_model(
     if eval_set is not None:
         start = time.perf_counter()
         comparison = Comparison()
-        total = _length(eval_set, eval_limit)
+        total = dataset_length(eval_set, eval_limit)
         for sample in track(prefetched(islice(iter(eval_set), eval_limit)), "evaluating fp32 vs fp16", total):
             a, b = ref_runner.run(sample.inputs), half_runner.run(sample.inputs)
             comparison.update({n: a[n] for n in names}, {n: b[n] for n in names}, sample.label)

@@ -41,7 +41,17 @@ FLOORS: dict[str, int] = {
     "edgekit.targets": 2,
     **{
         f"edgekit.{m}": 3
-        for m in ("api", "deployment", "device_eval", "fleet", "report", "inspect", "docs_gen", "tradeoff")
+        for m in (
+            "api",
+            "deployment",
+            "device_eval",
+            "fleet",
+            "report",
+            "accuracy_report",
+            "inspect",
+            "docs_gen",
+            "tradeoff",
+        )
     },
     "edgekit.cli": 4,
 }

@@ -1,0 +1,88 @@
+"""fp32 against a quantized candidate on the host (OpenVINO f32, exact QDQ): the output comparison and the
+per-layer SQNR, the statistics the report and the accuracy-aware search read (statistics apart from rewriting)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from itertools import islice
+
+import onnx
+import onnx_ir as ir
+from edgekit.data import prefetched
+from edgekit.errors import DataError
+from edgekit.metrics import Comparison, TensorError
+from edgekit.quantize.calibrate import Track, no_progress
+from edgekit.quantize.pipeline import Quantized
+from edgekit.sanity import InputRanges
+
+
+def evaluate(
+    fp32: ir.Model,
+    quantized: Quantized,
+    dataset: Iterable,
+    track: Track = no_progress,
+    limit: int | None = None,
+) -> tuple[dict, list[dict]]:
+    """Run the fp32 and the QDQ model on the host (OpenVINO, f32) over ``dataset``.
+
+    Returns the output comparison (accuracy, agreement, errors per output) and the per-layer SQNR of every quantized
+    activation against fp32 (worst first).
+    """
+    from edgekit.runtime import HostRunner
+
+    graph_inputs = {v.name for v in fp32.graph.inputs}
+    layers = [n for n in quantized.plan.activations if n not in graph_inputs]
+    ref_runner = HostRunner(ir.to_proto(fp32), extra_outputs=layers)
+    q_runner = HostRunner(
+        quantized.proto(), extra_outputs=[quantized.dequantized[n] for n in layers], isolate=True
+    )
+    output_names = [v.name for v in fp32.graph.outputs]
+    comparison = Comparison()
+    per_layer = {n: TensorError() for n in layers}
+    ranges = InputRanges()
+    total = dataset_length(dataset, limit)
+    for sample in track(prefetched(islice(iter(dataset), limit)), "evaluating fp32 vs int8", total):
+        ranges.update(sample.inputs)
+        ref = ref_runner.run(sample.inputs)
+        cand = q_runner.run(sample.inputs)
+        comparison.update({n: ref[n] for n in output_names}, {n: cand[n] for n in output_names}, sample.label)
+        for n in layers:
+            per_layer[n].update(ref[n], cand[quantized.dequantized[n]])
+    if comparison.samples == 0:
+        raise DataError("the evaluation data set is empty")
+    layer_rows = [{"tensor": n, **per_layer[n].to_json()} for n in layers]
+    layer_rows.sort(key=lambda r: (r["sqnr_db"] is None, r["sqnr_db"] if r["sqnr_db"] is not None else 0.0))
+    return {**comparison.to_json(), "input_ranges": ranges.to_json()}, layer_rows
+
+
+def evaluate_outputs(
+    fp32: ir.Model,
+    candidate: onnx.ModelProto,
+    dataset: Iterable,
+    track: Track = no_progress,
+    limit: int | None = None,
+) -> dict:
+    """fp32 against ``candidate`` (both on the host, OpenVINO f32) over ``dataset``: the output comparison."""
+    from edgekit.runtime import HostRunner
+
+    ref_runner = HostRunner(ir.to_proto(fp32))
+    cand_runner = HostRunner(candidate, isolate=True)
+    output_names = [v.name for v in fp32.graph.outputs]
+    comparison = Comparison()
+    ranges = InputRanges()
+    total = dataset_length(dataset, limit)
+    for sample in track(prefetched(islice(iter(dataset), limit)), "evaluating fp32 vs the recipe", total):
+        ranges.update(sample.inputs)
+        ref, cand = ref_runner.run(sample.inputs), cand_runner.run(sample.inputs)
+        comparison.update({n: ref[n] for n in output_names}, {n: cand[n] for n in output_names}, sample.label)
+    if comparison.samples == 0:
+        raise DataError("the evaluation data set is empty")
+    return {**comparison.to_json(), "input_ranges": ranges.to_json()}
+
+
+def dataset_length(dataset: Iterable, limit: int | None) -> int:
+    try:
+        n = len(dataset)  # type: ignore[arg-type]
+    except TypeError:
+        n = limit or 0
+    return min(n, limit) if limit else n
