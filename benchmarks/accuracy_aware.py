@@ -39,7 +39,7 @@ class Sample:
 
 
 def photos(shared: Path) -> list[Sample]:
-    from edgekit.data import ImagePreprocess, InputSpec, open_dataset
+    from edgekit.core.data import ImagePreprocess, InputSpec, open_dataset
 
     pre = ImagePreprocess(
         resize_mode="shorter-side-crop",
@@ -63,7 +63,7 @@ def artifact_runner(target: str, proto) -> tuple[Any, int]:
     ONNX layout), and the artifact's size."""
     if target in ("arm-cpu", "nnapi"):
         from ai_edge_litert.interpreter import Interpreter
-        from edgekit.litert_run import from_model_output, to_model_input
+        from edgekit.core.litert_run import from_model_output, to_model_input
         from edgekit.targets.tflite.converter import ConvertOptions, convert
 
         io = "float32" if target == "arm-cpu" else "int8"
@@ -87,7 +87,7 @@ def artifact_runner(target: str, proto) -> tuple[Any, int]:
             return {"y": from_model_output(info, interpreter.get_tensor(out[info.name]["index"]))}
 
         return run, len(result.data)
-    from edgekit.runtime import HostRunner
+    from edgekit.core.runtime import HostRunner
 
     runner = HostRunner(proto, exact_qdq=False, threads=2)  # OpenVINO's int8 kernels: what the IR runs
     name = runner.output_names[0]
@@ -108,12 +108,12 @@ def edgekit_case(model_path: Path, calib: list[Sample], held: list[Sample], targ
                  input_shapes=None, ranking: int = 50) -> dict:  # fmt: skip
     """The search on ``calib`` (calibration and accuracy), then fp32, plain int8 and the restored model's real
     artifacts on ``held``: the budget's metric (first output), host p50 and size."""
-    from edgekit.model import load_model
+    from edgekit.core.model import load_model
+    from edgekit.core.runtime import HostRunner
     from edgekit.quantize.accuracy import SearchOptions, search
     from edgekit.quantize.budget import Reference, measure
     from edgekit.quantize.options import QuantizeOptions
     from edgekit.quantize.pipeline import quantize
-    from edgekit.runtime import HostRunner
     from edgekit.targets.base import get_target
 
     model = load_model(model_path, input_shapes)

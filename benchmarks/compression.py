@@ -89,7 +89,7 @@ def text_lines(count: int, seed: int, height: int = 48, width: int = 320) -> lis
 
 
 def photos(shared: Path, model, preprocess: dict, start: int, count: int) -> list[dict[str, np.ndarray]]:
-    from edgekit.data import ImagePreprocess, input_specs, open_dataset
+    from edgekit.core.data import ImagePreprocess, input_specs, open_dataset
 
     pre = ImagePreprocess.from_json(preprocess)
     data = open_dataset(shared / "data" / "imagenet-sample-200", input_specs(model), pre, limit=start + count)
@@ -109,7 +109,7 @@ def full_encoder(folder: Path) -> Path:
 
 
 def cases(shared: Path, names: Sequence[str], samples: int, calib: int, folder: Path) -> list[Case]:
-    from edgekit.model import load_model
+    from edgekit.core.model import load_model
     from edgekit.targets.base import default_verify_samples
 
     models = shared / "models"
@@ -272,7 +272,7 @@ def edgekit_onnx(case: Case, recipe: str, folder: Path, calibrated: bool = True)
     """``edgekit quantize --precision recipe`` (with ``--calib``: the calibrated recipes need it, the weight-only
     ones use it to correct biases; ``calibrated=False``: the weight-only recipes data-free)."""
     from edgekit.api import quantize_model
-    from edgekit.model import load_model, save_model
+    from edgekit.core.model import load_model, save_model
     from edgekit.quantize.options import QuantizeOptions
 
     path = folder / f"{recipe}{'' if calibrated else '-datafree'}.onnx"
@@ -291,7 +291,7 @@ def edgekit_onnx(case: Case, recipe: str, folder: Path, calibrated: bool = True)
 
 def bundle(case: Case, target: str, recipe: str, folder: Path) -> Path:
     """The bundle of ``recipe`` for ``target`` (the recipe's ONNX, or fp32 for fp32/fp16) through the target."""
-    from edgekit.model import load_model
+    from edgekit.core.model import load_model
     from edgekit.targets.base import PackageOptions, get_target
 
     t = get_target(target)

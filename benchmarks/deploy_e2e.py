@@ -19,11 +19,11 @@ from pathlib import Path
 
 import edgekit
 import numpy as np
-from edgekit.data import ImagePreprocess, input_specs, open_dataset
+from edgekit.core.data import ImagePreprocess, input_specs, open_dataset
+from edgekit.core.model import load_model
 from edgekit.deployment import Hooks
 from edgekit.device_agents.bundle import read_bundle
 from edgekit.device_eval import from_device, to_device
-from edgekit.model import load_model
 
 TARGETS = ("arm-cpu", "intel-vpu", "nnapi")
 PRE = ImagePreprocess(size=(224, 224), color="BGR", mean=(104.0, 117.0, 123.0))

@@ -29,10 +29,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests" / "agent"))
 
 from agent_procs import start_tcp_agent, stop  # noqa: E402
-from edgekit.data import input_specs, open_dataset  # noqa: E402
+from edgekit.core.data import input_specs, open_dataset  # noqa: E402
+from edgekit.core.model import load_model  # noqa: E402
 from edgekit.device_eval import host_reference  # noqa: E402
 from edgekit.fleet import Device, FleetOptions, evaluate_bundle  # noqa: E402
-from edgekit.model import load_model  # noqa: E402
 from shared_data import default_shared, mnist_npz  # noqa: E402
 
 

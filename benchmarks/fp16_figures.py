@@ -60,10 +60,10 @@ def _cases(shared: Path, folder: Path) -> list[tuple[str, Path, dict, dict | Non
 
 def fp16_figures(samples: int = 200, shared: Path | None = None) -> list[dict]:
     """One row per model: sizes, ratio, worst error over the range, cosine, top-1 agreement."""
-    from edgekit.data import ImagePreprocess, input_specs, open_dataset
-    from edgekit.litert_run import run_tflite_samples
-    from edgekit.model import load_model
-    from edgekit.runtime import HostRunner
+    from edgekit.core.data import ImagePreprocess, input_specs, open_dataset
+    from edgekit.core.litert_run import run_tflite_samples
+    from edgekit.core.model import load_model
+    from edgekit.core.runtime import HostRunner
     from edgekit.targets.base import compare_outputs, output_kinds
     from edgekit.targets.tflite.converter import ConvertOptions, convert
 

@@ -131,8 +131,8 @@ def _errors(reference: list[list[np.ndarray]], actual: list[list[np.ndarray]]) -
 
 def main() -> None:
     import onnx_ir as ir
-    from edgekit.data import ImagePreprocess, input_specs, open_dataset
-    from edgekit.model import load_model
+    from edgekit.core.data import ImagePreprocess, input_specs, open_dataset
+    from edgekit.core.model import load_model
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=200)

@@ -30,7 +30,7 @@ PHOTOS = "data/imagenet-sample-200"
 
 
 def photos(shared: Path) -> list[tuple[np.ndarray, int | None]]:
-    from edgekit.data import ImagePreprocess, InputSpec, open_dataset
+    from edgekit.core.data import ImagePreprocess, InputSpec, open_dataset
 
     pre = ImagePreprocess(
         resize_mode="shorter-side-crop",
@@ -54,7 +54,7 @@ def onnx_top1(proto, images: list[np.ndarray]) -> list[int]:
 
 
 def tflite_top1(proto, images: list[np.ndarray]) -> tuple[list[int], dict]:
-    from edgekit.litert_run import run_tflite_samples
+    from edgekit.core.litert_run import run_tflite_samples
     from edgekit.targets.tflite.converter import ConvertOptions, convert
 
     result = convert(proto, ConvertOptions(target="arm-cpu"))
@@ -75,8 +75,8 @@ def main() -> None:
     args = parser.parse_args()
 
     import onnx_ir as ir
-    from edgekit.data import Sample
-    from edgekit.model import load_model
+    from edgekit.core.data import Sample
+    from edgekit.core.model import load_model
     from edgekit.quantize.options import QuantizeOptions
     from edgekit.quantize.pipeline import quantize
     from edgekit.targets.base import get_target

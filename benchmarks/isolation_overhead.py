@@ -1,4 +1,4 @@
-"""What running verification in a child process (``edgekit.isolated``) costs, on SqueezeNet.
+"""What running verification in a child process (``edgekit.core.isolated``) costs, on SqueezeNet.
 
     python benchmarks/isolation_overhead.py [--shared ../shared] [--rounds 5]
 
@@ -24,9 +24,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
 
-    from edgekit.litert_run import run_tflite_samples
-    from edgekit.model import load_model
-    from edgekit.runtime import HostRunner
+    from edgekit.core.litert_run import run_tflite_samples
+    from edgekit.core.model import load_model
+    from edgekit.core.runtime import HostRunner
     from edgekit.targets.base import default_verify_samples
     from edgekit.targets.tflite.converter import ConvertOptions, convert
     from edgekit.targets.tflite.package import verify

@@ -136,7 +136,7 @@ def sha256(path: Path) -> str:
 # -- inputs for the peer ---------------------------------------------------------------------------------
 def write_startup_sample(images: Path, folder: Path) -> None:
     """The 20-image file onnx2tf would download at start-up: RGB, 128x128, float32 in [0, 1], NHWC."""
-    from edgekit.data import ImagePreprocess, InputSpec, open_dataset
+    from edgekit.core.data import ImagePreprocess, InputSpec, open_dataset
 
     pre = ImagePreprocess(size=(128, 128), color="RGB", scale=1 / 255, layout="NHWC")
     data = open_dataset(images, [InputSpec("x", (1, 128, 128, 3))], pre, limit=20)
@@ -147,7 +147,7 @@ def write_startup_sample(images: Path, folder: Path) -> None:
 
 def write_calibration(case: tc.Case, count: int, path: Path) -> str:
     """edgekit's first ``count`` calibration inputs, NCHW -> NHWC, for ``-cind``; returns the input name."""
-    from edgekit.model import load_model
+    from edgekit.core.model import load_model
 
     model = load_model(case.model)
     (name,) = [v.name for v in model.graph.inputs]
@@ -174,7 +174,7 @@ t0 = time.perf_counter()
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
 import tflite_convert as tc
-from edgekit.model import load_model
+from edgekit.core.model import load_model
 from edgekit.targets.tflite.converter import convert
 t1 = time.perf_counter()
 case = tc.Case("squeezenet1.1", Path(sys.argv[2]), Path(sys.argv[3]), tc.SQUEEZENET_PRE)
@@ -344,7 +344,7 @@ def ours_model(result: Any) -> Callable[[np.ndarray], np.ndarray]:
 def measure_correctness(
     case: tc.Case, ours: dict[str, Any], peer: dict[str, bytes], count: int
 ) -> dict[str, dict[str, Any]]:
-    from edgekit.model import load_model
+    from edgekit.core.model import load_model
 
     session = tc._ort(case.model)
     out_name = session.get_outputs()[0].name
@@ -398,7 +398,7 @@ def integer_head_qdq(case: tc.Case, calib: int, folder: Path) -> Path:
     """The QDQ model with the Softmax head (and the pool before it) quantized too, as nnapi has it: a
     diagnostic for the latency of edgekit's default float head against onnx2tf's integer one."""
     from edgekit import QuantizeOptions, quantize_model
-    from edgekit.model import load_model
+    from edgekit.core.model import load_model
 
     path = folder / f"{case.name}-qdq-integer-head.onnx"
     options = QuantizeOptions(activations="int8", samples=calib, float_output_heads=False)
@@ -478,7 +478,7 @@ def measure_latency(
 
 # -- main ------------------------------------------------------------------------------------------------
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from edgekit.model import load_model
+    from edgekit.core.model import load_model
     from edgekit.targets.tflite.converter import convert
 
     if not (args.shared / "models").is_dir():

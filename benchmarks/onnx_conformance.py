@@ -71,7 +71,7 @@ def _load_tensors(folder: Path, prefix: str) -> list[np.ndarray]:
 
 def run_case(case: Path, supported: set[str]) -> tuple[str, str]:
     """(outcome, detail) of one backend test case."""
-    from edgekit.errors import EdgekitError
+    from edgekit.core.errors import EdgekitError
     from edgekit.targets.tflite.converter import ConvertOptions, convert
     from edgekit.targets.tflite.package import run_tflite
 

@@ -28,8 +28,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import openvino as ov
-from edgekit.data import ImagePreprocess, input_specs, open_dataset
-from edgekit.model import load_model, load_proto
+from edgekit.core.data import ImagePreprocess, input_specs, open_dataset
+from edgekit.core.model import load_model, load_proto
 from edgekit.targets.base import PackageOptions, get_target
 from shared_data import default_shared, mnist_npz
 
@@ -126,7 +126,7 @@ def _ov(bundle: Path):
 def measure(built: Built) -> dict[str, Any]:
     case = built.case
     model = load_model(case.model)
-    from edgekit.runtime import HostRunner
+    from edgekit.core.runtime import HostRunner
 
     fp32, qdq, qdq_kernels = _ort(case.model), _ort(built.qdq, optimize=False), _ort(built.qdq)
     qdq_openvino = HostRunner(built.qdq, exact_qdq=False)  # the QDQ file as OpenVINO deploys it

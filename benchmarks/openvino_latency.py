@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _model(case: figures.Case):
-    from edgekit.model import load_model
+    from edgekit.core.model import load_model
 
     return load_model(case.model)
 

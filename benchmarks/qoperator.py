@@ -5,7 +5,7 @@
 1. ``edgekit deploy MODEL -t arm-cpu -t nnapi -t intel-vpu --eval PHOTOS ...`` (``edgekit.deploy``, the library behind the CLI, on the local agent)
    with the model's preprocessing (RGB, shorter side 256, centre crop 224, /255, ImageNet mean/std). The
    report's reference is onnxruntime running the QOperator file as given; it also gives the QDQ form's
-   answers run exactly on the host (``edgekit.runtime.HostRunner``).
+   answers run exactly on the host (``edgekit.core.runtime.HostRunner``).
 2. Each written bundle again, here in LiteRT / OpenVINO, against both references: top-1 agreement with
    onnxruntime on the original file and with the QDQ model run exactly.
 
@@ -50,7 +50,7 @@ def deploy(model: Path, photos: Path, samples: int, out: Path) -> tuple[dict[str
 
 
 def photo_inputs(shared: Path, samples: int) -> list[tuple[np.ndarray, int | None]]:
-    from edgekit.data import ImagePreprocess, InputSpec, open_dataset
+    from edgekit.core.data import ImagePreprocess, InputSpec, open_dataset
 
     pre = ImagePreprocess(
         resize_mode="shorter-side-crop",
@@ -132,8 +132,8 @@ def main() -> None:
     args = parser.parse_args()
 
     import onnxruntime as ort
-    from edgekit.model import load_model
-    from edgekit.runtime import HostRunner
+    from edgekit.core.model import load_model
+    from edgekit.core.runtime import HostRunner
 
     model_path = args.shared / MODEL
     out = args.out or Path(tempfile.mkdtemp(prefix="edgekit-qoperator-"))

@@ -44,7 +44,7 @@ SQUEEZENET_PRE = {"size": [224, 224], "color": "BGR", "mean": [104.0, 117.0, 123
 
 def worker_ours(args: argparse.Namespace) -> dict:
     import edgekit
-    from edgekit.data import ImagePreprocess
+    from edgekit.core.data import ImagePreprocess
 
     pre = ImagePreprocess.from_json(args.preprocess) if args.preprocess else None
     options = edgekit.QuantizeOptions(method=args.method, samples=args.samples, activations="int8")
@@ -60,8 +60,8 @@ class _Reader:
     """onnxruntime's CalibrationDataReader over edgekit's streamed data set (the same samples)."""
 
     def __init__(self, model: str, calib: str, preprocess: str | None, samples: int):
-        from edgekit.data import ImagePreprocess, input_specs, open_dataset
-        from edgekit.model import load_model
+        from edgekit.core.data import ImagePreprocess, input_specs, open_dataset
+        from edgekit.core.model import load_model
 
         pre = ImagePreprocess.from_json(preprocess) if preprocess else None
         self.it = iter(open_dataset(calib, input_specs(load_model(model)), pre, limit=samples))
@@ -144,12 +144,12 @@ def evaluate(
 ) -> dict[str, dict]:
     """top-1 (with labels), drop, agreement with fp32, every model run by ``runtime``: onnxruntime CPU node
     by node, or OpenVINO CPU on its int8 kernels."""
-    from edgekit.data import ImagePreprocess, input_specs, open_dataset
-    from edgekit.model import load_model
+    from edgekit.core.data import ImagePreprocess, input_specs, open_dataset
+    from edgekit.core.model import load_model
 
     if runtime == "openvino":
         import onnx
-        from edgekit.runtime import HostRunner
+        from edgekit.core.runtime import HostRunner
 
         class _OpenVino:
             def __init__(self, path: Path):
@@ -213,7 +213,7 @@ def _median_run(runs: list[dict]) -> dict:
 
 def upgraded(model: Path, tmp: Path) -> Path:
     """The opset-19 model edgekit's loader makes (a fair input for onnxruntime when it fails on the original)."""
-    from edgekit.model import load_model, save_model
+    from edgekit.core.model import load_model, save_model
 
     out = tmp / (model.stem + ".opset19.onnx")
     save_model(load_model(model), out)

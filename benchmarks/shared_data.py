@@ -31,11 +31,11 @@ def mnist_npz(shared: Path, count: int, folder: Path) -> Path:
 
 def float_from_quantized(source: Path, out: Path) -> Path:
     """The fp32 model behind a quantized ONNX file (QOperator or QDQ), written to ``out``: the QOperator
-    nodes become QDQ (``edgekit.qoperator``), every DequantizeLinear of a constant becomes the float constant
+    nodes become QDQ (``edgekit.core.qoperator``), every DequantizeLinear of a constant becomes the float constant
     it computes, and every QuantizeLinear -> DequantizeLinear pair on an activation is dropped. MobileNetV2
     with real weights comes out of ``models/mobilenetv2-12-int8.onnx`` this way (issues 13 and 14)."""
     import onnx_ir as ir
-    from edgekit.model import load_model, save_model
+    from edgekit.core.model import load_model, save_model
 
     model = load_model(source)
     graph = model.graph

@@ -53,7 +53,7 @@ def cases(shared: Path, mnist_count: int, folder: Path) -> list[Case]:
 
 
 def dataset(case: Case, model: Any, limit: int | None = None):
-    from edgekit.data import ImagePreprocess, input_specs, open_dataset
+    from edgekit.core.data import ImagePreprocess, input_specs, open_dataset
 
     pre = ImagePreprocess.from_json(case.preprocess) if case.preprocess else None
     return open_dataset(case.data, input_specs(model), pre, limit=limit)
@@ -62,7 +62,7 @@ def dataset(case: Case, model: Any, limit: int | None = None):
 def quantized(case: Case, calib: int, folder: Path) -> Path:
     """The QDQ model (int8 activations) of ``case``, written to ``folder``."""
     from edgekit import QuantizeOptions, quantize_model
-    from edgekit.model import load_model
+    from edgekit.core.model import load_model
 
     path = folder / f"{case.name}-qdq.onnx"
     data = dataset(case, load_model(case.model), calib)
@@ -80,7 +80,7 @@ if job == "openvino":
     t1 = time.perf_counter()
     ov.save_model(ov.convert_model(src), dst)
 else:
-    from edgekit.model import load_model
+    from edgekit.core.model import load_model
     from edgekit.targets.tflite.converter import ConvertOptions, convert
     t1 = time.perf_counter()
     model = load_model(src)
@@ -140,7 +140,7 @@ def _transposes(data: bytes) -> int:
 
 def measure_fidelity(case: Case, qdq_path: Path) -> dict[str, Any]:
     from ai_edge_litert.interpreter import Interpreter
-    from edgekit.model import load_model
+    from edgekit.core.model import load_model
     from edgekit.targets.tflite.converter import ConvertOptions, convert
 
     model = load_model(case.model)

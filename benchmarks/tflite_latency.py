@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.shared / "models").is_dir():
         print(f"shared models not found under {args.shared} (pass --shared)", file=sys.stderr)
         return 2
-    from edgekit.model import load_model
+    from edgekit.core.model import load_model
     from edgekit.targets.tflite.converter import convert
 
     with tempfile.TemporaryDirectory(prefix="edgekit-tflat-") as tmp:

@@ -37,7 +37,7 @@ TARGET_RATIO = 0.27
 
 
 def build(qdq: Path, names: bool, per_tensor: frozenset[str]) -> bytes:
-    from edgekit.model import load_model
+    from edgekit.core.model import load_model
     from edgekit.targets.tflite import writer
     from edgekit.targets.tflite.converter import ConvertOptions, build_graph
 
@@ -92,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     from edgekit import QuantizeOptions, quantize_model
-    from edgekit.data import input_specs, open_dataset
-    from edgekit.model import load_model
+    from edgekit.core.data import input_specs, open_dataset
+    from edgekit.core.model import load_model
 
     onnx_bytes = source.stat().st_size
     rows: list[dict[str, Any]] = []

@@ -1,7 +1,7 @@
 """Typed errors of the device agent package.
 
 This package runs on small devices and must not import the rest of edgekit, so its errors do not
-derive from :class:`edgekit.errors.EdgekitError`; the edgekit CLI maps :class:`AgentError` (and every
+derive from :class:`edgekit.core.errors.EdgekitError`; the edgekit CLI maps :class:`AgentError` (and every
 subclass) to one ``error: <message>`` line and exit code 2 all the same.
 
 Every error carries a short machine-readable ``code``; the agent sends that code with the message to

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import edgekit
 import numpy as np
+from edgekit.core.model import load_proto
 from edgekit.device_agents.client import connect
 from edgekit.device_eval import from_device, to_device
-from edgekit.model import load_proto
 from edgekit.targets.base import PackageOptions, get_target
 
 HERE = Path(__file__).resolve().parent

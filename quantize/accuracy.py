@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 import onnx_ir as ir
-from edgekit.errors import DataError, QuantizationError
+from edgekit.core.errors import DataError, QuantizationError
 from edgekit.quantize import rules
 from edgekit.quantize.budget import Budget, Measurement, Reference
 from edgekit.quantize.calibrate import Track, collect_statistics, no_progress
@@ -307,8 +307,8 @@ def search(
     ``target`` None: the QDQ file's own restores (layers left float). Raises a QuantizationError (one line,
     with the best reached and the layers) when the budget cannot be met.
     """
+    from edgekit.core.runtime import HostRunner
     from edgekit.quantize.evaluation import evaluate as per_layer_sqnr
-    from edgekit.runtime import HostRunner
 
     start = time.perf_counter()
     target = target if target is not None else _NoTarget()

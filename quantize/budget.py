@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from edgekit.errors import DataError
+from edgekit.core.errors import DataError
 
 #: Budget kind -> (CLI flag, what it measures, unit).
 KINDS = {

@@ -14,8 +14,8 @@ from typing import TypeVar
 import numpy as np
 import onnx
 import onnx_ir as ir
-from edgekit.data import prefetched
-from edgekit.errors import DataError, QuantizationError
+from edgekit.core.data import prefetched
+from edgekit.core.errors import DataError, QuantizationError
 from edgekit.quantize.observers import Histogram, MinMax, choose_range
 from edgekit.quantize.options import QuantizeOptions
 from edgekit.quantize.plan import QuantPlan, constant_key
@@ -72,7 +72,7 @@ def collect_statistics(
     track: Track = no_progress,
 ) -> Statistics:
     """Run the fp32 model on up to ``options.samples`` calibration samples and observe every planned tensor."""
-    from edgekit.runtime import HostRunner
+    from edgekit.core.runtime import HostRunner
 
     graph_inputs = {v.name for v in model.graph.inputs}
     # Derived ranges come from their group; fixed ranges need no observation at all.

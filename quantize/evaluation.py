@@ -8,12 +8,12 @@ from itertools import islice
 
 import onnx
 import onnx_ir as ir
-from edgekit.data import prefetched
-from edgekit.errors import DataError
-from edgekit.metrics import Comparison, TensorError
+from edgekit.core.data import prefetched
+from edgekit.core.errors import DataError
+from edgekit.core.metrics import Comparison, TensorError
+from edgekit.core.sanity import InputRanges
 from edgekit.quantize.calibrate import Track, no_progress
 from edgekit.quantize.pipeline import Quantized
-from edgekit.sanity import InputRanges
 
 
 def evaluate(
@@ -28,7 +28,7 @@ def evaluate(
     Returns the output comparison (accuracy, agreement, errors per output) and the per-layer SQNR of every quantized
     activation against fp32 (worst first).
     """
-    from edgekit.runtime import HostRunner
+    from edgekit.core.runtime import HostRunner
 
     graph_inputs = {v.name for v in fp32.graph.inputs}
     layers = [n for n in quantized.plan.activations if n not in graph_inputs]
@@ -63,7 +63,7 @@ def evaluate_outputs(
     limit: int | None = None,
 ) -> dict:
     """fp32 against ``candidate`` (both on the host, OpenVINO f32) over ``dataset``: the output comparison."""
-    from edgekit.runtime import HostRunner
+    from edgekit.core.runtime import HostRunner
 
     ref_runner = HostRunner(ir.to_proto(fp32))
     cand_runner = HostRunner(candidate, isolate=True)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from edgekit.errors import QuantizationError
+from edgekit.core.errors import QuantizationError
 from edgekit.quantize.budget import Budget, Measurement, Reference, measure
 
 RAY_HINT = "pip install edgekit[ray]"
@@ -66,9 +66,9 @@ class Outcome:
 
 def evaluate(context: EvalContext, task: Task) -> Outcome:
     """Quantize with the task's options from the context's statistics, run the QDQ model exactly on the host
-    (OpenVINO f32, :class:`edgekit.runtime.HostRunner`) on the task's samples and measure it."""
+    (OpenVINO f32, :class:`edgekit.core.runtime.HostRunner`) on the task's samples and measure it."""
+    from edgekit.core.runtime import HostRunner
     from edgekit.quantize.pipeline import quantize
-    from edgekit.runtime import HostRunner
 
     start = time.perf_counter()
     quantized = quantize(context.fp32(), (), task.options, statistics=context.stats)

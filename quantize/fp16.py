@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 import onnx_ir as ir
-from edgekit.errors import QuantizationError
+from edgekit.core.errors import QuantizationError
 
 FLOAT, HALF = ir.DataType.FLOAT, ir.DataType.FLOAT16
 FP16_MAX = float(np.finfo(np.float16).max)
@@ -131,7 +131,7 @@ def _pinned_float(schema: onnx.defs.OpSchema, index: int) -> bool:
 
 
 def to_fp16(model: ir.Model) -> Fp16Result:
-    """Rewrite ``model`` (a float model from :func:`edgekit.model.load_model`) in place to the fp16 recipe."""
+    """Rewrite ``model`` (a float model from :func:`edgekit.core.model.load_model`) in place to the fp16 recipe."""
     if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph):
         raise QuantizationError("--precision fp16 needs a float model; this one is already quantized")
     opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 0))

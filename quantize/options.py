@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from edgekit.errors import QuantizationError
+from edgekit.core.errors import QuantizationError
 
 METHODS = ("minmax", "percentile", "entropy", "mse")
 ACTIVATION_DTYPES = ("int8", "uint8")

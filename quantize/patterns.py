@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 import onnx_ir as ir
-from edgekit.irutil import const_array
+from edgekit.core.irutil import const_array
 
 MASK_REASON = (
     "attention-mask arithmetic on integer inputs (its range is set by mask constants such as -3.4e38)"

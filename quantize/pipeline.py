@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import onnx
 import onnx_ir as ir
-from edgekit.errors import QuantizationError
+from edgekit.core.errors import QuantizationError
 from edgekit.quantize.calibrate import (
     QParams,
     Statistics,
@@ -101,7 +101,7 @@ def quantize(
     track: Track = no_progress,
     statistics: Statistics | None = None,
 ) -> Quantized:
-    """Quantize a prepared fp32 model (from :func:`edgekit.model.load_model`) to QDQ ONNX.
+    """Quantize a prepared fp32 model (from :func:`edgekit.core.model.load_model`) to QDQ ONNX.
 
     ``statistics`` from an earlier run on the same model, data and calibration options skip the calibration run:
     targets that differ only in activation type or weight granularity share one pass over the data.

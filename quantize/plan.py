@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx_ir as ir
-from edgekit.errors import QuantizationError
-from edgekit.irutil import attr, const_array, only_consumer
+from edgekit.core.errors import QuantizationError
+from edgekit.core.irutil import attr, const_array, only_consumer
 from edgekit.quantize import patterns, rules
 from edgekit.quantize.recipes import check_layer_names
 

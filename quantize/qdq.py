@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx_ir as ir
-from edgekit.irutil import NameScope, add_initializer
+from edgekit.core.irutil import NameScope, add_initializer
 from edgekit.quantize.calibrate import QParams
 from edgekit.quantize.plan import QuantPlan, WeightSpec, constant_key
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from edgekit.errors import QuantizationError
+from edgekit.core.errors import QuantizationError
 
 
 @dataclass(frozen=True)

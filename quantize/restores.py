@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from edgekit.errors import QuantizationError
+from edgekit.core.errors import QuantizationError
 
 
 @dataclass(frozen=True)

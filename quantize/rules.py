@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import onnx_ir as ir
-from edgekit.irutil import attr, const_array
+from edgekit.core.irutil import attr, const_array
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class Kernel:
     hoist_quantize: bool = False
     #: The kernel takes a fused activation.
     fused_activation: bool = False
-    #: The ONNX op whose 256-entry table (``edgekit.lut``) the converter writes instead of this kernel
+    #: The ONNX op whose 256-entry table (``edgekit.core.lut``) the converter writes instead of this kernel
     #: between a DEQUANTIZE and a QUANTIZE: the kernel rounds some levels differently from DQ -> op -> Q.
     table: str | None = None
     #: What the kernel checks, in words (docs and test names).

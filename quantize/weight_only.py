@@ -32,8 +32,8 @@ import ml_dtypes
 import numpy as np
 import onnx
 import onnx_ir as ir
-from edgekit.errors import QuantizationError
-from edgekit.irutil import NameScope, add_initializer, attr
+from edgekit.core.errors import QuantizationError
+from edgekit.core.irutil import NameScope, add_initializer, attr
 from edgekit.quantize.options import QuantizeOptions
 from edgekit.quantize.qdq import quantize_weight, weight_error_shift
 from edgekit.quantize.recipes import check_layer_names, get_recipe
@@ -187,7 +187,7 @@ def _recipe_of(node: ir.Node, options: QuantizeOptions, layers: dict[str, str]) 
 
 
 def quantize_weight_only(model: ir.Model, options: QuantizeOptions, calibration=None) -> WeightOnly:
-    """The weight-only model of a prepared fp32 model (from :func:`edgekit.model.load_model`). With
+    """The weight-only model of a prepared fp32 model (from :func:`edgekit.core.model.load_model`). With
     ``calibration`` (samples with ``.inputs``; the first ``options.samples``), biases are corrected (module
     docstring)."""
     if not get_recipe(options.precision).weight_only:
@@ -277,8 +277,8 @@ def _correct_biases(fp32: ir.Model, qmodel: ir.Model, calibration, samples: int)
     E[x] per input channel from the fp32 model on up to ``samples`` calibration samples."""
     from itertools import islice
 
-    from edgekit.errors import DataError
-    from edgekit.runtime import HostRunner
+    from edgekit.core.errors import DataError
+    from edgekit.core.runtime import HostRunner
 
     nodes = {n.name: n for n in qmodel.graph}
     targets = []

@@ -23,19 +23,19 @@ __all__ = [
 
 if TYPE_CHECKING:  # pragma: no cover
     from edgekit.api import QuantizeResult, quantize_model
-    from edgekit.data import ImagePreprocess
+    from edgekit.core.data import ImagePreprocess
+    from edgekit.core.errors import EdgekitError
     from edgekit.deployment import DeployResult, deploy
-    from edgekit.errors import EdgekitError
     from edgekit.quantize.options import QuantizeOptions
 
 _LAZY = {
     "deploy": "edgekit.deployment",
     "DeployResult": "edgekit.deployment",
-    "EdgekitError": "edgekit.errors",
+    "EdgekitError": "edgekit.core.errors",
     "quantize_model": "edgekit.api",
     "QuantizeResult": "edgekit.api",
     "QuantizeOptions": "edgekit.quantize.options",
-    "ImagePreprocess": "edgekit.data",
+    "ImagePreprocess": "edgekit.core.data",
 }
 
 

@@ -15,17 +15,17 @@ from typing import Any
 
 import onnx
 import onnx_ir as ir
-from edgekit.data import Dataset, ImagePreprocess, input_specs, open_dataset, prefetched
-from edgekit.errors import DataError, QuantizationError
-from edgekit.metrics import Comparison
-from edgekit.model import atomic_write_bytes, check_writable, load_model, save_model
+from edgekit.core.data import Dataset, ImagePreprocess, input_specs, open_dataset, prefetched
+from edgekit.core.errors import DataError, QuantizationError
+from edgekit.core.metrics import Comparison
+from edgekit.core.model import atomic_write_bytes, check_writable, load_model, save_model
+from edgekit.core.sanity import calibration_ranges, data_warnings
 from edgekit.quantize.calibrate import Statistics, Track, no_progress
 from edgekit.quantize.evaluation import dataset_length, evaluate, evaluate_outputs
 from edgekit.quantize.options import QuantizeOptions
 from edgekit.quantize.pipeline import Quantized, quantize
 from edgekit.quantize.recipes import check_layer_names, get_recipe
 from edgekit.quantize.weight_only import WeightOnly, quantize_weight_only
-from edgekit.sanity import calibration_ranges, data_warnings
 
 #: How many layers the report lists as the worst.
 WORST_LAYERS = 10
@@ -90,7 +90,7 @@ def quantize_model(
     with ``.inputs`` and ``.label``. With ``output`` the QDQ model is written atomically; with ``report_path``
     the JSON report. ``statistics`` (``result.quantized.stats`` of an earlier call on the same model and data
     with the same method, samples and bias correction) skip calibration. ``loaded``: ``model`` as
-    :func:`edgekit.model.load_model` already loaded it (with ``input_shapes``): not loaded again. Errors are
+    :func:`edgekit.core.model.load_model` already loaded it (with ``input_shapes``): not loaded again. Errors are
     :class:`edgekit.EdgekitError` subclasses with one-line messages.
 
     The weight-only recipes (``options.precision`` ``w8`` / ``w4``) need no ``calib``: their result's
@@ -327,8 +327,8 @@ def _fp16_model(
 ) -> QuantizeResult:
     """The ``fp16`` recipe (:mod:`edgekit.quantize.fp16`), verified against fp32 on the host (OpenVINO, f32
     compute on the float16 weights) on seeded samples, and with ``eval_set`` over it."""
+    from edgekit.core.runtime import HostRunner
     from edgekit.quantize.fp16 import to_fp16
-    from edgekit.runtime import HostRunner
     from edgekit.targets.base import (
         compare_outputs,
         default_verify_samples,

@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 import onnx_ir as ir
+from edgekit.core.metrics import Comparison, LatencyStats
+from edgekit.core.sanity import InputRanges
 from edgekit.device_agents.bundle import Manifest, TensorSpec
-from edgekit.metrics import Comparison, LatencyStats
-from edgekit.sanity import InputRanges
 
 #: Samples in one shard: the unit a device pulls from the work queue and runs in one INFER request.
 SHARD_SAMPLES = 64
@@ -122,12 +122,12 @@ def host_reference(
     runner: Any = None,
     agreement_model: ir.Model | None = None,
 ) -> Reference:
-    """The reference outputs: ``model`` on the host (:class:`edgekit.runtime.HostRunner`), or ``runner``
+    """The reference outputs: ``model`` on the host (:class:`edgekit.core.runtime.HostRunner`), or ``runner``
     (anything with ``run(feeds) -> {output: array}`` for the same inputs and outputs), one sample at a time.
 
     With ``agreement_model``, that model also runs exactly on the host on every sample, and ``agreement`` holds
     its top-1 agreement with the reference and, with labels, both top-1 accuracies (first output, last axis)."""
-    from edgekit.runtime import HostRunner
+    from edgekit.core.runtime import HostRunner
 
     runner = runner if runner is not None else HostRunner(model)
     other = HostRunner(agreement_model) if agreement_model is not None else None

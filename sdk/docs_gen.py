@@ -39,7 +39,7 @@ def recipes_table() -> str:
 
 
 def supported_ops_table() -> str:
-    from edgekit.passes import DropNoOpsPass
+    from edgekit.core.passes import DropNoOpsPass
     from edgekit.quantize import rules
     from edgekit.targets.tflite.registry import supported_ops
 

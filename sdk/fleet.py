@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgekit.core.errors import DeviceError
 from edgekit.device_eval import DeviceFigures, Reference, Shard, TargetEvaluation, shard_size, shards
-from edgekit.errors import DeviceError
 
 DEVICE_KEYS = ("name", "url", "token_env", "targets", "tags")
 URL_SCHEMES = ("local", "serial", "tcp")

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from edgekit.errors import EdgekitError, ModelError
+from edgekit.core.errors import EdgekitError, ModelError
 
 
 def _dtype_name(elem_type: int) -> str:
@@ -186,7 +186,7 @@ def inspect_model(
     targets: Sequence[str] | None = None,
 ) -> Inspection:
     """Inspect an ONNX file; ``targets`` (default: every registered target) are checked op by op."""
-    from edgekit.model import is_quantized, load_proto, read_proto
+    from edgekit.core.model import is_quantized, load_proto, read_proto
     from edgekit.targets.base import get_target, target_names
 
     proto = read_proto(path)

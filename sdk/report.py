@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from edgekit.errors import EdgekitError
-from edgekit.model import atomic_write_bytes
+from edgekit.core.errors import EdgekitError
+from edgekit.core.model import atomic_write_bytes
 
 FORMAT_VERSION = "1.0"
 

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from edgekit.errors import DataError, EdgekitError
+from edgekit.core.errors import DataError, EdgekitError
 
 
 class PickError(EdgekitError):

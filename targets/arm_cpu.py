@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import onnx_ir as ir
-from edgekit.errors import TargetError
+from edgekit.core.errors import TargetError
 from edgekit.targets.base import PackageOptions, Problem, Target, register_target
 from edgekit.targets.tflite.converter import ConvertOptions
 from edgekit.targets.tflite.package import check_model, package_tflite

@@ -23,8 +23,8 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 import onnx_ir as ir
+from edgekit.core.errors import TargetError
 from edgekit.device_agents.bundle import TensorSpec
-from edgekit.errors import TargetError
 
 Severity = Literal["error", "warning", "info"]
 
@@ -135,7 +135,7 @@ class Target(ABC):
         """The recipe ``package`` builds: ``options.precision``, else read off the model (weight-only: ``w8`` or
         ``w4``; QDQ: ``int8`` or ``int16x8``; else ``float_default``). A TargetError when this target cannot run it, when a float recipe (fp32, fp16)
         is asked of a model that is already quantized, or a static one (int8, int16x8) of a float model."""
-        from edgekit.model import is_quantized, qdq_precision
+        from edgekit.core.model import is_quantized, qdq_precision
         from edgekit.quantize.recipes import get_recipe
         from edgekit.quantize.weight_only import weight_only_precision
 

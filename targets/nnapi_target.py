@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import onnx_ir as ir
-from edgekit.errors import TargetError
-from edgekit.model import qdq_precision
+from edgekit.core.errors import TargetError
+from edgekit.core.model import qdq_precision
 from edgekit.targets.base import PackageOptions, Problem, Target, register_target
 from edgekit.targets.tflite.converter import ConvertOptions, convert
 from edgekit.targets.tflite.package import check_model, is_quantized, package_tflite

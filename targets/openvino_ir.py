@@ -27,11 +27,11 @@ from typing import Any
 import numpy as np
 import onnx
 import onnx_ir as ir
-from edgekit import isolated
+from edgekit.core import isolated
+from edgekit.core.errors import TargetError
+from edgekit.core.model import qdq_precision
+from edgekit.core.runtime import pad_before_dequantize, preflight_ir
 from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, write_bundle
-from edgekit.errors import TargetError
-from edgekit.model import qdq_precision
-from edgekit.runtime import pad_before_dequantize, preflight_ir
 from edgekit.targets.base import (
     PackageOptions,
     Problem,
@@ -140,7 +140,7 @@ class IntelVpuTarget(Target):
     # ---------------------------------------------------------------------------------------- package
 
     def package(self, model: ir.Model, out_dir: Path, options: PackageOptions) -> Path:
-        from edgekit.model import is_quantized, to_proto
+        from edgekit.core.model import is_quantized, to_proto
         from edgekit.quantize.weight_only import as_weight_only
 
         opts: IntelVpuOptions = self.target_options(options)
@@ -440,7 +440,7 @@ def _convert(proto: onnx.ModelProto, folder: Path, compress: bool) -> _Converted
     as separate ops, exactly as OpenVINO runs the ONNX file.
 
     An AveragePool counting its padding pads the integer tensor with its zero point first
-    (:func:`edgekit.runtime.pad_before_dequantize`): OpenVINO pads the dequantized tensor with the integer 0, which
+    (:func:`edgekit.core.runtime.pad_before_dequantize`): OpenVINO pads the dequantized tensor with the integer 0, which
     put the border values of a uint8 pool 56 steps off (``tests/targets/test_openvino_target.py``).
     """
     ov = _ov()
@@ -489,7 +489,7 @@ def _verify(
     stick: Any,
     kinds: Mapping[str, Any],
 ) -> dict[str, Any]:
-    from edgekit.runtime import HostRunner
+    from edgekit.core.runtime import HostRunner
 
     # The reference runs the QDQ model through the same CPU int8 kernels as the IR (exact_qdq=False), so
     # the check is about the conversion; the IR against the QDQ model's exact semantics, which adds this

@@ -6,7 +6,7 @@ import os
 import sys
 
 import numpy as np
-from edgekit.errors import UnsupportedOpError
+from edgekit.core.errors import UnsupportedOpError
 
 
 def double(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

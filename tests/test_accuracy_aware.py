@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from edgekit.data import input_specs, open_dataset
-from edgekit.errors import DataError, QuantizationError
-from edgekit.model import load_model
+from edgekit.core.data import input_specs, open_dataset
+from edgekit.core.errors import DataError, QuantizationError
+from edgekit.core.model import load_model
 from edgekit.quantize.accuracy import SearchOptions, search
 from edgekit.quantize.budget import Budget, budget_from_flags
 from edgekit.quantize.options import QuantizeOptions

@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from edgekit.model import load_proto
+from edgekit.core.model import load_proto
 from edgekit.quantize.options import QuantizeOptions
 from edgekit.quantize.pipeline import quantize
 from edgekit.quantize.qdq import fit_bias_scales, quantize_bias

@@ -1,4 +1,4 @@
-"""edgekit.data: every source kind, preprocessing numerics against a numpy reference, streaming, bad input."""
+"""edgekit.core.data: every source kind, preprocessing numerics against a numpy reference, streaming, bad input."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from edgekit.data import ImagePreprocess, InputSpec, Sample, input_specs, open_dataset
-from edgekit.errors import DataError
+from edgekit.core.data import ImagePreprocess, InputSpec, Sample, input_specs, open_dataset
+from edgekit.core.errors import DataError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image

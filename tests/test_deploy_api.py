@@ -7,19 +7,19 @@ from pathlib import Path
 
 import edgekit
 import pytest
+from edgekit.core.errors import EdgekitError, OutputError, TargetError
 from edgekit.device_agents.bundle import read_bundle
-from edgekit.errors import EdgekitError, OutputError, TargetError
 
 
 def test_deploy_loads_the_model_once_and_returns_what_it_did(digits, tmp_path: Path, monkeypatch) -> None:
-    import edgekit.model
-    import edgekit.passes
+    import edgekit.core.model
+    import edgekit.core.passes
 
     reads: list[str] = []
     prepares: list[int] = []
-    read_proto, prepare = edgekit.model.read_proto, edgekit.passes.prepare
-    monkeypatch.setattr(edgekit.model, "read_proto", lambda p: reads.append(str(p)) or read_proto(p))
-    monkeypatch.setattr(edgekit.passes, "prepare", lambda m: prepares.append(1) or prepare(m))
+    read_proto, prepare = edgekit.core.model.read_proto, edgekit.core.passes.prepare
+    monkeypatch.setattr(edgekit.core.model, "read_proto", lambda p: reads.append(str(p)) or read_proto(p))
+    monkeypatch.setattr(edgekit.core.passes, "prepare", lambda m: prepares.append(1) or prepare(m))
     said: list[str] = []
     result = edgekit.deploy(
         digits.model, ["arm-cpu", "intel-vpu"], calib=digits.calib, eval=digits.val, max_samples=40,

@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from edgekit.data import InputSpec, open_dataset
+from edgekit.core.data import InputSpec, open_dataset
 from onnx import numpy_helper
 
 TRAIN_PY = Path(__file__).resolve().parents[1] / "examples" / "digits" / "train.py"
@@ -143,8 +143,8 @@ def test_runs_as_a_script(tmp_path: Path) -> None:
 
 
 def test_loader_folds_the_batchnorm_and_openvino_agrees(built) -> None:
-    from edgekit.model import load_model, to_proto
-    from edgekit.runtime import HostRunner
+    from edgekit.core.model import load_model, to_proto
+    from edgekit.core.runtime import HostRunner
 
     prepared = to_proto(load_model(built.model))
     assert "BatchNormalization" not in [n.op_type for n in prepared.graph.node]

@@ -12,11 +12,11 @@ import sys
 
 import pytest
 from agent.agent_procs import start_tcp_agent, stop
-from edgekit.data import input_specs, open_dataset
+from edgekit.core.data import input_specs, open_dataset
+from edgekit.core.errors import DeviceError
+from edgekit.core.model import load_model
 from edgekit.device_eval import host_reference
-from edgekit.errors import DeviceError
 from edgekit.fleet import Device, FleetOptions, evaluate_bundle, from_urls, load_fleet
-from edgekit.model import load_model
 from edgekit.report import render_markdown
 
 #: small shards, so that every device gets several of the 360 digits samples

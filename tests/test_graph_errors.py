@@ -10,9 +10,9 @@ import onnx_ir as ir
 import pytest
 from edgekit.cli.common import run_app
 from edgekit.cli.main import app
-from edgekit.errors import ModelError
-from edgekit.model import load_proto
-from edgekit.passes import prepare
+from edgekit.core.errors import ModelError
+from edgekit.core.model import load_proto
+from edgekit.core.passes import prepare
 from onnx import TensorProto, helper, numpy_helper
 
 
@@ -110,7 +110,7 @@ class _BrokenPass(ir.passes.InPlacePass):
 
 def test_an_unexpected_pass_failure_says_which_pass_without_reprs(monkeypatch):
     """A pass failing with a plain Python error (a bug) is named by its class, its error by its first line."""
-    import edgekit.passes as passes
+    import edgekit.core.passes as passes
 
     model = ir.from_proto(_nonzero_model())
     real = ir.passes.PassManager

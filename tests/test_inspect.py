@@ -13,7 +13,7 @@ import pytest
 from cnn_models import qdq_with_onnxruntime, tiny_cnn, with_unsupported_op
 from edgekit.cli.common import run_app
 from edgekit.cli.main import app
-from edgekit.errors import TargetError
+from edgekit.core.errors import TargetError
 from edgekit.inspect import inspect_model
 from onnx import helper, numpy_helper
 from typer.testing import CliRunner

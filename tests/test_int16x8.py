@@ -11,12 +11,12 @@ import onnx
 import onnxruntime as ort
 import pytest
 from cnn_models import calibration_samples, tiny_cnn
-from edgekit.data import Sample
-from edgekit.errors import TargetError
-from edgekit.model import load_proto
+from edgekit.core.data import Sample
+from edgekit.core.errors import TargetError
+from edgekit.core.model import load_proto
+from edgekit.core.runtime import HostRunner
 from edgekit.quantize.options import QuantizeOptions
 from edgekit.quantize.pipeline import quantize
-from edgekit.runtime import HostRunner
 from edgekit.targets.base import PackageOptions, get_target
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator

@@ -1,12 +1,12 @@
-"""edgekit.isolated: a native crash in the child becomes one typed line; the parent survives."""
+"""edgekit.core.isolated: a native crash in the child becomes one typed line; the parent survives."""
 
 from __future__ import annotations
 
 import isolated_fns
 import numpy as np
 import pytest
-from edgekit import isolated
-from edgekit.errors import DataError, TargetError, UnsupportedOpError
+from edgekit.core import isolated
+from edgekit.core.errors import DataError, TargetError, UnsupportedOpError
 
 
 def test_result_and_arrays_round_trip():
@@ -52,8 +52,8 @@ def test_typed_error_in_child_is_reraised_as_is():
 def test_openvino_failure_in_a_child_is_named_by_its_summary_line(tmp_path):
     """HostRunner(isolate=True) compiles in a child; OpenVINO's multi-line error becomes its summary item."""
     import onnx
-    from edgekit.errors import ModelError
-    from edgekit.runtime import HostRunner
+    from edgekit.core.errors import ModelError
+    from edgekit.core.runtime import HostRunner
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(

@@ -20,8 +20,9 @@ PACKAGES = {
 #: The floors, from the ground up (docs/architecture.md). A module not listed here fails the test: place it.
 FLOORS: dict[str, int] = {
     "edgekit.device_agents": 0,
+    "edgekit.core": 1,
     **{
-        f"edgekit.{m}": 1
+        f"edgekit.core.{m}": 1
         for m in (
             "errors",
             "irutil",
@@ -93,7 +94,7 @@ def _imports(path: Path, module: str) -> list[tuple[int, str]]:
             if node.level:
                 parent = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*parent, *([base] if base else [])])
-            # ``from edgekit import passes`` imports the module edgekit.passes
+            # ``from edgekit.core import passes`` imports the module edgekit.core.passes
             found += [(node.lineno, f"{base}.{a.name}" if base == "edgekit" else base) for a in node.names]
     return [(line, name) for line, name in found if name == "edgekit" or name.startswith("edgekit.")]
 
@@ -103,7 +104,7 @@ MODULES = _modules()
 
 def test_the_walk_sees_every_package() -> None:
     names = {m for m, _ in MODULES}
-    assert {"edgekit.cli.deploy_cmd", "edgekit.deployment", "edgekit.errors", "edgekit.quantize.pipeline",
+    assert {"edgekit.cli.deploy_cmd", "edgekit.deployment", "edgekit.core.errors", "edgekit.quantize.pipeline",
             "edgekit.targets.tflite.converter", "edgekit.device_agents.agent"} <= names  # fmt: skip
     assert len(names) > 60
 
@@ -129,5 +130,5 @@ def test_the_check_catches_an_import_of_the_cli(tmp_path: Path) -> None:
     bad.write_text(
         "def f():\n    from edgekit.cli.common import console\n    from edgekit import deployment\n"
     )
-    assert _imports(bad, "edgekit.model") == [(2, "edgekit.cli.common"), (3, "edgekit.deployment")]
-    assert _floor("edgekit.deployment") > _floor("edgekit.model")
+    assert _imports(bad, "edgekit.core.model") == [(2, "edgekit.cli.common"), (3, "edgekit.deployment")]
+    assert _floor("edgekit.deployment") > _floor("edgekit.core.model")

@@ -1,4 +1,4 @@
-"""Element-wise tables (edgekit.lut): ``Q(op(DQ(q)))`` for every level equals onnxruntime running the
+"""Element-wise tables (edgekit.core.lut): ``Q(op(DQ(q)))`` for every level equals onnxruntime running the
 three QDQ nodes, and the host runner's exact QDQ semantics use them where OpenVINO's own formula rounds otherwise."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from edgekit import lut, runtime
-from edgekit.runtime import HostRunner
+from edgekit.core import lut, runtime
+from edgekit.core.runtime import HostRunner
 from onnx import TensorProto, helper, numpy_helper
 from ort_reference import run_node_by_node as exact
 

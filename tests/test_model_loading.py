@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from edgekit.errors import ModelError
-from edgekit.model import load_model, to_proto
-from edgekit.runtime import HostRunner
+from edgekit.core.errors import ModelError
+from edgekit.core.model import load_model, to_proto
+from edgekit.core.runtime import HostRunner
 from ort_reference import run_node_by_node as ort_run
 from quant_models import mnist_like, shape_subgraph_model, squeezenet_like
 
@@ -119,7 +119,7 @@ def test_host_runner_runs_in_f32_and_captures_intermediates(tmp_path):
     x = np.random.default_rng(3).normal(0, 1, (1, 3, 33, 33)).astype(np.float32)
     out = runner.run({"data": x})
     proto = to_proto(model)
-    from edgekit.runtime import with_outputs
+    from edgekit.core.runtime import with_outputs
 
     expected = ort_run(with_outputs(proto, ["rs", "cat"]), {"data": x})
     for name, ref in zip(["prob", "rs", "cat"], expected, strict=True):

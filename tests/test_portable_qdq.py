@@ -17,7 +17,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from edgekit import QuantizeOptions, quantize_model
-from edgekit.runtime import HostRunner
+from edgekit.core.runtime import HostRunner
 from ort_reference import node_by_node
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
@@ -84,8 +84,8 @@ def test_default_qdq_of_the_digits_example_runs_right_on_both_runtimes(digits, t
 )
 def test_default_qdq_squeezenet_runs_right_on_both_runtimes(tmp_path: Path) -> None:
     """int8 activations ran at 51 % top-1 in OpenVINO (68 % exact) in issue 12; uint8 runs right."""
-    from edgekit.data import ImagePreprocess, input_specs, open_dataset
-    from edgekit.model import load_model
+    from edgekit.core.data import ImagePreprocess, input_specs, open_dataset
+    from edgekit.core.model import load_model
 
     source = SHARED / "models" / "squeezenet1.1-fp32.onnx"
     photos = SHARED / "data" / "imagenet-sample-200"

@@ -17,9 +17,9 @@ import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 import pytest
-from edgekit.errors import ModelError, UnsupportedOpError
-from edgekit.model import load_proto
-from edgekit.runtime import HostRunner
+from edgekit.core.errors import ModelError, UnsupportedOpError
+from edgekit.core.model import load_proto
+from edgekit.core.runtime import HostRunner
 from onnx import TensorProto, helper, numpy_helper
 
 SHAPE = (1, 3, 16, 16)
@@ -665,8 +665,8 @@ def test_shared_mobilenetv2_int8_deploys_with_onnxruntimes_answers(target, tmp_p
     the top-1 of onnxruntime running the original file (the TFLite integer kernels all 20; OpenVINO's, which
     requantize in float, at least 18: one input value moved by one step already changes this model's
     onnxruntime top-1 on 2 % of the photos)."""
-    from edgekit.data import ImagePreprocess, InputSpec, open_dataset
-    from edgekit.model import load_model
+    from edgekit.core.data import ImagePreprocess, InputSpec, open_dataset
+    from edgekit.core.model import load_model
     from edgekit.targets.base import PackageOptions, get_target
 
     path = SHARED / "models" / "mobilenetv2-12-int8.onnx"

@@ -8,15 +8,15 @@ from types import SimpleNamespace
 import numpy as np
 import onnx
 import pytest
-from edgekit.errors import QuantizationError
-from edgekit.model import load_proto, to_proto
+from edgekit.core.errors import QuantizationError
+from edgekit.core.model import load_proto, to_proto
+from edgekit.core.runtime import HostRunner
 from edgekit.quantize.calibrate import params_for_range
 from edgekit.quantize.observers import Histogram, MinMax, choose_range
 from edgekit.quantize.options import QuantizeOptions
 from edgekit.quantize.pipeline import quantize
 from edgekit.quantize.plan import FLOAT_HEAD_REASON, FLOAT_POOL_REASON, make_plan
 from edgekit.quantize.qdq import quantize_bias, quantize_weight
-from edgekit.runtime import HostRunner
 from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 from ort_reference import node_by_node as ort_session
@@ -415,7 +415,7 @@ def test_bias_correction_removes_the_mean_shift_of_weight_rounding(method):
 
 
 def test_prefetched_keeps_order_propagates_errors_and_stops_early():
-    from edgekit.data import prefetched
+    from edgekit.core.data import prefetched
 
     assert list(prefetched(range(100), depth=3)) == list(range(100))
 

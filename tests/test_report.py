@@ -11,9 +11,9 @@ import sys
 
 import numpy as np
 import pytest
+from edgekit.core.metrics import Comparison, TensorError, sqnr_db
 from edgekit.device_agents.bundle import TensorSpec
 from edgekit.device_eval import from_device, to_device
-from edgekit.metrics import Comparison, TensorError, sqnr_db
 from edgekit.report import FORMAT_VERSION, latency_summary, load_report, render_html, render_markdown
 from PIL import Image
 
@@ -228,7 +228,7 @@ def test_confusions_use_class_names_and_skip_single_counts(tmp_path):
 
 
 def test_data_names_classes_from_folders_and_labels_csv(tmp_path):
-    from edgekit.data import InputSpec, open_dataset
+    from edgekit.core.data import InputSpec, open_dataset
 
     spec = [InputSpec("x", (1, 3, 8, 8), "float32")]
     for folder, label in (("cat", 0), ("dog", 1)):

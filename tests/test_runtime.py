@@ -1,11 +1,11 @@
-"""Host execution (edgekit.runtime): a QDQ model runs with its exact semantics on any x86 CPU."""
+"""Host execution (edgekit.core.runtime): a QDQ model runs with its exact semantics on any x86 CPU."""
 
 from __future__ import annotations
 
 import numpy as np
 import onnx
 import pytest
-from edgekit.runtime import HostRunner, fold_constant_dequantize
+from edgekit.core.runtime import HostRunner, fold_constant_dequantize
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from ort_reference import run_node_by_node as exact

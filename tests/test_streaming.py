@@ -7,8 +7,8 @@ import weakref
 
 import numpy as np
 import pytest
+from edgekit.core.metrics import Comparison, LatencyStats, TensorError
 from edgekit.device_eval import SHARD_SAMPLES, Reference
-from edgekit.metrics import Comparison, LatencyStats, TensorError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -152,13 +152,13 @@ def test_a_real_deploy_holds_a_bounded_number_of_samples(digits, tmp_path, monke
     """`edgekit deploy` (in this process, against the local agent) on the 360 digits samples: every input array
     the data sets yield is tracked with a weak reference, and at no point are more than a shard's worth alive.
     Keeping the evaluation inputs (as the reference once did) would keep all 360."""
-    import edgekit.data
+    import edgekit.core.data
     from edgekit.cli.common import run_app
     from edgekit.cli.main import app
 
     refs: list[weakref.ref] = []  # to every input array a sample brought
     seen = {"yielded": 0, "max_alive": 0}
-    original = edgekit.data.open_dataset
+    original = edgekit.core.data.open_dataset
 
     class Tracked:
         def __init__(self, dataset):
@@ -182,7 +182,7 @@ def test_a_real_deploy_holds_a_bounded_number_of_samples(digits, tmp_path, monke
         dataset = original(path, *args, **kwargs)
         return Tracked(dataset) if str(path) == str(digits.val) else dataset
 
-    monkeypatch.setattr(edgekit.data, "open_dataset", tracked_open)
+    monkeypatch.setattr(edgekit.core.data, "open_dataset", tracked_open)
     with pytest.raises(SystemExit) as done:
         run_app(app, ["deploy", str(digits.model), "-t", "arm-cpu", "--calib", str(digits.calib), "--eval",
                       str(digits.val), "--device", "local", "--report", str(tmp_path / "report.html"), "-o",

@@ -4,7 +4,7 @@ the --pick budgets and choice, and the report's trade-off section and plots (rea
 from __future__ import annotations
 
 import pytest
-from edgekit.errors import DataError
+from edgekit.core.errors import DataError
 from edgekit.targets.base import get_target
 from edgekit.tradeoff import (
     PickError,

@@ -16,8 +16,8 @@ import onnxruntime as ort
 import pytest
 from cnn_models import tiny_cnn
 from edgekit.api import quantize_model
-from edgekit.errors import QuantizationError, TargetError
-from edgekit.model import load_model
+from edgekit.core.errors import QuantizationError, TargetError
+from edgekit.core.model import load_model
 from edgekit.quantize.options import QuantizeOptions
 from edgekit.targets.base import PackageOptions, default_verify_samples, get_target
 from onnx import numpy_helper
@@ -190,7 +190,7 @@ def _package(model: onnx.ModelProto, target: str, tmp_path: Path) -> tuple[dict,
 
 
 def _litert(bundle: Path, model: onnx.ModelProto, samples) -> list[dict]:
-    from edgekit.litert_run import TensorInfo, run_tflite_samples
+    from edgekit.core.litert_run import TensorInfo, run_tflite_samples
 
     manifest = json.loads((bundle / "manifest.json").read_text())
     data = (bundle / "model.tflite").read_bytes()

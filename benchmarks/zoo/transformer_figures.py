@@ -73,9 +73,9 @@ def _self_sensitivity(exact, evals: list[dict[str, np.ndarray]], noise: float = 
 def figures(path: Path, entry: dict, count: int, tmp: Path) -> dict:
     import onnxruntime as ort
     from edgekit.api import quantize_model
-    from edgekit.model import load_model
+    from edgekit.core.model import load_model
+    from edgekit.core.runtime import HostRunner
     from edgekit.quantize.options import QuantizeOptions
-    from edgekit.runtime import HostRunner
     from edgekit.targets.base import PackageOptions, get_target
     from edgekit.targets.nnapi_target import NNAPI_PER_TENSOR
     from edgekit.targets.tflite.converter import ConvertOptions, convert

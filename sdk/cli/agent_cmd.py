@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 from edgekit.cli.common import console
-from edgekit.errors import OutputError
+from edgekit.core.errors import OutputError
 from rich.table import Table
 
 PYZ_MAIN = '''"""edgekit-agent zipapp entry point."""
@@ -152,7 +152,7 @@ def _runtimes(info: dict) -> str:
 
 def _probe_fleet(path: Path, timeout: float, as_json: bool) -> None:
     """Every device of a fleet file at once (the same questions as for one device), one table."""
-    from edgekit.errors import DeviceError
+    from edgekit.core.errors import DeviceError
     from edgekit.fleet import load_fleet, probe
 
     fleet = load_fleet(path)

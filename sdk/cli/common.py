@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 import typer.main
-from edgekit.errors import EdgekitError
+from edgekit.core.errors import EdgekitError
 from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperArgument
@@ -190,7 +190,7 @@ def build_preprocess(
     layout: str,
 ):
     """The image preprocessing given on the command line (used for image-folder data only)."""
-    from edgekit.data import ImagePreprocess
+    from edgekit.core.data import ImagePreprocess
 
     hw = None
     if size:

@@ -40,7 +40,7 @@ from edgekit.cli.quantize_cmd import (
     Std,
     Workers,
 )
-from edgekit.errors import DataError
+from edgekit.core.errors import DataError
 from edgekit.quantize.recipes import RECIPES
 
 PRECISION_HELP = (
@@ -155,7 +155,7 @@ def deploy(
 ) -> None:
     """Package a model for one or more targets (quantizing first where a target needs int8); with --eval, run
     each bundle on a device and write the accuracy-drop report."""
-    from edgekit.data import ImagePreprocess
+    from edgekit.core.data import ImagePreprocess
 
     pre = _read_preprocess(preprocess)
     flags = build_preprocess(size, resize_mode, resize_shorter, color, scale, mean, std, layout)

@@ -90,7 +90,7 @@ def search_options(
     allow_cpu_fallback: bool,
 ):
     """The budget and search options the flags give (None without a budget flag)."""
-    from edgekit.errors import DataError
+    from edgekit.core.errors import DataError
     from edgekit.quantize.accuracy import SearchOptions
     from edgekit.quantize.budget import budget_from_flags
 
@@ -194,7 +194,7 @@ def quantize(
 ) -> None:
     """Post-training quantization of an ONNX model (standard ONNX out): calibrated int8 QDQ, or weight-only."""
     from edgekit.api import quantize_model
-    from edgekit.errors import DataError
+    from edgekit.core.errors import DataError
     from edgekit.quantize.options import QuantizeOptions
     from edgekit.quantize.recipes import get_recipe
 
@@ -216,7 +216,7 @@ def quantize(
         max_drop, min_agreement, min_cosine, executor, workers, ranking_samples, allow_cpu_fallback
     )
     if search is None and (accuracy_data is not None or target is not None):
-        from edgekit.errors import DataError
+        from edgekit.core.errors import DataError
 
         flag = "--accuracy-data" if accuracy_data is not None else "--target"
         raise DataError(f"{flag} goes with an accuracy budget: --max-drop, --min-agreement or --min-cosine")
@@ -254,7 +254,7 @@ def quantize(
     section = result.report.get("accuracy_aware")
     if section and report is not None:
         from edgekit import accuracy_report
-        from edgekit.model import atomic_write_bytes
+        from edgekit.core.model import atomic_write_bytes
 
         figure = accuracy_report.plot({section["target"]: section})
         png = report.with_suffix(".accuracy.png")

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgekit.core.errors import OutputError, TargetError
 from edgekit.deployment.evaluate import evaluate_on_device
 from edgekit.deployment.package import choose_precision, package_all, package_targets, prepare, validate
 from edgekit.deployment.request import AUTO, DeployRequest, DeviceRun, Hooks, Packaged, precisions
-from edgekit.errors import OutputError, TargetError
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ def deploy(
     fails to package is listed in ``result.failures`` and the others still run (``result.raise_for_failures()``
     turns that into an error).
     """
-    from edgekit.data import ImagePreprocess
+    from edgekit.core.data import ImagePreprocess
 
     if isinstance(preprocess, ImagePreprocess):
         preprocess = preprocess.to_json()

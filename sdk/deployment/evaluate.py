@@ -13,7 +13,7 @@ from edgekit.deployment.package import file_sha256, image_preprocess
 from edgekit.deployment.request import DeployRequest, DeviceRun, Hooks, Packaged, _no_upload
 
 #: What the report compares the devices with, unless the model brings its own reference.
-HOST_REFERENCE = "the model on the host (edgekit.runtime.HostRunner: OpenVINO CPU, f32, QDQ run exactly)"
+HOST_REFERENCE = "the model on the host (edgekit.core.runtime.HostRunner: OpenVINO CPU, f32, QDQ run exactly)"
 #: Worst host-side layers copied from the quantizer's report into each target's entry.
 WORST_LAYERS = 10
 
@@ -21,7 +21,7 @@ WORST_LAYERS = 10
 def _data_warnings(entries: Sequence[dict], packaged: Sequence[Packaged], reference: Any) -> list[str]:
     """Preprocessing checks: fp32's own top-1 (the same reference for every target) and the inputs' ranges in the
     evaluation data against the calibration data's, where this run quantized."""
-    from edgekit.sanity import data_warnings
+    from edgekit.core.sanity import data_warnings
 
     accuracy = next((e["evaluation"]["accuracy"] for e in entries if e["evaluation"].get("accuracy")), {})
     calib = next(
@@ -48,10 +48,10 @@ def evaluate_on_device(
     report (JSON-ready) and writes it when ``device_run.report`` is set. ``model``: the source model as loaded
     (loaded here when None). Memory stays bounded whatever the evaluation set's size (edgekit.device_eval)."""
     from edgekit import __version__
-    from edgekit.data import input_specs, open_dataset
+    from edgekit.core.data import input_specs, open_dataset
+    from edgekit.core.qoperator import onnxruntime_reference
     from edgekit.device_eval import host_reference
     from edgekit.fleet import FleetOptions, evaluate_bundle
-    from edgekit.qoperator import onnxruntime_reference
     from edgekit.report import FORMAT_VERSION, write_reports
 
     hooks = hooks or Hooks()
@@ -59,7 +59,7 @@ def evaluate_on_device(
     timings: dict[str, float] = {}
     start = time.perf_counter()
     if model is None:
-        from edgekit.model import load_model
+        from edgekit.core.model import load_model
 
         model = load_model(request.model, request.input_shapes, messages=[])
     dataset = open_dataset(

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edgekit.core.errors import DataError, EdgekitError, OutputError, TargetError
 from edgekit.deployment.request import (
     AUTO,
     LAYER_SAMPLES,
@@ -22,7 +23,6 @@ from edgekit.deployment.request import (
     Packaged,
     precisions,
 )
-from edgekit.errors import DataError, EdgekitError, OutputError, TargetError
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ def validate(request: DeployRequest) -> list[Any]:
     if request.calib is not None or request.layer_precision:
         _base_quantize_options(request)  # raises on bad values (method, samples, recipe names)
     if request.preprocess is not None:
-        from edgekit.data import ImagePreprocess
+        from edgekit.core.data import ImagePreprocess
 
         ImagePreprocess.from_json(dict(request.preprocess))  # raises DataError naming the bad key
     out = request.out_dir
@@ -109,7 +109,7 @@ def validate(request: DeployRequest) -> list[Any]:
 
 
 def image_preprocess(request: DeployRequest) -> Any:
-    from edgekit.data import ImagePreprocess
+    from edgekit.core.data import ImagePreprocess
 
     return ImagePreprocess.from_json(dict(request.preprocess)) if request.preprocess else None
 
@@ -121,8 +121,8 @@ def prepare(
 ) -> _Prepared:
     """Load the model once, plan each target's recipe (``choose(targets, quantized)`` instead of
     :func:`choose_precision`: a sweep plans several per target), open the calibration data."""
-    from edgekit.model import is_quantized, load_model
-    from edgekit.qoperator import quantization_source
+    from edgekit.core.model import is_quantized, load_model
+    from edgekit.core.qoperator import quantization_source
     from edgekit.quantize.recipes import check_layer_names
 
     targets = validate(request)
@@ -275,7 +275,7 @@ def package_options(
 
 
 def _open_calibration(request: DeployRequest, model: Any) -> Any:
-    from edgekit.data import input_specs, open_dataset
+    from edgekit.core.data import input_specs, open_dataset
 
     assert request.calib is not None
     return open_dataset(
@@ -321,7 +321,7 @@ def _quantize(
     """The model quantized with ``options`` (the target's scheme), what provenance records about it, and the
     quantizer's report (with the per-layer SQNR on up to LAYER_SAMPLES evaluation samples)."""
     from edgekit.api import quantize_model
-    from edgekit.model import load_proto
+    from edgekit.core.model import load_proto
 
     result = quantize_model(
         request.model,

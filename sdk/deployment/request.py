@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgekit.errors import DataError, OutputError
+from edgekit.core.errors import DataError, OutputError
 
 #: ``precision`` values: ``auto`` (int8 with calibration data, else the target's float default) and every recipe.
 AUTO = "auto"
@@ -162,7 +162,7 @@ class DeviceRun:
 
 def check_report_path(report: Path) -> None:
     """An OutputError unless ``report`` is an ``.html`` path that can be written."""
-    from edgekit.model import check_writable
+    from edgekit.core.model import check_writable
 
     if report.suffix.lower() != ".html":
         raise OutputError(

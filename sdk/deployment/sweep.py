@@ -15,7 +15,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from edgekit.errors import DataError
+from edgekit.core.errors import DataError
 
 #: The folder under the output folder that holds every recipe's bundle.
 SWEEP_FOLDER = "sweep"

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import onnx_ir as ir
-from edgekit.errors import TargetError
+from edgekit.core.errors import TargetError
 from edgekit.targets.tflite.graph import Graph, Op, Quant, Tensor
 from edgekit.targets.tflite.schema import fb
 

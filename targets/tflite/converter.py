@@ -26,9 +26,9 @@ from typing import Literal
 import numpy as np
 import onnx
 import onnx_ir as ir
-from edgekit.errors import TargetError
-from edgekit.litert_run import TensorInfo  # noqa: F401 - defined there to be light, used here
-from edgekit.model import forget_nonpositive_dims
+from edgekit.core.errors import TargetError
+from edgekit.core.litert_run import TensorInfo  # noqa: F401 - defined there to be light, used here
+from edgekit.core.model import forget_nonpositive_dims
 from edgekit.targets.tflite import fp16, fusion, layout, lowering, quantized, weight_only, writer
 from edgekit.targets.tflite.context import Context, permute, to_nchw_perm, to_nhwc_perm
 from edgekit.targets.tflite.graph import Graph, Op, Tensor

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from edgekit.errors import ModelError, TargetError
+from edgekit.core.errors import ModelError, TargetError
 
 FEATURE_LEVELS: dict[int, tuple[int, str]] = {
     1: (27, "NNAPI 1.0"),

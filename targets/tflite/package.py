@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 import onnx_ir as ir
-from edgekit import isolated
+from edgekit.core import isolated
+from edgekit.core.errors import EdgekitError, TargetError, UnsupportedOpError
+from edgekit.core.litert_run import TensorInfo, host_outputs, reference_and_tflite, run_tflite_samples
+from edgekit.core.model import activation_types, qdq_precision
 from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, TensorSpec, write_bundle
-from edgekit.errors import EdgekitError, TargetError, UnsupportedOpError
-from edgekit.litert_run import TensorInfo, host_outputs, reference_and_tflite, run_tflite_samples
-from edgekit.model import activation_types, qdq_precision
 from edgekit.targets.base import (
     YARDSTICKS,
     PackageOptions,

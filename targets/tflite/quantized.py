@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-from edgekit import lut
-from edgekit.errors import TargetError
+from edgekit.core import lut
+from edgekit.core.errors import TargetError
 from edgekit.quantize.rules import TFLITE_KERNELS
 from edgekit.targets.tflite.graph import Graph, Op, Quant, Tensor
 from edgekit.targets.tflite.schema import activation_code, fb
@@ -433,7 +433,7 @@ def _integer_hard_sigmoid(graph: Graph) -> None:
 
 
 #: Float ops whose int8 form is a table lookup (CAST -> ADD -> GATHER), and the ONNX op of their function
-#: (``edgekit.lut``): ``Kernel.table``.
+#: (``edgekit.core.lut``): ``Kernel.table``.
 _TABULATED = {code: k.table for code, k in TFLITE_KERNELS.items() if k.table}
 
 

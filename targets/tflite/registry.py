@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import onnx_ir as ir
-from edgekit.errors import TargetError, UnsupportedOpError
+from edgekit.core.errors import TargetError, UnsupportedOpError
 
 ConverterFn = Callable[..., None]
 

@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import ml_dtypes
 import numpy as np
-from edgekit.errors import TargetError
+from edgekit.core.errors import TargetError
 from edgekit.targets.tflite.graph import Graph, Op, Tensor
 from edgekit.targets.tflite.schema import fb
 

@@ -320,7 +320,7 @@ def _signature(graph: Graph, sub: fb.SubGraphT) -> fb.SignatureDefT:
 
 def write(data: bytes, path: str | Path) -> Path:
     """Write atomically (a temp file in the same directory, then rename), with the umask's mode."""
-    from edgekit.model import atomic_write_bytes
+    from edgekit.core.model import atomic_write_bytes
 
     return atomic_write_bytes(path, data)
 

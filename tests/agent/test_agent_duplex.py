@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from edgekit.core.model import load_proto
 from edgekit.device_agents.client import connect
-from edgekit.model import load_proto
 from edgekit.targets.base import PackageOptions, get_target
 from onnx import TensorProto, helper
 

@@ -13,9 +13,9 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
+from edgekit.core.errors import TargetError
+from edgekit.core.model import load_proto
 from edgekit.device_agents.bundle import Manifest, read_bundle
-from edgekit.errors import TargetError
-from edgekit.model import load_proto
 from edgekit.targets.base import PackageOptions, get_target
 from edgekit.targets.nnapi_target import NnapiOptions
 from edgekit.targets.openvino_ir import IntelVpuOptions
@@ -255,7 +255,7 @@ def test_quantize_fp16_onnx_in_onnxruntime(model) -> None:
 
 def test_quantize_fp16_keeps_what_float16_cannot_hold() -> None:
     """A BERT-style encoder: its attention mask's -1e38 constant and the integer-to-float Casts stay float32."""
-    from edgekit.model import load_model
+    from edgekit.core.model import load_model
     from edgekit.quantize.fp16 import to_fp16
     from edgekit.targets.base import default_verify_samples
 
@@ -336,7 +336,7 @@ def test_cli_quantize_fp16_without_calibration(model, tmp_path) -> None:
     os.environ.get("EDGEKIT_SHARED") != "1", reason="needs ../shared; opt in with EDGEKIT_SHARED=1"
 )
 def test_squeezenet_fp16_tflite_is_half_the_size(tmp_path) -> None:
-    from edgekit.model import load_model
+    from edgekit.core.model import load_model
 
     path = SHARED / "models" / "squeezenet1.1-fp32.onnx"
     fp32 = get_target("arm-cpu").package(load_model(path), tmp_path / "fp32", PackageOptions())

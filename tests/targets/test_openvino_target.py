@@ -14,9 +14,9 @@ import onnxruntime as ort
 import openvino as ov
 import pytest
 from cnn_models import qdq_with_onnxruntime, tiny_cnn, with_unsupported_op
+from edgekit.core.errors import TargetError
+from edgekit.core.model import load_proto
 from edgekit.device_agents.bundle import read_bundle
-from edgekit.errors import TargetError
-from edgekit.model import load_proto
 from edgekit.targets import base
 from edgekit.targets.base import PackageOptions, Problem, Target, get_target, register_target, target_names
 from edgekit.targets.openvino_ir import IntelVpuOptions, IntelVpuTarget, export_blob
@@ -378,8 +378,8 @@ def test_fake_quantize_of_a_concat_is_reported(tmp_path: Path) -> None:
 def test_shared_squeezenet_fp16_and_int8(tmp_path: Path) -> None:
     """The issue's figures on a slice of the shared images (the full run: benchmarks/openvino_figures.py)."""
     from edgekit import QuantizeOptions, quantize_model
-    from edgekit.data import ImagePreprocess, input_specs, open_dataset
-    from edgekit.model import load_model
+    from edgekit.core.data import ImagePreprocess, input_specs, open_dataset
+    from edgekit.core.model import load_model
 
     shared = Path(__file__).resolve().parents[3] / "shared"
     source = shared / "models" / "squeezenet1.1-fp32.onnx"

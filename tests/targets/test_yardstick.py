@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from edgekit.core.errors import TargetError
+from edgekit.core.model import load_model, load_proto
 from edgekit.device_agents.bundle import read_bundle
-from edgekit.errors import TargetError
-from edgekit.model import load_model, load_proto
 from edgekit.targets import base, openvino_ir
 from edgekit.targets.base import PackageOptions, get_target
 from onnx import TensorProto, helper, numpy_helper
@@ -199,7 +199,7 @@ def bert_qdq():
 
 
 def calib_items(samples):
-    from edgekit.data import Sample
+    from edgekit.core.data import Sample
 
     return [Sample(inputs=s, label=None, name=f"s{i}") for i, s in enumerate(samples)]
 
@@ -279,7 +279,7 @@ def test_ppocr_rec_fp16_ir_judged_per_time_step(tmp_path, monkeypatch) -> None:
 @pytest.mark.parametrize("size", [640, 320])
 def test_ppocr_det_fp16_ir_on_photos(size, tmp_path, monkeypatch) -> None:
     """A probability map: errors on its [0, 1] scale, not on the range a photo without text reaches."""
-    from edgekit.data import ImagePreprocess, input_specs, open_dataset
+    from edgekit.core.data import ImagePreprocess, input_specs, open_dataset
 
     model = load_model(SHARED / "models" / "ch_PP-OCRv4_det_infer.onnx", {"x": (1, 3, size, size)})
     pre = ImagePreprocess.from_json(

@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from edgekit.data import Sample
-from edgekit.model import load_proto
+from edgekit.core.data import Sample
+from edgekit.core.model import load_proto
 from edgekit.quantize import rules
 from edgekit.quantize.options import QuantizeOptions
 from edgekit.quantize.pipeline import quantize

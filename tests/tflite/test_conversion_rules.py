@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from edgekit.errors import TargetError, UnsupportedOpError
+from edgekit.core.errors import TargetError, UnsupportedOpError
 from edgekit.targets.tflite import registry
 from edgekit.targets.tflite.converter import ConvertOptions
 from onnx import TensorProto, helper, numpy_helper
@@ -125,7 +125,7 @@ def test_shape_subgraph_folds_to_a_constant_reshape() -> None:
 
 def test_opset7_softmax_upgraded_by_load_model_keeps_its_semantics() -> None:
     """Before opset 13 Softmax flattens to 2-D from axis 1: over C*H*W, not over C (SqueezeNet's case)."""
-    from edgekit.model import load_proto
+    from edgekit.core.model import load_proto
 
     graph = helper.make_graph(
         [helper.make_node("Softmax", ["x"], ["y"], name="softmax")],
@@ -226,8 +226,8 @@ def test_weights_keep_their_exact_integer_values_and_scales() -> None:
 
 
 def test_uint8_activations_become_int8_kernels() -> None:
-    from edgekit.data import Sample
-    from edgekit.model import load_proto
+    from edgekit.core.data import Sample
+    from edgekit.core.model import load_proto
     from edgekit.quantize.options import QuantizeOptions
     from edgekit.quantize.pipeline import quantize
 
@@ -258,8 +258,8 @@ def test_uint8_activations_become_int8_kernels() -> None:
 
 
 def test_fully_integer_fails_listing_the_float_ops() -> None:
-    from edgekit.data import Sample
-    from edgekit.model import load_proto
+    from edgekit.core.data import Sample
+    from edgekit.core.model import load_proto
     from edgekit.quantize.options import QuantizeOptions
     from edgekit.quantize.pipeline import quantize
 

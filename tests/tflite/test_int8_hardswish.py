@@ -1,6 +1,6 @@
 """HardSwish and HardSigmoid in every form exporters write them run as integer kernels in the int8 TFLite.
 
-- the HardSwish op (opset 14+) -> the HardSwish table (CAST, ADD, GATHER: ``edgekit.lut``);
+- the HardSwish op (opset 14+) -> the HardSwish table (CAST, ADD, GATHER: ``edgekit.core.lut``);
 - torch below opset 14: ``x * HardSigmoid(x)`` (alpha 1/6) -> the same;
 - PaddlePaddle: ``x * relu6(x + 3) / 6`` (Add, Clip, Mul, Div by a constant) -> the same;
 - a HardSigmoid gate (squeeze-excitation) -> int8 MUL + ADD (TFLite has no HARD_SIGMOID);
@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from edgekit.model import load_proto
+from edgekit.core.model import load_proto
 from edgekit.targets.tflite.converter import ConvertOptions
 from onnx import helper
 from test_ops_int8 import assert_within_one_step, output_steps
@@ -159,7 +159,7 @@ def test_rewritten_fp32_graph_matches_original(name: str) -> None:
 
 
 def _serialized(model) -> bytes:
-    from edgekit.model import to_proto
+    from edgekit.core.model import to_proto
 
     return to_proto(model).SerializeToString()
 

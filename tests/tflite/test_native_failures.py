@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from edgekit.errors import TargetError
-from edgekit.model import load_proto
+from edgekit.core.errors import TargetError
+from edgekit.core.model import load_proto
 from edgekit.targets.base import PackageOptions, get_target
 from edgekit.targets.tflite.converter import ConversionResult, ConvertOptions, TensorInfo
 from edgekit.targets.tflite.package import package_tflite

@@ -15,8 +15,8 @@ import numpy as np
 import onnx
 import pytest
 from ai_edge_litert.interpreter import Interpreter
+from edgekit.core.errors import TargetError
 from edgekit.device_agents.bundle import read_bundle
-from edgekit.errors import TargetError
 from edgekit.targets.base import PackageOptions, get_target
 from edgekit.targets.nnapi_target import NnapiOptions
 from edgekit.targets.tflite.nnapi import check_nnapi
@@ -79,7 +79,7 @@ def qdq(float_model) -> onnx.ModelProto:
 
 
 def _load(proto: onnx.ModelProto):
-    from edgekit.model import load_proto
+    from edgekit.core.model import load_proto
 
     return load_proto(proto, prepare=False)
 

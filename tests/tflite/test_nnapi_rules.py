@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from ai_edge_litert.interpreter import Interpreter
-from edgekit.errors import ModelError, TargetError
+from edgekit.core.errors import ModelError, TargetError
 from edgekit.targets.tflite.nnapi import (
     check_nnapi,
     delegated_partitions,
@@ -647,8 +647,8 @@ SHARED = Path(__file__).resolve().parents[2].parent / "shared"
     os.environ.get("EDGEKIT_SHARED") != "1", reason="needs ../shared; opt in with EDGEKIT_SHARED=1"
 )
 def test_shared_squeezenet_int8_is_fully_integer_and_delegated():
-    from edgekit.data import Sample
-    from edgekit.model import load_model
+    from edgekit.core.data import Sample
+    from edgekit.core.model import load_model
     from edgekit.quantize.options import QuantizeOptions
     from edgekit.quantize.pipeline import quantize
     from edgekit.targets.tflite.converter import ConvertOptions, convert

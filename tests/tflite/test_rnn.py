@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from edgekit.errors import TargetError
+from edgekit.core.errors import TargetError
 from onnx import helper
 from tflite_helpers import (
     assert_close_to_range,

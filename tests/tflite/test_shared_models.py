@@ -25,7 +25,7 @@ SHARED = Path(__file__).resolve().parents[3] / "shared"
 
 
 def _squeezenet_samples(count: int) -> list[dict[str, np.ndarray]]:
-    from edgekit.data import ImagePreprocess, InputSpec, open_dataset
+    from edgekit.core.data import ImagePreprocess, InputSpec, open_dataset
 
     pre = ImagePreprocess(color="BGR", mean=(104.0, 117.0, 123.0))
     ds = open_dataset(
@@ -50,8 +50,8 @@ def _mnist_samples(count: int) -> list[dict[str, np.ndarray]]:
 )
 def test_shared_model_fp32_and_int8(name, samples) -> None:
     import onnx
-    from edgekit.data import Sample
-    from edgekit.model import load_model, load_proto
+    from edgekit.core.data import Sample
+    from edgekit.core.model import load_model, load_proto
     from edgekit.quantize.options import QuantizeOptions
     from edgekit.quantize.pipeline import quantize
     from edgekit.targets.tflite.converter import convert

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from edgekit.model import load_proto
+from edgekit.core.model import load_proto
 from edgekit.targets.tflite.converter import convert
 from onnx import helper
 from tflite_helpers import (

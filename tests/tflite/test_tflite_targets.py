@@ -10,8 +10,8 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
+from edgekit.core.errors import EdgekitError, TargetError
 from edgekit.device_agents.bundle import read_bundle
-from edgekit.errors import EdgekitError, TargetError
 from edgekit.targets.base import PackageOptions, get_target
 from edgekit.targets.nnapi_target import NnapiOptions
 from onnx import helper
@@ -30,7 +30,7 @@ def qdq_model(float_model) -> onnx.ModelProto:
 
 
 def _load(proto: onnx.ModelProto) -> ir.Model:
-    from edgekit.model import load_proto
+    from edgekit.core.model import load_proto
 
     return load_proto(proto, prepare=False)
 

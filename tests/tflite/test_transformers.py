@@ -40,7 +40,7 @@ np.savez(out, **{d["name"]: it.get_tensor(d["index"]) for d in it.get_output_det
 
 def run_in_child(result: ConversionResult, feeds: dict[str, np.ndarray], tmp_path: Path) -> np.ndarray:
     """The first output of the .tflite model on ONNX-layout float/int feeds, run by LiteRT in a child process."""
-    from edgekit.litert_run import from_model_output, to_model_input
+    from edgekit.core.litert_run import from_model_output, to_model_input
 
     model, inputs, out = tmp_path / "m.tflite", tmp_path / "in.npz", tmp_path / "out.npz"
     model.write_bytes(result.data)
@@ -86,7 +86,7 @@ def zoo_model(request) -> tuple[onnx.ModelProto, dict]:
 
 def prepared(model: onnx.ModelProto):
     """The model as edgekit loads it (``load_model``'s passes), for the converter."""
-    from edgekit.model import load_proto
+    from edgekit.core.model import load_proto
 
     return load_proto(model)
 
@@ -104,7 +104,7 @@ def test_zoo_fp32_matches_onnxruntime(zoo_model, tmp_path: Path) -> None:
 
 
 def test_zoo_int8_matches_its_qdq_model(zoo_model, tmp_path: Path) -> None:
-    from edgekit.runtime import HostRunner
+    from edgekit.core.runtime import HostRunner
 
     model, entry = zoo_model
     qdq = edgekit_qdq(model, zoo_samples(entry, 16, seed=1), float_output_heads=True)
@@ -286,7 +286,7 @@ def test_int64_token_ids_gather_embeddings_and_cast_mask() -> None:
 
 
 def test_default_verify_samples_give_valid_ids_and_binary_masks() -> None:
-    from edgekit.model import load_proto
+    from edgekit.core.model import load_proto
     from edgekit.targets.base import default_verify_samples
 
     model = load_proto(onnx.load(ZOO / "bert_tiny_op13.onnx"))
@@ -297,7 +297,7 @@ def test_default_verify_samples_give_valid_ids_and_binary_masks() -> None:
 
 # -- the quantizer's patterns --------------------------------------------------------------------------------------
 def test_quantizer_keeps_mask_layer_norm_and_gelu_internals_float() -> None:
-    from edgekit.model import load_proto
+    from edgekit.core.model import load_proto
     from edgekit.quantize import patterns
 
     model = load_proto(onnx.load(ZOO / "bert_tiny_op13.onnx"))
@@ -464,7 +464,7 @@ def test_cast_between_mask_types(src: int, dst: int) -> None:
 @pytest.mark.parametrize("rank", [5, 6])
 def test_batch_matmul_ranks(rank: int) -> None:
     """TFLite's BATCH_MATMUL takes ranks 2 to 5 (batch_matmul.cc Prepare): rank 5 converts, rank 6 is refused."""
-    from edgekit.errors import TargetError
+    from edgekit.core.errors import TargetError
 
     shape_a, shape_b = [1] * (rank - 3) + [2, 3, 4], [1] * (rank - 3) + [2, 4, 5]
     model = _model(

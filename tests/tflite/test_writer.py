@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from edgekit.errors import OutputError
+from edgekit.core.errors import OutputError
 from edgekit.targets.tflite import writer
 from edgekit.targets.tflite.graph import Graph
 from edgekit.targets.tflite.schema import fb

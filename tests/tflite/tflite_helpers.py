@@ -119,8 +119,8 @@ def edgekit_qdq(
     model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], float_output_heads: bool = False
 ) -> onnx.ModelProto:
     """edgekit's QDQ model; integer output heads unless ``float_output_heads`` (the quantizer's default)."""
-    from edgekit.data import Sample
-    from edgekit.model import load_proto
+    from edgekit.core.data import Sample
+    from edgekit.core.model import load_proto
     from edgekit.quantize.options import QuantizeOptions
     from edgekit.quantize.pipeline import quantize
 

@@ -10,7 +10,7 @@ Figures are computed afterwards, per model, in a child process (``python zoo_cas
 that a runtime that aborts cannot take the caller down. Each runs the packaged artifacts on the model's
 evaluation samples and compares with onnxruntime running the source model (fp32), and for ``arm-cpu int8``
 with the QDQ model of the same scheme (``edgekit quantize --activations int8``) run exactly by
-``edgekit.runtime.HostRunner``.
+``edgekit.core.runtime.HostRunner``.
 """
 
 from __future__ import annotations
@@ -376,7 +376,7 @@ def _onnx_runner(path: str, exact_qdq: bool = False) -> tuple[Callable[[dict], d
     proto = onnx.load(path)
     outputs = [o.name for o in proto.graph.output]
     if exact_qdq:
-        from edgekit.runtime import HostRunner
+        from edgekit.core.runtime import HostRunner
 
         runner = HostRunner(proto)
         return (lambda feeds: runner.run(feeds)), outputs, {}

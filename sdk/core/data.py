@@ -1,7 +1,7 @@
 """Streamed calibration and evaluation data: ``.npz``, ``.npy``, folders of images or array files.
 
 ``open_dataset`` checks what it can cheaply up front (paths, array headers, names, shapes, dtypes, label
-counts, ``labels.csv`` rows) and raises :class:`~edgekit.errors.DataError` with one line naming the
+counts, ``labels.csv`` rows) and raises :class:`~edgekit.core.errors.DataError` with one line naming the
 problem. Iterating yields one :class:`Sample` at a time shaped like the model's input (batch dim
 included); arrays are read lazily (``.npy`` files and ``.npz`` members are read one sample's bytes at a
 time, images decoded one at a time), so memory stays bounded however many samples there are.
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Literal, TypeVar
 
 import numpy as np
-from edgekit.errors import DataError
+from edgekit.core.errors import DataError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 ARRAY_SUFFIXES = (".npy", ".npz")

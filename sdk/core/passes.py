@@ -12,8 +12,8 @@ import re
 import numpy as np
 import onnx
 import onnx_ir as ir
-from edgekit.errors import EdgekitError, ModelError
-from edgekit.irutil import NameScope, add_initializer, attr, const_array, only_consumer, replace_value
+from edgekit.core.errors import EdgekitError, ModelError
+from edgekit.core.irutil import NameScope, add_initializer, attr, const_array, only_consumer, replace_value
 from onnx_ir.passes.common import (
     LiftConstantsToInitializersPass,
     NameFixPass,

@@ -2,7 +2,7 @@
 
 ``load_model`` is what every command starts with. It reads the file with ``onnx`` (so a corrupt file is reported
 as such), upgrades old opsets with ``onnx.version_converter``, fixes dynamic input dimensions, runs shape
-inference, and then runs the graph-preparation pipeline of :mod:`edgekit.passes` on the ``onnx_ir`` graph.
+inference, and then runs the graph-preparation pipeline of :mod:`edgekit.core.passes` on the ``onnx_ir`` graph.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import onnx
 import onnx_ir as ir
+from edgekit.core.errors import ModelError, OutputError
 from edgekit.device_agents.bundle import follow_umask
-from edgekit.errors import ModelError, OutputError
 from google.protobuf.message import DecodeError
 
 log = logging.getLogger("edgekit")
@@ -197,7 +197,7 @@ def load_proto(
     messages: list[str] | None = None,
 ) -> ir.Model:
     """:func:`load_model` for a model already in memory."""
-    from edgekit import passes  # local import: passes imports this module's helpers
+    from edgekit.core import passes  # local import: passes imports this module's helpers
 
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)  # the caller's proto stays as it was
@@ -233,7 +233,7 @@ def load_proto(
 
 def _qoperator_to_qdq(model: ir.Model, messages: list[str] | None) -> None:
     """onnxruntime's QOperator format (QLinearConv, ...) becomes QDQ, keeping the model's scales."""
-    from edgekit import qoperator
+    from edgekit.core import qoperator
 
     if not qoperator.has_qoperator_nodes(model):
         return

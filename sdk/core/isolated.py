@@ -5,10 +5,10 @@ edgekit has just written is exactly where that may happen. :func:`call` runs a m
 child process and turns every way it can go wrong into one typed, one-line error:
 
 - the child dies from a signal: ``<what> aborted (SIGABRT) while <doing>: <last meaningful stderr line>``;
-- the function raises an :class:`~edgekit.errors.EdgekitError`: the same error, re-raised as is;
+- the function raises an :class:`~edgekit.core.errors.EdgekitError`: the same error, re-raised as is;
 - it raises anything else (LiteRT's ``RuntimeError``, ...): ``<what> failed while <doing>: <first line>``.
 
-The children are forked from a helper process (``python -m edgekit.isolated serve``, started on the first
+The children are forked from a helper process (``python -m edgekit.core.isolated serve``, started on the first
 call and kept for the life of this process) that has already imported numpy, onnx, OpenVINO and LiteRT but
 run nothing: a child starts in milliseconds instead of paying those imports, and never inherits this
 process's runtime threads. Where there is no ``fork`` each call starts a fresh interpreter instead.
@@ -36,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from edgekit.errors import EdgekitError, TargetError
+from edgekit.core.errors import EdgekitError, TargetError
 
 R = TypeVar("R")
 
@@ -145,8 +145,8 @@ _PRELOAD = (
     "onnx",
     "openvino",
     "ai_edge_litert.interpreter",
-    "edgekit.litert_run",
-    "edgekit.runtime",
+    "edgekit.core.litert_run",
+    "edgekit.core.runtime",
 )
 
 
@@ -161,7 +161,7 @@ class _Server:
         with self._lock:
             if self._proc is None or self._proc.poll() is not None:
                 self._proc = subprocess.Popen(
-                    [sys.executable, "-m", "edgekit.isolated", "serve"],
+                    [sys.executable, "-m", "edgekit.core.isolated", "serve"],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.DEVNULL,
@@ -201,7 +201,7 @@ def _run(job: Path, timeout: float | None) -> int:
     if hasattr(os, "fork"):
         return _SERVER.run(job, timeout)
     done = subprocess.run(  # pragma: no cover - platforms without fork
-        [sys.executable, "-m", "edgekit.isolated", "job", str(job)],
+        [sys.executable, "-m", "edgekit.core.isolated", "job", str(job)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

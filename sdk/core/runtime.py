@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import onnx
-from edgekit.errors import DataError, ModelError
+from edgekit.core.errors import DataError, ModelError
 
 if TYPE_CHECKING:  # onnx_ir is slow to import: TFLite verification's child process runs without it
     import onnx_ir as ir
@@ -185,7 +185,7 @@ def pad_before_dequantize(proto: onnx.ModelProto) -> onnx.ModelProto:
 
 def tabulate_elementwise(proto: onnx.ModelProto, keep: Iterable[str] = ()) -> onnx.ModelProto:
     """A copy of ``proto`` where each DequantizeLinear -> element-wise op -> QuantizeLinear (per tensor, 8-bit
-    activations; the ops of :data:`edgekit.lut.FUNCTIONS`) is a ``Gather`` of the op's table, indexed by
+    activations; the ops of :data:`edgekit.core.lut.FUNCTIONS`) is a ``Gather`` of the op's table, indexed by
     the integer input: exactly what the three nodes compute.
 
     OpenVINO 2026.4 rewrites HardSigmoid and HardSwish into its own float formulas, which round some values one
@@ -193,7 +193,7 @@ def tabulate_elementwise(proto: onnx.ModelProto, keep: Iterable[str] = ()) -> on
     onnxruntime give the exact value. ``proto`` itself when there is nothing to tabulate. An op whose float output
     is a graph output or in ``keep`` (outputs a caller will ask for) stays.
     """
-    from edgekit import lut
+    from edgekit.core import lut
 
     inits = {t.name: t for t in proto.graph.initializer}
     producers = {name: n for n in proto.graph.node for name in n.output}
@@ -280,7 +280,7 @@ def compile_check(
 ) -> None:
     """Read a model file (ONNX or IR), compile it on OpenVINO's CPU plugin and run ``samples`` on it.
 
-    Meant for a child process (:mod:`edgekit.isolated`): a crash there is an error message here.
+    Meant for a child process (:mod:`edgekit.core.isolated`): a crash there is an error message here.
     """
     core = _core()
     compiled = core.compile_model(core.read_model(path), "CPU", dict(config))
@@ -293,7 +293,7 @@ def preflight_ir(
 ) -> None:
     """(Run in a child.) Compile and run an IR on the CPU, then its ONNX source as :class:`HostRunner` runs it
     (once per ``exact_qdq`` mode), on ``samples``; says which step is at work."""
-    from edgekit import isolated
+    from edgekit.core import isolated
 
     isolated.stage("OpenVINO", "compiling and running the IR on the CPU")
     compile_check(xml, F32_CONFIG, samples)
@@ -358,7 +358,7 @@ class HostRunner:
     ):
         """``exact_qdq=False`` runs a QDQ model as OpenVINO would deploy it, on its int8 kernels.
 
-        ``isolate=True`` first compiles the model in a child process (:mod:`edgekit.isolated`), so that an
+        ``isolate=True`` first compiles the model in a child process (:mod:`edgekit.core.isolated`), so that an
         OpenVINO crash on a model edgekit wrote is a ModelError rather than the end of the process.
         """
         if not isinstance(model, onnx.ModelProto):
@@ -397,7 +397,7 @@ class HostRunner:
             path = Path(tmp, "model.onnx")
             path.write_bytes(proto.SerializeToString())
             if isolate:
-                from edgekit import isolated
+                from edgekit.core import isolated
 
                 isolated.call(
                     compile_check,

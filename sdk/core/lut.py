@@ -6,7 +6,7 @@ so a table of 256 entries computes it exactly, whatever the scales. Two places u
 - the TFLite converter writes HardSwish on int8 as CAST -> ADD -> GATHER of its table
   (``targets/tflite/quantized.py``): TFLite's HARD_SWISH kernel approximates in 16-bit fixed point and rounded
   0.3 % of a MobileNetV3's values one step off the QDQ model's;
-- the host runner's exact QDQ semantics (``edgekit.runtime.HostRunner``) runs these ops as ``Gather`` of their
+- the host runner's exact QDQ semantics (``edgekit.core.runtime.HostRunner``) runs these ops as ``Gather`` of their
   table: OpenVINO rewrites HardSigmoid / HardSwish into its own float formulas, which round differently.
 
 The function is evaluated in float32 as onnxruntime does, rounded half to even (QuantizeLinear), saturated.

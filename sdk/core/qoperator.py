@@ -34,8 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 import onnx_ir as ir
-from edgekit.errors import ModelError, UnsupportedOpError
-from edgekit.irutil import NameScope, add_initializer, attr, const_array
+from edgekit.core.errors import ModelError, UnsupportedOpError
+from edgekit.core.irutil import NameScope, add_initializer, attr, const_array
 
 log = logging.getLogger("edgekit")
 
@@ -597,7 +597,7 @@ def is_qoperator_file(proto: onnx.ModelProto) -> bool:
 class OnnxruntimeReference:
     """onnxruntime running a QOperator model file as given (its integer kernels): the answers the model's
     authors get, and what an integer deployment should reproduce. Runs with ``run(feeds) -> {name: array}``
-    like :class:`edgekit.runtime.HostRunner`."""
+    like :class:`edgekit.core.runtime.HostRunner`."""
 
     description = "onnxruntime (CPU) running the QOperator model file as given"
 

@@ -1,6 +1,6 @@
 """Running a converted .tflite on LiteRT, and the source model on the host beside it.
 
-:func:`reference_and_tflite` is what TFLite verification runs in a child process (:mod:`edgekit.isolated`):
+:func:`reference_and_tflite` is what TFLite verification runs in a child process (:mod:`edgekit.core.isolated`):
 this module imports only numpy, so the child starts fast (onnx, OpenVINO and LiteRT are imported when
 called; onnx_ir, which the converter needs, is not imported at all).
 """
@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from edgekit import isolated
-from edgekit.errors import TargetError
+from edgekit.core import isolated
+from edgekit.core.errors import TargetError
 
 
 @dataclass(frozen=True)
@@ -83,10 +83,10 @@ def host_outputs(
 ) -> list[dict[str, np.ndarray]]:
     """The outputs ``names`` of a serialized ONNX model on the host (OpenVINO f32), per sample.
 
-    ``exact_qdq=False``: a QDQ model on OpenVINO's int8 kernels (see :class:`edgekit.runtime.HostRunner`).
+    ``exact_qdq=False``: a QDQ model on OpenVINO's int8 kernels (see :class:`edgekit.core.runtime.HostRunner`).
     """
     import onnx
-    from edgekit.runtime import HostRunner
+    from edgekit.core.runtime import HostRunner
 
     host = HostRunner(onnx.load_model_from_string(proto), exact_qdq=exact_qdq)
     return [{n: np.asarray(host.run(dict(s))[n]) for n in names} for s in samples]
@@ -102,7 +102,7 @@ def reference_and_tflite(
     """The source model (serialized ONNX) on the host (OpenVINO f32) and the .tflite on LiteRT, per sample.
 
     Run in a child by ``edgekit.targets.tflite.package.verify``; says which runtime is at work
-    (:func:`edgekit.isolated.stage`) so that a crash is attributed to the right one.
+    (:func:`edgekit.core.isolated.stage`) so that a crash is attributed to the right one.
     """
     isolated.stage("OpenVINO", "running the source model on the host")
     reference = host_outputs(proto, samples, [info.name for info in outputs])
