@@ -52,6 +52,9 @@ def quantize_bias(
     return q.astype(np.int32), scales
 
 
+#: The smallest bias scale (input x weight scale) kept: far above float32's smallest normal number.
+_MIN_BIAS_SCALE = float(np.finfo(np.float32).tiny) * 2.0**20
+
 #: Headroom below int32's limit kept by a fitted bias (float32 rounding of the scales, bias correction).
 _BIAS_LIMIT = float(_INT32.max) * 0.99
 
@@ -66,6 +69,9 @@ def fit_bias_scales(
     scales = np.asarray(weight_scales, np.float32)
     need = np.abs(np.broadcast_to(bias.astype(np.float64), scales.shape if scales.ndim else bias.shape))
     need = need / (np.float64(input_scale) * _BIAS_LIMIT)
+    # A channel of (almost) denormal weights under a tiny input scale: input x weight scale must stay a normal
+    # float32, or the bias's scale rounds to 0 (a bias that cannot be quantized at all).
+    need = np.maximum(need, _MIN_BIAS_SCALE / np.float64(input_scale))
     if scales.ndim == 0:  # one scale for the whole tensor
         need = np.asarray(need.max(initial=0.0))
     raised = need > scales.astype(np.float64)

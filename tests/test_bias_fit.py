@@ -148,3 +148,18 @@ def test_the_report_and_the_console_name_the_layer(tmp_path):
         ("conv", "Conv", (0, 3)),
         ("fc", "Gemm", (2,)),
     }
+
+
+def test_denormal_weights_under_a_tiny_input_scale_keep_a_normal_bias_scale():
+    """PP-OCRv4 rec in int16x8: a channel of denormal weights under an int16 input scale of ~3e-13 made the
+    bias scale (input x weight, float32) round to 0, and the bias could not be quantized at all."""
+    weight_scales = np.array([1e-37, 0.02], np.float32)  # a dead channel of denormal weights, a live one
+    bias = np.array([np.float32(1e-41), -0.25], np.float64)  # its bias denormal too
+    input_scale = 1e-8 / 32767.0
+    scales, raised = fit_bias_scales(bias, input_scale, weight_scales)
+    assert raised.tolist() == [True, True]  # the live one overflows int32 at this tiny input scale too
+    q, bias_scales = quantize_bias(bias, input_scale, scales)
+    assert np.all(bias_scales >= np.finfo(np.float32).tiny)
+    np.testing.assert_allclose(q.astype(np.float64) * bias_scales, bias, rtol=1e-6, atol=1e-30)
+    untouched, raised_normal = fit_bias_scales(bias, 0.05, np.array([0.01, 0.02], np.float32))
+    assert not raised_normal.any() and untouched.tolist() == np.float32([0.01, 0.02]).tolist()

@@ -70,3 +70,32 @@ def test_error_lines_are_plain_text_not_markup(tmp_path, capsys):
         run_app(app, ["inspect", str(missing)])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.strip() == f"error: model file not found: {missing}"
+
+
+def test_a_failing_pass_names_its_own_error_not_the_pass_runner(capsys, monkeypatch):
+    """onnx-ir wraps a pass's exception twice ("An error occurred at step 0"): the line names the cause."""
+    import onnx_ir as ir
+    import typer
+
+    class Broken(ir.passes.InPlacePass):
+        def call(self, model):
+            raise ValueError("scale of 'conv_1' rounds to zero")
+
+    app = typer.Typer()
+
+    @app.command()
+    def crash() -> None:
+        ir.passes.PassManager([Broken()])(ir.Model(ir.Graph([], [], nodes=[]), ir_version=10))
+
+    @app.command()
+    def other() -> None:  # two commands, so that `crash` is a subcommand as in edgekit
+        pass
+
+    monkeypatch.delenv("EDGEKIT_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        run_app(app, ["crash"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == INTERNAL_ERROR_EXIT
+    assert err.strip().splitlines() == [
+        "error: internal error: ValueError: scale of 'conv_1' rounds to zero (set EDGEKIT_DEBUG=1 for the traceback)"
+    ]

@@ -127,6 +127,8 @@ def run_app(app: typer.Typer, argv: Sequence[str]) -> None:
             hint = ""
         else:
             hint = f" (set {DEBUG_ENV}=1 for the traceback)"
+        while exc.__cause__ is not None and type(exc).__name__ == "PassError":  # name the pass's own failure
+            exc = exc.__cause__
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
         detail = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
         fail(f"internal error: {detail}{hint}", INTERNAL_ERROR_EXIT)
