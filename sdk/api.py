@@ -9,19 +9,17 @@ import os
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import onnx
 import onnx_ir as ir
-from edgekit.core.data import Dataset, ImagePreprocess, input_specs, open_dataset, prefetched
+from edgekit.core.data import Dataset, ImagePreprocess, input_specs, open_dataset
 from edgekit.core.errors import DataError, QuantizationError
-from edgekit.core.metrics import Comparison
 from edgekit.core.model import atomic_write_bytes, check_writable, load_model, save_model
 from edgekit.core.sanity import calibration_ranges, data_warnings
 from edgekit.quantize.calibrate import Statistics, Track, no_progress
-from edgekit.quantize.evaluation import dataset_length, evaluate, evaluate_outputs
+from edgekit.quantize.evaluation import evaluate, evaluate_outputs
 from edgekit.quantize.options import QuantizeOptions
 from edgekit.quantize.pipeline import Quantized, quantize
 from edgekit.quantize.recipes import check_layer_names, get_recipe
@@ -143,10 +141,8 @@ def quantize_model(
     proto = quantized.proto()
     timings["quantize_s"] = time.perf_counter() - start
 
-    source_size = Path(model).stat().st_size
     report: dict = {
-        "edgekit_version": _version(),
-        "model": {"path": str(model), "sha256": file_sha256(model), "size_bytes": source_size},
+        **_report_head(model),
         "quantization": {
             **options.to_json(),
             "quantized_activations": len(quantized.plan.activations),
@@ -195,18 +191,7 @@ def quantize_model(
         for warning in report["warnings"]:
             log.warning(warning)
 
-    output_path = None
-    if output is not None:
-        output_path = save_model(proto, output)
-        size = output_path.stat().st_size
-        report["output"] = {"path": str(output_path), "size_bytes": size, "size_ratio": size / source_size}
-    else:
-        size = len(proto.SerializeToString())
-        report["output"] = {"path": None, "size_bytes": size, "size_ratio": size / source_size}
-    report["timings"] = timings
-    if report_path is not None:
-        atomic_write_bytes(report_path, (json.dumps(report, indent=2) + "\n").encode())
-    return QuantizeResult(proto, report, quantized, output_path)
+    return QuantizeResult(proto, report, quantized, _finish(report, proto, output, report_path, timings))
 
 
 def _meet_budget(
@@ -274,10 +259,8 @@ def _weight_only_model(
     result = quantize_weight_only(fp32, options, calib_set)
     proto = result.proto()
     timings["quantize_s"] = time.perf_counter() - start
-    source_size = Path(model).stat().st_size
     report: dict = {
-        "edgekit_version": _version(),
-        "model": {"path": str(model), "sha256": file_sha256(model), "size_bytes": source_size},
+        **_report_head(model),
         "quantization": {
             **options.to_json(),
             "activations": "float",
@@ -295,17 +278,39 @@ def _weight_only_model(
             **comparison,
             "data": eval_set.describe() if isinstance(eval_set, Dataset) else {"kind": "iterable"},
         }
+    return QuantizeResult(proto, report, result, _finish(report, proto, output, report_path, timings))
+
+
+def _report_head(model: str | os.PathLike[str]) -> dict:
+    """The report's first entries: edgekit's version and the source model (path, sha256, size)."""
+    size = Path(model).stat().st_size
+    return {
+        "edgekit_version": _version(),
+        "model": {"path": str(model), "sha256": file_sha256(model), "size_bytes": size},
+    }
+
+
+def _finish(
+    report: dict,
+    proto: onnx.ModelProto,
+    output: str | os.PathLike[str] | None,
+    report_path: str | os.PathLike[str] | None,
+    timings: dict[str, float],
+) -> Path | None:
+    """Write the model (when ``output`` is given) and the report; the report gets the output's size and the
+    timings. Returns the written model's path."""
     output_path = save_model(proto, output) if output is not None else None
     size = output_path.stat().st_size if output_path is not None else len(proto.SerializeToString())
+    source_size = report["model"]["size_bytes"]
     report["output"] = {
-        "path": str(output_path) if output_path else None,
+        "path": None if output_path is None else str(output_path),
         "size_bytes": size,
         "size_ratio": size / source_size,
     }
     report["timings"] = timings
     if report_path is not None:
         atomic_write_bytes(report_path, (json.dumps(report, indent=2) + "\n").encode())
-    return QuantizeResult(proto, report, result, output_path)
+    return output_path
 
 
 def _version() -> str:
@@ -356,10 +361,8 @@ def _fp16_model(
     got = [{n: r[n] for n in names} for r in map(half_runner.run, samples)]
     figures = compare_outputs(ref, got, kinds)
     failures = judge_outputs(figures, yardstick("fp16"), ref, got)
-    source_size = Path(path).stat().st_size
     report: dict = {
-        "edgekit_version": _version(),
-        "model": {"path": str(path), "sha256": file_sha256(path), "size_bytes": source_size},
+        **_report_head(path),
         "quantization": {**options.to_json(), **half.to_json()},
         "verification": {
             "reference": "the fp32 model on the host (OpenVINO CPU, f32)",
@@ -373,24 +376,8 @@ def _fp16_model(
         log.warning("fp16 model: %s", failure)
     if eval_set is not None:
         start = time.perf_counter()
-        comparison = Comparison()
-        total = dataset_length(eval_set, eval_limit)
-        for sample in track(prefetched(islice(iter(eval_set), eval_limit)), "evaluating fp32 vs fp16", total):
-            a, b = ref_runner.run(sample.inputs), half_runner.run(sample.inputs)
-            comparison.update({n: a[n] for n in names}, {n: b[n] for n in names}, sample.label)
-        if comparison.samples == 0:
-            raise DataError("the evaluation data set is empty")
+        comparison = evaluate_outputs(fp32, proto, eval_set, track, eval_limit)
         timings["evaluate_s"] = time.perf_counter() - start
         data = eval_set.describe() if isinstance(eval_set, Dataset) else {"kind": "iterable"}
-        report["evaluation"] = {**comparison.to_json(), "data": data}
-    output_path = save_model(proto, output) if output is not None else None
-    size = output_path.stat().st_size if output_path is not None else len(proto.SerializeToString())
-    report["output"] = {
-        "path": None if output_path is None else str(output_path),
-        "size_bytes": size,
-        "size_ratio": size / source_size,
-    }
-    report["timings"] = timings
-    if report_path is not None:
-        atomic_write_bytes(report_path, (json.dumps(report, indent=2) + "\n").encode())
-    return QuantizeResult(proto, report, None, output_path)
+        report["evaluation"] = {**comparison, "data": data}
+    return QuantizeResult(proto, report, None, _finish(report, proto, output, report_path, timings))

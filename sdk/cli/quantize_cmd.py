@@ -346,14 +346,19 @@ def print_summary(report: dict) -> None:
         for row in report["worst_layers"]:
             worst.add_row(row["tensor"], _fmt(row["sqnr_db"], 1, " dB"), _fmt(row["cosine"], 4))
         console.print(worst)
-    if q["float_ops"]:
-        floats = Table(title="ops kept in float")
-        floats.add_column("node")
-        floats.add_column("op")
-        floats.add_column("reason")
-        for f in q["float_ops"]:
-            floats.add_row(f["node"], f["op_type"], f["reason"])
-        console.print(floats)
+    _print_nodes("ops kept in float", q["float_ops"])
+
+
+def _print_nodes(title: str, rows: list[dict]) -> None:
+    """A table of nodes (node, op, reason), when there are any."""
+    if not rows:
+        return
+    table = Table(title=title)
+    for column in ("node", "op", "reason"):
+        table.add_column(column)
+    for f in rows:
+        table.add_row(f["node"], f["op_type"], f["reason"])
+    console.print(table)
 
 
 def print_accuracy_summary(section: dict) -> None:
@@ -409,11 +414,4 @@ def _print_weight_only(report: dict) -> None:
             table.add_row(f"{name}: SQNR", _fmt(m["sqnr_db"], 1, " dB"))
             table.add_row(f"{name}: max abs error", _fmt(m["max_abs_error"], 4))
         console.print(table)
-    if q["float_weights"]:
-        floats = Table(title="weights not in the recipe")
-        floats.add_column("node")
-        floats.add_column("op")
-        floats.add_column("reason")
-        for f in q["float_weights"]:
-            floats.add_row(f["node"], f["op_type"], f["reason"])
-        console.print(floats)
+    _print_nodes("weights not in the recipe", q["float_weights"])
