@@ -26,9 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from shared_data import default_shared, float_from_quantized
+from shared_data import default_shared, float_from_quantized, imagenet_photos
 
-PHOTOS = "data/imagenet-sample-200"
 WEIGHTED = ("Conv", "Gemm", "MatMul", "ConvTranspose")
 
 
@@ -39,17 +38,7 @@ class Sample:
 
 
 def photos(shared: Path) -> list[Sample]:
-    from edgekit.core.data import ImagePreprocess, InputSpec, open_dataset
-
-    pre = ImagePreprocess(
-        resize_mode="shorter-side-crop",
-        resize_shorter=256,
-        scale=0.00392157,
-        mean=(0.485, 0.456, 0.406),
-        std=(0.229, 0.224, 0.225),
-    )
-    data = open_dataset(shared / PHOTOS, [InputSpec("input", (1, 3, 224, 224), np.float32)], pre)
-    return [Sample({"input": np.array(s.inputs["input"])}, s.label) for s in data]
+    return [Sample({"input": x}, label) for x, label in imagenet_photos(shared)]
 
 
 def top1(outputs: list, samples: list[Sample]) -> float:

@@ -23,24 +23,13 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from shared_data import default_shared, float_from_quantized
+from shared_data import default_shared, float_from_quantized, imagenet_photos
 
 MODEL = "models/mobilenetv2-12-int8.onnx"
-PHOTOS = "data/imagenet-sample-200"
 
 
 def photos(shared: Path) -> list[tuple[np.ndarray, int | None]]:
-    from edgekit.core.data import ImagePreprocess, InputSpec, open_dataset
-
-    pre = ImagePreprocess(
-        resize_mode="shorter-side-crop",
-        resize_shorter=256,
-        scale=0.00392157,
-        mean=(0.485, 0.456, 0.406),
-        std=(0.229, 0.224, 0.225),
-    )
-    data = open_dataset(shared / PHOTOS, [InputSpec("input", (1, 3, 224, 224), np.float32)], pre)
-    return [(s.inputs["input"], s.label) for s in data]
+    return imagenet_photos(shared)
 
 
 def onnx_top1(proto, images: list[np.ndarray]) -> list[int]:

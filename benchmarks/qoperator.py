@@ -23,10 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from shared_data import default_shared
+from shared_data import PHOTOS, default_shared, imagenet_photos
 
 MODEL = "models/mobilenetv2-12-int8.onnx"
-PHOTOS = "data/imagenet-sample-200"
 TARGETS = ("arm-cpu", "nnapi", "intel-vpu")
 #: The model's preprocessing (RGB, shorter side 256, centre crop 224, /255, ImageNet mean/std).
 PREPROCESS = {"resize_mode": "shorter-side-crop", "resize_shorter": 256, "scale": 0.00392157,
@@ -50,19 +49,7 @@ def deploy(model: Path, photos: Path, samples: int, out: Path) -> tuple[dict[str
 
 
 def photo_inputs(shared: Path, samples: int) -> list[tuple[np.ndarray, int | None]]:
-    from edgekit.core.data import ImagePreprocess, InputSpec, open_dataset
-
-    pre = ImagePreprocess(
-        resize_mode="shorter-side-crop",
-        resize_shorter=256,
-        scale=0.00392157,
-        mean=(0.485, 0.456, 0.406),
-        std=(0.229, 0.224, 0.225),
-    )
-    data = open_dataset(
-        shared / PHOTOS, [InputSpec("input", (1, 3, 224, 224), np.float32)], pre, limit=samples
-    )
-    return [(s.inputs["input"], s.label) for s in data]
+    return imagenet_photos(shared, samples)
 
 
 def bundle_runner(target: str, bundle: Path):

@@ -100,3 +100,25 @@ def float_from_quantized(source: Path, out: Path) -> Path:
         raise ValueError(f"{source.name}: quantization nodes left after the float rewrite: {left}")
     save_model(model, out)
     return out
+
+
+#: The 200 labelled ImageNet photos, and MobileNetV2's preprocessing of them (RGB, shorter side 256, centre crop
+#: 224, /255, ImageNet mean/std).
+PHOTOS = "data/imagenet-sample-200"
+
+
+def imagenet_photos(shared: Path, samples: int | None = None) -> list[tuple[np.ndarray, int | None]]:
+    """The shared photos as MobileNetV2's ``input`` (1, 3, 224, 224) with their labels, the first ``samples``."""
+    from edgekit.core.data import ImagePreprocess, InputSpec, open_dataset
+
+    pre = ImagePreprocess(
+        resize_mode="shorter-side-crop",
+        resize_shorter=256,
+        scale=0.00392157,
+        mean=(0.485, 0.456, 0.406),
+        std=(0.229, 0.224, 0.225),
+    )
+    data = open_dataset(
+        shared / PHOTOS, [InputSpec("input", (1, 3, 224, 224), np.float32)], pre, limit=samples
+    )
+    return [(np.array(s.inputs["input"]), s.label) for s in data]
