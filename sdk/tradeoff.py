@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgekit.core.errors import DataError, EdgekitError
+from edgekit.quantize.budget import KINDS
+from edgekit.quantize.budget import Budget as AccuracyBudget
 
 
 class PickError(EdgekitError):
@@ -134,34 +136,39 @@ def tradeoff_section(entries: Iterable[Mapping[str, Any]], skipped: Sequence[Map
 
 # ------------------------------------------------------------------------------------------------- --pick
 
-#: ``--pick`` budgets: name -> (row key, at most?, how a value reads: "top-1 drop {:.2f} pp").
-BUDGETS: dict[str, tuple[str, bool, str]] = {
-    "max-drop": ("top1_drop_pp", True, "top-1 drop {:.2f} pp"),
-    "min-agreement": ("top1_agreement", False, "agreement {:.2f} %"),
-    "min-cosine": ("cosine", False, "cosine {:.5f}"),
+#: Where a sweep row holds each budget's figure (the budgets themselves, their checks and which way each goes:
+#: :data:`edgekit.quantize.budget.KINDS`), and how the figure reads.
+ROW_FIGURES: dict[str, tuple[str, str]] = {
+    "max_drop": ("top1_drop_pp", "top-1 drop {:.2f} pp"),
+    "min_agreement": ("top1_agreement", "agreement {:.2f} %"),
+    "min_cosine": ("cosine", "cosine {:.5f}"),
 }
 
 
 @dataclass(frozen=True)
 class Budget:
-    """One ``--pick`` budget: ``max-drop=0.5`` (pp of top-1), ``min-agreement=99`` (%), ``min-cosine=0.999``."""
+    """One ``--pick`` budget: ``max-drop=0.5`` (pp of top-1), ``min-agreement=99`` (%), ``min-cosine=0.999``,
+    the accuracy-aware search's :class:`edgekit.quantize.budget.Budget` read off a sweep's rows."""
 
-    name: str
-    value: float
+    budget: AccuracyBudget
+
+    @property
+    def name(self) -> str:
+        return self.budget.kind.replace("_", "-")
 
     @property
     def key(self) -> str:
-        return BUDGETS[self.name][0]
+        return ROW_FIGURES[self.budget.kind][0]
 
     def met_by(self, row: Mapping[str, Any]) -> bool:
         value = row.get(self.key)
-        if value is None:
-            return False
-        at_most = BUDGETS[self.name][1]
-        return value <= self.value if at_most else value >= self.value
+        return value is not None and self.budget.met(value)
+
+    def score(self, row: Mapping[str, Any]) -> float:
+        return self.budget.score(row[self.key])
 
     def __str__(self) -> str:
-        return f"{self.name}={self.value:g}"
+        return f"{self.name}={self.budget.value:g}"
 
     def reads(self, row: Mapping[str, Any]) -> str:
         """The row's figure for this budget in words: ``top-1 drop 0.50 pp``."""
@@ -170,22 +177,26 @@ class Budget:
             return "no figure"
         if self.key == "top1_drop_pp" and value < 0:
             return f"top-1 gain {-value:.2f} pp"
-        return BUDGETS[self.name][2].format(value)
+        return ROW_FIGURES[self.budget.kind][1].format(value)
 
 
 def parse_budget(text: str) -> Budget:
     """``"max-drop=0.5"`` -> Budget; a DataError naming the accepted forms for anything else."""
     name, sep, value = text.strip().partition("=")
-    forms = ", ".join(f"{n}=N" for n in BUDGETS)
-    if not sep or name.strip() not in BUDGETS:
+    kind = name.strip().replace("-", "_")
+    forms = ", ".join(f"{k.replace('_', '-')}=N" for k in KINDS)
+    if not sep or kind not in KINDS:
         raise DataError(f"--pick must be one of {forms}, got {text!r}")
     try:
         number = float(value)
     except ValueError:
         raise DataError(f"--pick {name.strip()} needs a number, got {value.strip()!r}") from None
-    if number != number or number < 0:
-        raise DataError(f"--pick {name.strip()} needs a non-negative number, got {value.strip()!r}")
-    return Budget(name.strip(), number)
+    if number != number:
+        raise DataError(f"--pick {name.strip()} needs a number, got {value.strip()!r}")
+    try:
+        return Budget(AccuracyBudget(kind, number))
+    except DataError as exc:  # the budget's own range check
+        raise DataError(f"--pick {name.strip()}: {exc}") from None
 
 
 def _fmt(value: Any, digits: int = 2) -> str:
@@ -208,9 +219,8 @@ def pick(rows: Sequence[Mapping[str, Any]], budget: Budget) -> dict[str, dict[st
             raise DataError(f"--pick {budget}: the runs on {target} have no {budget.key} (needs {need})")
         within = [r for r in mine if budget.met_by(r) and r.get("p50_ms") is not None]
         if not within:
-            at_most = BUDGETS[budget.name][1]
             measured = [r for r in mine if r.get(budget.key) is not None]
-            best = (min if at_most else max)(measured, key=lambda r: r[budget.key])
+            best = max(measured, key=budget.score)
             raise PickError(
                 f"--pick {budget}: no recipe on {target} is within the budget; the best reached is "
                 f"{_describe(best, budget)}"

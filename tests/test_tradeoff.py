@@ -82,14 +82,26 @@ def test_pick_takes_the_fastest_within_the_budget(text, chosen) -> None:
 
 def test_pick_names_the_best_reached_when_nothing_meets_the_budget() -> None:
     rows = tradeoff_section(ROWS, [])["rows"]
-    with pytest.raises(PickError, match=r"no recipe on intel-vpu .* best reached is fp16 \(cosine 1.00000\)"):
-        pick([r for r in rows if r["target"] == "intel-vpu"], parse_budget("min-cosine=1.5"))
+    with pytest.raises(PickError, match=r"no recipe on intel-vpu .* best reached is int8 \(cosine 0.99000\)"):
+        pick(
+            [r for r in rows if r["target"] == "intel-vpu" and r["precision"] == "int8"],
+            parse_budget("min-cosine=0.999"),
+        )
+    with pytest.raises(
+        PickError, match=r"no recipe on arm-cpu .* best reached is fp16 \(agreement 99.00 %\)"
+    ):
+        pick(
+            [r for r in rows if r["target"] == "arm-cpu" and r["precision"] != "fp32"],
+            parse_budget("min-agreement=99.5"),
+        )
     without_labels = tradeoff_section([entry("arm-cpu", "fp32", 1, 1.0, agreement=100.0, cosine=1.0)], [])
     with pytest.raises(DataError, match="needs labelled evaluation data"):
         pick(without_labels["rows"], parse_budget("max-drop=1"))
 
 
-@pytest.mark.parametrize("text", ["max-drop", "drop=1", "max-drop=x", "min-cosine=-1", "=3"])
+@pytest.mark.parametrize(
+    "text", ["max-drop", "drop=1", "max-drop=x", "max-drop=-1", "min-cosine=2", "min-agreement=101", "=3"]
+)
 def test_bad_budgets_are_one_line_data_errors(text) -> None:
     with pytest.raises(DataError, match="--pick"):
         parse_budget(text)
