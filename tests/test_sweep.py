@@ -122,11 +122,11 @@ def test_report_has_one_tradeoff_plot_per_target(swept) -> None:
 
 def test_a_budget_nothing_meets_is_one_line_and_exit_2(digits, agent, tmp_path) -> None:
     run = edgekit("deploy", digits.model, "--target", "arm-cpu", "--eval", digits.val, "--max-samples", "16",
-                  "--device", agent.url(), "--pick", "min-cosine=1.5", "--report", tmp_path / "report.html", "-q")  # fmt: skip
+                  "--device", agent.url(), "--pick", "min-cosine=1", "--report", tmp_path / "report.html", "-q")  # fmt: skip
     assert run.returncode == 2
     line = run.stderr.strip().splitlines()
     assert len(line) == 1 and line[0].startswith(
-        "error: --pick min-cosine=1.5: no recipe on arm-cpu is within the budget; the best reached is "
+        "error: --pick min-cosine=1: no recipe on arm-cpu is within the budget; the best reached is "
     )
     report = json.loads((tmp_path / "report.json").read_text())  # the measured table is kept
     assert report["tradeoff"]["pick"]["error"] == line[0].removeprefix("error: ")
