@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 from agent.agent_procs import start_tcp_agent, stop
@@ -63,14 +64,24 @@ def agents(tmp_path):
         stop(p.proc)
 
 
-def killer(proc: subprocess.Popen, after: int):
-    """A progress callback that SIGKILLs ``proc`` once ``after`` shards are merged."""
+def wait_serving(agent) -> None:
+    """Until ``agent`` serves shards, not still connecting (a failure there makes a device "unavailable", not
+    dropped mid-run): its bundle stored, then its load (a few ms) answered."""
+    deadline = time.monotonic() + 60
+    while not any((agent.workdir / "bundles").iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)
+
+
+def killer(agent, after: int, sig: int = signal.SIGKILL):
+    """A progress callback that sends ``sig`` to ``agent`` once ``after`` shards are merged and it serves."""
 
     def track(items, description, total):
         for i, item in enumerate(items, 1):
             yield item
             if i == after:
-                proc.send_signal(signal.SIGKILL)
+                wait_serving(agent)
+                agent.proc.send_signal(sig)
 
     return track
 
@@ -93,7 +104,7 @@ def test_a_device_killed_halfway_moves_its_shard_to_the_others(setup, agents):
     devices = [Device("a", agents[0].url()), Device("b", agents[1].url())]
     shards = 360 // OPTIONS.shard_samples
     said: list[str] = []
-    entry = evaluate_bundle(bundle, devices, reference, dataset, OPTIONS, track=killer(agents[1].proc, shards // 3),
+    entry = evaluate_bundle(bundle, devices, reference, dataset, OPTIONS, track=killer(agents[1], shards // 3),
                             say=said.append)  # fmt: skip
     assert agents[1].proc.poll() == -signal.SIGKILL
     assert entry["outputs_sha256"] == solo["outputs_sha256"] and entry["evaluation"] == solo["evaluation"]
@@ -116,14 +127,10 @@ def test_a_device_that_stops_answering_is_dropped_not_waited_for(setup, agents):
     bundle, reference, dataset, solo = setup
     devices = [Device("a", agents[0].url()), Device("b", agents[1].url(ack_timeout=0.2, retries=2))]
 
-    def freeze(items, description, total):
-        for i, item in enumerate(items, 1):
-            yield item
-            if i == 10:
-                agents[1].proc.send_signal(signal.SIGSTOP)
-
     try:
-        entry = evaluate_bundle(bundle, devices, reference, dataset, OPTIONS, track=freeze)
+        entry = evaluate_bundle(
+            bundle, devices, reference, dataset, OPTIONS, track=killer(agents[1], 10, signal.SIGSTOP)
+        )
     finally:
         agents[1].proc.send_signal(signal.SIGCONT)
     assert entry["outputs_sha256"] == solo["outputs_sha256"]
