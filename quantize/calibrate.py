@@ -105,7 +105,7 @@ def collect_statistics(
 
     def observed(description: str) -> Iterator[tuple[str, np.ndarray]]:
         seen[0] = 0
-        total = min(options.samples, _length(dataset, options.samples))
+        total = dataset_length(dataset, options.samples)
         samples = prefetched((s, s.inputs) for s in islice(iter(dataset), options.samples))
         for sample, outputs in track(runner.run_stream(samples), description, total):
             seen[0] += 1  # outputs are consumed before the next item is taken
@@ -172,11 +172,14 @@ def _reduction_model(
     return proto, outputs
 
 
-def _length(dataset: Iterable, default: int) -> int:
+def dataset_length(dataset: Iterable, limit: int | None) -> int:
+    """How many samples a progress bar over ``dataset`` (at most ``limit``) will see: its length, or ``limit``
+    for an iterable without one (0 when neither is known)."""
     try:
-        return len(dataset)  # type: ignore[arg-type]
+        n = len(dataset)  # type: ignore[arg-type]
     except TypeError:
-        return default
+        n = limit or 0
+    return min(n, limit) if limit else n
 
 
 def params_for_range(lo: float, hi: float, dtype: str) -> QParams:

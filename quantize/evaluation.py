@@ -12,7 +12,7 @@ from edgekit.core.data import prefetched
 from edgekit.core.errors import DataError
 from edgekit.core.metrics import Comparison, TensorError
 from edgekit.core.sanity import InputRanges
-from edgekit.quantize.calibrate import Track, no_progress
+from edgekit.quantize.calibrate import Track, dataset_length, no_progress
 from edgekit.quantize.pipeline import Quantized
 
 
@@ -78,11 +78,3 @@ def evaluate_outputs(
     if comparison.samples == 0:
         raise DataError("the evaluation data set is empty")
     return {**comparison.to_json(), "input_ranges": ranges.to_json()}
-
-
-def dataset_length(dataset: Iterable, limit: int | None) -> int:
-    try:
-        n = len(dataset)  # type: ignore[arg-type]
-    except TypeError:
-        n = limit or 0
-    return min(n, limit) if limit else n
