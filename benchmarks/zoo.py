@@ -166,12 +166,14 @@ def figure_cell(case: str, fig: dict[str, Any]) -> str:
                 f"vs QDQ cos {fmt(q.get('cosine'), 6)}"
                 + (f" top1 {q['top1']:.2f}" if q.get("top1") is not None else "")
             )
-            o, floor = fig.get("vs_qdq_onnxruntime"), fig.get("qdq_floor")
-            if o and floor:
-                parts.append(
-                    f"(onnxruntime node by node: vs int8 cos {fmt(o.get('cosine'), 6)}, vs host runner "
-                    f"cos {fmt(floor.get('cosine'), 6)})"
-                )
+            beside = [
+                f"{label}: vs int8 cos {fmt(fig[f'vs_qdq_{ref}'].get('cosine'), 6)}, vs exact cos "
+                f"{fmt(fig[f'qdq_floor_{ref}'].get('cosine'), 6)}"
+                for ref, label in (("onnxruntime", "float32 onnxruntime"), ("host", "float32 host runner"))
+                if f"vs_qdq_{ref}" in fig and f"qdq_floor_{ref}" in fig
+            ]
+            if beside:
+                parts.append("(" + "; ".join(beside) + ")")
     return ", ".join(parts)
 
 

@@ -33,6 +33,7 @@ FLOORS: dict[str, int] = {
             "metrics",
             "isolated",
             "litert_run",
+            "exact",
             "lut",
             "qoperator",
             "sanity",

@@ -92,19 +92,51 @@ def host_outputs(
     return [{n: np.asarray(host.run(dict(s))[n]) for n in names} for s in samples]
 
 
+def exact_outputs(
+    proto: bytes, samples: Sequence[Mapping[str, np.ndarray]], names: Sequence[str]
+) -> list[dict[str, np.ndarray]]:
+    """The outputs ``names`` of a serialized QDQ model's exact semantics (:mod:`edgekit.core.exact`), per sample."""
+    import onnx
+    from edgekit.core.exact import ExactRunner
+
+    runner = ExactRunner(onnx.load_model_from_string(proto), names)
+    return [{n: np.asarray(runner.run(dict(s))[n]) for n in names} for s in samples]
+
+
+#: What each verification reference is, as the report says it.
+REFERENCES = {
+    "host": "source ONNX model on the host (OpenVINO CPU, f32)",
+    "exact": "the QDQ model's exact semantics (float64, onnx reference evaluator)",
+}
+
+
 def reference_and_tflite(
     proto: bytes,
     data: bytes,
     inputs: Sequence[TensorInfo],
     outputs: Sequence[TensorInfo],
     samples: Sequence[Mapping[str, np.ndarray]],
-) -> tuple[list[dict[str, np.ndarray]], list[dict[str, np.ndarray]]]:
-    """The source model (serialized ONNX) on the host (OpenVINO f32) and the .tflite on LiteRT, per sample.
+    reference: str = "host",
+) -> tuple[list[dict[str, np.ndarray]], list[dict[str, np.ndarray]], str]:
+    """The source model (serialized ONNX) as ``reference`` computes it (``host``: OpenVINO f32; ``exact``: an
+    8-bit QDQ model's exact semantics, else the host when the model has an op the exact runner lacks) and the
+    .tflite on LiteRT, per sample, and which reference ran (a key of :data:`REFERENCES`).
 
     Run in a child by ``edgekit.targets.tflite.package.verify``; says which runtime is at work
     (:func:`edgekit.core.isolated.stage`) so that a crash is attributed to the right one.
     """
-    isolated.stage("OpenVINO", "running the source model on the host")
-    reference = host_outputs(proto, samples, [info.name for info in outputs])
+    names = [info.name for info in outputs]
+    results = None
+    if reference == "exact":
+        isolated.stage("the onnx reference evaluator", "running the QDQ model's exact semantics")
+        try:
+            results = exact_outputs(proto, samples, names)
+        except (
+            Exception
+        ):  # an op the reference evaluator lacks or a semantics it cannot give: the host runs it
+            reference, results = "host", None
+    if results is None:
+        isolated.stage("OpenVINO", "running the source model on the host")
+        results = host_outputs(proto, samples, names)
     isolated.stage("LiteRT", "running the converted model")
-    return reference, run_tflite_samples(data, inputs, outputs, samples)
+    return results, run_tflite_samples(data, inputs, outputs, samples), reference

@@ -12,7 +12,13 @@ import numpy as np
 import onnx_ir as ir
 from edgekit.core import isolated
 from edgekit.core.errors import EdgekitError, TargetError, UnsupportedOpError
-from edgekit.core.litert_run import TensorInfo, host_outputs, reference_and_tflite, run_tflite_samples
+from edgekit.core.litert_run import (
+    REFERENCES,
+    TensorInfo,
+    host_outputs,
+    reference_and_tflite,
+    run_tflite_samples,
+)
 from edgekit.core.model import activation_types, qdq_precision
 from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, TensorSpec, write_bundle
 from edgekit.targets.base import (
@@ -97,7 +103,8 @@ def verify(
     target: str,
     precision: str | None = None,
 ) -> dict[str, Any]:
-    """Run the .tflite (LiteRT) and the source model (host, OpenVINO f32) on ``samples`` and compare.
+    """Run the .tflite (LiteRT) and its reference on ``samples`` and compare: the source model on the host
+    (OpenVINO f32), or an 8-bit QDQ model's exact semantics (:mod:`edgekit.core.exact`).
 
     ``precision``: a float model's recipe (fp16 has its own yardstick; anything else is judged as fp32 within
     ``tolerance``); a QDQ model is judged by its activations (int8, or int16x8 when every layer is 16-bit); a
@@ -107,13 +114,22 @@ def verify(
     # compiling one; either becomes a TargetError here.
     proto = ir.to_proto(model).SerializeToString()
     feeds = [{name: np.asarray(a) for name, a in sample.items()} for sample in samples]
-    reference, actual = isolated.call(
+    from edgekit.quantize.weight_only import weight_only_precision
+
+    weight_only = precision if precision in ("w8", "w4") else weight_only_precision(model)
+    quantized = is_quantized(model) and weight_only is None
+    qdq = qdq_precision(model)
+    # An 8-bit QDQ model is judged against its exact semantics, which integer kernels compute: a float32 run
+    # rounds values near a half step either way and a network grows those flips (edgekit.core.exact).
+    exact = quantized and _has_8bit_qdq(model)
+    reference, actual, used = isolated.call(
         reference_and_tflite,
         proto,
         result.data,
         result.inputs,
         result.outputs,
         feeds,
+        "exact" if exact else "host",
         what="LiteRT",
         doing="running the converted model",
     )
@@ -130,11 +146,6 @@ def verify(
             doing="running the QDQ model on its int8 kernels",
         )
 
-    from edgekit.quantize.weight_only import weight_only_precision
-
-    weight_only = precision if precision in ("w8", "w4") else weight_only_precision(model)
-    quantized = is_quantized(model) and weight_only is None
-    qdq = qdq_precision(model)
     if weight_only:  # against the weight-only model (its integer weights dequantized)
         stick = yardstick(weight_only)
     elif quantized:
@@ -153,9 +164,9 @@ def verify(
         int8_kernels if quantized else None,
     )
     return {
-        "reference": "source ONNX model on the host ("
-        + ("onnxruntime: OpenVINO strips 16-bit QDQ" if qdq == "int16x8" else "OpenVINO CPU, f32")
-        + ")",
+        "reference": "source ONNX model on the host (onnxruntime: OpenVINO strips 16-bit QDQ)"
+        if qdq == "int16x8" and used == "host"
+        else REFERENCES[used],
         "runtime": "LiteRT interpreter (ai-edge-litert)",
         **figures,
     }

@@ -1,0 +1,275 @@
+"""A QDQ model's exact semantics: the model run in float64 by the onnx reference evaluator.
+
+An 8-bit QDQ model defines each quantized layer as ``Q(op(DQ(x), DQ(w), DQ(b)))``. An integer kernel (TFLite's,
+NNAPI's) computes the same product sums exactly, in 32-bit integers, and rounds once with a 31-bit fixed-point
+multiplier. A float32 runtime (OpenVINO, onnxruntime) sums the dequantized products in float32, about 1e-6 of a
+value off, so it rounds some values that lie near a half step the other way; a network then grows those one-step
+flips (``docs/benchmarks.md``: two float32 runs of one QDQ file agreed only to cosine 0.93 on EfficientNet-B0).
+In float64 every product of two 8-bit values and their float32 scales is exact and the sums are 1e-16 off, so the
+rounding is the exact model's: the integer kernels' results are what this runner gives, and a .tflite that
+differs from it differs in its arithmetic, not in rounding noise.
+
+Float tensors are float64 throughout: float initializers and constants are widened, ``Cast`` to float becomes a
+cast to float64, ``DequantizeLinear`` gives float64 and ``QuantizeLinear`` reads it. Convolutions run on a
+vectorised numpy implementation (the reference evaluator's own is exact but takes seconds on dilated and
+transposed convolutions).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnx
+from edgekit.core.errors import ModelError
+from onnx import TensorProto, numpy_helper
+
+_FLOATS = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE})
+_INTEGER_TYPES = {
+    np.dtype(np.int8): (-128, 127),
+    np.dtype(np.uint8): (0, 255),
+    np.dtype(np.int16): (-32768, 32767),
+    np.dtype(np.uint16): (0, 65535),
+}
+
+
+def _widen_tensor(t: onnx.TensorProto) -> onnx.TensorProto:
+    return numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64), t.name)
+
+
+def float64_model(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``proto`` whose float tensors are float64 (see the module docstring); graph-level only:
+    control-flow subgraphs are refused (they are declined before quantization anyway)."""
+    model = onnx.ModelProto()
+    model.CopyFrom(proto)
+    graph = model.graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+                raise ModelError(
+                    f"{node.op_type} {node.name!r}: control flow has no exact QDQ semantics here"
+                )
+            if attr.type == onnx.AttributeProto.TENSOR and attr.t.data_type in _FLOATS:
+                attr.t.CopyFrom(_widen_tensor(attr.t))
+            if node.op_type == "Cast" and attr.name == "to" and attr.i in _FLOATS:
+                attr.i = TensorProto.DOUBLE
+    widened = [_widen_tensor(t) if t.data_type in _FLOATS else t for t in graph.initializer]
+    del graph.initializer[:]
+    graph.initializer.extend(widened)
+    for value in [*graph.input, *graph.output]:
+        if value.type.tensor_type.elem_type in _FLOATS:
+            value.type.tensor_type.elem_type = TensorProto.DOUBLE
+    del graph.value_info[:]
+    return model
+
+
+# ------------------------------------------------------------------------------------------------ kernels
+
+
+def _broadcast_axis(param: np.ndarray, ndim: int, axis: int) -> np.ndarray:
+    if param.ndim == 0 or param.size == 1:
+        return param.reshape(())
+    shape = [1] * ndim
+    shape[axis % ndim] = -1
+    return param.reshape(shape)
+
+
+def dequantize(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, axis: int = 1) -> np.ndarray:
+    """``(x - zero_point) * scale`` in float64 (per tensor or along ``axis``)."""
+    s = _broadcast_axis(np.asarray(scale, np.float64), x.ndim, axis)
+    z = 0.0 if zero_point is None else _broadcast_axis(np.asarray(zero_point, np.float64), x.ndim, axis)
+    return (x.astype(np.float64) - z) * s
+
+
+def quantize(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, axis: int = 1) -> np.ndarray:
+    """``saturate(round_half_even(x / scale) + zero_point)`` computed in float64."""
+    dtype = np.dtype(np.uint8) if zero_point is None else np.asarray(zero_point).dtype
+    if dtype not in _INTEGER_TYPES:
+        raise ModelError(f"QuantizeLinear to {dtype}: no exact float64 semantics here")
+    lo, hi = _INTEGER_TYPES[dtype]
+    s = _broadcast_axis(np.asarray(scale, np.float64), x.ndim, axis)
+    z = 0.0 if zero_point is None else _broadcast_axis(np.asarray(zero_point, np.float64), x.ndim, axis)
+    return np.clip(np.round(np.asarray(x, np.float64) / s) + z, lo, hi).astype(dtype)
+
+
+def _same_pads(in_sizes, kernel, strides, dilations, upper: bool) -> list[int]:
+    begin, end = [], []
+    for size, k, s, d in zip(in_sizes, kernel, strides, dilations, strict=True):
+        out = -(-size // s)
+        total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
+        small, big = total // 2, total - total // 2
+        begin.append(small if upper else big)
+        end.append(big if upper else small)
+    return begin + end
+
+
+def conv(
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None = None,
+    *,
+    pads: Sequence[int] | None = None,
+    strides: Sequence[int] | None = None,
+    dilations: Sequence[int] | None = None,
+    group: int = 1,
+    auto_pad: str = "NOTSET",
+) -> np.ndarray:
+    """ONNX Conv (any number of spatial axes, groups, dilations), one matrix product per kernel tap."""
+    nd = x.ndim - 2
+    kernel = w.shape[2:]
+    strides = list(strides or [1] * nd)
+    dilations = list(dilations or [1] * nd)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        pads = _same_pads(x.shape[2:], kernel, strides, dilations, auto_pad == "SAME_UPPER")
+    pads = list(pads or [0] * (2 * nd))
+    n, c = x.shape[:2]
+    o, cg = w.shape[:2]
+    g = group
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(pads[i], pads[i + nd]) for i in range(nd)])
+    out = [(xp.shape[2 + i] - dilations[i] * (kernel[i] - 1) - 1) // strides[i] + 1 for i in range(nd)]
+    points = int(np.prod(out))
+    wg = w.reshape(g, o // g, cg, *kernel)
+    y = np.zeros((n, g, o // g, points), dtype=np.result_type(x, w))
+    for tap in itertools.product(*(range(k) for k in kernel)):
+        window = tuple(
+            slice(tap[i] * dilations[i], tap[i] * dilations[i] + strides[i] * (out[i] - 1) + 1, strides[i])
+            for i in range(nd)
+        )
+        patch = xp[(slice(None), slice(None), *window)].reshape(n, g, cg, points)
+        taps = wg[(slice(None), slice(None), slice(None), *tap)]
+        if cg == 1 and o == g:  # depthwise: a product per channel, not g one-by-one matrix products
+            y += taps.reshape(1, g, 1, 1) * patch
+        else:
+            y += taps @ patch
+    y = y.reshape(n, o, *out)
+    if b is not None:
+        y = y + b.reshape(1, -1, *([1] * nd))
+    return y
+
+
+def conv_transpose(
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None = None,
+    *,
+    pads: Sequence[int] | None = None,
+    strides: Sequence[int] | None = None,
+    dilations: Sequence[int] | None = None,
+    group: int = 1,
+    output_padding: Sequence[int] | None = None,
+    output_shape: Sequence[int] | None = None,
+    auto_pad: str = "NOTSET",
+) -> np.ndarray:
+    """ONNX ConvTranspose: each kernel tap's matrix product scattered into the strided output."""
+    nd = x.ndim - 2
+    kernel = w.shape[2:]
+    strides = list(strides or [1] * nd)
+    dilations = list(dilations or [1] * nd)
+    output_padding = list(output_padding or [0] * nd)
+    sizes = x.shape[2:]
+    full = [
+        strides[i] * (sizes[i] - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1
+        for i in range(nd)
+    ]
+    if output_shape is not None:
+        wanted = list(output_shape)[-nd:]
+        totals = [full[i] - wanted[i] for i in range(nd)]
+        upper = auto_pad == "SAME_UPPER"  # the spec: otherwise the larger half at the start
+        pads = [t // 2 if upper else t - t // 2 for t in totals] + [
+            t - t // 2 if upper else t // 2 for t in totals
+        ]
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        totals = [full[i] - sizes[i] * strides[i] for i in range(nd)]
+        upper = auto_pad == "SAME_UPPER"
+        pads = [t // 2 if upper else t - t // 2 for t in totals] + [
+            t - t // 2 if upper else t // 2 for t in totals
+        ]
+    pads = list(pads or [0] * (2 * nd))
+    n, c = x.shape[:2]
+    g = group
+    cg, og = c // g, w.shape[1]
+    points = int(np.prod(sizes))
+    xg = x.reshape(n, g, cg, points)
+    wg = w.reshape(g, cg, og, *kernel)
+    y = np.zeros((n, g, og, *full), dtype=np.result_type(x, w))
+    for tap in itertools.product(*(range(k) for k in kernel)):
+        contribution = np.swapaxes(wg[(slice(None), slice(None), slice(None), *tap)], 1, 2) @ xg
+        window = tuple(
+            slice(tap[i] * dilations[i], tap[i] * dilations[i] + strides[i] * (sizes[i] - 1) + 1, strides[i])
+            for i in range(nd)
+        )
+        y[(slice(None), slice(None), slice(None), *window)] += contribution.reshape(n, g, og, *sizes)
+    y = y.reshape(n, g * og, *full)
+    crop = tuple(slice(pads[i], full[i] - pads[i + nd]) for i in range(nd))
+    y = y[(slice(None), slice(None), *crop)]
+    if b is not None:
+        y = y + b.reshape(1, -1, *([1] * nd))
+    return y
+
+
+def _ops():
+    """The reference evaluator's op classes this module replaces (imported lazily: onnx.reference is slow)."""
+    from onnx.reference.op_run import OpRun
+
+    def attrs(op: OpRun, names: Sequence[str]) -> dict:
+        found = {}
+        for name in names:
+            value = getattr(op, name, None)
+            if value is not None:
+                found[name] = value.decode() if isinstance(value, bytes) else value
+        return found
+
+    def _axis(op: OpRun) -> int:
+        axis = getattr(op, "axis", None)
+        return 1 if axis is None else int(axis)
+
+    class DequantizeLinear(OpRun):
+        def _run(self, x, x_scale, x_zero_point=None, **_):
+            if getattr(self, "block_size", 0):
+                raise ModelError("blocked DequantizeLinear: no exact float64 semantics here")
+            return (dequantize(x, x_scale, x_zero_point, _axis(self)),)
+
+    class QuantizeLinear(OpRun):
+        def _run(self, x, y_scale, y_zero_point=None, **_):
+            if getattr(self, "block_size", 0):
+                raise ModelError("blocked QuantizeLinear: no exact float64 semantics here")
+            return (quantize(x, y_scale, y_zero_point, _axis(self)),)
+
+    class Conv(OpRun):
+        def _run(self, X, W, B=None, **_):
+            a = attrs(self, ("pads", "strides", "dilations", "group", "auto_pad"))
+            return (conv(X, W, B, **a),)
+
+    class ConvTranspose(OpRun):
+        def _run(self, X, W, B=None, **_):
+            names = ("pads", "strides", "dilations", "group", "auto_pad", "output_padding", "output_shape")
+            return (conv_transpose(X, W, B, **attrs(self, names)),)
+
+    return [DequantizeLinear, QuantizeLinear, Conv, ConvTranspose]
+
+
+class ExactRunner:
+    """Runs a QDQ model's exact semantics (see the module docstring); ``run`` takes and gives numpy arrays
+    by tensor name, float outputs as float32 like the model's own."""
+
+    def __init__(self, proto: onnx.ModelProto, outputs: Sequence[str] | None = None):
+        from edgekit.core.runtime import with_outputs
+        from onnx.reference import ReferenceEvaluator
+
+        if outputs:
+            proto = with_outputs(proto, outputs)
+        self._float_inputs = {i.name for i in proto.graph.input if i.type.tensor_type.elem_type in _FLOATS}
+        self._evaluator = ReferenceEvaluator(float64_model(proto), new_ops=_ops())
+        self.output_names = [o.name for o in proto.graph.output]
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        wide = {
+            name: np.asarray(a, np.float64) if name in self._float_inputs else np.asarray(a)
+            for name, a in feeds.items()
+        }
+        results = self._evaluator.run(None, wide)
+        return {
+            name: r.astype(np.float32) if r.dtype == np.float64 else r
+            for name, r in zip(self.output_names, results, strict=True)
+        }

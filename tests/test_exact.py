@@ -1,0 +1,198 @@
+"""The exact QDQ semantics (edgekit.core.exact): its kernels against onnxruntime and the onnx reference
+evaluator, and the int8 TFLite of a real zoo network against it (LiteRT in a child process)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from edgekit.core.exact import ExactRunner, dequantize, float64_model, quantize
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+from zoo import zoo_data
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _model(nodes, inputs, initializers, opset=19):
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(s)) for n, s in inputs.items()],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in initializers.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _ort(model, feeds):
+    import onnxruntime as ort
+
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )[0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    data=st.data(),
+    spatial=st.integers(1, 3),
+    group=st.sampled_from([1, 2, 4]),
+    transpose=st.booleans(),
+)
+def test_convolutions_match_onnxruntime(data, spatial, group, transpose):
+    """Conv and ConvTranspose (strides, dilations, pads, groups, 1-3 spatial axes) against onnxruntime."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 1000)))
+    kernel = [data.draw(st.integers(1, 3)) for _ in range(spatial)]
+    strides = [data.draw(st.integers(1, 2)) for _ in range(spatial)]
+    dilations = [data.draw(st.integers(1, 2)) for _ in range(spatial)]
+    size = [data.draw(st.integers(k * d + 1, 7)) for k, d in zip(kernel, dilations, strict=True)]
+    pads = [data.draw(st.integers(0, k - 1)) for k in kernel for _ in range(2)]
+    pads = pads[0::2] + pads[1::2]
+    cin, cout = 2 * group, 3 * group
+    x = rng.standard_normal([2, cin, *size]).astype(np.float32)
+    attrs = dict(strides=strides, dilations=dilations, pads=pads, group=group)
+    if transpose:
+        w = rng.standard_normal([cin, cout // group, *kernel]).astype(np.float32)
+        attrs["output_padding"] = [data.draw(st.integers(0, s - 1)) for s in strides]
+        attrs["output_padding"] = [
+            min(p, d - 1) if d > 1 else p for p, d in zip(attrs["output_padding"], dilations, strict=True)
+        ]
+    else:
+        w = rng.standard_normal([cout, cin // group, *kernel]).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    op = "ConvTranspose" if transpose else "Conv"
+    model = _model([helper.make_node(op, ["x", "w", "b"], ["y"], **attrs)], {"x": x.shape}, {"w": w, "b": b})
+    expected = _ort(model, {"x": x})
+    got = ExactRunner(model).run({"x": x})["y"]
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
+def test_auto_pad_and_output_shape_match_onnxruntime(auto_pad):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal([1, 4, 5, 6]).astype(np.float32)
+    w = rng.standard_normal([4, 3, 3, 3]).astype(np.float32)
+    cases = [
+        ("ConvTranspose", {"strides": [2, 2], "auto_pad": auto_pad}),
+        ("ConvTranspose", {"strides": [2, 2], "output_shape": [10, 12]}),
+        ("Conv", {"strides": [2, 2], "auto_pad": auto_pad}),
+    ]
+    for op, attrs in cases:
+        weights = w if op == "ConvTranspose" else w.transpose(1, 0, 2, 3).copy()
+        model = _model([helper.make_node(op, ["x", "w"], ["y"], **attrs)], {"x": x.shape}, {"w": weights})
+        np.testing.assert_allclose(ExactRunner(model).run({"x": x})["y"], _ort(model, {"x": x}), atol=1e-4)
+
+
+def test_quantize_rounds_half_to_even_and_saturates():
+    scale = np.float32(0.25)  # a power of two: every x / scale below is exact
+    x = np.array([0.125, 0.375, 0.625, -0.125, -0.375, 40.0, -40.0], np.float64)
+    assert quantize(x, scale, np.int8(0)).tolist() == [0, 2, 2, 0, -2, 127, -128]
+    assert quantize(x, scale, np.uint8(128)).tolist() == [128, 130, 130, 128, 126, 255, 0]
+
+
+def test_dequantize_per_axis_matches_reference_evaluator():
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(1)
+    q = rng.integers(-128, 128, (4, 3, 2, 2)).astype(np.int8)
+    scale = rng.uniform(0.01, 0.1, 4).astype(np.float32)
+    zp = np.zeros(4, np.int8)
+    graph = helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=0)],
+        "g",
+        [],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(a, n) for a, n in ((q, "q"), (scale, "s"), (zp, "z"))],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    expected = ReferenceEvaluator(model).run(None, {})[0]
+    np.testing.assert_array_equal(dequantize(q, scale, zp, 0).astype(np.float32), expected)
+    assert ExactRunner(model).run({})["y"].dtype == np.float32
+
+
+def test_float64_model_widens_every_float_tensor():
+    rng = np.random.default_rng(2)
+    nodes = [
+        helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.float32([2.0]))),
+        helper.make_node("Mul", ["x", "c"], ["m"]),
+        helper.make_node("Cast", ["m"], ["k"], to=TensorProto.FLOAT),
+        helper.make_node("Add", ["k", "w"], ["y"]),
+    ]
+    model = _model(nodes, {"x": [3]}, {"w": rng.standard_normal(3).astype(np.float32)})
+    wide = float64_model(model)
+    assert wide.graph.input[0].type.tensor_type.elem_type == TensorProto.DOUBLE
+    assert wide.graph.initializer[0].data_type == TensorProto.DOUBLE
+    assert wide.graph.node[0].attribute[0].t.data_type == TensorProto.DOUBLE
+    assert wide.graph.node[2].attribute[0].i == TensorProto.DOUBLE
+    x = rng.standard_normal(3).astype(np.float32)
+    np.testing.assert_allclose(ExactRunner(model).run({"x": x})["y"], _ort(model, {"x": x}), rtol=1e-6)
+
+
+def _zoo_entry(name: str) -> dict:
+    return next(e for e in zoo_data.entries() if e["name"] == name)
+
+
+def test_int8_tflite_computes_the_exact_semantics(tmp_path):
+    """EfficientNet-B0 (zoo, seeded, SiLU/SE): the arm-cpu int8 .tflite on LiteRT gives the QDQ model's exact
+    semantics on every evaluation sample, and onnxruntime's float32 run of the same QDQ file stays close to
+    them (it rounds only values near a half step differently)."""
+    import edgekit
+    from edgekit.core import isolated
+
+    entry = _zoo_entry("efficientnet_b0")
+    calib, evaluation = zoo_data.write_data(entry, tmp_path / "data", calib=16, evaluation=6)
+    model = zoo_data.MODELS / entry["file"]
+    qdq = tmp_path / "model.qdq.onnx"
+    edgekit.quantize_model(model, calib, options=edgekit.QuantizeOptions(activations="int8"), output=qdq)
+    result = edgekit.deploy(model, ["arm-cpu"], output=tmp_path / "out", calib=calib, precision="int8")
+    result.raise_for_failures()
+    bundle = result.bundle("arm-cpu").path
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["verification"]["reference"].startswith("the QDQ model's exact semantics")
+
+    data = np.load(evaluation)
+    samples = [{k: data[k][i : i + 1] for k in data.files} for i in range(len(data[data.files[0]]))]
+    tflite = isolated.call(_run_bundle, str(bundle), samples, what="LiteRT", doing="running the bundle")
+    exact = ExactRunner(onnx.load(qdq))
+    node_by_node = _ort_session(qdq)
+    for sample, got in zip(samples, tflite, strict=True):
+        want = exact.run(sample)
+        for name, value in got.items():
+            np.testing.assert_array_equal(value, want[name])
+            float32 = node_by_node(sample)[name]
+            cosine = float(
+                np.sum(float32 * want[name]) / np.sqrt(np.sum(float32**2) * np.sum(want[name] ** 2))
+            )
+            assert cosine > 0.99
+
+
+def _ort_session(path):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return lambda feeds: dict(zip(names, session.run(names, feeds), strict=True))
+
+
+def _run_bundle(folder: str, samples: list[dict]) -> list[dict]:
+    """The bundle's .tflite on LiteRT (the device agent's runner), ONNX-layout float outputs (in a child)."""
+    from edgekit.device_agents.bundle import read_bundle
+    from edgekit.device_agents.runtimes import open_runner
+    from edgekit.device_eval import from_device, to_device
+
+    bundle = read_bundle(Path(folder))
+    runner = open_runner(bundle, threads=1)
+    ins, outs = list(bundle.manifest.inputs), list(bundle.manifest.outputs)
+    results = []
+    for feeds in samples:
+        got, _ = runner.run([to_device(feeds[s.name], s) for s in ins])
+        results.append({s.name: from_device(o, s, o.shape) for s, o in zip(outs, got, strict=True)})
+    return results
