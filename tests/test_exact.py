@@ -182,8 +182,9 @@ def _ort_session(path):
     return lambda feeds: dict(zip(names, session.run(names, feeds), strict=True))
 
 
-def _run_bundle(folder: str, samples: list[dict]) -> list[dict]:
-    """The bundle's .tflite on LiteRT (the device agent's runner), ONNX-layout float outputs (in a child)."""
+def _run_bundle(folder: str, samples: list[dict], onnx_shapes: dict | None = None) -> list[dict]:
+    """The bundle's .tflite on LiteRT (the device agent's runner), float outputs in the ONNX layout (of
+    ``onnx_shapes``, by output name, where a layout differs), in a child."""
     from edgekit.device_agents.bundle import read_bundle
     from edgekit.device_agents.runtimes import open_runner
     from edgekit.device_eval import from_device, to_device
@@ -194,5 +195,10 @@ def _run_bundle(folder: str, samples: list[dict]) -> list[dict]:
     results = []
     for feeds in samples:
         got, _ = runner.run([to_device(feeds[s.name], s) for s in ins])
-        results.append({s.name: from_device(o, s, o.shape) for s, o in zip(outs, got, strict=True)})
+        results.append(
+            {
+                s.name: from_device(o, s, (onnx_shapes or {}).get(s.name, o.shape))
+                for s, o in zip(outs, got, strict=True)
+            }
+        )
     return results

@@ -83,7 +83,7 @@ CASES = [
     Case("MAX_POOL_2D", [*CONV, node("MaxPool", ["a"], "y", kernel_shape=[2, 2], strides=[2, 2])], CONV_INITS, "y"),
     Case(
         "AVERAGE_POOL_2D",
-        [*CONV, node("AveragePool", ["a"], "y", kernel_shape=[2, 2], strides=[2, 2])],
+        [*CONV, node("AveragePool", ["a"], "y", kernel_shape=[3, 3], strides=[2, 2])],
         CONV_INITS,
         "y",
     ),

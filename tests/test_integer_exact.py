@@ -1,0 +1,167 @@
+"""Where the int8 .tflite and its QDQ model's exact semantics used to part, and the forms that keep them equal:
+a BatchNormalization no Conv absorbs (a depthwise 1x1 Conv: one rounding), an even-sized AveragePool (a depthwise
+Conv: no .5 ties at its input's scale), a model input on a pixel grid (a range widened off the grid's half steps).
+Each network is quantized (int8 activations) and deployed to arm-cpu; its .tflite runs on LiteRT in a child
+process and is compared with the QDQ model's exact semantics (edgekit.core.exact) and the fp32 model."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from edgekit.core.exact import ExactRunner
+from edgekit.core.model import load_proto
+from onnx import TensorProto, helper, numpy_helper
+
+RNG = np.random.default_rng(7)
+
+
+def _w(*shape, scale=0.3):
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _model(nodes, initializers, shape=(1, 3, 12, 12), opset=17):
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in initializers.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def _two_convs_then(tail, tail_inits):
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["a"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["a"], ["ra"]),
+        helper.make_node("Conv", ["x", "w2", "b2"], ["b"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["ra", "b"], ["s"]),
+        *tail,
+    ]
+    inits = {"w1": _w(4, 3, 3, 3), "b1": _w(4), "w2": _w(4, 3, 3, 3), "b2": _w(4), **tail_inits}
+    return _model(nodes, inits)
+
+
+def _pixel_images(n, shape=(1, 3, 12, 12)):
+    """Inputs as (p / 255 - 0.5) / 0.5 of 8-bit pixels: the grid whose half steps the input scale would hit."""
+    pixels = RNG.integers(0, 256, (n, *shape[1:]))
+    pixels[:, :, 0, 0], pixels[:, :, 0, 1] = 0, 255  # the grid's full range, as real photos reach it
+    return ((pixels / 255.0 - 0.5) / 0.5).astype(np.float32)
+
+
+def _ops(proto: onnx.ModelProto) -> list[str]:
+    return [n.op_type for n in onnx.shape_inference.infer_shapes(proto).graph.node]
+
+
+def _deploy_and_compare(model: onnx.ModelProto, tmp_path, samples: int = 8):
+    """int8 QDQ and arm-cpu .tflite of ``model``: (QDQ proto, exact outputs, LiteRT outputs) on fresh inputs."""
+    import edgekit
+    from edgekit.core import isolated
+
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, x=_pixel_images(16))
+    qdq = tmp_path / "model.qdq.onnx"
+    edgekit.quantize_model(path, calib, options=edgekit.QuantizeOptions(activations="int8"), output=qdq)
+    result = edgekit.deploy(path, ["arm-cpu"], output=tmp_path / "out", calib=calib, precision="int8")
+    result.raise_for_failures()
+    feeds = [{"x": x[None]} for x in _pixel_images(samples)]
+    from test_exact import _run_bundle
+
+    proto = onnx.load(qdq)
+    exact = ExactRunner(proto)
+    want = [exact.run(f)["y"] for f in feeds]
+    bundle = str(result.bundle("arm-cpu").path)
+    tflite = isolated.call(
+        _run_bundle, bundle, feeds, {"y": want[0].shape}, what="LiteRT", doing="running the bundle"
+    )
+    return proto, want, [t["y"] for t in tflite]
+
+
+def test_standalone_batchnorm_is_a_depthwise_conv_and_int8_exact(tmp_path):
+    c = 4
+    bn = {
+        "g": RNG.uniform(0.5, 2, c).astype(np.float32),
+        "be": _w(c),
+        "m": _w(c),
+        "v": RNG.uniform(0.5, 2, c).astype(np.float32),
+    }
+    model = _two_convs_then([helper.make_node("BatchNormalization", ["s", "g", "be", "m", "v"], ["y"])], bn)
+    prepared = onnx.shape_inference.infer_shapes(onnx.ModelProto.FromString(_prepared(model)))
+    assert "BatchNormalization" not in _ops(prepared)
+    depthwise = [n for n in prepared.graph.node if n.op_type == "Conv" and _group(n) == c]
+    assert len(depthwise) == 1
+    _same_as_onnxruntime(model, prepared)
+    _, exact, tflite = _deploy_and_compare(model, tmp_path)
+    for e, t in zip(exact, tflite, strict=True):
+        np.testing.assert_array_equal(t, e)
+
+
+@pytest.mark.parametrize(
+    ("attrs", "becomes_conv"),
+    [
+        ({"kernel_shape": [2, 2], "strides": [2, 2]}, True),
+        ({"kernel_shape": [3, 2], "strides": [3, 2]}, True),  # PP-OCRv4 rec's
+        ({"kernel_shape": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1}, True),
+        ({"kernel_shape": [3, 3], "strides": [2, 2]}, False),  # odd: never a tie
+        ({"kernel_shape": [2, 2], "pads": [1, 1, 0, 0]}, False),  # the border divides by fewer values
+        ({"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}, False),
+    ],
+)
+def test_even_averagepool_becomes_a_depthwise_conv(attrs, becomes_conv):
+    model = _two_convs_then([helper.make_node("AveragePool", ["s"], ["y"], **attrs)], {})
+    prepared = onnx.ModelProto.FromString(_prepared(model))
+    assert ("AveragePool" not in _ops(prepared)) == becomes_conv
+    _same_as_onnxruntime(model, prepared)
+
+
+def test_averagepool_ties_int8_exact(tmp_path):
+    """A 2x2 mean of int8 steps is a .5 tie a quarter of the time: as a depthwise Conv the .tflite is exact."""
+    model = _two_convs_then(
+        [helper.make_node("AveragePool", ["s"], ["y"], kernel_shape=[2, 2], strides=[2, 2])], {}
+    )
+    _, exact, tflite = _deploy_and_compare(model, tmp_path)
+    for e, t in zip(exact, tflite, strict=True):
+        np.testing.assert_array_equal(t, e)
+
+
+def test_input_scale_keeps_pixel_grids_off_half_steps(tmp_path):
+    """Every 8-bit pixel level of (p / 255 - 0.5) / 0.5 quantizes the same way in QuantizeLinear (ties to even)
+    and in TFLite's QUANTIZE (ties away from zero): none lands on a half step, and the .tflite (float input,
+    QUANTIZE inside) equals the exact semantics."""
+    model = _two_convs_then([helper.make_node("Identity", ["s"], ["y"])], {})
+    qdq, exact, tflite = _deploy_and_compare(model, tmp_path)
+    inits = {t.name: numpy_helper.to_array(t) for t in qdq.graph.initializer}
+    first = next(n for n in qdq.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "x")
+    scale = float(inits[first.input[1]])
+    levels = (np.arange(256) / 255.0 - 0.5) / 0.5
+    fractions = np.abs(np.float32(levels) / np.float32(scale)) % 1.0
+    assert np.min(np.abs(fractions - 0.5)) > 1e-5  # float32 rounds x / scale within 1e-5 of a step
+    assert abs(scale / (2.0 / 255.0) - 1.0) < 1e-3  # the range barely moved
+    for e, t in zip(exact, tflite, strict=True):
+        np.testing.assert_array_equal(t, e)
+
+
+def _prepared(model: onnx.ModelProto) -> bytes:
+    import onnx_ir as ir
+
+    return ir.to_proto(load_proto(model)).SerializeToString()
+
+
+def _group(node: onnx.NodeProto) -> int:
+    return next((a.i for a in node.attribute if a.name == "group"), 1)
+
+
+def _same_as_onnxruntime(model: onnx.ModelProto, prepared: onnx.ModelProto) -> None:
+    import onnxruntime as ort
+
+    x = _pixel_images(2)
+    for proto in (model, prepared):
+        assert ort.InferenceSession(proto.SerializeToString()).get_inputs()[0].name == "x"
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x[:1]})[0]
+    got = ort.InferenceSession(prepared.SerializeToString()).run(None, {"x": x[:1]})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
