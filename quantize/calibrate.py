@@ -266,7 +266,7 @@ def choose_params(
             assert observed, f"scale group {root} has no observed member"
             lo = min(r[0] for r in observed)
             hi = max(r[1] for r in observed)
-            if inputs.intersection(members):
+            if inputs.intersection(members) and dtype_of(root) != "int16":
                 lo, hi = _off_the_input_grid(lo, hi)
             p = params_for_range(lo, hi, dtype_of(root))
         for m in members:

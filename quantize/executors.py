@@ -68,11 +68,14 @@ def evaluate(context: EvalContext, task: Task) -> Outcome:
     """Quantize with the task's options from the context's statistics, run the QDQ model exactly on the host
     (OpenVINO f32, :class:`edgekit.core.runtime.HostRunner`) on the task's samples and measure it."""
     from edgekit.core.runtime import HostRunner
-    from edgekit.quantize.pipeline import quantize
+    from edgekit.quantize.pipeline import NothingToQuantizeError, quantize
 
     start = time.perf_counter()
-    quantized = quantize(context.fp32(), (), task.options, statistics=context.stats)
-    proto = quantized.proto()
+    try:
+        proto = quantize(context.fp32(), (), task.options, statistics=context.stats).proto()
+    except NothingToQuantizeError:  # every layer restored to float: no quantization, it meets no budget
+        nothing = Measurement(float("nan"), 0.0, 0.0, None, len(task.indices))
+        return Outcome(nothing, 0, time.perf_counter() - start)
     runner = HostRunner(proto, threads=context.threads)
     results = [runner.run({k: context.inputs[i][k] for k in runner.input_names}) for i in task.indices]
     measurement = measure(context.budget, context.reference, task.indices, results)

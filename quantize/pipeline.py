@@ -39,6 +39,10 @@ from onnx_ir.passes.common import RemoveUnusedNodesPass, ShapeInferencePass, Top
 log = logging.getLogger("edgekit")
 
 
+class NothingToQuantizeError(QuantizationError):
+    """No op of the model is quantized (it has no integer kernel, or every one is kept float)."""
+
+
 @dataclass
 class Quantized:
     model: ir.Model
@@ -113,7 +117,7 @@ def quantize(
     layers = dict(options.layer_precision)
     plan = make_plan(model, options.exclude, options.float_output_heads, options.precision, layers)
     if not plan.activations:
-        raise QuantizationError("nothing to quantize: the model has no op with an integer kernel")
+        raise NothingToQuantizeError("nothing to quantize: the model has no op with an integer kernel")
     stats = statistics
     if stats is None:
         stats = collect_statistics(
