@@ -165,6 +165,11 @@ def figure_cell(case: str, fig: dict[str, Any]) -> str:
             parts.append(
                 f"vs QDQ cos {fmt(q.get('cosine'), 6)}"
                 + (f" top1 {q['top1']:.2f}" if q.get("top1") is not None else "")
+                + (
+                    f" (with one-step ties {q['top1_ties']:.2f})"
+                    if q.get("top1_ties") is not None and q.get("top1_ties") != q.get("top1")
+                    else ""
+                )
             )
             beside = [
                 f"{label}: vs int8 cos {fmt(fig[f'vs_qdq_{ref}'].get('cosine'), 6)}, vs exact cos "

@@ -516,7 +516,7 @@ def _cosine_sqnr(ref: np.ndarray, got: np.ndarray) -> tuple[float, float]:
     return cosine, float(min(sqnr, 999.0))
 
 
-def _top1(ref: np.ndarray, got: np.ndarray, axis: int, tie: float) -> tuple[float, float]:
+def top1_agreements(ref: np.ndarray, got: np.ndarray, axis: int, tie: float) -> tuple[float, float]:
     """Top-1 agreement per position (``axis`` of each sample is the class axis): strict, and with ties."""
     ref_c = np.moveaxis(ref, axis + 1, -1).reshape(-1, ref.shape[axis + 1])
     got_c = np.moveaxis(got, axis + 1, -1).reshape(-1, got.shape[axis + 1])
@@ -578,7 +578,7 @@ def compare_outputs(
             entry["non_finite"] = int(bad.sum())
         if kind.class_axis is not None and ref.ndim > kind.class_axis + 1:
             entry["class_axis"] = kind.class_axis
-            entry["top1_agreement"] = _top1(ref, got, kind.class_axis, 0.0)[0]
+            entry["top1_agreement"] = top1_agreements(ref, got, kind.class_axis, 0.0)[0]
         outputs[name] = entry
     return {"samples": len(reference), "outputs": outputs}
 
@@ -617,7 +617,7 @@ def judge_outputs(
             if "class_axis" in entry:
                 tie = stick.resolution * entry["error_scale"]
                 ref, got = _stack(reference, name), _stack(actual, name)
-                entry["top1_agreement_ties"] = _top1(ref, got, entry["class_axis"], tie)[1]
+                entry["top1_agreement_ties"] = top1_agreements(ref, got, entry["class_axis"], tie)[1]
                 close = check("top1_agreement_ties", entry["top1_agreement_ties"], stick.min_top1) and close
             passed, why = (
                 close,
