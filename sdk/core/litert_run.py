@@ -92,6 +92,19 @@ def host_outputs(
     return [{n: np.asarray(host.run(dict(s))[n]) for n in names} for s in samples]
 
 
+def onnxruntime_outputs(
+    proto: bytes, samples: Sequence[Mapping[str, np.ndarray]], names: Sequence[str]
+) -> list[dict[str, np.ndarray]]:
+    """The outputs ``names`` of a serialized float ONNX model on onnxruntime's CPU provider, per sample: a
+    second fp32 runtime beside the host's OpenVINO (how far two fp32 executions of the model disagree)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(proto, options, providers=["CPUExecutionProvider"])
+    return [dict(zip(names, session.run(list(names), dict(s)), strict=True)) for s in samples]
+
+
 def reference_and_tflite(
     proto: bytes,
     data: bytes,

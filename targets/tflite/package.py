@@ -12,7 +12,13 @@ import numpy as np
 import onnx_ir as ir
 from edgekit.core import isolated
 from edgekit.core.errors import EdgekitError, TargetError, UnsupportedOpError
-from edgekit.core.litert_run import TensorInfo, host_outputs, reference_and_tflite, run_tflite_samples
+from edgekit.core.litert_run import (
+    TensorInfo,
+    host_outputs,
+    onnxruntime_outputs,
+    reference_and_tflite,
+    run_tflite_samples,
+)
 from edgekit.core.model import activation_types, qdq_precision
 from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, TensorSpec, write_bundle
 from edgekit.targets.base import (
@@ -130,6 +136,11 @@ def verify(
             doing="running the QDQ model on its int8 kernels",
         )
 
+    def float_runtime() -> list[dict[str, np.ndarray]]:  # how far two fp32 runtimes disagree on the samples
+        return isolated.call(
+            onnxruntime_outputs, proto, feeds, names, what="onnxruntime", doing="running the source model"
+        )
+
     from edgekit.quantize.weight_only import weight_only_precision
 
     weight_only = precision if precision in ("w8", "w4") else weight_only_precision(model)
@@ -150,7 +161,7 @@ def verify(
         output_kinds(model),
         target,
         "the .tflite",
-        int8_kernels if quantized else None,
+        int8_kernels if quantized else (float_runtime if stick.precision == "fp32" else None),
     )
     return {
         "reference": "source ONNX model on the host ("

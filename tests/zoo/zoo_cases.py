@@ -262,8 +262,12 @@ def figure_problems(case: str, figures: Mapping[str, Any]) -> list[str]:
     if case == "arm-cpu fp32":
         measured = figures["vs_fp32"]["max_rel_error"]
         manifest = figures.get("verification_max_rel_error")
+        floor = figures.get("verification_float_noise")
         for what, value in (("measured", measured), ("manifest verification", manifest)):
-            if value is None or not value <= FP32_MAX_REL_ERROR:
+            # On the verification samples (seeded normal inputs without data), beyond 1e-4 only within twice
+            # what two fp32 runtimes disagree on (targets.base.Yardstick.float_noise_ratio).
+            limit = max(FP32_MAX_REL_ERROR, 2 * floor) if what != "measured" and floor else FP32_MAX_REL_ERROR
+            if value is None or not value <= limit:
                 problems.append(
                     f"fp32 TFLite max error {value} of the output range ({what}) > {FP32_MAX_REL_ERROR}"
                 )
@@ -455,8 +459,15 @@ def _case_figures(case, root: Path, spec, kind, samples, ref, onnx_shapes) -> di
     verification = _manifest_verification(folder)
     run = _bundle_runner(folder, onnx_shapes)
     got = _stack([run(s) for s in samples])
+    floors = [
+        o["float_noise"]["max_rel_error"]
+        for o in verification.get("outputs", {}).values()
+        if "float_noise" in o
+    ]
     out: dict[str, Any] = {
         "verification_max_rel_error": verification.get("max_rel_error"),
+        # how far onnxruntime and OpenVINO themselves disagree on the verification samples, when recorded
+        "verification_float_noise": max(floors) if floors else None,
         "vs_fp32": compare(kind, ref, got),
         "source_quantized": _is_quantized(spec["model"]),
     }
