@@ -183,6 +183,43 @@ def _output_heads(model: ir.Model) -> dict[str, str]:
     return heads
 
 
+#: Why a Concat that joins fixed-range values (Sigmoid/Softmax scores) with others into a model output is float.
+MIXED_CONCAT_REASON = (
+    "joins fixed-range scores (0..1) with values of another range (box coordinates) into a model output: one "
+    "int8 scale for both rounds the scores away, so it is kept float"
+)
+
+
+def _mixed_range_concats(model: ir.Model, float_output_heads: bool) -> dict[str, str]:
+    """A detector's output ``Concat([boxes, sigmoid(scores)])`` (YOLOv8's ``[1, 4 + C, N]``): a Concat producing
+    a model output (directly or through reshapes) from both fixed-range op outputs and other values. The Concat
+    and the reshapes after it stay float; with ``float_output_heads`` the fixed-range ops read only by it too."""
+    found: dict[str, str] = {}
+    for out in model.graph.outputs:
+        chain, node = _through_reshapes(out.producer(), _single_use_producer)
+        if node is None or node.op_type != "Concat":
+            continue
+        heads: list[ir.Node] = []
+        fixed = other = False
+        for value in node.inputs:
+            if value is None or const_array(value) is not None:
+                continue
+            before, source = _through_reshapes(value.producer(), lambda v: v.producer() if v else None)
+            rule = rules.rule_for(source) if source is not None else None
+            if rule is None or rule.fixed_output is None:
+                other = True
+                continue
+            fixed = True
+            readers = [value, *(n.outputs[0] for n in before)]
+            if all(len(list(v.uses())) == 1 and not v.is_graph_output() for v in readers):
+                heads += [source, *before]
+        if fixed and other:
+            found.update((n.name, MIXED_CONCAT_REASON) for n in [node, *chain])
+            if float_output_heads:
+                found.update((n.name, FLOAT_HEAD_REASON) for n in heads)
+    return found
+
+
 #: The recipes a layer of a static (QDQ) model can take: ``fp32`` keeps it float.
 LAYER_RECIPES = ("int8", "int16x8", "fp32")
 
@@ -209,6 +246,7 @@ def make_plan(
     wide_of: dict[str, bool] = {}
     fused_nodes: set[str] = set()
     heads = _output_heads(model) if float_output_heads else {}
+    heads.update(_mixed_range_concats(model, float_output_heads))
     kept_float = patterns.float_patterns(model)
 
     def add_activation(value: ir.Value, wide: bool) -> None:

@@ -455,6 +455,11 @@ class Yardstick:
     within ``resolution`` of the best are a tie). ``kernel_noise_db``: an int8 artifact whose reference is
     the QDQ model's exact semantics also passes when its SQNR is within this many dB of another integer
     runtime's on the same QDQ model (the rounding any int8 kernel adds; reported as ``kernel_noise``).
+    ``float64_fallback``: an fp32 artifact beyond ``max_rel_error`` of the host's float32 run is judged against
+    the source model computed in float64 (:mod:`edgekit.core.exact`, reported as ``float64_reference``): on
+    inputs far from the model's data (the seeded normal samples a deploy without data verifies on), a deep
+    network amplifies float32 summation order to 1e-4 of the range (YOLOv8n at 640: onnxruntime and OpenVINO
+    4.8e-5 to 8.4e-5 apart), so the float32 reference itself is that far off.
     ``answer_cosine``: an int8 class-probability output (an integer Softmax/Sigmoid head) also passes with
     top-1 agreement at ``min_top1`` and a cosine of at least this: its input's step is coarse (0.21 on
     SqueezeNet's pooled logits, a factor e^0.21 = 1.23 on a probability), so two int8 kernels that round the
@@ -469,12 +474,13 @@ class Yardstick:
     resolution: float = 1e-3
     kernel_noise_db: float | None = None
     answer_cosine: float | None = None
+    float64_fallback: bool = False
 
 
 #: The yardstick of each precision (issue 12's figures): fp32 within 1e-4 of the range; fp16 and int8
 #: against their reference by cosine >= 0.999 per output and top-1 agreement >= 99 %.
 YARDSTICKS = {
-    "fp32": Yardstick("fp32", max_rel_error=1e-4, resolution=1e-4),
+    "fp32": Yardstick("fp32", max_rel_error=1e-4, resolution=1e-4, float64_fallback=True),
     "fp16": Yardstick("fp16", resolution=1e-3),  # fp16 keeps 11 significant bits
     "int8": Yardstick(
         "int8", resolution=1.0 / 255.0, kernel_noise_db=3.0, answer_cosine=0.99
@@ -592,8 +598,9 @@ def judge_outputs(
 ) -> list[str]:
     """Judge every output of ``figures`` (from :func:`compare_outputs` on ``reference``/``actual``) by
     ``stick``; records per output ``checks`` (``metric``, ``value``, ``threshold``, ``passed``), ``passed``
-    and ``yardstick`` (why). ``noise``: runs another integer runtime on the same samples (int8 only; called
-    only when an output needs it). Returns one line per failed output."""
+    and ``yardstick`` (why). ``noise``: runs another runtime on the same samples (int8: another integer runtime
+    on the QDQ model; fp32: the source model in float64; called only when an output needs it). Returns one
+    line per failed output."""
     failures = []
     noise_results: list[Sequence[Mapping[str, np.ndarray]]] = []
     for name, entry in figures["outputs"].items():
@@ -609,6 +616,19 @@ def judge_outputs(
         if stick.max_rel_error is not None:
             passed = check("max_rel_error", entry["max_rel_error"], stick.max_rel_error, at_most=True)
             why = f"{stick.precision}: max error within {stick.max_rel_error:g} of the output's scale"
+            if not passed and noise is not None and stick.float64_fallback:
+                if not noise_results:
+                    noise_results.append(noise())
+                exact = _stack(noise_results[0], name)
+                scale = entry["error_scale"] if entry["error_scale"] > 0 else 1.0
+                error = float(np.abs(_stack(actual, name) - exact).max()) / scale
+                entry["float64_reference"] = {
+                    "reference": "the source model in float64 (onnx reference evaluator)",
+                    "max_rel_error": error,
+                    "host_max_rel_error": float(np.abs(_stack(reference, name) - exact).max()) / scale,
+                }
+                passed = check("max_rel_error_vs_float64", error, stick.max_rel_error, at_most=True)
+                why += "; above that against the source model in float64 (the float32 host run is off itself)"
         elif check("max_rel_error", entry["max_rel_error"], stick.resolution, at_most=True):
             passed, why = True, f"{stick.precision}: every error within the precision's step of the scale"
         else:

@@ -37,3 +37,11 @@ def sleep_long() -> None:
 
 def pid() -> int:
     return os.getpid()
+
+
+def host_runner_outputs(proto: bytes, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A serialized ONNX model's outputs on edgekit's host runner (OpenVINO)."""
+    import onnx
+    from edgekit.core.runtime import HostRunner
+
+    return {k: np.asarray(v) for k, v in HostRunner(onnx.load_model_from_string(proto)).run(inputs).items()}

@@ -124,3 +124,82 @@ def test_host_runner_runs_in_f32_and_captures_intermediates(tmp_path):
     expected = ort_run(with_outputs(proto, ["rs", "cat"]), {"data": x})
     for name, ref in zip(["prob", "rs", "cat"], expected, strict=True):
         np.testing.assert_allclose(out[name], ref, rtol=1e-5, atol=1e-6)
+
+
+def _ghost_model() -> onnx.ModelProto:
+    """GhostNet's module as NanoDet-Plus' GhostPAN exports it: ``cat([primary(x), cheap(primary(x))])[:, :4]``
+    (a Slice that keeps all 4 channels), then a conv, and a Slice that keeps 3 channels as a second output."""
+    h, rng = onnx.helper, np.random.default_rng(5)
+    inits = [
+        onnx.numpy_helper.from_array(rng.normal(0, 0.5, (2, 3, 1, 1)).astype(np.float32), "w1"),
+        onnx.numpy_helper.from_array(rng.normal(0, 0.5, (2, 1, 3, 3)).astype(np.float32), "w2"),
+        onnx.numpy_helper.from_array(rng.normal(0, 0.5, (4, 4, 1, 1)).astype(np.float32), "w3"),
+        onnx.numpy_helper.from_array(np.array([0], np.int64), "zero"),
+        onnx.numpy_helper.from_array(np.array([1], np.int64), "one"),
+        onnx.numpy_helper.from_array(np.array([4], np.int64), "four"),
+        onnx.numpy_helper.from_array(np.array([3], np.int64), "three"),
+    ]
+    nodes = [
+        h.make_node("Conv", ["x", "w1"], ["p"]),
+        h.make_node("LeakyRelu", ["p"], ["pa"], alpha=0.1),
+        h.make_node("Conv", ["pa", "w2"], ["c"], group=2, pads=[1, 1, 1, 1]),
+        h.make_node("LeakyRelu", ["c"], ["ca"], alpha=0.1),
+        h.make_node("Concat", ["pa", "ca"], ["cat"], axis=1),
+        h.make_node("Slice", ["cat", "zero", "four", "one", "one"], ["whole"], name="whole_slice"),
+        h.make_node("Conv", ["whole", "w3"], ["y"]),
+        h.make_node("Slice", ["y", "zero", "three", "one"], ["part"], name="part_slice"),
+    ]
+    graph = h.make_graph(
+        nodes,
+        "ghost",
+        [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 6, 6])],
+        [
+            h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 6, 6]),
+            h.make_tensor_value_info("part", onnx.TensorProto.FLOAT, [1, 3, 6, 6]),
+        ],
+        inits,
+    )
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+
+
+def test_a_slice_keeping_the_whole_tensor_is_dropped(tmp_path):
+    source = _ghost_model()
+    model = load_model(save(source, tmp_path))
+    assert [n.name for n in model.graph if n.op_type == "Slice"] == ["part_slice"]
+    x = np.random.default_rng(3).normal(0, 1, (1, 3, 6, 6)).astype(np.float32)
+    expected = ort_run(source, {"x": x})
+    got = ort_run(to_proto(model), {"x": x})
+    for a, b in zip(expected, got, strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_the_uint8_qdq_model_of_a_ghost_module_runs_on_openvino(tmp_path):
+    """Regression: OpenVINO's CPU plugin crashed (SIGSEGV) compiling Concat -> Q/DQ (zero point != 0) -> whole
+    Slice -> Q/DQ (NanoDet-Plus' GhostPAN on intel-vpu int8, and its QDQ model on the host runner). The QDQ
+    model now has no such Slice, and OpenVINO (in a child) gives onnxruntime's outputs of the same QDQ file."""
+    from types import SimpleNamespace
+
+    from edgekit.core import isolated
+    from edgekit.core.errors import TargetError
+    from edgekit.quantize.options import QuantizeOptions
+    from edgekit.quantize.pipeline import quantize
+    from isolated_fns import host_runner_outputs
+
+    model = load_model(save(_ghost_model(), tmp_path))
+    rng = np.random.default_rng(4)
+    calib = [
+        SimpleNamespace(inputs={"x": rng.normal(0.5, 1, (1, 3, 6, 6)).astype(np.float32)}, label=None)
+        for _ in range(8)
+    ]
+    proto = quantize(model, calib, QuantizeOptions(activations="uint8")).proto()
+    assert "Slice" in [n.op_type for n in proto.graph.node]  # the partial one
+    x = calib[0].inputs["x"]
+    try:
+        got = isolated.call(
+            host_runner_outputs, proto.SerializeToString(), {"x": x}, what="OpenVINO", doing="run"
+        )
+    except TargetError as exc:
+        pytest.fail(f"OpenVINO failed on the QDQ model: {exc}")
+    expected = ort_run(proto, {"x": x})
+    for name, a in zip(["y", "part"], expected, strict=True):
+        np.testing.assert_allclose(got[name], a, atol=2e-2 * np.abs(a).max())

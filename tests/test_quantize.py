@@ -15,7 +15,7 @@ from edgekit.quantize.calibrate import params_for_range
 from edgekit.quantize.observers import Histogram, MinMax, choose_range
 from edgekit.quantize.options import QuantizeOptions
 from edgekit.quantize.pipeline import quantize
-from edgekit.quantize.plan import FLOAT_HEAD_REASON, FLOAT_POOL_REASON, make_plan
+from edgekit.quantize.plan import FLOAT_HEAD_REASON, FLOAT_POOL_REASON, MIXED_CONCAT_REASON, make_plan
 from edgekit.quantize.qdq import quantize_bias, quantize_weight
 from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
@@ -467,3 +467,54 @@ def test_output_heads_stay_float_by_default_and_reuse_statistics():
     for sample in samples((1, 3, 33, 33), n=3, seed=4):
         a, b = sess_f.run(None, sample.inputs)[0], sess_i.run(None, sample.inputs)[0]
         assert np.abs(a - b).max() <= 1 / 256 + 1e-6  # differ by the head's rounding only
+
+
+def _boxes_and_scores_model() -> onnx.ModelProto:
+    """YOLOv8's output: ``Concat([boxes in pixels (0..~600), sigmoid(class logits)], 1)`` as one [1, 6, 16]."""
+    h, rng = onnx.helper, np.random.default_rng(6)
+    inits = [
+        numpy_helper.from_array(rng.normal(0, 0.5, (4, 3, 1, 1)).astype(np.float32), "wb"),
+        numpy_helper.from_array(rng.normal(0, 1.0, (2, 3, 1, 1)).astype(np.float32), "wc"),
+        numpy_helper.from_array(np.array(150.0, np.float32), "stride"),
+        numpy_helper.from_array(np.array([1, -1, 16], np.int64), "shape"),
+    ]
+    nodes = [
+        h.make_node("Conv", ["x", "wb"], ["b"]),
+        h.make_node("Reshape", ["b", "shape"], ["bf"]),
+        h.make_node("Mul", ["bf", "stride"], ["boxes"]),
+        h.make_node("Conv", ["x", "wc"], ["c"]),
+        h.make_node("Reshape", ["c", "shape"], ["cf"]),
+        h.make_node("Sigmoid", ["cf"], ["scores"], name="sigmoid"),
+        h.make_node("Concat", ["boxes", "scores"], ["out"], axis=1, name="concat"),
+    ]
+    graph = h.make_graph(
+        nodes,
+        "detector_output",
+        [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 4, 4])],
+        [h.make_tensor_value_info("out", onnx.TensorProto.FLOAT, [1, 6, 16])],
+        inits,
+    )
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("float_heads", [True, False])
+def test_a_detector_output_joining_boxes_and_scores_stays_float(float_heads):
+    """One int8 scale for boxes (0..~600) and scores (0..1) made every YOLOv8n score 0: the Concat stays float
+    (and, for float-output targets, the Sigmoid), so the QDQ model's scores follow onnxruntime's fp32 ones."""
+    source = _boxes_and_scores_model()
+    calib = samples((1, 3, 4, 4), n=16, scale=2.0)
+    _, q = quantize_proto(source, calib, float_output_heads=float_heads)
+    reasons = {f.node: f.reason for f in q.plan.float_ops}
+    assert reasons == (
+        {"concat": MIXED_CONCAT_REASON, "sigmoid": FLOAT_HEAD_REASON}
+        if float_heads
+        else {"concat": MIXED_CONCAT_REASON}
+    )
+    fp32, qdq = ort_session(source), ort_session(q.proto())
+    for sample in samples((1, 3, 4, 4), n=4, seed=9, scale=2.0):
+        (a,), (b,) = fp32.run(None, sample.inputs), qdq.run(None, sample.inputs)
+        box_range = np.ptp(a[:, :4])
+        assert np.abs(a[:, :4] - b[:, :4]).max() <= 0.05 * box_range
+        # The scores keep their own grid (int8 logits; a float or 1/256 Sigmoid): not one 2.4-wide step.
+        assert np.abs(a[:, 4:] - b[:, 4:]).max() <= 0.05
+        assert len(np.unique(b[:, 4:])) > 8

@@ -95,7 +95,8 @@ def host_outputs(
 def exact_outputs(
     proto: bytes, samples: Sequence[Mapping[str, np.ndarray]], names: Sequence[str]
 ) -> list[dict[str, np.ndarray]]:
-    """The outputs ``names`` of a serialized QDQ model's exact semantics (:mod:`edgekit.core.exact`), per sample."""
+    """The outputs ``names`` of a serialized model computed in float64 (:mod:`edgekit.core.exact`: a QDQ model's
+    exact semantics; a float model's values without float32 rounding), per sample."""
     import onnx
     from edgekit.core.exact import ExactRunner
 

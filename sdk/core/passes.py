@@ -65,6 +65,37 @@ class DropNoOpsPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified)
 
 
+def _is_whole_slice(node: ir.Node) -> bool:
+    """A Slice (opset 10+) with unit steps whose output has its input's static shape: it copies its input.
+    (Unit steps and an unchanged extent on every axis leave only start 0.)"""
+    if node.op_type != "Slice" or len(node.inputs) < 3 or node.inputs[0] is None:
+        return False
+    steps = const_array(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4] is not None else None
+    if len(node.inputs) > 4 and node.inputs[4] is not None and (steps is None or np.any(steps != 1)):
+        return False
+    shape_in, shape_out = node.inputs[0].shape, node.outputs[0].shape
+    return _is_static(shape_in) and _is_static(shape_out) and list(shape_in) == list(shape_out)
+
+
+class DropWholeSlicesPass(ir.passes.InPlacePass):
+    """Remove Slices that keep the whole tensor (GhostNet's ``cat([x1, x2])[:, :oup]`` when ``oup`` is even,
+    as NanoDet-Plus' GhostPAN exports it). Their output is their input, and OpenVINO's CPU plugin crashes
+    (SIGSEGV) compiling one between a Concat and a QuantizeLinear with a non-zero zero point (2026.4)."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for node in list(model.graph):
+            if not _is_whole_slice(node):
+                continue
+            source, out = node.inputs[0], node.outputs[0]
+            if out.is_graph_output() and (source.is_graph_output() or source.is_graph_input()):
+                continue
+            replace_value(out, source)
+            model.graph.remove(node, safe=True)
+            modified = True
+        return ir.passes.PassResult(model, modified)
+
+
 class ConstantFoldPass(ir.passes.InPlacePass):
     """Evaluate nodes whose inputs are all constant (with the onnx reference evaluator), and Shape/Size of
     statically shaped tensors, replacing them by initializers."""
@@ -436,6 +467,7 @@ def prepare(model: ir.Model) -> ir.Model:
             StandaloneBatchNormPass(),  # these two need the channel count
             AveragePoolAsConvPass(),
             ConstantFoldPass(),  # shapes now known everywhere: fold shape sub-graphs
+            DropWholeSlicesPass(),
             RemoveUnusedNodesPass(),
             ShapeInferencePass(),
             NameFixPass(),

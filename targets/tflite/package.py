@@ -15,6 +15,7 @@ from edgekit.core.errors import EdgekitError, TargetError, UnsupportedOpError
 from edgekit.core.litert_run import (
     REFERENCES,
     TensorInfo,
+    exact_outputs,
     host_outputs,
     reference_and_tflite,
     run_tflite_samples,
@@ -146,6 +147,16 @@ def verify(
             doing="running the QDQ model on its int8 kernels",
         )
 
+    def float64() -> list[dict[str, np.ndarray]]:  # the source model without float32 rounding
+        return isolated.call(
+            exact_outputs,
+            proto,
+            feeds,
+            names,
+            what="the onnx reference evaluator",
+            doing="running the source model in float64",
+        )
+
     if weight_only:  # against the weight-only model (its integer weights dequantized)
         stick = yardstick(weight_only)
     elif quantized:
@@ -161,7 +172,7 @@ def verify(
         output_kinds(model),
         target,
         "the .tflite",
-        int8_kernels if quantized else None,
+        int8_kernels if quantized else (float64 if stick.precision == "fp32" else None),
     )
     return {
         "reference": "source ONNX model on the host (onnxruntime: OpenVINO strips 16-bit QDQ)"

@@ -435,6 +435,7 @@ def _integer_hard_sigmoid(graph: Graph) -> None:
 #: Float ops whose int8 form is a table lookup (CAST -> ADD -> GATHER), and the ONNX op of their function
 #: (``edgekit.core.lut``): ``Kernel.table``.
 _TABULATED = {code: k.table for code, k in TFLITE_KERNELS.items() if k.table}
+_TABLE_ATTRIBUTES = {code: k.table_attributes for code, k in TFLITE_KERNELS.items() if k.table_attributes}
 
 
 def _tabulated(graph: Graph) -> None:
@@ -452,7 +453,7 @@ def _tabulated(graph: Graph) -> None:
             continue
         values = lut.table(
             _TABULATED[op.code],
-            {},
+            {name: float(getattr(op.options, name)) for name in _TABLE_ATTRIBUTES.get(op.code, ())},
             float(x.quant.scale[0]),
             int(x.quant.zero_point[0]),
             np.int8,

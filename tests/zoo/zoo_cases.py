@@ -467,8 +467,11 @@ def _case_figures(case, root: Path, spec, kind, samples, ref, onnx_shapes) -> di
     verification = _manifest_verification(folder)
     run = _bundle_runner(folder, onnx_shapes)
     got = _stack([run(s) for s in samples])
+    # Beyond 1e-4 of the host's float32 run, verification judged the .tflite against the source model in float64.
+    float64 = [o["float64_reference"]["max_rel_error"] for o in verification.get("outputs", {}).values()
+               if "float64_reference" in o]  # fmt: skip
     out: dict[str, Any] = {
-        "verification_max_rel_error": verification.get("max_rel_error"),
+        "verification_max_rel_error": max(float64) if float64 else verification.get("max_rel_error"),
         "vs_fp32": compare(kind, ref, got),
         "source_quantized": _is_quantized(spec["model"]),
     }
