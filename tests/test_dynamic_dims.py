@@ -121,3 +121,66 @@ def test_inspect_shows_minus_one_as_dynamic_and_checks_with_input_shape(files):
     report = inspect_model(files["paddle"], {"x": SHAPE}, targets=["arm-cpu"])
     assert report.inputs[0].shape == ("?", 3, "?", "?")
     assert report.targets[0].not_checked is None
+
+
+def _paddle_flatten_op11() -> onnx.ModelProto:
+    """Conv, GlobalAveragePool, then Paddle's flatten (Shape/Slice/Concat/Reshape) at opset 11, every dynamic dim
+    written ``-1`` in the value_info too, as older paddle2onnx releases do."""
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((6, 3, 3, 3)).astype(np.float32) * 0.3, "w")
+    consts = [
+        numpy_helper.from_array(np.array([0], np.int64), "start"),
+        numpy_helper.from_array(np.array([1], np.int64), "end"),
+        numpy_helper.from_array(np.array([-1], np.int64), "rest"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("GlobalAveragePool", ["c"], ["p"]),
+        helper.make_node("Shape", ["p"], ["s"]),
+        helper.make_node("Slice", ["s", "start", "end"], ["batch"]),
+        helper.make_node("Concat", ["batch", "rest"], ["target"], axis=0),
+        helper.make_node("Reshape", ["p", "target"], ["y"]),
+    ]
+    info = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        nodes, "paddle_flatten", [info("x", TensorProto.FLOAT, [-1, 3, -1, -1])],
+        [info("y", TensorProto.FLOAT, [-1, 6])], [w, *consts],
+        value_info=[
+            info("c", TensorProto.FLOAT, [-1, 6, -1, -1]), info("p", TensorProto.FLOAT, [-1, 6, 1, 1]),
+            info("s", TensorProto.INT64, [-1]), info("batch", TensorProto.INT64, [-1]),
+            info("target", TensorProto.INT64, [-1]),
+        ],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)], ir_version=6)
+
+
+def test_minus_one_in_value_info_of_an_opset_11_model_deploys(tmp_path):
+    """onnx's version converter (opset 11 -> 19) aborted the process on the Shape output's ``-1`` dim."""
+    import subprocess
+    import sys
+
+    model = _paddle_flatten_op11()
+    path = tmp_path / "paddle11.onnx"
+    onnx.save(model, path)
+    result = subprocess.run(
+        [sys.executable, "-m", "edgekit.cli.main", "deploy", str(path), "-t", "arm-cpu", "--precision", "fp32",
+         "-o", str(tmp_path / "out"), "--input-shape", "x=1,3,8,12"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    manifest = read_bundle(tmp_path / "out" / "arm-cpu").manifest
+    assert manifest.verification["passed"]
+    # the .tflite against onnxruntime on the model with its -1 dims left unknown
+    from ai_edge_litert.interpreter import Interpreter
+
+    for v in [*model.graph.input, *model.graph.output, *model.graph.value_info]:
+        for d in v.type.tensor_type.shape.dim:
+            d.ClearField("dim_value")
+    x = np.random.default_rng(4).standard_normal((1, 3, 8, 12)).astype(np.float32)
+    expected = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    interpreter = Interpreter(model_path=str(tmp_path / "out" / "arm-cpu" / "model.tflite"))
+    interpreter.allocate_tensors()
+    (inp,), (out,) = interpreter.get_input_details(), interpreter.get_output_details()
+    interpreter.set_tensor(inp["index"], x.transpose(0, 2, 3, 1) if inp["shape"][-1] == 3 else x)
+    interpreter.invoke()
+    np.testing.assert_allclose(interpreter.get_tensor(out["index"]), expected, rtol=1e-5, atol=1e-5)

@@ -201,6 +201,9 @@ def load_proto(
 
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)  # the caller's proto stays as it was
+    # Before anything reads the shapes: onnx's version converter aborts the process (a failed std::clamp
+    # assertion) on a value_info dim of -1, as older paddle2onnx releases write them.
+    forget_nonpositive_dims(copy)
     proto = upgrade_opset(copy)
     # The lowest IR version the opsets allow (>= 4: initializers that are not graph inputs), so that every
     # runtime, including ones older than this onnx package, reads what we write.

@@ -258,6 +258,62 @@ def tabulate_elementwise(proto: onnx.ModelProto, keep: Iterable[str] = ()) -> on
     return out
 
 
+def exact_input_quantize(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``proto`` where each per-tensor 8-bit QuantizeLinear of a graph input is ONNX's definition
+    written out: ``Clip(Round(x / scale) + zero_point)`` (Round: half to even), then Cast.
+
+    OpenVINO 2026.4 runs QuantizeLinear as a FakeQuantize, whose float formula rounds values that lie within
+    float noise of a half step the other way from ``x / scale``. Model inputs often do: pixels normalised with
+    mean 0.5 and std 0.5 (PaddleOCR) are ``p * 2/255 - 1``, half a step of the 2/255 scale off the grid, and put
+    the exact reference one step off onnxruntime and LiteRT on a fifth of the pixels. ``proto`` itself when no such
+    QuantizeLinear reads a graph input.
+    """
+    inputs = {i.name for i in proto.graph.input} - {t.name for t in proto.graph.initializer}
+    sizes = {t.name: int(np.prod(t.dims)) for t in proto.graph.initializer}
+    dtypes = {t.name: t.data_type for t in proto.graph.initializer}
+    eight_bit = {onnx.TensorProto.INT8: (-128, 127), onnx.TensorProto.UINT8: (0, 255)}
+    found = [
+        n
+        for n in proto.graph.node
+        if n.op_type == "QuantizeLinear"
+        and n.domain in ("", "ai.onnx")
+        and n.input[0] in inputs
+        and len(n.input) > 2
+        and sizes.get(n.input[1]) == 1
+        and sizes.get(n.input[2]) == 1
+        and dtypes.get(n.input[2]) in eight_bit
+    ]
+    if not found:
+        return proto
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    nodes = []
+    for i, n in enumerate(proto.graph.node):
+        if not any(n is f for f in found):
+            nodes.append(n)
+            continue
+        base = f"{n.output[0]}__exact{i}"
+        low, high = eight_bit[dtypes[n.input[2]]]
+        out.graph.initializer.extend(
+            [
+                onnx.numpy_helper.from_array(np.array(low, np.float32), f"{base}_low"),
+                onnx.numpy_helper.from_array(np.array(high, np.float32), f"{base}_high"),
+            ]
+        )
+        helper = onnx.helper
+        nodes += [
+            helper.make_node("Div", [n.input[0], n.input[1]], [f"{base}_scaled"]),
+            helper.make_node("Round", [f"{base}_scaled"], [f"{base}_rounded"]),
+            helper.make_node("Cast", [n.input[2]], [f"{base}_zero"], to=onnx.TensorProto.FLOAT),
+            helper.make_node("Add", [f"{base}_rounded", f"{base}_zero"], [f"{base}_shifted"]),
+            helper.make_node("Clip", [f"{base}_shifted", f"{base}_low", f"{base}_high"], [f"{base}_clipped"]),
+            helper.make_node("Cast", [f"{base}_clipped"], list(n.output), to=dtypes[n.input[2]]),
+        ]
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    return out
+
+
 def _dequantized(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto]) -> onnx.TensorProto:
     x = onnx.numpy_helper.to_array(inits[node.input[0]]).astype(np.float64)
     scale = onnx.numpy_helper.to_array(inits[node.input[1]]).astype(np.float64)
@@ -367,7 +423,9 @@ class HostRunner:
             model = ir.to_proto(model)
         proto = model
         if exact_qdq:
-            proto = tabulate_elementwise(fold_constant_dequantize(proto), keep=extra_outputs)
+            proto = exact_input_quantize(
+                tabulate_elementwise(fold_constant_dequantize(proto), keep=extra_outputs)
+            )
         else:  # as the intel-vpu target converts it (targets/openvino_ir.py)
             proto = pad_before_dequantize(proto)
         proto = with_outputs(proto, list(extra_outputs))
