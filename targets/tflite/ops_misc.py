@@ -89,6 +89,10 @@ _REDUCE = {
 }
 
 
+#: Reductions TFLite has no builtin for, written as SUM over the squares [then SQRT] (float).
+_SQUARED_REDUCE = {"ReduceSumSquare": None, "ReduceL2": "SQRT"}
+
+
 def _reduce(
     ctx: Context,
     node: ir.Node,
@@ -101,15 +105,25 @@ def _reduce(
         return
     x = ctx.tensor(node.inputs[0])
     y = ctx.output(node.outputs[0])
+    then = _SQUARED_REDUCE.get(code, "")
+    if then != "":
+        x = binary(ctx, "MUL", x, x, ctx.tmp("squared", x.shape))
+        code = "SUM"
     if axes is None or len(axes) == 0:
         if noop_with_empty_axes:
-            ctx.reshape(x, y.shape, out=y)
+            if then:
+                ctx.op(then, [x], [y])  # ONNX: a no-op reduction still squares (and takes the root)
+            else:
+                ctx.reshape(x, y.shape, out=y)
             return
         axes = range(x.rank)
     axes = sorted({a + x.rank if a < 0 else a for a in axes})
     opts = fb.ReducerOptionsT()
     opts.keepDims = bool(keepdims)
-    ctx.op(code, [x, ctx.graph.const("axes", axes, np.int32)], [y], opts)
+    total = ctx.tmp("sum_squares", y.shape) if then else y
+    ctx.op(code, [x, ctx.graph.const("axes", axes, np.int32)], [total], opts)
+    if then:
+        ctx.op(then, [total], [y])
 
 
 def _register_reduce(op_type: str, code: str, axes_input_since: int) -> None:
@@ -133,6 +147,8 @@ def _register_reduce(op_type: str, code: str, axes_input_since: int) -> None:
 
 for _op_type, _code in _REDUCE.items():
     _register_reduce(_op_type, _code, 13 if _op_type == "ReduceSum" else 18)
+for _op_type in _SQUARED_REDUCE:
+    _register_reduce(_op_type, _op_type, 18)
 
 
 # -- LayerNormalization ----------------------------------------------------------------------------

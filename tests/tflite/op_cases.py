@@ -330,6 +330,33 @@ CASES: list[Case] = [
         inits={"a": i64(2)},
         opset=13,
     ),
+    # no TFLite builtin: SUM of the squares [SQRT]; the sentence-transformers L2 normalisation tail
+    Case("reduce_l2_v13", [n("ReduceL2", ["x"], axes=[-1], keepdims=1)], {"x": (2, 3, 4)}, opset=13),
+    Case(
+        "reduce_l2_v18",
+        [n("ReduceL2", ["x", "a"], keepdims=0)],
+        {"x": (2, 3, 4)},
+        inits={"a": i64(1)},
+        opset=18,
+    ),
+    Case(
+        "reduce_sum_square_v13",
+        [n("ReduceSumSquare", ["x"], axes=[0, 2], keepdims=0)],
+        {"x": (2, 3, 4)},
+        opset=13,
+    ),
+    Case(
+        "l2_normalize",
+        [
+            n("ReduceL2", ["x"], ["norm"], axes=[1], keepdims=1),
+            n("Clip", ["norm", "eps"], ["clipped"]),
+            n("Expand", ["clipped", "shape"], ["wide"]),
+            n("Div", ["x", "wide"]),
+        ],
+        {"x": (2, 16)},
+        inits={"eps": np.array(1e-12, np.float32), "shape": i64(2, 16)},
+        opset=14,
+    ),
     # shape ops
     Case("reshape", [n("Reshape", ["x", "s"])], X4, inits={"s": i64(1, -1, 16)}, int8=True),
     Case("reshape_zero", [n("Reshape", ["x", "s"])], X4, inits={"s": i64(0, 3, 0, -1)}),

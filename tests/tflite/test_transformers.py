@@ -295,6 +295,64 @@ def test_default_verify_samples_give_valid_ids_and_binary_masks() -> None:
         assert set(np.unique(feeds["attention_mask"])) <= {0, 1}
 
 
+def _sentence_embedding() -> onnx.ModelProto:
+    """sentence-transformers' tail as its ONNX exports write it: masked mean pooling of the hidden states, then
+    L2 normalisation with ReduceL2 / Clip / Expand / Div (TFLite has no REDUCE_L2: SUM of squares, SQRT)."""
+    w = np.random.default_rng(9).standard_normal((16, 16)).astype(np.float32) / 4
+    return _model(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["h"]),
+            helper.make_node("Cast", ["mask"], ["m"], to=TensorProto.FLOAT),
+            helper.make_node("Unsqueeze", ["m", "last"], ["m3"]),
+            helper.make_node("Mul", ["h", "m3"], ["hm"]),
+            helper.make_node("ReduceSum", ["hm", "one"], ["total"], keepdims=0),
+            helper.make_node("ReduceSum", ["m3", "one"], ["count"], keepdims=0),
+            helper.make_node("Clip", ["count", "tiny"], ["count_c"]),
+            helper.make_node("Div", ["total", "count_c"], ["pooled"]),
+            helper.make_node("ReduceL2", ["pooled"], ["norm"], axes=[1], keepdims=1),
+            helper.make_node("Clip", ["norm", "eps"], ["norm_c"]),
+            helper.make_node("Expand", ["norm_c", "shape"], ["wide"]),
+            helper.make_node("Div", ["pooled", "wide"], ["y"]),
+        ],
+        [("x", TensorProto.FLOAT, [1, 6, 16]), ("mask", TensorProto.INT64, [1, 6])],
+        ["y"],
+        {
+            "w": w,
+            "last": np.array([-1], np.int64),
+            "one": np.array([1], np.int64),
+            "tiny": np.array(1e-9, np.float32),
+            "eps": np.array(1e-12, np.float32),
+            "shape": np.array([1, 16], np.int64),
+        },
+        opset=14,
+    )
+
+
+def test_sentence_embedding_l2_normalisation(tmp_path) -> None:
+    """fp32 against onnxruntime; int8 (the normalisation float between DEQUANTIZE/QUANTIZE) against its QDQ model,
+    in a LiteRT child process. Before: "unsupported op 'ReduceL2'" on every TFLite target."""
+    from edgekit.core.litert_run import to_model_input
+
+    model = _sentence_embedding()
+    rng = np.random.default_rng(10)
+    samples = []
+    for k in range(6):
+        mask = np.zeros((1, 6), np.int64)
+        mask[0, : 2 + k % 4] = 1
+        samples.append({"x": rng.standard_normal((1, 6, 16)).astype(np.float32), "mask": mask})
+    counts = op_types(_check(model, samples[0]))
+    assert counts.get("SQRT") == 1 and "REDUCE_L2" not in counts
+    qdq = edgekit_qdq(model, samples, float_output_heads=True)
+    result = convert(qdq)
+    assert any(op.startswith("SQRT") for op in result.float_ops)
+    assert [to_model_input(i, samples[0][i.name]).dtype for i in result.inputs] == [np.float32, np.int32]
+    for feeds in samples[:2]:
+        got = run_in_child(result, feeds, tmp_path)
+        (expected,) = run_onnx(qdq, feeds)
+        assert cosine(got, expected) >= 0.9999
+        np.testing.assert_allclose(np.linalg.norm(got, axis=-1), 1.0, atol=1e-3)
+
+
 # -- the quantizer's patterns --------------------------------------------------------------------------------------
 def test_quantizer_keeps_mask_layer_norm_and_gelu_internals_float() -> None:
     from edgekit.core.model import load_proto

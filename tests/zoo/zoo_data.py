@@ -13,6 +13,8 @@ manifest entry's ``data`` says how to make its inputs:
 - ``{"type": "tokens", "vocab_size": V, "roles": {"input_ids": "ids", "attention_mask": "mask",
   "token_type_ids": "type_ids"}}``: token ids of sentences of random length (a CLS id 101, body ids, a SEP id
   102, then padding 0) with the matching attention mask (1 on tokens, 0 on padding); ``type_ids`` are zeros.
+  With ``"vocab": "path/to/vocab.txt"`` (a BERT WordPiece vocabulary) the bodies are real sentences (this
+  repository's README and docs) tokenised by the plain uncased BERT WordPiece, cut to the sequence length.
 
 Arrays have a leading sample axis and the input's shape without its batch dim (``edgekit``'s .npz format).
 """
@@ -21,6 +23,8 @@ from __future__ import annotations
 
 import functools
 import json
+import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -202,6 +206,89 @@ def logmel_array(data: Mapping[str, Any], shape: Sequence[int], count: int, seed
 # ------------------------------------------------------------------------------------------------ tokens
 
 
+@functools.lru_cache(maxsize=4)
+def load_vocab(path: str) -> dict[str, int]:
+    """A BERT ``vocab.txt``: one token a line, its id the line number."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    return {token: i for i, token in enumerate(lines)}
+
+
+def _basic_tokens(text: str) -> list[str]:
+    """BERT's uncased basic tokenizer: lower case, accents stripped, split on spaces and punctuation."""
+    text = unicodedata.normalize("NFD", text.lower())
+    text = "".join(c for c in text if unicodedata.category(c) != "Mn" and c.isprintable())
+    out = []
+    for word in text.split():
+        out += [t for t in re.split(r"([!-/:-@\[-`{-~])", word) if t]
+    return [piece for t in out for piece in _split_unicode_punctuation(t)]
+
+
+def _split_unicode_punctuation(token: str) -> list[str]:
+    if len(token) == 1 or not any(unicodedata.category(c).startswith("P") for c in token):
+        return [token]
+    parts, current = [], ""
+    for c in token:
+        if unicodedata.category(c).startswith("P"):
+            parts += [current, c] if current else [c]
+            current = ""
+        else:
+            current += c
+    return parts + ([current] if current else [])
+
+
+def wordpiece(text: str, vocab: Mapping[str, int], max_chars: int = 100) -> list[int]:
+    """The ids of ``text`` by BERT's greedy longest-match-first WordPiece (``##`` continuations, ``[UNK]``)."""
+    ids = []
+    for word in _basic_tokens(text):
+        pieces, start = [], 0
+        while start < len(word) and len(word) <= max_chars:
+            end = len(word)
+            while end > start:
+                piece = ("##" if start else "") + word[start:end]
+                if piece in vocab:
+                    break
+                end -= 1
+            if end == start:
+                pieces = None
+                break
+            pieces.append(vocab[piece])
+            start = end
+        ids += pieces if pieces else [vocab["[UNK]"]]
+    return ids
+
+
+@functools.lru_cache(maxsize=1)
+def text_sentences() -> tuple[str, ...]:
+    """Real English sentences: this repository's README and docs, markup stripped, 4 words or more."""
+    root = HERE.parents[1]
+    files = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    sentences = []
+    for f in files:
+        if not f.exists():
+            continue
+        text = re.sub(r"`+|\*+|\|+|#+|-{3,}|\[|\]\([^)]*\)", " ", f.read_text(encoding="utf-8"))
+        for s in re.split(r"(?<=[.!?])\s+|\n\s*\n", text):
+            s = " ".join(s.split())
+            if len(s.split()) >= 4:
+                sentences.append(s)
+    return tuple(sentences)
+
+
+def _text_bodies(vocab_path: str, count: int, length: int, rng: np.random.Generator) -> list[list[int]]:
+    """``count`` token bodies of real text: consecutive sentences from a random place, up to ``length`` ids."""
+    vocab = load_vocab(vocab_path)
+    sentences = text_sentences()
+    bodies = []
+    for _ in range(count):
+        target = int(rng.integers(max(1, length // 8), length + 1))
+        k, body = int(rng.integers(len(sentences))), []
+        while len(body) < target:
+            body += wordpiece(sentences[k % len(sentences)], vocab)
+            k += 1
+        bodies.append(body[:target])
+    return bodies
+
+
 def token_arrays(
     data: Mapping[str, Any], inputs: Sequence[Mapping[str, Any]], count: int, seed: int
 ) -> dict[str, np.ndarray]:
@@ -211,10 +298,16 @@ def token_arrays(
     length = int(inputs[0]["shape"][-1])
     ids = np.zeros((count, length), np.int64)
     mask = np.zeros((count, length), np.int64)
+    texts = _text_bodies(data["vocab"], count, length - 2, rng) if data.get("vocab") else None
     for i in range(count):
-        n = int(rng.integers(max(3, length // 4), length + 1))
-        low = 1000 if vocab > 2000 else 103 if vocab > 206 else 1  # BERT vocabularies: words start at 1000
-        body = low + (rng.zipf(1.3, n - 2) - 1) % (vocab - low)  # word-frequency-like ids
+        if texts is not None:
+            body = np.asarray(texts[i], np.int64)
+            n = len(body) + 2
+        else:
+            n = int(rng.integers(max(3, length // 4), length + 1))
+            # BERT vocabularies: words start at 1000
+            low = 1000 if vocab > 2000 else 103 if vocab > 206 else 1
+            body = low + (rng.zipf(1.3, n - 2) - 1) % (vocab - low)  # word-frequency-like ids
         ids[i, :n] = np.concatenate([[min(101, vocab - 1)], body, [min(102, vocab - 1)]])
         mask[i, :n] = 1
     out = {}
