@@ -30,7 +30,7 @@ import onnx_ir as ir
 from edgekit.core import isolated
 from edgekit.core.errors import TargetError
 from edgekit.core.model import qdq_precision
-from edgekit.core.runtime import pad_before_dequantize, preflight_ir
+from edgekit.core.runtime import for_openvino, preflight_ir
 from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, write_bundle
 from edgekit.targets.base import (
     PackageOptions,
@@ -176,8 +176,8 @@ class IntelVpuTarget(Target):
             )
             compiled = _compile_cpu(core, converted.ov_model)
             if quantized:
-                padded = pad_before_dequantize(proto)  # what _convert converted
-                report["int8"] = _check_int8(padded, converted.source, converted.ov_model, compiled)
+                rewritten = for_openvino(proto)  # what _convert converted
+                report["int8"] = _check_int8(rewritten, converted.source, converted.ov_model, compiled)
             if weight_only:
                 report["compressed_weights"] = _check_compressed(weight_only, converted.ov_model, compiled)
             kinds = output_kinds(model)
@@ -424,9 +424,10 @@ def _check_compressed(precision: str, ov_model: Any, compiled: Any) -> dict[str,
 
 
 def _write_onnx(model: ir.Model | onnx.ModelProto, folder: Path) -> Path:
+    """``model`` as OpenVINO gets it (:func:`edgekit.core.runtime.for_openvino`: the same values) in a file."""
     proto = model if isinstance(model, onnx.ModelProto) else ir.to_proto(model)
     path = folder / "source.onnx"
-    path.write_bytes(proto.SerializeToString())
+    path.write_bytes(for_openvino(proto).SerializeToString())
     return path
 
 
@@ -441,10 +442,11 @@ def _convert(proto: onnx.ModelProto, folder: Path, compress: bool) -> _Converted
 
     An AveragePool counting its padding pads the integer tensor with its zero point first
     (:func:`edgekit.core.runtime.pad_before_dequantize`): OpenVINO pads the dequantized tensor with the integer 0, which
-    put the border values of a uint8 pool 56 steps off (``tests/targets/test_openvino_target.py``).
+    put the border values of a uint8 pool 56 steps off (``tests/targets/test_openvino_target.py``). An identity
+    Q/DQ pair on a Concat's output goes (:func:`edgekit.core.runtime.drop_concat_identity_qdq`: OpenVINO crashed).
     """
     ov = _ov()
-    path = _write_onnx(pad_before_dequantize(proto), folder)
+    path = _write_onnx(proto, folder)
     try:
         ov_model = ov.Core().read_model(str(path))
     except Exception as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 from edgekit.core.errors import UnsupportedOpError
@@ -37,3 +38,16 @@ def sleep_long() -> None:
 
 def pid() -> int:
     return os.getpid()
+
+
+def package_intel_vpu(model: bytes, out_dir: str) -> str:
+    """The intel-vpu bundle of a serialized ONNX model (tests/targets/test_openvino_target.py)."""
+    import onnx
+    from edgekit.core.model import load_proto
+    from edgekit.targets.base import PackageOptions, get_target
+
+    return str(
+        get_target("intel-vpu").package(
+            load_proto(onnx.load_from_string(model)), Path(out_dir), PackageOptions()
+        )
+    )
