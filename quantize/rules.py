@@ -263,7 +263,14 @@ TFLITE_KERNELS: dict[str, Kernel] = {
     "RELU": Kernel("activations.cc", checks="own scales (ReluPrepare requantizes)", int16=_ZP0),
     "RELU6": Kernel("activations.cc", checks="own scales (ReluPrepare requantizes)"),
     "RELU_N1_TO_1": Kernel("activations.cc", checks="own scales (ReluPrepare requantizes)"),
-    "LEAKY_RELU": Kernel("activations.cc", checks="own scales (LeakyReluPrepare)", int16=_ZP0),
+    "LEAKY_RELU": Kernel(
+        "activations.cc",
+        checks="own scales (LeakyReluPrepare)",
+        int16=_ZP0,
+        # XNNPACK multiplies by alpha and by the scale ratio with 8 fraction bits, the builtin kernel rounds
+        # negative values down: a few of the 256 levels one step off the QDQ model's; the table is exact.
+        table="LeakyRelu",
+    ),
     "PRELU": Kernel("activations.cc", checks="own scales (PreluPrepare)"),
     "GELU": Kernel("gelu.cc", checks="own scales (lookup table)"),
 }

@@ -11,7 +11,13 @@ from edgekit.core.runtime import HostRunner
 from onnx import TensorProto, helper, numpy_helper
 from ort_reference import run_node_by_node as exact
 
-OPS = [("HardSwish", {}), ("HardSigmoid", {"alpha": 1 / 6}), ("HardSigmoid", {})]
+OPS = [
+    ("HardSwish", {}),
+    ("HardSigmoid", {"alpha": 1 / 6}),
+    ("HardSigmoid", {}),
+    ("LeakyRelu", {"alpha": 0.1}),
+    ("LeakyRelu", {}),
+]
 
 
 def qdq_op(

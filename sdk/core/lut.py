@@ -3,9 +3,11 @@
 ``QuantizeLinear(op(DequantizeLinear(q)))`` of a one-input element-wise op depends on the 256 values of ``q`` only,
 so a table of 256 entries computes it exactly, whatever the scales. Two places use the same tables (one rule):
 
-- the TFLite converter writes HardSwish on int8 as CAST -> ADD -> GATHER of its table
+- the TFLite converter writes HardSwish and LeakyRelu on int8 as CAST -> ADD -> GATHER of their tables
   (``targets/tflite/quantized.py``): TFLite's HARD_SWISH kernel approximates in 16-bit fixed point and rounded
-  0.3 % of a MobileNetV3's values one step off the QDQ model's;
+  0.3 % of a MobileNetV3's values one step off the QDQ model's; LEAKY_RELU's (XNNPACK's 8-bit fraction multipliers,
+  the builtin kernel's rounding of negative values) put 28 of the 256 levels at RetinaFace's first LeakyRelu's scales
+  one step off (``tests/tflite/test_int8_leaky_relu.py``);
 - the host runner's exact QDQ semantics (``edgekit.core.runtime.HostRunner``) runs these ops as ``Gather`` of their
   table: OpenVINO rewrites HardSigmoid / HardSwish into its own float formulas, which round differently.
 
@@ -31,6 +33,7 @@ def _hard_sigmoid(x: np.ndarray, alpha: float, beta: float) -> np.ndarray:
 FUNCTIONS: dict[str, Callable[[np.ndarray, Mapping[str, Any]], np.ndarray]] = {
     "HardSwish": lambda x, a: x * _hard_sigmoid(x, 1 / 6, 0.5),
     "HardSigmoid": lambda x, a: _hard_sigmoid(x, float(a.get("alpha", 0.2)), float(a.get("beta", 0.5))),
+    "LeakyRelu": lambda x, a: np.where(x >= 0, x, x * np.float32(a.get("alpha", 0.01))),
 }
 
 

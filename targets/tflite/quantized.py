@@ -452,7 +452,7 @@ def _tabulated(graph: Graph) -> None:
             continue
         values = lut.table(
             _TABULATED[op.code],
-            {},
+            _table_attributes(op),
             float(x.quant.scale[0]),
             int(x.quant.zero_point[0]),
             np.int8,
@@ -474,6 +474,12 @@ def _tabulated(graph: Graph) -> None:
             Op("GATHER", [table, index], [qout], gather, op.origin),
         ]
         graph.ops.remove(users[0])
+
+
+def _table_attributes(op: Op) -> dict[str, float]:
+    """The ONNX attributes of a tabulated op's function, from its TFLite options (LEAKY_RELU: alpha)."""
+    alpha = getattr(op.options, "alpha", None)
+    return {} if alpha is None else {"alpha": float(np.float32(alpha))}
 
 
 def _sink_dequantize(graph: Graph) -> None:

@@ -48,6 +48,6 @@ def test_the_pass_reads_the_table() -> None:
     assert {"AVERAGE_POOL_2D"} == quantized._AVERAGING and quantized._SAME_SCALE >= quantized._AVERAGING
     assert (
         quantized._TABULATED
-        == {"HARD_SWISH": "HardSwish"}
+        == {"HARD_SWISH": "HardSwish", "LEAKY_RELU": "LeakyRelu"}
         == {c: k.table for c, k in kernels.items() if k.table}
     )
