@@ -244,14 +244,29 @@ def _activation_dtype_problems(model: ir.Model) -> list[Problem]:
 
 
 def _openvino_problems(model: ir.Model, path: Path) -> list[Problem]:
-    """Ops OpenVINO's ONNX frontend cannot convert, ops the CPU plugin cannot run, dynamic outputs."""
+    """Ops OpenVINO's ONNX frontend cannot convert, ops the CPU plugin cannot run, dynamic outputs.
+
+    In a child process (:mod:`edgekit.core.isolated`): ``query_model`` runs the CPU plugin's transformations, which
+    can crash on a model (a SIGSEGV on RetinaFace's QDQ SSH modules, before
+    :func:`edgekit.core.runtime.drop_concat_identity_qdq`); that must be an error line, not the end of the CLI.
+    """
+    return isolated.call(
+        _frontend_problems,
+        str(path),
+        _onnx_node_names(model),
+        what="intel-vpu: OpenVINO",
+        doing="checking which ops its CPU plugin runs (query_model)",
+    )
+
+
+def _frontend_problems(path: str, names: Mapping[str, str]) -> list[Problem]:
+    """(Run in a child.) :func:`_openvino_problems` of the ONNX file ``path``; ``names``: friendly -> node names."""
     frontend = _ov().frontend.FrontEndManager().load_by_framework("onnx")
     try:
         input_model = frontend.load(str(path))  # must outlive the partial model's framework nodes
         partial = frontend.convert_partially(input_model)
     except Exception as exc:
         return [Problem("error", None, None, f"OpenVINO cannot read the model: {_first_line(exc)}")]
-    names = _onnx_node_names(model)
     problems = []
     for op in partial.get_ordered_ops():
         if "FrameworkNode" not in op.get_type_name():

@@ -51,3 +51,19 @@ def package_intel_vpu(model: bytes, out_dir: str) -> str:
             load_proto(onnx.load_from_string(model)), Path(out_dir), PackageOptions()
         )
     )
+
+
+def intel_vpu_check_as_written(model: bytes) -> str:
+    """The intel-vpu target's check of a serialized ONNX model handed to OpenVINO as written (without
+    ``for_openvino``'s rewrites): the typed error's message, or what the check returned."""
+    import onnx
+    from edgekit.core.errors import EdgekitError
+    from edgekit.core.model import load_proto
+    from edgekit.targets import openvino_ir
+    from edgekit.targets.base import get_target
+
+    openvino_ir.for_openvino = lambda proto: proto
+    try:
+        return f"no error: {get_target('intel-vpu').check(load_proto(onnx.load_from_string(model)))}"
+    except EdgekitError as exc:
+        return str(exc)

@@ -476,3 +476,21 @@ def test_int8_ir_of_a_concat_followed_by_a_requantization(tmp_path: Path) -> Non
         np.testing.assert_allclose(got, ref, atol=1e-4)
     v = read_bundle(Path(out)).manifest.verification
     assert v["precision"] == "int8" and v["passed"] is True
+
+
+def test_an_openvino_crash_while_checking_is_a_typed_error() -> None:
+    """The check runs OpenVINO's query_model in a child: on the model OpenVINO crashes on (the Concat pattern,
+    handed over as written) the CLI gets a TargetError naming the step, not a SIGSEGV of its own process."""
+    import isolated_fns
+    from edgekit.core import isolated
+    from test_runtime import concat_then_requantize
+
+    message = isolated.call(
+        isolated_fns.intel_vpu_check_as_written,
+        concat_then_requantize().SerializeToString(),
+        what="test",
+        doing="checking",
+    )
+    assert message.startswith("intel-vpu: OpenVINO aborted (SIGSEGV) while checking which ops"), (
+        f"{message}: if OpenVINO no longer crashes here, drop_concat_identity_qdq may go"
+    )
