@@ -330,7 +330,8 @@ def _trained_like(model: nn.Module) -> None:
     chaos (the QDQ model at cosine 0.48 to fp32 after the backbone; onnxruntime and the exact host runner running
     the same QDQ file at 0.87 on the box regressions). Trained depthwise filters have a smoothing component:
     here ``(1 + sqrt(3) U(-1, 1)) / 9`` (its mean equal to its random part's spread). Trained BatchNorm shifts keep
-    most units active: here ``beta = 0.5``. The QDQ model is then at cosine 0.9987 to fp32 on the boxes.
+    most units active: here ``beta = 0.5``. The QDQ model is then at cosine 0.995 to fp32 on the boxes (reduced
+    size, 32 calibration photos) and the int8 TFLite at 0.9996 to its QDQ model.
     """
     with torch.no_grad():
         for m in model.modules():
