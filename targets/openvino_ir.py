@@ -30,7 +30,7 @@ import onnx_ir as ir
 from edgekit.core import isolated
 from edgekit.core.errors import TargetError
 from edgekit.core.model import qdq_precision
-from edgekit.core.runtime import pad_before_dequantize, preflight_ir
+from edgekit.core.runtime import for_openvino, preflight_ir
 from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, write_bundle
 from edgekit.targets.base import (
     PackageOptions,
@@ -176,8 +176,8 @@ class IntelVpuTarget(Target):
             )
             compiled = _compile_cpu(core, converted.ov_model)
             if quantized:
-                padded = pad_before_dequantize(proto)  # what _convert converted
-                report["int8"] = _check_int8(padded, converted.source, converted.ov_model, compiled)
+                rewritten = for_openvino(proto)  # what _convert converted
+                report["int8"] = _check_int8(rewritten, converted.source, converted.ov_model, compiled)
             if weight_only:
                 report["compressed_weights"] = _check_compressed(weight_only, converted.ov_model, compiled)
             kinds = output_kinds(model)
@@ -244,14 +244,29 @@ def _activation_dtype_problems(model: ir.Model) -> list[Problem]:
 
 
 def _openvino_problems(model: ir.Model, path: Path) -> list[Problem]:
-    """Ops OpenVINO's ONNX frontend cannot convert, ops the CPU plugin cannot run, dynamic outputs."""
+    """Ops OpenVINO's ONNX frontend cannot convert, ops the CPU plugin cannot run, dynamic outputs.
+
+    In a child process (:mod:`edgekit.core.isolated`): ``query_model`` runs the CPU plugin's transformations, which
+    can crash on a model (a SIGSEGV on RetinaFace's QDQ SSH modules, before
+    :func:`edgekit.core.runtime.drop_concat_identity_qdq`); that must be an error line, not the end of the CLI.
+    """
+    return isolated.call(
+        _frontend_problems,
+        str(path),
+        _onnx_node_names(model),
+        what="intel-vpu: OpenVINO",
+        doing="checking which ops its CPU plugin runs (query_model)",
+    )
+
+
+def _frontend_problems(path: str, names: Mapping[str, str]) -> list[Problem]:
+    """(Run in a child.) :func:`_openvino_problems` of the ONNX file ``path``; ``names``: friendly -> node names."""
     frontend = _ov().frontend.FrontEndManager().load_by_framework("onnx")
     try:
         input_model = frontend.load(str(path))  # must outlive the partial model's framework nodes
         partial = frontend.convert_partially(input_model)
     except Exception as exc:
         return [Problem("error", None, None, f"OpenVINO cannot read the model: {_first_line(exc)}")]
-    names = _onnx_node_names(model)
     problems = []
     for op in partial.get_ordered_ops():
         if "FrameworkNode" not in op.get_type_name():
@@ -424,9 +439,10 @@ def _check_compressed(precision: str, ov_model: Any, compiled: Any) -> dict[str,
 
 
 def _write_onnx(model: ir.Model | onnx.ModelProto, folder: Path) -> Path:
+    """``model`` as OpenVINO gets it (:func:`edgekit.core.runtime.for_openvino`: the same values) in a file."""
     proto = model if isinstance(model, onnx.ModelProto) else ir.to_proto(model)
     path = folder / "source.onnx"
-    path.write_bytes(proto.SerializeToString())
+    path.write_bytes(for_openvino(proto).SerializeToString())
     return path
 
 
@@ -441,10 +457,11 @@ def _convert(proto: onnx.ModelProto, folder: Path, compress: bool) -> _Converted
 
     An AveragePool counting its padding pads the integer tensor with its zero point first
     (:func:`edgekit.core.runtime.pad_before_dequantize`): OpenVINO pads the dequantized tensor with the integer 0, which
-    put the border values of a uint8 pool 56 steps off (``tests/targets/test_openvino_target.py``).
+    put the border values of a uint8 pool 56 steps off (``tests/targets/test_openvino_target.py``). An identity
+    Q/DQ pair on a Concat's output goes (:func:`edgekit.core.runtime.drop_concat_identity_qdq`: OpenVINO crashed).
     """
     ov = _ov()
-    path = _write_onnx(pad_before_dequantize(proto), folder)
+    path = _write_onnx(proto, folder)
     try:
         ov_model = ov.Core().read_model(str(path))
     except Exception as exc:

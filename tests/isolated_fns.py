@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 from edgekit.core.errors import UnsupportedOpError
@@ -45,3 +46,32 @@ def host_runner_outputs(proto: bytes, inputs: dict[str, np.ndarray]) -> dict[str
     from edgekit.core.runtime import HostRunner
 
     return {k: np.asarray(v) for k, v in HostRunner(onnx.load_model_from_string(proto)).run(inputs).items()}
+
+
+def package_intel_vpu(model: bytes, out_dir: str) -> str:
+    """The intel-vpu bundle of a serialized ONNX model (tests/targets/test_openvino_target.py)."""
+    import onnx
+    from edgekit.core.model import load_proto
+    from edgekit.targets.base import PackageOptions, get_target
+
+    return str(
+        get_target("intel-vpu").package(
+            load_proto(onnx.load_from_string(model)), Path(out_dir), PackageOptions()
+        )
+    )
+
+
+def intel_vpu_check_as_written(model: bytes) -> str:
+    """The intel-vpu target's check of a serialized ONNX model handed to OpenVINO as written (without
+    ``for_openvino``'s rewrites): the typed error's message, or what the check returned."""
+    import onnx
+    from edgekit.core.errors import EdgekitError
+    from edgekit.core.model import load_proto
+    from edgekit.targets import openvino_ir
+    from edgekit.targets.base import get_target
+
+    openvino_ir.for_openvino = lambda proto: proto
+    try:
+        return f"no error: {get_target('intel-vpu').check(load_proto(onnx.load_from_string(model)))}"
+    except EdgekitError as exc:
+        return str(exc)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from edgekit.core.runtime import HostRunner, fold_constant_dequantize
+from edgekit.core.runtime import HostRunner, drop_concat_identity_qdq, fold_constant_dequantize
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from ort_reference import run_node_by_node as exact
@@ -226,3 +226,100 @@ def test_input_quantization_rounds_as_onnx_defines_it_on_half_step_inputs() -> N
     got = HostRunner(model).run({"x": x})["y"]
     steps = np.abs(got - expected) / (2 / 255)
     assert steps.max() < 1e-3, f"{int((steps > 0.5).sum())} of {steps.size} inputs a step off"
+
+
+def concat_then_requantize() -> onnx.ModelProto:
+    """RetinaFace's SSH tail in QDQ (uint8, as the quantizer writes it): three branches quantized with the Concat's
+    scale and zero point 129, Concat, its Q/DQ pair, Relu, a Q/DQ with zero point 0, a quantized 1x1 Conv.
+
+    OpenVINO 2026.4's CPU plugin dies (SIGSEGV) compiling this as it is."""
+    rng = np.random.default_rng(3)
+    channels = (16, 8, 8)
+    inits = [
+        numpy_helper.from_array(np.array(0.0669, np.float32), "c_scale"),
+        numpy_helper.from_array(np.array(129, np.uint8), "c_zp"),
+        numpy_helper.from_array(np.array(0.033, np.float32), "r_scale"),
+        numpy_helper.from_array(np.array(0, np.uint8), "r_zp"),
+        numpy_helper.from_array(rng.integers(-127, 128, (4, sum(channels), 1, 1)).astype(np.int8), "w_q"),
+        numpy_helper.from_array(np.array(0.01, np.float32), "w_scale"),
+        numpy_helper.from_array(np.array(0, np.int8), "w_zp"),
+        numpy_helper.from_array(np.array(0.25, np.float32), "y_scale"),
+        numpy_helper.from_array(np.array(128, np.uint8), "y_zp"),
+    ]
+    nodes, dequantized = [], []
+    for i in range(3):
+        nodes += [
+            helper.make_node("QuantizeLinear", [f"x{i}", "c_scale", "c_zp"], [f"x{i}_q"]),
+            helper.make_node("DequantizeLinear", [f"x{i}_q", "c_scale", "c_zp"], [f"x{i}_d"]),
+        ]
+        dequantized.append(f"x{i}_d")
+    nodes += [
+        helper.make_node("Concat", dequantized, ["c"], axis=1),
+        helper.make_node("QuantizeLinear", ["c", "c_scale", "c_zp"], ["c_q"]),
+        helper.make_node("DequantizeLinear", ["c_q", "c_scale", "c_zp"], ["c_d"]),
+        helper.make_node("Relu", ["c_d"], ["r"]),
+        helper.make_node("QuantizeLinear", ["r", "r_scale", "r_zp"], ["r_q"]),
+        helper.make_node("DequantizeLinear", ["r_q", "r_scale", "r_zp"], ["r_d"]),
+        helper.make_node("DequantizeLinear", ["w_q", "w_scale", "w_zp"], ["w"]),
+        helper.make_node("Conv", ["r_d", "w"], ["conv"]),
+        helper.make_node("QuantizeLinear", ["conv", "y_scale", "y_zp"], ["y_q"]),
+        helper.make_node("DequantizeLinear", ["y_q", "y_scale", "y_zp"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "concat_requantize",
+        [
+            helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, [1, c, 4, 4])
+            for i, c in enumerate(channels)
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 4, 4])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _concat_feeds(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {f"x{i}": rng.normal(0, 3, (1, c, 4, 4)).astype(np.float32) for i, c in enumerate((16, 8, 8))}
+
+
+def test_identity_qdq_after_a_concat_is_dropped_with_the_same_values() -> None:
+    model = concat_then_requantize()
+    dropped = drop_concat_identity_qdq(model)
+    ops = [n.op_type for n in dropped.graph.node]
+    assert ops.count("QuantizeLinear") == 5 and "c_q" not in {n.output[0] for n in dropped.graph.node}
+    for seed in range(5):
+        feeds = _concat_feeds(seed)
+        np.testing.assert_array_equal(exact(dropped, feeds)[0], exact(model, feeds)[0])
+    # A pair whose scale differs from an input's is a real requantization: it stays.
+    other = onnx.ModelProto()
+    other.CopyFrom(model)
+    other.graph.node[0].input[1] = "r_scale"
+    other.graph.node[1].input[1] = "r_scale"
+    assert drop_concat_identity_qdq(other) is other
+    # An output a caller asks for stays too.
+    assert drop_concat_identity_qdq(model, keep=["c_d"]) is model
+
+
+def test_host_runner_runs_a_concat_followed_by_a_requantization() -> None:
+    """OpenVINO crashed (SIGSEGV) compiling the model as written; the host runner drops the identity pair. In a
+    child process, so that a regression is a failed test rather than the end of pytest."""
+    from edgekit.core import isolated
+    from edgekit.core.errors import ModelError
+    from edgekit.core.litert_run import host_outputs
+
+    model = concat_then_requantize()
+    samples = [_concat_feeds(seed) for seed in range(3)]
+    got = isolated.call(
+        host_outputs,
+        model.SerializeToString(),
+        samples,
+        ["y"],
+        what="OpenVINO",
+        doing="running the QDQ model on the host",
+        error=ModelError,
+    )
+    for sample, out in zip(samples, got, strict=True):
+        np.testing.assert_allclose(out["y"], exact(model, sample)[0], atol=1e-5)

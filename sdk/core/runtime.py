@@ -183,6 +183,87 @@ def pad_before_dequantize(proto: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
+def drop_concat_identity_qdq(proto: onnx.ModelProto, keep: Iterable[str] = ()) -> onnx.ModelProto:
+    """A copy of ``proto`` without the QuantizeLinear/DequantizeLinear pair on the output of a Concat whose every
+    input is a DequantizeLinear with the same (per-tensor) scale and zero point as the pair: the pair is then an
+    identity (each value is already on that grid), so the model computes exactly the same.
+
+    OpenVINO 2026.4's CPU plugin crashes (SIGSEGV in ``compile_model`` and ``query_model``) on a Concat whose
+    output FakeQuantize feeds a second FakeQuantize of another range, e.g. Concat -> Q/DQ (zero point 129) -> Relu
+    -> Q/DQ (zero point 0): RetinaFace's SSH modules end that way (``tests/test_runtime.py``). The quantizer gives
+    a Concat's inputs its output's scale, so on such models the pair is that identity. ``proto`` itself when there
+    is nothing to drop. A pair whose tensors are graph outputs or in ``keep`` (outputs a caller will ask for) stays.
+    """
+    inits = {t.name: t for t in proto.graph.initializer}
+    producers = {name: n for n in proto.graph.node for name in n.output}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for n in proto.graph.node:
+        for name in n.input:
+            readers.setdefault(name, []).append(n)
+    outputs = {o.name for o in proto.graph.output} | set(keep)
+
+    def params(node: onnx.NodeProto) -> tuple[str, bytes, int, bytes] | None:
+        """(scale dtype/bytes, zero point dtype/bytes) of a per-tensor Q or DQ with constant parameters."""
+        if len(node.input) < 3 or any(
+            a.name in ("axis", "block_size", "output_dtype") for a in node.attribute
+        ):
+            return None
+        scale, zero = inits.get(node.input[1]), inits.get(node.input[2])
+        if scale is None or zero is None or int(np.prod(scale.dims)) != 1 or int(np.prod(zero.dims)) != 1:
+            return None
+        s, z = onnx.numpy_helper.to_array(scale), onnx.numpy_helper.to_array(zero)
+        return s.dtype.str, s.tobytes(), zero.data_type, z.tobytes()
+
+    dropped: dict[str, str] = {}  # the pair's DequantizeLinear output -> the Concat's output
+    pairs: set[int] = set()
+    for n in proto.graph.node:
+        if n.op_type != "Concat" or n.domain not in ("", "ai.onnx") or n.output[0] in outputs:
+            continue
+        users = readers.get(n.output[0], [])
+        if len(users) != 1 or users[0].op_type != "QuantizeLinear":
+            continue
+        q = users[0]
+        dqs = readers.get(q.output[0], [])
+        if len(dqs) != 1 or dqs[0].op_type != "DequantizeLinear" or dqs[0].output[0] in outputs:
+            continue
+        own = params(q)
+        if own is None or params(dqs[0]) != own or q.output[0] in outputs:
+            continue
+        sources = [producers.get(name) for name in n.input]
+        if all(s is not None and s.op_type == "DequantizeLinear" and params(s) == own for s in sources):
+            dropped[dqs[0].output[0]] = n.output[0]
+            pairs |= {id(q), id(dqs[0])}
+    if not dropped:
+        return proto
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    del out.graph.node[:]
+    for n in proto.graph.node:
+        if id(n) in pairs:
+            continue
+        copy = onnx.NodeProto()
+        copy.CopyFrom(n)
+        for i, name in enumerate(copy.input):
+            copy.input[i] = dropped.get(name, name)
+        out.graph.node.append(copy)
+    read = {name for n in out.graph.node for name in n.input}
+    if not any(
+        a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+        for n in out.graph.node
+        for a in n.attribute
+    ):
+        kept = [t for t in proto.graph.initializer if t.name in read or t.name in outputs]
+        del out.graph.initializer[:]
+        out.graph.initializer.extend(kept)
+    return out
+
+
+def for_openvino(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """``proto`` as edgekit hands QDQ models to OpenVINO: :func:`pad_before_dequantize` and
+    :func:`drop_concat_identity_qdq` (the same values, around two OpenVINO 2026.4 problems)."""
+    return drop_concat_identity_qdq(pad_before_dequantize(proto))
+
+
 def tabulate_elementwise(proto: onnx.ModelProto, keep: Iterable[str] = ()) -> onnx.ModelProto:
     """A copy of ``proto`` where each DequantizeLinear -> element-wise op -> QuantizeLinear (per tensor, 8-bit
     activations; the ops of :data:`edgekit.core.lut.FUNCTIONS`) is a ``Gather`` of the op's table, indexed by
@@ -422,6 +503,7 @@ class HostRunner:
 
             model = ir.to_proto(model)
         proto = model
+        proto = drop_concat_identity_qdq(proto, keep=extra_outputs)
         if exact_qdq:
             proto = exact_input_quantize(
                 tabulate_elementwise(fold_constant_dequantize(proto), keep=extra_outputs)

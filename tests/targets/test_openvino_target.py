@@ -450,3 +450,47 @@ def test_int8_ir_pads_an_average_pool_with_the_zero_point(tmp_path: Path) -> Non
         ref = ort_run(model, x)
         got = compiled({"x": x})[compiled.output(0)]
         assert np.abs(got - ref).max() <= 0.02 * 1.001, np.abs(got - ref).max() / 0.02
+
+
+def test_int8_ir_of_a_concat_followed_by_a_requantization(tmp_path: Path) -> None:
+    """RetinaFace's SSH tail (Concat -> Q/DQ -> Relu -> Q/DQ of another range): OpenVINO crashed (SIGSEGV) reading
+    and compiling it until the identity Q/DQ pair after the Concat was dropped. Packaged in a child process so
+    that a regression fails this test instead of ending pytest; the IR must give the QDQ model's values."""
+    import isolated_fns
+    from edgekit.core import isolated
+    from test_runtime import _concat_feeds, concat_then_requantize
+
+    model = concat_then_requantize()
+    out = isolated.call(
+        isolated_fns.package_intel_vpu,
+        model.SerializeToString(),
+        str(tmp_path / "bundle"),
+        what="intel-vpu",
+        doing="packaging",
+    )
+    compiled = ov_compile(Path(out))
+    for seed in range(3):
+        feeds = _concat_feeds(seed)
+        ref = node_by_node(model).run(None, feeds)[0]
+        got = compiled(feeds)[compiled.output(0)]
+        np.testing.assert_allclose(got, ref, atol=1e-4)
+    v = read_bundle(Path(out)).manifest.verification
+    assert v["precision"] == "int8" and v["passed"] is True
+
+
+def test_an_openvino_crash_while_checking_is_a_typed_error() -> None:
+    """The check runs OpenVINO's query_model in a child: on the model OpenVINO crashes on (the Concat pattern,
+    handed over as written) the CLI gets a TargetError naming the step, not a SIGSEGV of its own process."""
+    import isolated_fns
+    from edgekit.core import isolated
+    from test_runtime import concat_then_requantize
+
+    message = isolated.call(
+        isolated_fns.intel_vpu_check_as_written,
+        concat_then_requantize().SerializeToString(),
+        what="test",
+        doing="checking",
+    )
+    assert message.startswith("intel-vpu: OpenVINO aborted (SIGSEGV) while checking which ops"), (
+        f"{message}: if OpenVINO no longer crashes here, drop_concat_identity_qdq may go"
+    )
