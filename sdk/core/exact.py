@@ -93,15 +93,20 @@ def quantize(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, ax
     return np.clip(np.round(np.asarray(x, np.float64) / s) + z, lo, hi).astype(dtype)
 
 
+def _split_pads(totals: Sequence[int], upper: bool) -> list[int]:
+    """ONNX pads (all begins, then all ends) splitting each axis' total padding: the larger half at the end when
+    ``upper`` (SAME_UPPER), else at the start."""
+    small = [t // 2 for t in totals]
+    big = [t - t // 2 for t in totals]
+    return (small + big) if upper else (big + small)
+
+
 def _same_pads(in_sizes, kernel, strides, dilations, upper: bool) -> list[int]:
-    begin, end = [], []
-    for size, k, s, d in zip(in_sizes, kernel, strides, dilations, strict=True):
-        out = -(-size // s)
-        total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
-        small, big = total // 2, total - total // 2
-        begin.append(small if upper else big)
-        end.append(big if upper else small)
-    return begin + end
+    totals = [
+        max(0, (-(-size // s) - 1) * s + (k - 1) * d + 1 - size)
+        for size, k, s, d in zip(in_sizes, kernel, strides, dilations, strict=True)
+    ]
+    return _split_pads(totals, upper)
 
 
 def conv(
@@ -172,19 +177,11 @@ def conv_transpose(
         strides[i] * (sizes[i] - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1
         for i in range(nd)
     ]
-    if output_shape is not None:
+    if output_shape is not None:  # the spec: the larger half at the start unless SAME_UPPER
         wanted = list(output_shape)[-nd:]
-        totals = [full[i] - wanted[i] for i in range(nd)]
-        upper = auto_pad == "SAME_UPPER"  # the spec: otherwise the larger half at the start
-        pads = [t // 2 if upper else t - t // 2 for t in totals] + [
-            t - t // 2 if upper else t // 2 for t in totals
-        ]
+        pads = _split_pads([full[k] - wanted[k] for k in range(nd)], auto_pad == "SAME_UPPER")
     elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        totals = [full[i] - sizes[i] * strides[i] for i in range(nd)]
-        upper = auto_pad == "SAME_UPPER"
-        pads = [t // 2 if upper else t - t // 2 for t in totals] + [
-            t - t // 2 if upper else t // 2 for t in totals
-        ]
+        pads = _split_pads([full[k] - sizes[k] * strides[k] for k in range(nd)], auto_pad == "SAME_UPPER")
     pads = list(pads or [0] * (2 * nd))
     n, c = x.shape[:2]
     g = group
