@@ -19,6 +19,7 @@ import pytest
 from edgekit import QuantizeOptions, quantize_model
 from edgekit.core.exact import ExactRunner
 from edgekit.core.runtime import HostRunner
+from ort_reference import node_by_node as ort_node_by_node
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
@@ -37,19 +38,29 @@ def cpu_without_vnni() -> str | None:
 
 
 def top1_on_runtimes(path: Path, samples: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    exact, default = (
-        ExactRunner(onnx.load(path)),
-        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]),
-    )
-    openvino = HostRunner(
-        onnx.load(path), exact_qdq=False
-    )  # the QDQ file as given, on OpenVINO's int8 kernels
+    """Top-1 of onnxruntime's default session and of OpenVINO on the file as given, and of the QDQ model's exact
+    semantics (edgekit.core.exact, float64). The exact semantics (1.2 s a photo on SqueezeNet) are computed where
+    the runtimes and onnxruntime node by node do not all give the same class; where they do, that class is the
+    exact one (each float32 run is within ~1e-6 of the exact values)."""
+    proto = onnx.load(path)
+    node_by_node = ort_node_by_node(path)
+    default = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    openvino = HostRunner(proto, exact_qdq=False)  # the QDQ file as given, on OpenVINO's int8 kernels
     name = openvino.output_names[0]
+    exact: ExactRunner | None = None
     tops: dict[str, list[int]] = {"exact": [], "onnxruntime": [], "openvino": []}
     for feeds in samples:
-        tops["exact"].append(int(exact.run(feeds)[name].argmax()))
-        tops["onnxruntime"].append(int(default.run(None, feeds)[0].argmax()))
-        tops["openvino"].append(int(openvino.run(feeds)[name].argmax()))
+        runtimes = {
+            "onnxruntime": int(default.run(None, feeds)[0].argmax()),
+            "openvino": int(openvino.run(feeds)[name].argmax()),
+        }
+        top = int(node_by_node.run(None, feeds)[0].argmax())
+        if set(runtimes.values()) != {top}:
+            exact = exact or ExactRunner(proto)
+            top = int(exact.run(feeds)[name].argmax())
+        tops["exact"].append(top)
+        for k, v in runtimes.items():
+            tops[k].append(v)
     return {k: np.array(v) for k, v in tops.items()}
 
 
@@ -85,7 +96,6 @@ def test_default_qdq_of_the_digits_example_runs_right_on_both_runtimes(digits, t
 @pytest.mark.skipif(
     os.environ.get("EDGEKIT_SHARED") != "1", reason="needs ../shared; opt in with EDGEKIT_SHARED=1"
 )
-@pytest.mark.timeout(900)  # the exact semantics of 200 photos in float64 (numpy)
 def test_default_qdq_squeezenet_runs_right_on_both_runtimes(tmp_path: Path) -> None:
     """int8 activations ran at 51 % top-1 in OpenVINO (68 % exact) in issue 12; uint8 runs right."""
     from edgekit.core.data import ImagePreprocess, input_specs, open_dataset

@@ -28,7 +28,10 @@ from zoo import zoo_cases, zoo_data
 
 EXPECTED_PATH = Path(__file__).resolve().parent / "zoo" / "expected.json"
 EXPECTED: dict[str, dict[str, str]] = json.loads(EXPECTED_PATH.read_text())
-ENTRIES = zoo_data.entries()
+ALL_ENTRIES = zoo_data.entries()
+#: The models the suite runs: a manifest entry with ``"ci": false`` runs in benchmarks/zoo.py only (the suite's
+#: time budget), its file and expectations still checked here.
+ENTRIES = [e for e in ALL_ENTRIES if e.get("ci", True)]
 PARAMS = [(e["name"], case) for e in ENTRIES for case in zoo_cases.CASES]
 
 # The whole zoo runs in the first test's setup (3m40s of CPU: about 2 minutes on 2 quiet cores, 11 under load 12).
@@ -57,16 +60,17 @@ def zoo_results(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str
     results = zoo_cases.run_all(models, zoo_cases.CASES, work, workers=2, timeout=300)
     record = os.environ.get("EDGEKIT_ZOO_RECORD")
     if record:  # opt-in: write today's outcomes as the expectations table
-        table: dict[str, dict[str, str]] = {}
+        run = {e["name"] for e in ENTRIES}  # the rows of models the suite does not run stay as recorded
+        table: dict[str, dict[str, str]] = {n: v for n, v in EXPECTED.items() if n not in run}
         for r in results:
             table.setdefault(r.model, {})[r.case] = zoo_cases.verdict(r)
-        Path(record).write_text(json.dumps(table, indent=1) + "\n")
+        Path(record).write_text(json.dumps(dict(sorted(table.items())), indent=1) + "\n")
     return {(r.model, r.case): r for r in results}
 
 
 def test_manifest_describes_the_committed_models():
     assert {13, 17} <= {e["opset"] for e in ENTRIES}, "the zoo must be exported at opsets 13 and 17"
-    for entry in ENTRIES:
+    for entry in ALL_ENTRIES:
         assert entry["kind"] in ("classifier", "detector", "segmenter", "encoder", "sequence"), entry["name"]
         path = zoo_data.MODELS / entry["file"]
         model = onnx.load(str(path))
@@ -98,7 +102,7 @@ def test_manifest_describes_the_committed_models():
 
 def test_every_model_has_recorded_expectations():
     missing = [f"{n} / {c}" for n, c in PARAMS if c not in EXPECTED.get(n, {})]
-    unknown = [n for n in EXPECTED if n not in {e["name"] for e in ENTRIES}]
+    unknown = [n for n in EXPECTED if n not in {e["name"] for e in ALL_ENTRIES}]
     assert not unknown, f"expected.json lists models the manifest does not have: {unknown}"
     if missing:
         pytest.xfail(f"no recorded expectation (held to no crash only): {missing}")
