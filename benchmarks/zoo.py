@@ -224,6 +224,29 @@ def markdown(results: list[zoo_cases.CaseResult], cases: list[str]) -> str:
     return "\n".join(lines)
 
 
+def run_and_print(
+    models: list[zoo_cases.Model], cases: list[str], work: Path, workers: int, timeout: float
+) -> tuple[list[zoo_cases.CaseResult], float]:
+    """Run every model x case (a progress line per case on stderr), print the markdown table and the time;
+    (results, seconds)."""
+    started = time.perf_counter()
+    results = zoo_cases.run_all(
+        models,
+        cases,
+        work,
+        workers=workers,
+        timeout=timeout,
+        progress=lambda r: print(
+            f"  {r.model:24s} {r.case:15s} {r.outcome:6s} {r.seconds:6.1f}s {r.error or ''}"[:200],
+            file=sys.stderr,
+        ),
+    )
+    elapsed = time.perf_counter() - started
+    print(markdown(results, cases))
+    print(f"\n{len(results)} cases in {elapsed:.0f} s")
+    return results, elapsed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -262,22 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         models = zoo_models(manifest, data_dir, photos, args.calib, args.eval, only)
         if not args.no_shared and (shared / "models").is_dir():
             models += shared_models(shared, data_dir, args.calib, args.eval, only)
-        started = time.perf_counter()
         print(f"{len(models)} models x {len(cases)} cases, {args.workers} workers", file=sys.stderr)
-        results = zoo_cases.run_all(
-            models,
-            cases,
-            work,
-            workers=args.workers,
-            timeout=args.timeout,
-            progress=lambda r: print(
-                f"  {r.model:24s} {r.case:15s} {r.outcome:6s} {r.seconds:6.1f}s {r.error or ''}"[:200],
-                file=sys.stderr,
-            ),
-        )
-        elapsed = time.perf_counter() - started
-    print(markdown(results, cases))
-    print(f"\n{len(results)} cases in {elapsed:.0f} s")
+        results, elapsed = run_and_print(models, cases, work, args.workers, args.timeout)
     if args.json:
         args.json.write_text(
             json.dumps(

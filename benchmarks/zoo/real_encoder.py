@@ -28,7 +28,6 @@ import argparse
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -211,23 +210,9 @@ def main(argv: list[str] | None = None) -> int:
                     entry["extra_args"],
                 )
             )
-        started = time.perf_counter()
-        results = zoo_cases.run_all(
-            models,
-            cases,
-            work,
-            workers=args.workers,
-            timeout=args.timeout,
-            progress=lambda r: print(
-                f"  {r.model:16s} {r.case:15s} {r.outcome:6s} {r.seconds:6.1f}s {r.error or ''}"[:300],
-                file=sys.stderr,
-            ),
-        )
-        elapsed = time.perf_counter() - started
-    import zoo
+        import zoo
 
-    print(zoo.markdown(results, cases))
-    print(f"\n{len(results)} cases in {elapsed:.0f} s")
+        results, elapsed = zoo.run_and_print(models, cases, work, args.workers, args.timeout)
     if args.json:
         args.json.write_text(
             json.dumps({"cases": cases, "results": zoo_cases.result_json(results)}, indent=1, default=float)

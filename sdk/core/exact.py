@@ -26,12 +26,8 @@ from edgekit.core.errors import ModelError
 from onnx import TensorProto, numpy_helper
 
 _FLOATS = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE})
-_INTEGER_TYPES = {
-    np.dtype(np.int8): (-128, 127),
-    np.dtype(np.uint8): (0, 255),
-    np.dtype(np.int16): (-32768, 32767),
-    np.dtype(np.uint16): (0, 65535),
-}
+#: The integer types QuantizeLinear writes here (their ranges: ``np.iinfo``).
+_INTEGER_TYPES = frozenset(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16))
 
 
 def _widen_tensor(t: onnx.TensorProto) -> onnx.TensorProto:
@@ -87,7 +83,7 @@ def quantize(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, ax
     dtype = np.dtype(np.uint8) if zero_point is None else np.asarray(zero_point).dtype
     if dtype not in _INTEGER_TYPES:
         raise ModelError(f"QuantizeLinear to {dtype}: no exact float64 semantics here")
-    lo, hi = _INTEGER_TYPES[dtype]
+    lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
     s = _broadcast_axis(np.asarray(scale, np.float64), x.ndim, axis)
     z = 0.0 if zero_point is None else _broadcast_axis(np.asarray(zero_point, np.float64), x.ndim, axis)
     return np.clip(np.round(np.asarray(x, np.float64) / s) + z, lo, hi).astype(dtype)
