@@ -189,6 +189,10 @@ class AgentClient:
         self.chunk = int(_float(query, "chunk", 1 << 20 if isinstance(link, SocketLink) else 16 * 1024))
         self.window = max(1, min(4, int(_float(query, "window", 3 if isinstance(link, SocketLink) else 2))))
         self.requester = Requester(link, self.policy, DEFAULT_MAX_PAYLOAD)
+        # how the link's faults were recovered from, over every connection of this client
+        self._retransmitted = 0  # by requesters of earlier connections
+        self.gap_resumes = 0  # uploads continued from the agent's offset after a lost chunk
+        self.reconnects = 0
         self.info: dict[str, Any] = {}
         self.loaded: dict[str, Any] | None = None
         self.last_infer_wall = 0.0
@@ -241,8 +245,21 @@ class AgentClient:
         with contextlib.suppress(Exception):
             self.link.close()
         self.link, _ = open_link(self.url, self.timeout)
+        self._retransmitted += self.requester.retransmissions
         self.requester = Requester(self.link, self.policy, DEFAULT_MAX_PAYLOAD)
+        self.reconnects += 1
         self.hello()
+
+    @property
+    def recoveries(self) -> dict[str, int]:
+        """How this client recovered from link faults so far: frames sent again (no ack or answer in
+        time, or a NACK), uploads continued from the agent's offset after a lost chunk (``upload_gap``:
+        later chunks arrived first), reconnects."""
+        return {
+            "retransmissions": self._retransmitted + self.requester.retransmissions,
+            "gap_resumes": self.gap_resumes,
+            "reconnects": self.reconnects,
+        }
 
     def close(self) -> None:
         """Say BYE (best effort) and close the link; a local agent subprocess is stopped."""
@@ -352,6 +369,7 @@ class AgentClient:
                     if exc.remote_code != "upload_gap":
                         raise
                     # a chunk was lost while later ones arrived: continue from the agent's offset
+                    self.gap_resumes += 1
                     offset = int(
                         self._call(MsgType.PUT_BEGIN, {"sha256": sha, "size": size}).header["offset"]
                     )

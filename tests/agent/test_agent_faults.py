@@ -52,10 +52,12 @@ def test_upload_survives_bit_flips_drops_duplicates_and_delays(
             bundle_id = client.put_bundle(big_bundle)
             client.load(bundle_id)  # the agent verified sha256 of the upload and of every file
             check_loaded_model_works(client)
-            retransmissions = client.requester.retransmissions
+            recoveries = client.recoveries
         stats = relay.stats
     assert stats.flips + stats.drops + stats.dups > 0, "the relay injected no faults"
-    assert retransmissions > 0
+    # a corrupted chunk is recovered either by sending it again (no ack in time) or, when later chunks of the
+    # window arrived first, by continuing from the agent's offset (upload_gap): which one depends on timing
+    assert recoveries["retransmissions"] + recoveries["gap_resumes"] > 0, (stats, recoveries)
     assert bundle_id in bundle_ids(tcp_agent)
 
 
@@ -87,6 +89,7 @@ def test_cut_link_mid_upload_resumes_after_reconnect(
             bundle_id = client.put_bundle(archive, progress=lambda done, total: offsets.append(done))
             client.load(bundle_id)
             check_loaded_model_works(client)
+            assert client.recoveries["reconnects"] == 1
         assert relay.stats.cuts == 1 and relay.stats.connections == 2
         assert relay.stats.up < size * 1.3  # resumed, not restarted
     restart = [b for a, b in zip(offsets, offsets[1:], strict=False) if b <= a]
