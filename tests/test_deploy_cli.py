@@ -93,7 +93,9 @@ def test_float_model_with_calib_is_quantized_for_uint8(
         capsys, str(models["float"]), "-t", "intel-vpu", "-o", str(tmp_path), "--calib", str(models["calib"])
     )
     assert code == 0, err
-    assert "quantizing for intel-vpu (uint8 activations) on 8 calibration sample(s)" in out
+    assert (
+        "quantizing for intel-vpu (int8: int8 weights, uint8 activations) on 8 calibration sample(s)" in out
+    )
     m = read_bundle(tmp_path / "intel-vpu").manifest
     assert m.verification["precision"] == "int8" and m.verification["passed"]
     assert (
@@ -220,8 +222,8 @@ def test_several_targets_each_get_their_activation_dtype(
     )  # fmt: skip
     assert code == 0, err
     assert (
-        "quantizing for arm-cpu (int8 activations)" in out
-        and "quantizing for intel-vpu (uint8 activations)" in out
+        "quantizing for arm-cpu (int8: int8 weights, int8 activations)" in out
+        and "quantizing for intel-vpu (int8: int8 weights, uint8 activations)" in out
     )
     arm, vpu = read_bundle(tmp_path / "arm-cpu").manifest, read_bundle(tmp_path / "intel-vpu").manifest
     assert (arm.runtime, vpu.runtime) == ("tflite", "openvino")
@@ -306,3 +308,19 @@ def test_a_device_hint_present_on_the_host_packages_without_a_warning(
     )
     assert code == 0 and err == "", err
     assert read_bundle(tmp_path / "intel-vpu").manifest.device_hint == "CPU"
+
+
+@pytest.mark.parametrize(
+    ("precision", "activations", "said"),
+    [
+        ("int8", "uint8", "int8: int8 weights, uint8 activations"),
+        ("int16x8", "int8", "int16x8: int16 activations, int8 weights, int64 bias (16x8)"),
+        ("w8", "int8", "w8: weight-only int8, float activations"),
+    ],
+)
+def test_the_quantizing_line_names_the_recipe_not_only_the_8bit_type(precision, activations, said):
+    # a 16x8 deploy said "(int8 activations)": the 8-bit type of the int8 recipe, which it does not use
+    from edgekit.deployment.package import _scheme_summary
+    from edgekit.quantize.options import QuantizeOptions
+
+    assert _scheme_summary(QuantizeOptions(precision=precision, activations=activations)) == said

@@ -198,7 +198,7 @@ def package_all(
                 # With a budget each target gets its own restores: its model is not shared.
                 key = (scheme, target.name) if request.accuracy is not None else scheme
                 if key not in quantized_models:
-                    hooks.say(f"quantizing for {target.name} ({scheme.activations} activations) on "
+                    hooks.say(f"quantizing for {target.name} ({_scheme_summary(scheme)}) on "
                               f"{len(dataset)} calibration sample(s)")  # fmt: skip
                     stats_key = (scheme.method, scheme.samples, scheme.bias_correction, scheme.exclude)
                     quantized_models[key] = _quantize(
@@ -301,6 +301,17 @@ def _base_quantize_options(request: DeployRequest) -> Any:
         float_output_heads=not request.integer_head,
         layer_precision=request.layer_precision,
     )
+
+
+def _scheme_summary(scheme: Any) -> str:
+    """What a quantizer scheme makes of the model, in words: its recipe's summary; static int8 names the
+    target's 8-bit activation type."""
+    from edgekit.quantize.recipes import get_recipe
+
+    recipe = get_recipe(scheme.precision)
+    if recipe.activations == "8bit":
+        return f"{recipe.name}: int8 weights, {scheme.activations} activations"
+    return f"{recipe.name}: {recipe.summary}"
 
 
 def quantize_options(request: DeployRequest, target: Any, precision: str = "int8") -> Any:
