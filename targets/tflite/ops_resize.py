@@ -219,15 +219,9 @@ def _full_scales(ctx: Context, node: ir.Node, x_shape: Sequence[int], y_shape: S
 
 
 @converter("Upsample", since=9)
-def upsample(ctx: Context, node: ir.Node, *, mode: str = "nearest") -> None:
-    x_shape, y_shape = ctx.shape(node.inputs[0]), ctx.shape(node.outputs[0])
-    scales = _full_scales(ctx, node, x_shape, y_shape)
-    roi = tuple((0.0, 1.0) for _ in x_shape)
-    _convert(ctx, node, _Resize(_text(mode), "asymmetric", "floor", tuple(scales), roi))
-
-
 @converter("Resize", since=10)
-def resize_v10(ctx: Context, node: ir.Node, *, mode: str = "nearest") -> None:
+def upsample(ctx: Context, node: ir.Node, *, mode: str = "nearest") -> None:
+    """Upsample (opset 9) and Resize-10: (X, scales), asymmetric coordinates, nearest rounds down."""
     x_shape, y_shape = ctx.shape(node.inputs[0]), ctx.shape(node.outputs[0])
     scales = _full_scales(ctx, node, x_shape, y_shape)
     roi = tuple((0.0, 1.0) for _ in x_shape)
