@@ -288,8 +288,8 @@ class OpenVINORunner(Runner):
             ) from None
         self.request = self.compiled.create_infer_request()
         in_ports, out_ports = list(self.compiled.inputs), list(self.compiled.outputs)
-        in_order = _names(manifest.inputs, [_port_name(p) for p in in_ports])
-        out_order = _names(manifest.outputs, [_port_name(p) for p in out_ports])
+        in_order = _names(manifest.inputs, [_port_name(p, manifest.inputs) for p in in_ports])
+        out_order = _names(manifest.outputs, [_port_name(p, manifest.outputs) for p in out_ports])
         self._in_order, self._out_order = in_order, out_order
         self.inputs = [_port_info(spec.name, in_ports[i]) for spec, i in zip(manifest.inputs, in_order)]  # noqa: B905
         self.outputs = [_port_info(spec.name, out_ports[i]) for spec, i in zip(manifest.outputs, out_order)]  # noqa: B905
@@ -313,9 +313,12 @@ class OpenVINORunner(Runner):
         return [np.array(self.request.get_output_tensor(i).data) for i in self._out_order], elapsed
 
 
-def _port_name(port: Any) -> str:
+def _port_name(port: Any, specs: Any = ()) -> str:
+    """The port's name the manifest uses (a port has several tensor names once OpenVINO folds ops next to a
+    Parameter or Result: a Convert and an identity FakeQuantize after a uint8 input, say), else any."""
     try:
-        return port.get_any_name()
+        names = port.get_names()
+        return next((spec.name for spec in specs if spec.name in names), None) or port.get_any_name()
     except RuntimeError:
         return ""
 

@@ -257,10 +257,14 @@ def choose_params(
             ranges[key] = (min(r[0] for r in observed), max(r[1] for r in observed))
     params: dict[str, QParams] = {}
     inputs = {v.name for v in model.graph.inputs}
+    integer = _integer_casts(model)
     for root, members in groups.items():
         fixed = plan.fixed_of(root)
+        grid = [integer[m] for m in members if m in integer]
         if fixed is not None:
             p = fixed_params(fixed, dtype_of(root))
+        elif grid and dtype_of(root) != "int16":
+            p = params_for_range(min(g[0] for g in grid), max(g[1] for g in grid), dtype_of(root))
         else:
             observed = [ranges[m] for m in members if m in ranges]
             assert observed, f"scale group {root} has no observed member"
@@ -273,6 +277,19 @@ def choose_params(
             params[m] = p
     _raise_min_scales(plan, params)
     return params
+
+
+def _integer_casts(model: ir.Model) -> dict[str, tuple[float, float]]:
+    """Float tensors cast from an 8-bit integer tensor (a uint8 image input), each with its integer type's range:
+    256 levels at scale 1 are exact in 8 bits, where the observed range's scale (254/255, say) puts levels on
+    half steps (127 x 255/254 = 127.5), which QuantizeLinear and TFLite's QUANTIZE round apart."""
+    found: dict[str, tuple[float, float]] = {}
+    for node in model.graph:
+        source = node.inputs[0] if node.op_type == "Cast" and node.inputs else None
+        if source is not None and source.dtype in (ir.DataType.UINT8, ir.DataType.INT8):
+            info = np.iinfo(np.uint8 if source.dtype == ir.DataType.UINT8 else np.int8)
+            found.update((out.name, (float(info.min), float(info.max))) for out in node.outputs)
+    return found
 
 
 #: How much a model input's range widens (both ends, relative to its span): see :func:`_off_the_input_grid`.

@@ -33,22 +33,53 @@ GELU_REASON = "inside an Erf-GELU: quantized at its input and output only (TFLit
 _MASK_ENDS = frozenset({"Softmax", "MatMul", "Gemm", "Conv", "ConvTranspose"})
 
 
-def mask_paths(model: ir.Model) -> dict[str, str]:
-    """Nodes computing from integer model inputs (other than Gather indices), up to the Softmax that ends it."""
-    tainted: set[int] = {
-        id(v)
-        for v in model.graph.inputs
-        if v.dtype is not None and v.dtype not in (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE)
-    }
-    found: dict[str, str] = {}
+def _integer_paths(model: ir.Model, inputs: list[ir.Value]) -> tuple[dict[str, set[int]], set[int]]:
+    """For each node computing from the integer model ``inputs`` (other than Gather indices), up to the ops
+    that end a mask's range: the indices of the inputs it computes from; and the indices of the inputs that
+    are data: a weighing op (Conv, MatMul, Gemm, ConvTranspose) reads, as its data, a value computed from the
+    input and constants alone, and nothing on the input's path mixes it into another activation (a mask is
+    added to scores or multiplies hidden states)."""
+    origins: dict[int, set[int]] = {id(v): {i} for i, v in enumerate(inputs)}
+    pure: set[int] = {id(v) for v in inputs}  # computed from integer inputs and constants alone
+    found: dict[str, set[int]] = {}
+    weighed: set[int] = set()
+    mixed: set[int] = set()
     for node in model.graph:  # topological order
-        hits = [i for i, v in enumerate(node.inputs) if v is not None and id(v) in tainted]
+        hits = [i for i, v in enumerate(node.inputs) if v is not None and id(v) in origins]
         if not hits or (node.op_type == "Gather" and hits == [1]):
             continue
-        found[node.name] = MASK_REASON
-        if node.op_type not in _MASK_ENDS:
-            tainted.update(id(v) for v in node.outputs)
-    return found
+        reached = set().union(*(origins[id(node.inputs[i])] for i in hits))
+        found[node.name] = reached
+        others = [v for i, v in enumerate(node.inputs) if v is not None and i not in hits]
+        alone = all(id(node.inputs[i]) in pure for i in hits) and all(
+            const_array(v) is not None for v in others
+        )
+        if node.op_type in _MASK_ENDS:
+            if node.op_type != "Softmax" and 0 in hits and id(node.inputs[0]) in pure:
+                weighed |= origins[id(node.inputs[0])]
+            continue
+        if not alone:
+            mixed |= reached
+        for v in node.outputs:
+            origins[id(v)] = reached
+            if alone:
+                pure.add(id(v))
+    return found, weighed - mixed
+
+
+def mask_paths(model: ir.Model) -> dict[str, str]:
+    """Nodes computing from integer model inputs (other than Gather indices), up to the Softmax that ends it.
+
+    An integer input that is data in integer form (a uint8 image: Cast, Transpose, Div, Sub, then the first
+    convolution; see :func:`_integer_paths`) is not a mask: its path is quantized as usual.
+    """
+    inputs = [
+        v
+        for v in model.graph.inputs
+        if v.dtype is not None and v.dtype not in (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE)
+    ]
+    found, data = _integer_paths(model, inputs)
+    return {name: MASK_REASON for name, origins in found.items() if origins - data}
 
 
 def _scalar(value: ir.Value | None, expected: float) -> bool:

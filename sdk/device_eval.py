@@ -166,10 +166,11 @@ def to_device(array: np.ndarray, spec: TensorSpec) -> np.ndarray:
 
 def to_device_batch(arrays: np.ndarray, spec: TensorSpec) -> np.ndarray:
     """Samples stacked along a new first axis, each in the ONNX layout, as the packaged model takes them."""
-    a = np.asarray(arrays, np.float32)
+    a = np.asarray(arrays)
     if a.ndim == 5 and spec.layout == "NHWC" and tuple(spec.shape) != a.shape[1:]:
         a = a.transpose(0, 1, 3, 4, 2)
-    if spec.dtype in ("int8", "uint8"):
+    if spec.dtype in ("int8", "uint8") and spec.scale is not None:  # else an integer input as it is (uint8 image)
+        a = a.astype(np.float32)
         info = np.iinfo(spec.dtype)
         q = np.round(a / spec.scale) + (spec.zero_point or 0)
         return np.clip(q, info.min, info.max).astype(spec.dtype).reshape((len(a), *spec.shape))
@@ -184,7 +185,7 @@ def from_device(array: np.ndarray, spec: TensorSpec, onnx_shape: Sequence[int]) 
 def from_device_batch(arrays: np.ndarray, spec: TensorSpec, onnx_shape: Sequence[int]) -> np.ndarray:
     """A packaged model's outputs for samples along the first axis, back in the ONNX layout, dequantized."""
     a = np.asarray(arrays)
-    if spec.dtype in ("int8", "uint8"):
+    if spec.dtype in ("int8", "uint8") and spec.scale is not None:
         a = (a.astype(np.float32) - (spec.zero_point or 0)) * np.float32(spec.scale)
     a = a.astype(np.float32)
     if a.ndim == 5 and spec.layout == "NHWC" and tuple(onnx_shape) != a.shape[1:]:

@@ -554,7 +554,12 @@ class HostRunner:
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unknown error"
                 raise ModelError(f"OpenVINO cannot compile the model: {first}") from None
         self._request = self._compiled.create_infer_request()
-        self.input_names = [i.get_any_name() for i in self._compiled.inputs]
+        # a port has several tensor names once OpenVINO folds ops next to a Parameter (a Convert and an identity
+        # FakeQuantize after a uint8 input): the model's own input name, where it is one of them
+        self.input_names = [
+            next((n for n in self._input_info if n in i.get_names()), None) or i.get_any_name()
+            for i in self._compiled.inputs
+        ]
         self._outputs = {}
         for port in self._compiled.outputs:
             for name in port.get_names():
