@@ -28,17 +28,29 @@ import numpy as np
 import onnx_ir as ir
 from edgekit.core.irutil import attr
 
+#: Weights with more input columns than this (a convolution's C * kh * kw) keep the data-free rounding: their H
+#: (float64, columns squared) would take more than 128 MB each.
+MAX_COLUMNS = 4096
+
 #: Diagonal loading of H, as a fraction of its mean diagonal (GPTQ's "percdamp"): keeps H invertible where the
 #: calibration data spans fewer directions than the layer has inputs.
 DAMPING = 0.01
 
 
 def takes_gptq(node: ir.Node) -> bool:
-    """Whether ``node``'s weight is rounded here with calibration data (dense weights: Conv with one group,
-    MatMul, Gemm)."""
+    """Whether ``node``'s weight is rounded here with calibration data (dense weights of named nodes: Conv with
+    one group and no dilation, MatMul, Gemm; at most :data:`MAX_COLUMNS` input columns)."""
+    weight = node.inputs[1].const_value if len(node.inputs) > 1 and node.inputs[1] is not None else None
+    if not node.name or weight is None:
+        return False
     if node.op_type == "Conv":
-        return attr(node, "group", 1) == 1 and tuple(attr(node, "dilations", ()) or ()) in ((), (1, 1), (1,))
-    return node.op_type in ("MatMul", "Gemm")
+        dense = attr(node, "group", 1) == 1 and all(d == 1 for d in attr(node, "dilations", None) or [1])
+        return dense and int(np.prod(weight.shape[1:])) <= MAX_COLUMNS
+    if node.op_type == "MatMul":
+        return weight.shape[0] <= MAX_COLUMNS
+    if node.op_type == "Gemm":
+        return weight.shape[1 if attr(node, "transB", 0) else 0] <= MAX_COLUMNS
+    return False
 
 
 def _patches(x: np.ndarray, node: ir.Node, kernel: tuple[int, ...]) -> np.ndarray:
