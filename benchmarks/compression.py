@@ -2,6 +2,7 @@
 
     python benchmarks/compression.py [--shared ../shared] [--models rec,encoder,squeezenet,det]
                                      [--samples 50] [--runs 30] [--calib 16] [--md table.md]
+                                     [--recipes fp32,w8]
     (models: rec, encoder, encoder-full, squeezenet, det)
 
 Per model and target, every recipe of ``edgekit.quantize.recipes.RECIPES`` (a recipe the target does not run,
@@ -371,9 +372,13 @@ def _failure(exc: BaseException) -> str:
     return (text[0] if text else type(exc).__name__)[:160]
 
 
-def run_case(case: Case, targets: Sequence[str], runs: int, folder: Path, log) -> dict[str, dict[str, Any]]:
+def run_case(
+    case: Case, targets: Sequence[str], runs: int, folder: Path, log, recipes: Sequence[str] | None = None
+) -> dict[str, dict[str, Any]]:
     from edgekit.quantize.recipes import RECIPES
     from edgekit.targets.base import get_target
+
+    chosen = [r for r in RECIPES if recipes is None or r in recipes or r == "fp32"]  # fp32: the size base
 
     reference = [
         OrtRunner(case.path if not case.shapes else edgekit_onnx(case, "fp32", folder))(s)
@@ -395,7 +400,7 @@ def run_case(case: Case, targets: Sequence[str], runs: int, folder: Path, log) -
     fp32_onnx = edgekit_onnx(case, "fp32", folder)
     if "onnx" in targets:
         base = fp32_onnx.stat().st_size
-        for recipe in RECIPES:
+        for recipe in chosen:
 
             def onnx_row(recipe=recipe):
                 path = edgekit_onnx(case, recipe, folder)
@@ -423,7 +428,7 @@ def run_case(case: Case, targets: Sequence[str], runs: int, folder: Path, log) -
 
     if "arm-cpu" in targets:
         base_holder: dict[str, Any] = {}
-        for recipe in RECIPES:
+        for recipe in chosen:
 
             def tflite_row(recipe=recipe):
                 why = get_target("arm-cpu").precisions.get(recipe, "not supported")
@@ -462,7 +467,7 @@ def run_case(case: Case, targets: Sequence[str], runs: int, folder: Path, log) -
 
     if "intel-vpu" in targets:
         base_holder = {}
-        for recipe in RECIPES:
+        for recipe in chosen:
 
             def ir_row(recipe=recipe):
                 why = get_target("intel-vpu").precisions.get(recipe, "not supported")
@@ -549,6 +554,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=50, help="inputs compared per model")
     parser.add_argument("--calib", type=int, default=16, help="calibration inputs (calibrated recipes)")
     parser.add_argument("--runs", type=int, default=30, help="timed runs per artifact")
+    parser.add_argument("--recipes", help="only these recipes (comma-separated; fp32 always runs)")
     parser.add_argument("--md", type=Path, help="also write the table as Markdown here")
     parser.add_argument("--json", type=Path, help="also write every figure as JSON here")
     parser.add_argument("--debug", action="store_true")
@@ -562,7 +568,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{case.name} ({case.path.name}, {len(case.inputs)} inputs)", flush=True)
             folder = Path(tmp) / case.name.replace(" ", "_")
             folder.mkdir()
-            results[case.name] = run_case(case, targets, args.runs, folder, lambda s: print(s, flush=True))
+            recipes = args.recipes.split(",") if args.recipes else None
+            results[case.name] = run_case(
+                case, targets, args.runs, folder, lambda s: print(s, flush=True), recipes
+            )
             if case.path.name.startswith("bert"):
                 dense = ("MatMul", "Gemm")
                 for precision in ("w8", "w4"):
@@ -577,7 +586,7 @@ def main(argv: list[str] | None = None) -> int:
     import openvino
 
     header = (
-        f"`python benchmarks/compression.py --samples {args.samples} --runs {args.runs}`: onnxruntime "
+        f"`python benchmarks/compression.py {' '.join(sys.argv[1:])}`: onnxruntime "
         f"{onnxruntime.__version__}, ai-edge-litert {importlib.metadata.version('ai-edge-litert')}, "
         f"OpenVINO {openvino.get_version()}, {THREADS} threads."
     )

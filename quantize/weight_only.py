@@ -17,10 +17,16 @@ No calibration: only the constant weights of the multiply-accumulate ops change.
 ``--layer-precision NODE=fp32`` keeps a node's weights float, ``NODE=w8`` / ``NODE=w4`` gives it that recipe;
 biases stay float (the kernels add them in float).
 
-Optional calibration data (``edgekit quantize --precision w8 --calib DATA``) corrects those float biases: each
-Conv/Gemm bias absorbs ``(W - W_q) E[x]``, the mean output shift the weight rounding causes, from the input's
-channel means on the data (Nagel et al., "Data-free quantization", bias correction). PP-OCRv4 rec, 16 text
-lines: cosine to fp32 0.990 -> 0.998.
+Optional calibration data (``edgekit quantize --precision w8 --calib DATA``) does two things, neither of which
+changes the artifact's form (same scales, same int8 grid, float activations):
+
+- the int8 weights of dense layers (Conv with one group, MatMul, Gemm) are rounded by their inputs' second
+  moments on the data (GPTQ, :mod:`edgekit.quantize.gptq`) where that lowers the layer's output error;
+- the float biases absorb ``(W - W_q) E[x]``, the mean output shift the weight rounding leaves, from the input's
+  channel means on the data (Nagel et al., "Data-free quantization", bias correction).
+
+PP-OCRv4 rec against fp32, 30 held-out text lines: data-free cosine 0.988; bias correction alone (16 lines)
+0.9977; with GPTQ (128 lines) 0.99975 and every decoded sequence equal.
 """
 
 from __future__ import annotations
@@ -34,10 +40,11 @@ import onnx
 import onnx_ir as ir
 from edgekit.core.errors import QuantizationError
 from edgekit.core.irutil import NameScope, add_initializer, attr
+from edgekit.quantize import gptq
 from edgekit.quantize.options import QuantizeOptions
 from edgekit.quantize.qdq import quantize_weight, weight_error_shift
 from edgekit.quantize.recipes import check_layer_names, get_recipe
-from onnx_ir.passes.common import TopologicalSortPass
+from onnx_ir.passes.common import DeduplicateInitializersPass, TopologicalSortPass
 
 log = logging.getLogger("edgekit")
 
@@ -213,6 +220,10 @@ def quantize_weight_only(model: ir.Model, options: QuantizeOptions, calibration=
             ) from None
     qmodel = ir.from_proto(proto)
     result = WeightOnly(qmodel)
+    hessians = {}
+    if calibration is not None:
+        dense = [n for n in model.graph if _takes_gptq(n, options, layers)]
+        hessians = gptq.input_hessians(model, dense, calibration, options.samples) if dense else {}
     graph = qmodel.graph
     names = NameScope(graph)
     done: dict[tuple[int, str, int], ir.Value] = {}
@@ -248,7 +259,14 @@ def quantize_weight_only(model: ir.Model, options: QuantizeOptions, calibration=
             key = (id(value), "w4" if blocked else "w8", axis)
             if key not in done:
                 done[key] = _dequantized(
-                    graph, names, node, value, weight, axis, options.block_size if blocked else 0
+                    graph,
+                    names,
+                    node,
+                    value,
+                    weight,
+                    axis,
+                    options.block_size if blocked else 0,
+                    hessians.get(node.name),
                 )
                 result.weights.append(_row(node, value, weight, blocked, options.block_size))
             node.replace_input_with(site.index, done[key])
@@ -262,6 +280,8 @@ def quantize_weight_only(model: ir.Model, options: QuantizeOptions, calibration=
     for value in list(graph.initializers.values()):
         if not value.uses() and not value.is_graph_output() and not value.is_graph_input():
             graph.initializers.pop(value.name)
+    shrink_repeated_constants(graph)
+    DeduplicateInitializersPass()(qmodel)  # torch exports repeat small constants (shapes, scalars) per layer
     if wants_int4:
         qmodel.opset_imports[""] = max(qmodel.opset_imports.get("", INT4_OPSET), INT4_OPSET)
     proto = ir.to_proto(qmodel)
@@ -270,6 +290,18 @@ def quantize_weight_only(model: ir.Model, options: QuantizeOptions, calibration=
     except onnx.checker.ValidationError as exc:  # pragma: no cover - a bug in this pass, not user input
         raise AssertionError(f"the weight-only model fails onnx.checker: {exc}") from exc
     return result
+
+
+def _takes_gptq(node: ir.Node, options: QuantizeOptions, layers: dict[str, str]) -> bool:
+    """Whether ``node``'s weight gets second-order int8 rounding from the calibration data (:mod:`gptq`):
+    a dense weight of a ``w8`` node, or of a ``w4`` node whose weight falls back to int8 per channel."""
+    sites = weight_sites(node)
+    if len(sites) != 1 or sites[0].index != 1 or not gptq.takes_gptq(node):
+        return False
+    recipe = _recipe_of(node, options, layers)
+    if recipe == "w4" and sites[0].block_axis is not None:
+        return node.inputs[1].const_value.shape[sites[0].block_axis] % options.block_size != 0
+    return recipe == "w8"
 
 
 def _correct_biases(fp32: ir.Model, qmodel: ir.Model, calibration, samples: int) -> dict:
@@ -361,14 +393,19 @@ def _dequantized(
     weight: np.ndarray,
     axis: int,
     block: int,
+    hessian: np.ndarray | None = None,
 ) -> ir.Value:
-    """A DequantizeLinear of the weight's integer form, inserted before ``node``; returns its output."""
+    """A DequantizeLinear of the weight's integer form, inserted before ``node``; returns its output. With the
+    ``hessian`` of the node's inputs (calibration data), int8 weights are rounded by :func:`gptq.gptq_round`
+    where that lowers the layer's output error on the data."""
     base = value.name or "weight"
     if block:
         q, scales = quantize_int4_blockwise(weight, axis, block)
         attributes = {"axis": axis, "block_size": block}
     else:
         q, scales = quantize_int8_channels(weight, axis, node.op_type)
+        if hessian is not None:
+            q = _second_order(node, weight, q, scales, hessian)
         attributes = {"axis": axis}
     q_init = add_initializer(graph, names, f"{base}_quantized", q)
     s_init = add_initializer(graph, names, f"{base}_scale", scales)
@@ -382,6 +419,69 @@ def _dequantized(
     out.dtype = ir.DataType.FLOAT
     out.shape = ir.Shape(weight.shape)
     return out
+
+
+def _second_order(
+    node: ir.Node, weight: np.ndarray, q: np.ndarray, scales: np.ndarray, hessian: np.ndarray
+) -> np.ndarray:
+    """GPTQ's integers for ``weight`` when they lower the output error on the calibration data, else ``q``."""
+    rows = gptq.as_rows(node, weight)
+    s = scales.astype(np.float64)[:, None]
+    first = gptq.as_rows(node, q).astype(np.float64)
+    second = gptq.gptq_round(rows, hessian, scales, -127, 127)
+    if gptq.output_error(rows, second * s, hessian) >= gptq.output_error(rows, first * s, hessian):
+        return q
+    return gptq.from_rows(node, second, weight.shape).astype(np.int8)
+
+
+#: Elementwise ops whose constant input may be stored with a broadcast axis (the output shape is unchanged).
+_BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div"})
+
+
+def shrink_repeated_constants(graph: ir.Graph) -> int:
+    """Store a float constant read only by elementwise ops with extent 1 on each axis along which all its
+    slices are equal and the other operand already has that extent (broadcasting gives the same output, bit
+    for bit); returns how many constants shrank.
+
+    A constant-index Gather that the model's preparation folds writes such constants: the zoo encoder's
+    token-type embedding (a [2, 64] table, every position reading row 0) becomes a [1, 16, 64] tensor of 16
+    equal rows, 4 KB where the table was 512 bytes.
+    """
+    shrunk = 0
+    for value in list(graph.initializers.values()):
+        tensor = value.const_value
+        uses = value.uses()
+        if tensor is None or tensor.dtype != ir.DataType.FLOAT or not uses or value.is_graph_output():
+            continue
+        array = tensor.numpy()
+        keep = list(array.shape)
+        for axis, extent in enumerate(array.shape):
+            if extent == 1 or not all(
+                _other_has_extent(use.node, use.idx, array.ndim, axis, extent) for use in uses
+            ):
+                continue
+            first = np.take(array, [0], axis=axis)
+            if np.array_equal(np.broadcast_to(first, array.shape), array):
+                array = first
+                keep[axis] = 1
+        if keep != list(tensor.shape):
+            value.const_value = ir.tensor(np.ascontiguousarray(array), name=value.name)
+            value.shape = ir.Shape(keep)
+            shrunk += 1
+    return shrunk
+
+
+def _other_has_extent(node: ir.Node, index: int, rank: int, axis: int, extent: int) -> bool:
+    """Whether ``node`` (an elementwise op reading a rank-``rank`` constant as input ``index``) has another
+    operand, of statically known shape, with ``extent`` on the same (right-aligned) axis."""
+    if node.op_type not in _BROADCASTING or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
+        return False
+    other = node.inputs[1 - index]
+    shape = other.shape if other is not None else None
+    if shape is None or len(shape) < rank:
+        return False
+    dim = shape[len(shape) - rank + axis]
+    return isinstance(dim, int) and dim == extent
 
 
 def weight_only_precision(model: ir.Model | onnx.ModelProto) -> str | None:

@@ -412,3 +412,135 @@ def test_w8_calibration_data_corrects_biases(cnn_path):
     bias = next(numpy_helper.to_array(t) for t in result.model.graph.initializer if t.name == conv1.input[2])
     np.testing.assert_allclose(bias, expected, rtol=1e-5, atol=1e-6)
     assert not np.allclose(bias, fp32["b1"])
+
+
+def _patches_by_loops(
+    x: np.ndarray, kernel: tuple[int, int], pads: list[int], strides: list[int]
+) -> np.ndarray:
+    """A convolution's input vectors, one output position at a time (the order of the weight's [C, kh, kw])."""
+    n, c, h, w = x.shape
+    padded = np.zeros((n, c, h + pads[0] + pads[2], w + pads[1] + pads[3]), x.dtype)
+    padded[:, :, pads[0] : pads[0] + h, pads[1] : pads[1] + w] = x
+    rows = []
+    for b in range(n):
+        for i in range(0, padded.shape[2] - kernel[0] + 1, strides[0]):
+            for j in range(0, padded.shape[3] - kernel[1] + 1, strides[1]):
+                rows.append(padded[b, :, i : i + kernel[0], j : j + kernel[1]].ravel())
+    return np.array(rows)
+
+
+def _gptq_by_inverse(w: np.ndarray, h: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """GPTQ/OBQ in its textbook form: round column i, spread its error over the later columns with H^-1's row i,
+    then remove i from H^-1 (Frantar et al., eq. 3 and Lemma 1); same damping as the recipe (1 % of the mean
+    diagonal)."""
+    w = w.astype(np.float64).copy()
+    hinv = np.linalg.inv(h + 0.01 * np.mean(np.diag(h)) * np.eye(len(h)))
+    q = np.zeros_like(w)
+    for i in range(w.shape[1]):
+        q[:, i] = np.clip(np.round(w[:, i] / scale), -127, 127)
+        err = (w[:, i] - q[:, i] * scale) / hinv[i, i]
+        w[:, i + 1 :] -= np.outer(err, hinv[i, i + 1 :])
+        hinv = hinv - np.outer(hinv[:, i], hinv[i, :]) / hinv[i, i]
+    return q
+
+
+@pytest.mark.parametrize(
+    "kernel,pads,strides", [((3, 3), [1, 1, 1, 1], [1, 1]), ((1, 3), [0, 1, 0, 0], [2, 2])]
+)
+def test_gptq_patches_are_the_convolution_inputs(kernel, pads, strides):
+    """The input vectors the Hessian is built from, against explicit loops over the output positions; and the
+    weight rows times those vectors are the convolution onnxruntime computes."""
+    import onnx_ir as ir
+    from edgekit.quantize import gptq
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 3, 7, 9)).astype(np.float32)
+    w = rng.standard_normal((4, 3, *kernel)).astype(np.float32)
+    node = onnx.helper.make_node("Conv", ["x", "w"], ["y"], pads=pads, strides=strides, name="conv")
+    graph = onnx.helper.make_graph(
+        [node],
+        "conv",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, list(x.shape))],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    conv = ir.from_proto(model).graph.node(0)
+    vectors = gptq._patches(x.astype(np.float64), conv, kernel)
+    np.testing.assert_array_equal(vectors, _patches_by_loops(x.astype(np.float64), kernel, pads, strides))
+    y = _ort(model, {"x": x})[0]  # [N, O, Ho, Wo]
+    np.testing.assert_allclose(
+        vectors @ gptq.as_rows(conv, w).T.astype(np.float64),
+        y.transpose(0, 2, 3, 1).reshape(-1, 4),
+        atol=1e-4,
+    )
+
+
+def test_w8_calibration_rounds_dense_weights_by_their_input_hessian(cnn_path):
+    """With --calib, the first convolution's int8 weights are GPTQ's (numpy, textbook form, on the input patches
+    computed by loops) at the data-free recipe's scales; its output error on held-out inputs (onnxruntime running
+    the artifact) is lower than the data-free rounding's. The inputs are smooth (neighbouring pixels correlated,
+    as in photos) with one loud channel (x 8): the case where rounding by the data matters."""
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(6)
+    loud = np.array([8.0, 1.0, 1.0], np.float32).reshape(1, 3, 1, 1)
+    draw = lambda: (np.cumsum(rng.normal(0.0, 0.3, (1, 3, 16, 16)), axis=3) * loud).astype(np.float32)  # noqa: E731
+    calib, held_out = [draw() for _ in range(8)], [draw() for _ in range(8)]
+    data = [SimpleNamespace(inputs={"x": x}, label=None) for x in calib]
+    with_data = quantize_model(cnn_path, data, options=QuantizeOptions(precision="w8", samples=8)).model
+    data_free = _weight_only(cnn_path, "w8")
+    fp32 = {t.name: numpy_helper.to_array(t) for t in tiny_cnn().graph.initializer}
+    w1 = fp32["w1"].reshape(8, -1).astype(np.float64)
+    scale = np.abs(w1).max(1).astype(np.float64) / 127
+    scale = scale.astype(np.float32).astype(np.float64)
+    patches = np.concatenate(
+        [_patches_by_loops(x.astype(np.float64), (3, 3), [1] * 4, [1, 1]) for x in calib]
+    )
+    hessian = patches.T @ patches / len(patches)
+    expected = _gptq_by_inverse(w1, hessian, scale) * scale[:, None]
+    got = _dequantized_weights(with_data)["conv1"].reshape(8, -1)
+    assert np.mean(np.isclose(got, expected, rtol=0, atol=1e-7)) > 0.99  # ties may round the other way
+    free = _dequantized_weights(data_free)["conv1"].reshape(8, -1)
+    np.testing.assert_array_equal(np.abs(got).max(1), np.abs(free).max(1))  # the same grid and scales
+
+    def conv1_error(model: onnx.ModelProto) -> float:
+        probe = onnx.ModelProto()
+        probe.CopyFrom(model)
+        probe.graph.output.append(onnx.helper.make_tensor_value_info("c1", onnx.TensorProto.FLOAT, None))
+        reference = tiny_cnn()
+        reference.graph.output.append(onnx.helper.make_tensor_value_info("c1", onnx.TensorProto.FLOAT, None))
+        return sum(
+            float(np.sum((_ort(probe, {"x": x})[-1] - _ort(reference, {"x": x})[-1]).astype(np.float64) ** 2))
+            for x in held_out
+        )
+
+    ratio = conv1_error(with_data) / conv1_error(data_free)
+    assert ratio < 0.5, ratio
+
+
+def test_w8_encoder_file_stores_each_constant_once(tmp_path):
+    """The zoo encoder's w8 file: no two initializers with the same type, shape and bytes; the folded token-type
+    embedding (16 equal rows) stored as one row, broadcast by its Add; <= 0.30x the fp32 file (issue 13). Its
+    outputs (onnxruntime) equal the same recipe's without the shrunk constant (the onnx reference evaluator
+    on a copy whose token-type constant is broadcast back to [1, 16, 64])."""
+    out = tmp_path / "w8.onnx"
+    quantize_model(ENCODER, options=QuantizeOptions(precision="w8"), output=out)
+    model = onnx.load(out)
+    seen = {}
+    for t in model.graph.initializer:
+        key = (t.data_type, tuple(t.dims), numpy_helper.to_array(t).tobytes())
+        assert key not in seen, (t.name, seen.get(key))
+        seen[key] = t.name
+    token = next(t for t in model.graph.initializer if t.name.startswith("/token_type/"))
+    assert list(token.dims) == [1, 1, 64]
+    assert out.stat().st_size <= 0.30 * ENCODER.stat().st_size
+    full = onnx.ModelProto()
+    full.CopyFrom(model)
+    for t in full.graph.initializer:
+        if t.name == token.name:
+            t.CopyFrom(numpy_helper.from_array(np.repeat(numpy_helper.to_array(t), 16, axis=1), t.name))
+    for sample in default_verify_samples(load_model(ENCODER), 2):
+        got = _ort(model, sample)[0]
+        ref = ReferenceEvaluator(full).run(None, sample)[0]
+        assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()

@@ -120,7 +120,7 @@ def quantize(
         str | None,
         typer.Option(
             "--calib",
-            help="Calibration data: .npz, .npy or a folder of images (calibrated recipes; w8/w4: optional, corrects biases).",
+            help="Calibration data: .npz, .npy or a folder of images (calibrated recipes; w8/w4: optional, rounds the int8 weights by the data and corrects biases).",
         ),
     ] = None,
     output: Annotated[
@@ -160,7 +160,7 @@ def quantize(
             "--precision",
             help="int8 (8-bit activations), int16x8 (int16 activations, int8 weights), fp16 (float16 weights "
             "and compute, no calibration data), w8 / w4 (weight-only int8 / blockwise int4, float activations; "
-            "--calib optional, corrects biases).",
+            "--calib optional: int8 weights rounded by the data (GPTQ), biases corrected).",
         ),
     ] = "int8",
     max_samples: Annotated[
