@@ -169,7 +169,8 @@ def to_device_batch(arrays: np.ndarray, spec: TensorSpec) -> np.ndarray:
     a = np.asarray(arrays)
     if a.ndim == 5 and spec.layout == "NHWC" and tuple(spec.shape) != a.shape[1:]:
         a = a.transpose(0, 1, 3, 4, 2)
-    if spec.dtype in ("int8", "uint8") and spec.scale is not None:  # else an integer input as it is (uint8 image)
+    # an integer input without a scale (a uint8 image) goes as it is
+    if spec.dtype in ("int8", "uint8") and spec.scale is not None:
         a = a.astype(np.float32)
         info = np.iinfo(spec.dtype)
         q = np.round(a / spec.scale) + (spec.zero_point or 0)

@@ -9,9 +9,9 @@ import onnx
 import onnxruntime as ort
 import pytest
 from edgekit.api import quantize_model
+from edgekit.deployment import deploy
 from edgekit.device_agents.bundle import read_bundle
 from edgekit.device_agents.runtimes import open_runner
-from edgekit.deployment import deploy
 from edgekit.device_eval import from_device, to_device
 from onnx import TensorProto, numpy_helper
 from onnx import helper as oh
@@ -87,7 +87,9 @@ def test_a_uint8_image_path_is_quantized_on_its_integer_grid(uint8_model, tmp_pa
 
 @pytest.mark.parametrize("target", ["arm-cpu", "nnapi", "intel-vpu"])
 def test_a_uint8_image_model_deploys_int8_to_every_target(uint8_model, target, tmp_path) -> None:
-    result = deploy(uint8_model / "model.onnx", target, output=tmp_path / "out", calib=uint8_model / "calib.npz")
+    result = deploy(
+        uint8_model / "model.onnx", target, output=tmp_path / "out", calib=uint8_model / "calib.npz"
+    )
     (bundle_result,) = result.bundles
     assert bundle_result.precision == "int8" and bundle_result.verification["passed"]
     image = np.load(uint8_model / "calib.npz")["image"][0]
