@@ -462,8 +462,15 @@ def _convert(proto: onnx.ModelProto, folder: Path, compress: bool) -> _Converted
     """
     ov = _ov()
     path = _write_onnx(proto, folder)
+    ops = {node.op_type for node in proto.graph.node}
     try:
-        ov_model = ov.Core().read_model(str(path))
+        if "DequantizeLinear" in ops and "QuantizeLinear" not in ops:
+            # Weight-only (w8, w4): no activation FakeQuantize to overflow, and ``convert_model`` folds the shape
+            # arithmetic ``read_model`` leaves beside each convolution's bias (PP-OCRv4 rec: 136 ShapeOf, the XML
+            # 617 KB -> 363 KB, the bundle 0.304x -> 0.282x fp32), keeping the int8/int4 constants compressed.
+            ov_model = ov.convert_model(str(path))
+        else:
+            ov_model = ov.Core().read_model(str(path))
     except Exception as exc:
         raise TargetError(f"intel-vpu: OpenVINO cannot convert the model: {_first_line(exc)}") from None
     xml = folder / "model.xml"

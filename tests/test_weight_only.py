@@ -252,6 +252,31 @@ def test_intel_vpu_keeps_compressed_weights_close_to_onnxruntime(precision, tmp_
         assert np.abs(got - ref).max() <= 1e-2 * (ref.max() - ref.min())
 
 
+def test_intel_vpu_w8_cnn_ir_has_no_shape_arithmetic_and_int8_weights(cnn_path, tmp_path):
+    # read_model kept ShapeOf/Concat/Subtract sub-graphs beside each convolution's bias at a static shape
+    # (PP-OCRv4 rec: 136 ShapeOf, a third of the w8 bundle); convert_model folds them, the int8 stays int8
+    import openvino as ov
+
+    model = _weight_only(cnn_path, "w8")
+    manifest, bundle = _package(model, "intel-vpu", tmp_path)
+    assert manifest["verification"]["passed"]
+    ir_model = ov.Core().read_model(str(bundle / "model.xml"))
+    types = [op.get_type_name() for op in ir_model.get_ops()]
+    assert "ShapeOf" not in types
+    weights = sum(n.op_type == "DequantizeLinear" for n in model.graph.node)
+    int8 = [
+        op
+        for op in ir_model.get_ops()
+        if op.get_type_name() == "Constant" and op.get_element_type() == ov.Type.i8
+    ]
+    assert len(int8) == weights >= 3  # two convolutions and the classifier
+    compiled = ov.Core().compile_model(ir_model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    x = np.random.default_rng(3).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    got = compiled({0: x})[compiled.outputs[0]]
+    ref = _ort(model, {"x": x})[0]
+    assert _cosine(got, ref) >= 0.99999
+
+
 def test_arm_cpu_w4_encoder_int4_blockwise_fully_connected(tmp_path):
     from ai_edge_litert import schema_py_generated as fb
 
