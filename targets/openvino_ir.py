@@ -343,6 +343,14 @@ def _pair_fake_quantizes(source: Path, pairs: Sequence[str]) -> tuple[list[str],
     return missing, levels
 
 
+def _zero_point_dtype(proto: onnx.ModelProto, name: str) -> str | None:
+    """The numpy dtype name of the initializer ``name`` (a zero point), or None."""
+    for init in proto.graph.initializer:
+        if init.name == name:
+            return onnx.helper.tensor_dtype_to_np_dtype(init.data_type).name
+    return None
+
+
 def _check_int8(proto: onnx.ModelProto, source: Path, ov_model: Any, compiled: Any) -> dict[str, Any]:
     """FakeQuantize(256) where every Q/DQ pair was; u8/i8 convolutions in the CPU runtime model.
 
@@ -384,9 +392,18 @@ def _check_int8(proto: onnx.ModelProto, source: Path, ov_model: Any, compiled: A
             float_layers[layer] += 1
     int8_compute = [c for c in compute if c["precision"] in _INT_PRECISIONS]
     if compute and not int8_compute:
+        signed = any(
+            n.op_type == "QuantizeLinear"
+            and len(n.input) > 2
+            and _zero_point_dtype(proto, n.input[2]) == "int8"
+            for n in proto.graph.node
+        )
+        shown = ", ".join(f"{c['layer']} {c['precision']}" for c in compute[:3]) + (
+            ", ..." if len(compute) > 3 else ""
+        )
         raise TargetError(
-            "intel-vpu: OpenVINO's CPU plugin runs none of the convolutions in u8/i8; the INT8 IR is not int8 "
-            "(quantize with uint8 activations)"
+            f"intel-vpu: OpenVINO's CPU plugin runs none of the {len(compute)} convolution/matmul layer(s) in u8/i8 "
+            f"({shown}); the INT8 IR is not int8" + (" (quantize with uint8 activations)" if signed else "")
         )
     return {
         "qdq_pairs": len(pairs),
