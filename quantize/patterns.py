@@ -45,6 +45,8 @@ RESIDUAL_REASON = (
     "residual sum into a LayerNorm (and the feed-forward down projection into it): kept float, as its outlier "
     "channels leave the other channels a few int8 steps"
 )
+#: The patterns kept float for int8's coarse step only: an ``int16x8`` layer (256 times finer) quantizes them.
+INT8_ONLY_REASONS = frozenset({ATTENTION_REASON, RESIDUAL_REASON})
 
 #: Ops whose output no longer carries the mask's range: the Softmax of the masked scores (probabilities), and ops
 #: that weigh their input (an integer input that scales data, say, leaves the layers after them quantized).

@@ -277,7 +277,7 @@ def make_plan(
         if node.name in heads:
             plan.float_ops.append(FloatOp(node.name, node.op_type, heads[node.name]))
             continue
-        if node.name in kept_float:
+        if node.name in kept_float and not (wide and kept_float[node.name] in patterns.INT8_ONLY_REASONS):
             plan.float_ops.append(FloatOp(node.name, node.op_type, kept_float[node.name]))
             continue
         if rule is None:

@@ -422,6 +422,8 @@ def test_attention_core_and_residual_sums_stay_float(name: str) -> None:
     )
     assert all(float_reasons[n] == patterns.RESIDUAL_REASON for n in residual)
     assert len(plan.float_reads) == 4  # each residual Add's skip input
+    wide = make_plan(model, float_output_heads=True, precision="int16x8")  # 256 times finer: quantized
+    assert not {f.reason for f in wide.float_ops} & patterns.INT8_ONLY_REASONS and not wide.float_reads
 
     qdq = edgekit_qdq(onnx.load(ZOO / name), zoo_samples(ENTRIES[name], 4, seed=4), float_output_heads=True)
     producers = {o: n for n in qdq.graph.node for o in n.output}
