@@ -13,12 +13,22 @@
 - ``erf_gelus``: the nodes of ``x * 0.5 * (1 + erf(x / sqrt 2))`` (PyTorch's exact GELU). Kept float inside,
   with ``x`` and the result quantized, the converter fuses them into TFLite's GELU and runs its int8 kernel
   (a lookup table of the same function), which is what the QDQ model computes.
+- ``attention_cores``: ``softmax(Q K^T * scale + mask) V``: the scores MatMul (two activations), the scaling and
+  masking up to the Softmax, and the MatMul reading the probabilities. Real encoders' scores span +-100
+  (all-MiniLM-L6-v2: an int8 step of 0.55): one step is a factor 1.7 on a probability, so int8 scores cost
+  accuracy, and one rounding flip of an integer kernel moves the probabilities by up to 10 steps.
+- ``residual_sums``: a post-LayerNorm encoder's residual ``LayerNorm(skip + projection(h))``: the Add and, when the
+  projection narrows (the feed-forward down projection, 4x wider in than out), that MatMul/Gemm and its bias Add.
+  The feed-forward output carries the residual stream's outlier channels (all-MiniLM-L6-v2: up to 194 where the
+  others stay within +-4; Bondarenko et al. 2021): one int8 scale for them leaves the others a few steps, and the
+  LayerNorm's standard deviation, set by the outliers, spreads their error over every channel. The Add reads the
+  float tensors (``residual_reads``), not their int8 copies: the residual stream stays float.
 """
 
 from __future__ import annotations
 
 import onnx_ir as ir
-from edgekit.core.irutil import const_array
+from edgekit.core.irutil import attr, const_array
 
 MASK_REASON = (
     "attention-mask arithmetic on integer inputs (its range is set by mask constants such as -3.4e38)"
@@ -27,6 +37,16 @@ LAYER_NORM_REASON = (
     "inside a LayerNorm written out: float like LayerNormalization, quantized at its input and output"
 )
 GELU_REASON = "inside an Erf-GELU: quantized at its input and output only (TFLite GELU)"
+ATTENTION_REASON = (
+    "attention scores and probabilities (Q K^T, scaling, mask, Softmax, times V): kept float, as one int8 step of "
+    "the scores' range is a large factor on a probability"
+)
+RESIDUAL_REASON = (
+    "residual sum into a LayerNorm (and the feed-forward down projection into it): kept float, as its outlier "
+    "channels leave the other channels a few int8 steps"
+)
+#: The patterns kept float for int8's coarse step only: an ``int16x8`` layer (256 times finer) quantizes them.
+INT8_ONLY_REASONS = frozenset({ATTENTION_REASON, RESIDUAL_REASON})
 
 #: Ops whose output no longer carries the mask's range: the Softmax of the masked scores (probabilities), and ops
 #: that weigh their input (an integer input that scales data, say, leaves the layers after them quantized).
@@ -189,6 +209,115 @@ def layer_norms(model: ir.Model) -> dict[str, str]:
     return _every(model, "Div", layer_norm_at, LAYER_NORM_REASON)
 
 
+#: Ops between the scores MatMul and the Softmax: scaling by a constant, adding the mask, picking by it.
+_SCORE_OPS = frozenset({"Mul", "Div", "Add", "Sub", "Where", "Cast"})
+
+
+def _activation_matmul(node: ir.Node | None) -> bool:
+    """A MatMul of two computed tensors (no constant weight)."""
+    return (
+        node is not None
+        and node.op_type == "MatMul"
+        and all(v is not None and v.producer() is not None and const_array(v) is None for v in node.inputs)
+    )
+
+
+def _attention_at(softmax: ir.Node) -> list[ir.Node] | None:
+    """The scores MatMul, the ops from it to ``softmax``, ``softmax``, and the MatMul reading the probabilities."""
+    chain: list[ir.Node] = []
+    node = softmax.inputs[0].producer()
+    while node is not None and node.op_type in _SCORE_OPS and len(chain) < 4:
+        chain.append(node)
+        # follow the computed input that is not the mask (a mask path starts at a model input or a constant)
+        computed = [
+            v for v in node.inputs if v is not None and const_array(v) is None and v.producer() is not None
+        ]
+        scores = [
+            v for v in computed if _activation_matmul(v.producer()) or v.producer().op_type in _SCORE_OPS
+        ]
+        node = scores[0].producer() if scores else None
+    if not _activation_matmul(node):
+        return None
+    users = [u.node for u in softmax.outputs[0].uses()]
+    if len(users) != 1 or not _activation_matmul(users[0]) or users[0].inputs[0] is not softmax.outputs[0]:
+        return None
+    return [node, *chain, softmax, users[0]]
+
+
+def attention_cores(model: ir.Model) -> dict[str, str]:
+    """The nodes of every ``softmax(Q K^T * scale + mask) V`` in ``model``."""
+    return _every(model, "Softmax", _attention_at, ATTENTION_REASON)
+
+
+def _layer_norm_ends(model: ir.Model) -> tuple[set[int], set[int]]:
+    """The ids of the values LayerNorms (the op, or written out) read, and of those they write."""
+    inputs: set[int] = set()
+    outputs: set[int] = set()
+    for node in model.graph:
+        if node.op_type == "LayerNormalization":
+            inputs.add(id(node.inputs[0]))
+            outputs.add(id(node.outputs[0]))
+        elif node.op_type == "Div" and (nodes := layer_norm_at(node)) is not None:
+            inputs.add(id(nodes[0].inputs[0]))
+            outputs.add(id(nodes[-1].outputs[0]))
+    return inputs, outputs
+
+
+def _narrowing_projection(value: ir.Value) -> list[ir.Node]:
+    """``value``'s producer when it is a projection with more inputs than outputs (a constant 2-D weight), or its
+    bias Add after one: those nodes; else none."""
+    node = value.producer()
+    nodes: list[ir.Node] = []
+    if node is not None and node.op_type == "Add" and len(list(value.uses())) == 1:
+        bias = next((v for v in node.inputs if const_array(v) is not None), None)
+        other = _other(node, bias) if bias is not None else None
+        if other is not None and len(list(other.uses())) == 1:
+            nodes, node = [node], other.producer()
+    if node is None or node.op_type not in ("MatMul", "Gemm"):
+        return []
+    weight = const_array(node.inputs[1])
+    if weight is None or weight.ndim != 2:
+        return []
+    if node.op_type == "Gemm" and attr(node, "transB", 0):
+        weight = weight.T
+    return [node, *nodes] if weight.shape[0] > weight.shape[1] else []
+
+
+def _residuals(model: ir.Model) -> list[tuple[ir.Node, int, list[ir.Node]]]:
+    """Every post-LayerNorm residual Add (a LayerNorm output plus another tensor, into a LayerNorm): the Add, the
+    index of its skip input (the LayerNorm output) and the narrowing projection that feeds its other input."""
+    reads, writes = _layer_norm_ends(model)
+    found = []
+    for node in model.graph:
+        if node.op_type != "Add" or len(node.inputs) != 2 or id(node.outputs[0]) not in reads:
+            continue
+        skips = [i for i, v in enumerate(node.inputs) if v is not None and id(v) in writes]
+        if len(skips) == 1 and all(v is not None and v.producer() is not None for v in node.inputs):
+            branch = node.inputs[1 - skips[0]]
+            found.append((node, skips[0], _narrowing_projection(branch)))
+    return found
+
+
+def residual_sums(model: ir.Model) -> dict[str, str]:
+    """The nodes of every post-LayerNorm residual sum: the Add and the narrowing projection into it."""
+    found: dict[str, str] = {}
+    for add, _, projection in _residuals(model):
+        found.update((n.name, RESIDUAL_REASON) for n in [add, *projection])
+    return found
+
+
+def residual_reads(model: ir.Model) -> frozenset[tuple[str, int]]:
+    """(residual Add, skip input index): the skip input is read as the LayerNorm's float output, not its int8
+    copy (the LayerNorm is float; the residual stream stays float)."""
+    return frozenset((add.name, index) for add, index, _ in _residuals(model))
+
+
 def float_patterns(model: ir.Model) -> dict[str, str]:
     """Every node one of the patterns keeps float, with the reason."""
-    return {**layer_norms(model), **erf_gelus(model), **mask_paths(model)}
+    return {
+        **layer_norms(model),
+        **erf_gelus(model),
+        **attention_cores(model),
+        **residual_sums(model),
+        **mask_paths(model),
+    }

@@ -64,6 +64,9 @@ class QuantPlan:
     #: the others take the 8-bit activation type. A tensor takes its producer's type; a reader of the other
     #: type reads a requantized copy (``requant``): each tensor has one quantization.
     int16: set[str] = field(default_factory=set)
+    #: (node, input index) of float nodes that read a quantized activation as the float tensor, not its int8 copy
+    #: (the skip input of a residual sum: ``patterns.residual_reads``).
+    float_reads: set[tuple[str, int]] = field(default_factory=set)
 
     def group(self, name: str) -> str:
         root = name
@@ -274,7 +277,7 @@ def make_plan(
         if node.name in heads:
             plan.float_ops.append(FloatOp(node.name, node.op_type, heads[node.name]))
             continue
-        if node.name in kept_float:
+        if node.name in kept_float and not (wide and kept_float[node.name] in patterns.INT8_ONLY_REASONS):
             plan.float_ops.append(FloatOp(node.name, node.op_type, kept_float[node.name]))
             continue
         if rule is None:
@@ -369,4 +372,6 @@ def make_plan(
                 plan.union(members[0], out.name)
                 if _range_preserving(node):
                     plan.derived.add(out.name)
+    float_nodes = {f.node for f in plan.float_ops}
+    plan.float_reads = {(n, i) for n, i in patterns.residual_reads(model) if n in float_nodes}
     return plan

@@ -308,7 +308,11 @@ class InsertActivationQDQPass(ir.passes.InPlacePass):
                 graph.insert_before(first, [quant, dequant])
             else:
                 graph.insert_after(producer, [quant, dequant])
-            readers = [(u.node, u.idx) for u in value.uses() if u.node is not quant]
+            readers = [
+                (u.node, u.idx)
+                for u in value.uses()
+                if u.node is not quant and (u.node.name, u.idx) not in self.plan.float_reads
+            ]
             for reader, idx in readers:
                 reader.replace_input_with(idx, dequant.outputs[0])
             if value.is_graph_output():

@@ -26,6 +26,10 @@ from edgekit.targets.tflite.package import check_model, package_tflite
 log = logging.getLogger("edgekit")
 
 
+#: What an int8 .tflite that fails verification can try instead (TFLite's 16x8 kernels: int16 activations).
+INT16X8_HINT = "try --precision int16x8 (int16 activations, TFLite's 16x8 kernels), which arm-cpu runs"
+
+
 @dataclass(frozen=True)
 class ArmCpuOptions:
     """Options of the ``arm-cpu`` target.
@@ -79,6 +83,8 @@ class ArmCpuTarget(Target):
                 self, model, out_dir, options, convert_options, opts.fp32_tolerance, precision=precision
             )
         except TargetError as exc:
+            if precision == "int8" and "verification failed" in str(exc):
+                raise TargetError(f"{exc}; {INT16X8_HINT}") from None
             if not weight_only or "verification failed" not in str(exc):
                 raise
             # The hybrid kernels quantize each input to int8 on the fly; some models (PP-OCRv4 rec) cannot take

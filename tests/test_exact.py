@@ -116,6 +116,29 @@ def test_dequantize_per_axis_matches_reference_evaluator():
     assert ExactRunner(model).run({})["y"].dtype == np.float32
 
 
+def test_jitter_flips_only_values_within_it_of_a_half_step():
+    """``jitter`` (the verification's float32 noise floor) moves a value by at most that fraction before it is
+    quantized: values that close to a half step may flip one step, the others keep the exact level."""
+    from edgekit.core.exact import FLOAT32_JITTER
+
+    scale, zp = np.float32(0.25), np.int8(0)
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"]),
+    ]
+    model = _model(nodes, {"x": [4000]}, {"s": np.array(scale), "z": np.array(zp)})
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-30, 30, 4000).astype(np.float32)
+    x[:100] = ((np.round(x[:100] / scale) + 0.5) * scale).astype(np.float32)  # exactly on a half step
+    exact = ExactRunner(model).run({"x": x})["y"]
+    jittered = ExactRunner(model, jitter=FLOAT32_JITTER, seed=1).run({"x": x})["y"]
+    steps = np.abs(jittered - exact) / scale
+    assert steps.max() == 1 and np.count_nonzero(steps[:100]) > 20  # half steps go either way
+    distance = np.abs(np.abs(x / scale - np.floor(x / scale)) - 0.5)
+    assert np.all(distance[steps > 0] <= np.abs(x[steps > 0] / scale) * FLOAT32_JITTER)
+    np.testing.assert_array_equal(ExactRunner(model, jitter=0.0).run({"x": x})["y"], exact)
+
+
 def test_float64_model_widens_every_float_tensor():
     rng = np.random.default_rng(2)
     nodes = [

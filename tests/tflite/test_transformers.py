@@ -104,7 +104,8 @@ def test_zoo_fp32_matches_onnxruntime(zoo_model, tmp_path: Path) -> None:
 
 
 def test_zoo_int8_matches_its_qdq_model(zoo_model, tmp_path: Path) -> None:
-    from edgekit.core.runtime import HostRunner
+    """The int8 .tflite (LiteRT, child process) against its QDQ model's exact semantics, and against fp32."""
+    from edgekit.core.exact import ExactRunner
 
     model, entry = zoo_model
     qdq = edgekit_qdq(model, zoo_samples(entry, 16, seed=1), float_output_heads=True)
@@ -112,7 +113,7 @@ def test_zoo_int8_matches_its_qdq_model(zoo_model, tmp_path: Path) -> None:
     counts = op_types(result)
     assert counts.get("BATCH_MATMUL") == 4 and counts.get("FULLY_CONNECTED", 0) >= 8
     assert counts.get("GELU") == 2  # the Erf-GELU runs as TFLite's int8 GELU
-    exact = HostRunner(qdq)
+    exact = ExactRunner(qdq, [result.outputs[0].name])
     for feeds in zoo_samples(entry, 3, seed=2):
         reference = exact.run(feeds)[result.outputs[0].name]
         got = run_in_child(result, feeds, tmp_path)
@@ -379,12 +380,69 @@ def test_qdq_encoder_quantizes_matmuls_and_not_the_mask() -> None:
     qdq = edgekit_qdq(model, zoo_samples(entry, 4, seed=4), float_output_heads=True)
     producers = {o: n for n in qdq.graph.node for o in n.output}
     quantized = {producers[n.input[0]].op_type for n in qdq.graph.node if n.op_type == "QuantizeLinear"}
-    assert {"MatMul", "Gather", "Softmax", "LayerNormalization"} <= quantized  # outputs feeding int8 kernels
+    assert {"MatMul", "Gather", "LayerNormalization"} <= quantized  # outputs feeding int8 kernels
+    assert "Softmax" not in quantized  # the probabilities feed the float attention core
     for node in qdq.graph.node:
         if node.op_type in ("Where", "Cast", "Sub") or (node.op_type == "Softmax"):
             for name in node.input:
                 producer = producers.get(name)
                 assert producer is None or producer.op_type != "DequantizeLinear", node.name
+
+
+@pytest.mark.parametrize("name", ["bert_tiny_op13.onnx", "bert_tiny_op17.onnx"])
+def test_attention_core_and_residual_sums_stay_float(name: str) -> None:
+    """The attention core (Q K^T, scale, mask, Softmax, times V) and each post-LayerNorm residual sum with the
+    feed-forward down projection into it stay float; the Q/K/V, output and up projections are int8 (weights
+    per channel), and the residual Add reads the LayerNorm's float output, not its int8 copy."""
+    from edgekit.core.model import load_proto
+    from edgekit.quantize import patterns
+    from edgekit.quantize.plan import make_plan
+
+    model = load_proto(onnx.load(ZOO / name))
+    attention = patterns.attention_cores(model)
+    residual = patterns.residual_sums(model)
+    kinds = lambda found: sorted(n.op_type for n in model.graph if n.name in found)  # noqa: E731
+    assert kinds(attention) == sorted(["MatMul"] * 4 + ["Mul"] * 2 + ["Add"] * 2 + ["Softmax"] * 2)
+    assert kinds(residual) == sorted(["Add"] * 6 + ["MatMul"] * 2)  # 2 layers x 2 sums, 2 x (down, bias)
+    down = {n.name for n in model.graph if n.op_type == "MatMul" and n.name in residual}
+    plan = make_plan(model, float_output_heads=True)
+    weighted = {w.node for w in plan.weights}
+    projections = {
+        n.name
+        for n in model.graph
+        if n.op_type == "MatMul" and n.inputs[1].const_value is not None and n.name not in residual
+    }
+    assert len(projections) == 2 * 5 and projections <= weighted  # Q, K, V, output, up: int8
+    assert not (down | {n.name for n in model.graph if n.name in attention}) & weighted
+    float_reasons = {f.node: f.reason for f in plan.float_ops}
+    assert all(
+        float_reasons[n] == patterns.ATTENTION_REASON
+        for n in attention
+        if n not in patterns.mask_paths(model)
+    )
+    assert all(float_reasons[n] == patterns.RESIDUAL_REASON for n in residual)
+    assert len(plan.float_reads) == 4  # each residual Add's skip input
+    wide = make_plan(model, float_output_heads=True, precision="int16x8")  # 256 times finer: quantized
+    assert not {f.reason for f in wide.float_ops} & patterns.INT8_ONLY_REASONS and not wide.float_reads
+
+    qdq = edgekit_qdq(onnx.load(ZOO / name), zoo_samples(ENTRIES[name], 4, seed=4), float_output_heads=True)
+    producers = {o: n for n in qdq.graph.node for o in n.output}
+    nodes = {n.name: n for n in qdq.graph.node}
+    for add, index in plan.float_reads:
+        skip = producers[nodes[add].input[index]]
+        assert skip.op_type != "DequantizeLinear"  # the LayerNorm's float output
+        others = [u for u in qdq.graph.node if skip.output[0] in u.input and u.op_type == "QuantizeLinear"]
+        assert others  # ... which the Q/K/V projections read quantized
+
+
+def test_residual_sums_need_a_post_layer_norm_skip() -> None:
+    """A pre-LayerNorm block (ViT: x + f(LN(x))) has no LayerNorm output in its residual Add: nothing matches."""
+    from edgekit.core.model import load_proto
+    from edgekit.quantize import patterns
+
+    model = load_proto(onnx.load(ZOO / "vit_tiny_op17.onnx"))
+    assert patterns.residual_sums(model) == {}
+    assert sum(n.op_type == "Softmax" for n in model.graph if n.name in patterns.attention_cores(model)) == 2
 
 
 def _written_out_layer_norm(extra_output: bool) -> onnx.ModelProto:
