@@ -108,41 +108,69 @@ def _compact(mask: np.ndarray) -> np.ndarray:
     return mask
 
 
+def _rounds(flat: np.ndarray) -> list[np.ndarray]:
+    """The update positions in rounds without a repeated index: round r holds each index's r-th update."""
+    seen: dict[tuple[int, ...], int] = {}
+    rounds: list[list[int]] = []
+    for position, row in enumerate(map(tuple, flat.tolist())):
+        r = seen.get(row, 0)
+        seen[row] = r + 1
+        if r == len(rounds):
+            rounds.append([])
+        rounds[r].append(position)
+    return [np.asarray(r, np.int32) for r in rounds]
+
+
 @converter("ScatterND", since=11)
 def scatter_nd(ctx: Context, node: ir.Node, *, reduction: str = "none") -> None:
-    """SCATTER_ND of the updates, then where(written, scattered, data) with a constant mask (ADD for
-    reduction "add"; MUL/MAXIMUM/MINIMUM with the data for the others). Indices must be constant."""
+    """where(written, SCATTER_ND(updates), data) with a constant mask; reduction "add" is data + SCATTER_ND
+    (which sums repeated indices), "mul"/"max"/"min" combine the scattered values with the data first. Repeated
+    indices otherwise are applied in rounds, in order (the later update wins for "none"). Indices must be
+    constant (run-time indices would need a run-time mask)."""
     reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+    combine = {"none": None, "add": "ADD", "mul": "MUL", "max": "MAXIMUM", "min": "MINIMUM"}
+    if reduction not in combine:
+        raise ctx.error(f"reduction {reduction!r} is not an ONNX ScatterND reduction")
     data = ctx.tensor(node.inputs[0])
     indices = ctx.require_const(node.inputs[1], "ScatterND indices")
     updates = ctx.tensor(node.inputs[2])
     y = ctx.output(node.outputs[0])
     k = indices.shape[-1]
     dims = np.asarray(data.shape[:k], np.int64)
-    index = np.where(indices < 0, indices + dims, indices).astype(np.int64)
-    flat = index.reshape(-1, k)
+    flat = np.where(indices < 0, indices + dims, indices).astype(np.int64).reshape(-1, k)
     if np.any(flat < 0) or np.any(flat >= dims):
         raise ctx.error(f"indices out of range for data of shape {list(data.shape)}")
-    duplicates = len({tuple(r) for r in flat.tolist()}) != len(flat)
-    if duplicates and reduction != "add":
-        raise ctx.error(f"duplicate indices with reduction {reduction!r} (the result depends on the order)")
-    scattered = ctx.tmp("scattered", data.shape, data.dtype)
     shape = ctx.graph.const("shape", np.asarray(data.shape, np.int32))
-    ctx.op("SCATTER_ND", [ctx.graph.const("indices", index.astype(np.int32)), updates, shape], [scattered])
-    if reduction == "add":
-        binary(ctx, "ADD", data, scattered, y)
-        return
-    combine = {"none": None, "mul": "MUL", "max": "MAXIMUM", "min": "MINIMUM"}
-    if reduction not in combine:
-        raise ctx.error(f"reduction {reduction!r} is not an ONNX ScatterND reduction")
-    if combine[reduction] is not None:
-        scattered = binary(
-            ctx, combine[reduction], data, scattered, ctx.tmp("combined", data.shape, data.dtype)
+    slice_shape = tuple(data.shape[k:])
+    rounds = [np.arange(len(flat), dtype=np.int32)] if reduction == "add" else _rounds(flat)
+    rows = updates if len(rounds) == 1 else ctx.reshape(updates, (len(flat), *slice_shape))
+    current = data
+    for i, positions in enumerate(rounds):
+        part = rows
+        if len(rounds) > 1:
+            part = ctx.tmp("round_updates", (len(positions), *slice_shape), data.dtype)
+            opts = fb.GatherOptionsT()
+            opts.axis = 0
+            ctx.op("GATHER", [rows, ctx.graph.const("positions", positions)], [part], opts)
+        scattered = ctx.tmp("scattered", data.shape, data.dtype)
+        written = flat[positions]
+        index = ctx.graph.const(
+            "indices", written.astype(np.int32).reshape(*part.shape[: part.rank - len(slice_shape)], k)
         )
-    mask = np.zeros(data.shape[:k], np.bool_)
-    mask[tuple(flat.T)] = True
-    mask = _compact(mask.reshape(mask.shape + (1,) * (data.rank - k)))
-    ctx.op("SELECT_V2", [ctx.graph.const("written", mask), scattered, data], [y])
+        ctx.op("SCATTER_ND", [index, part, shape], [scattered])
+        out = y if i == len(rounds) - 1 else ctx.tmp("scatter_round", data.shape, data.dtype)
+        if reduction == "add":
+            current = binary(ctx, "ADD", current, scattered, out)
+            continue
+        if combine[reduction] is not None:
+            scattered = binary(
+                ctx, combine[reduction], current, scattered, ctx.tmp("combined", data.shape, data.dtype)
+            )
+        mask = np.zeros(data.shape[:k], np.bool_)
+        mask[tuple(written.T)] = True
+        mask = _compact(mask.reshape(mask.shape + (1,) * (data.rank - k)))
+        ctx.op("SELECT_V2", [ctx.graph.const("written", mask), scattered, current], [out])
+        current = out
 
 
 # -- TopK ------------------------------------------------------------------------------------------

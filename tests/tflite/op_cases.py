@@ -849,12 +849,22 @@ CASES += [
         inits={"i": np.array([[1], [3], [1]], np.int64)},
         opset=16,
     ),
+    # repeated indices: applied in rounds (each round's indices distinct)
+    *[
+        Case(
+            f"scatter_nd_{reduction}_duplicates",
+            [n("ScatterND", ["x", "i", "z"], reduction=reduction)],
+            {"x": (4, 3), "z": (4,)},
+            inits={"i": np.array([[0, 2], [3, 1], [0, 2], [0, 2]], np.int64)},
+            opset=18,
+        )
+        for reduction in ("max", "min", "mul")
+    ],
     Case(
-        "scatter_nd_max",
-        [n("ScatterND", ["x", "i", "z"], reduction="max")],
-        {"x": (4, 3), "z": (2,)},
-        inits={"i": np.array([[0, 2], [3, 1]], np.int64)},
-        opset=18,
+        "scatter_nd_rows_none",
+        [n("ScatterND", ["x", "i", "z"])],
+        {"x": (5, 3), "z": (2, 3)},
+        inits={"i": np.array([[4], [-5]], np.int64)},
     ),
     Case(
         "topk_axis1_largest",
