@@ -124,8 +124,12 @@ def mod(ctx: Context, node: ir.Node, *, fmod: int = 0) -> None:
             raise ctx.error("fmod=0 on floating-point data is not defined by ONNX (use fmod=1)")
         ctx.op("FLOOR_MOD", [a, b], [y])
         return
-    abs_a = _unary(ctx, "ABS", a, "abs_a", fb.AbsOptionsT())
-    abs_b = _unary(ctx, "ABS", b, "abs_b", fb.AbsOptionsT())
+    abs_a, abs_b = (
+        ctx.graph.const(t.name, np.abs(t.data))
+        if t.is_const
+        else _unary(ctx, "ABS", t, "abs", fb.AbsOptionsT())
+        for t in (a, b)
+    )
     rem = ctx.tmp("rem", y.shape, y.dtype)
     ctx.op("FLOOR_MOD", [abs_a, abs_b], [rem])
     sign_a = _unary(ctx, "SIGN", a, "sign")
