@@ -178,8 +178,10 @@ def _top_k(ctx: Context, node: ir.Node, k: int, axis: int, largest: int, sorted_
     x = ctx.tensor(node.inputs[0])
     rank = x.rank
     axis = axis + rank if axis < 0 else axis
-    if not 0 <= k <= x.shape[axis]:
-        raise ctx.error(f"k={k} is outside [0, {x.shape[axis]}] (the size of axis {axis})")
+    if not 0 < k <= x.shape[axis]:
+        raise ctx.error(
+            f"k={k} is outside [1, {x.shape[axis]}] (the size of axis {axis}; LiteRT has no empty outputs)"
+        )
     values, indices = ctx.output(node.outputs[0]), ctx.output(node.outputs[1], dtype=np.int32)
     last = axis == rank - 1
     perm = [*range(axis), *range(axis + 1, rank), axis]

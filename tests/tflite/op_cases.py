@@ -936,3 +936,13 @@ CASES += [
         {"x": (2, 3, 4), "z": (2, 5, 4)},
     ),
 ]
+CASES += [
+    Case(
+        "cast_like",
+        [n("Cast", ["x"], ["i"], to=6), n("CastLike", ["i", "x"])],
+        {"x": (2, 3)},
+        opset=15,
+        low=-5,
+        high=5,
+    ),
+]
