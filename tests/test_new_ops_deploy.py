@@ -43,7 +43,7 @@ def mixed_model() -> onnx.ModelProto:
         "w1": w(8, 3, 3, 3), "b1": w(8), "w2": w(8, 8, 1, 1), "b2": w(8), "flat": i64(1, 8, 64),
         "diag": np.array(0, np.int64), "axis": i64(2), "s0": i64(0, 0), "s1": i64(1, 2), "sa": i64(0, 1),
         "two": i64(2), "at": np.array([[0, 1], [0, 6]], np.int64), "pick": np.array([[7, 0, 3, 3]], np.int64),
-        "k": i64(3),
+        "k": i64(3), "wide": i64(1, 3, 4), "zero": i64(0), "four": i64(4),
     }  # fmt: skip
     node = helper.make_node
     nodes = [
@@ -62,12 +62,20 @@ def mixed_model() -> onnx.ModelProto:
         node("ScatterND", ["lse", "at", "updates"], ["scores"]),  # scores[0, [1, 6]] = sigmoid(lse[0, :2])
         node("GatherElements", ["scores", "pick"], ["picked"], axis=1),
         node("TopK", ["scores", "k"], ["top", "top_index"], axis=-1),
+        # torch.gather(gram[..., :4], 1, top_index): a Slice straight into GatherElements (a detector's decode)
+        node("Unsqueeze", ["top_index", "axis"], ["index3"]),
+        node("Expand", ["index3", "wide"], ["index_wide"]),
+        node("Slice", ["gram", "zero", "four", "axis"], ["first4"]),
+        node("GatherElements", ["first4", "index_wide"], ["boxes"], axis=1),
     ]
     graph = helper.make_graph(
         nodes,
         "new_ops_mix",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
-        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("scores", "picked", "top")],
+        [
+            helper.make_tensor_value_info(o, TensorProto.FLOAT, None)
+            for o in ("scores", "picked", "top", "boxes")
+        ],
         [numpy_helper.from_array(v, k) for k, v in inits.items()],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
