@@ -374,3 +374,18 @@ def test_host_runner_gathers_from_a_slice_and_orders_top_k_ties_as_onnx() -> Non
         got = runner.run(feeds)
         for name in ("top", "picked", "index"):
             np.testing.assert_array_equal(got[name], want[name])
+
+
+def test_host_runner_runs_hardmax_whose_top_k_does_not_sort() -> None:
+    """OpenVINO makes Hardmax a TopK that does not sort, which cannot be stable ("Stable sort can only be used
+    when TopK's sorting mode is set to 'VALUE' or 'INDEX'"): stable_top_k leaves it."""
+    graph = helper.make_graph(
+        [helper.make_node("Hardmax", ["x"], ["y"], axis=1)],
+        "hardmax",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, 3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    feeds = {"x": np.random.default_rng(0).normal(size=(2, 5, 3)).astype(np.float32)}
+    np.testing.assert_array_equal(HostRunner(model).run(feeds)["y"], exact(model, feeds)[0])

@@ -273,7 +273,9 @@ def stable_top_k(ov_model):  # noqa: ANN001, ANN201 - an openvino.Model (openvin
     boxes came out in another order than onnxruntime's and LiteRT's (``tests/test_runtime.py``).
     """
     for op in ov_model.get_ordered_ops():
-        if op.get_type_name() == "TopK" and "stable" in op.get_attributes():
+        attributes = op.get_attributes() if op.get_type_name() == "TopK" else {}
+        # (a TopK that does not sort, e.g. the one Hardmax becomes, cannot be stable: its order is unused)
+        if "stable" in attributes and attributes.get("sort") in ("value", "index"):
             op.set_attribute("stable", True)
     return ov_model
 
