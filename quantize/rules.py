@@ -363,6 +363,9 @@ def rule_for(node: ir.Node) -> OpRule | None:
         if w is not None and w.ndim == 2:
             return _MATMUL_WEIGHT
         return _RULES["MatMul"]
+    # Only a two-operand Einsum is a product (BATCH_MATMUL); one operand is a transpose or a sum.
+    if node.op_type == "Einsum" and len(node.inputs) != 2:
+        return None
     # Only a Clip with constant bounds has an integer kernel (RELU6 / RELU_N1_TO_1 / a requantize).
     if node.op_type == "Clip" and any(v is not None and const_array(v) is None for v in node.inputs[1:]):
         return None
@@ -392,6 +395,8 @@ register(
     lambda n: 0 if attr(n, "transB", 0) else 1,
 )
 register("MatMul", OpRule(_DENSE, inputs=(0, 1)), lambda n: 1)
+# The converter lowers a two-operand Einsum to one BATCH_MATMUL between data-movement ops (TRANSPOSE, RESHAPE).
+register("Einsum", OpRule(("BATCH_MATMUL",), inputs=(0, 1)))
 for _op, _kernel in (("Add", "ADD"), ("Sub", "SUB"), ("Mul", "MUL")):
     register(_op, OpRule((_kernel,), inputs=(0, 1), fuses_activation=True))
 register("Relu", _unary("RELU"))

@@ -30,7 +30,7 @@ import onnx_ir as ir
 from edgekit.core import isolated
 from edgekit.core.errors import TargetError
 from edgekit.core.model import qdq_precision
-from edgekit.core.runtime import for_openvino, preflight_ir
+from edgekit.core.runtime import for_openvino, preflight_ir, stable_top_k
 from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, write_bundle
 from edgekit.targets.base import (
     PackageOptions,
@@ -488,6 +488,7 @@ def _convert(proto: onnx.ModelProto, folder: Path, compress: bool) -> _Converted
             ov_model = ov.convert_model(str(path))
         else:
             ov_model = ov.Core().read_model(str(path))
+        ov_model = stable_top_k(ov_model)  # ONNX TopK: the lower index first
     except Exception as exc:
         raise TargetError(f"intel-vpu: OpenVINO cannot convert the model: {_first_line(exc)}") from None
     xml = folder / "model.xml"

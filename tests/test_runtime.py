@@ -323,3 +323,69 @@ def test_host_runner_runs_a_concat_followed_by_a_requantization() -> None:
     )
     for sample, out in zip(samples, got, strict=True):
         np.testing.assert_allclose(out["y"], exact(model, sample)[0], atol=1e-5)
+
+
+def sliced_gather_then_top_k() -> onnx.ModelProto:
+    """A detector's decode as torch exports it: top-k of rounded scores (ties), then
+    ``torch.gather(boxes[..., :4], 1, index)`` (a Slice straight into GatherElements)."""
+    nodes = [
+        helper.make_node("Round", ["scores"], ["rounded"]),
+        helper.make_node("TopK", ["rounded", "k"], ["top", "index"], axis=1),
+        helper.make_node("Unsqueeze", ["index", "last"], ["index3"]),
+        helper.make_node("Expand", ["index3", "shape"], ["wide"]),
+        helper.make_node("Slice", ["boxes", "start", "end", "last"], ["xyxy"]),
+        helper.make_node("GatherElements", ["xyxy", "wide"], ["picked"], axis=1),
+    ]
+    inits = {"k": [10], "last": [2], "shape": [1, 10, 4], "start": [0], "end": [4]}
+    graph = helper.make_graph(
+        nodes,
+        "decode",
+        [
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 96]),
+            helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 96, 7]),
+        ],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("top", "picked")]
+        + [helper.make_tensor_value_info("index", TensorProto.INT64, None)],
+        [numpy_helper.from_array(np.asarray(v, np.int64), k) for k, v in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    model = onnx.shape_inference.infer_shapes(model)
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_host_runner_gathers_from_a_slice_and_orders_top_k_ties_as_onnx() -> None:
+    """OpenVINO 2026.4 failed to compile GatherElements right after a Slice ("Shapes [1,96,7] and [1,10,4] are not
+    consistent"): it reads it through Max(t, t); its ONNX TopK is unstable (stable=False), so equal scores came
+    out in another order than onnxruntime's: the runner makes it stable. Both as onnxruntime, exactly."""
+    from edgekit.core.runtime import for_openvino, sliced_gather_elements_apart
+
+    model = sliced_gather_then_top_k()
+    assert [n.op_type for n in for_openvino(model).graph.node].count("Max") == 1
+    assert sliced_gather_elements_apart(model) is not model
+    runner = HostRunner(model)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        feeds = {"scores": rng.uniform(0, 4, (1, 96)).astype(np.float32),
+                 "boxes": rng.normal(0, 1, (1, 96, 7)).astype(np.float32)}  # fmt: skip
+        want = dict(zip(("top", "picked", "index"), exact(model, feeds), strict=True))
+        assert len(set(want["top"].ravel().tolist())) < 10  # ties among the top 10
+        got = runner.run(feeds)
+        for name in ("top", "picked", "index"):
+            np.testing.assert_array_equal(got[name], want[name])
+
+
+def test_host_runner_runs_hardmax_whose_top_k_does_not_sort() -> None:
+    """OpenVINO makes Hardmax a TopK that does not sort, which cannot be stable ("Stable sort can only be used
+    when TopK's sorting mode is set to 'VALUE' or 'INDEX'"): stable_top_k leaves it."""
+    graph = helper.make_graph(
+        [helper.make_node("Hardmax", ["x"], ["y"], axis=1)],
+        "hardmax",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, 3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    feeds = {"x": np.random.default_rng(0).normal(size=(2, 5, 3)).astype(np.float32)}
+    np.testing.assert_array_equal(HostRunner(model).run(feeds)["y"], exact(model, feeds)[0])

@@ -259,9 +259,61 @@ def drop_concat_identity_qdq(proto: onnx.ModelProto, keep: Iterable[str] = ()) -
 
 
 def for_openvino(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """``proto`` as edgekit hands QDQ models to OpenVINO: :func:`pad_before_dequantize` and
-    :func:`drop_concat_identity_qdq` (the same values, around two OpenVINO 2026.4 problems)."""
-    return drop_concat_identity_qdq(pad_before_dequantize(proto))
+    """``proto`` as edgekit hands models to OpenVINO: :func:`pad_before_dequantize`,
+    :func:`drop_concat_identity_qdq` and :func:`sliced_gather_elements_apart` (the same values, around
+    three OpenVINO 2026.4 problems)."""
+    return sliced_gather_elements_apart(drop_concat_identity_qdq(pad_before_dequantize(proto)))
+
+
+def stable_top_k(ov_model):  # noqa: ANN001, ANN201 - an openvino.Model (openvino is imported lazily)
+    """``ov_model`` with every TopK stable (``ov_model`` itself, changed in place).
+
+    ONNX TopK puts the lower index first among equal values; OpenVINO 2026.4's ONNX frontend makes TopK-11 with
+    ``stable=False``, which orders ties any way: on quantized scores (many equal values) a detector's top-k
+    boxes came out in another order than onnxruntime's and LiteRT's (``tests/test_runtime.py``).
+    """
+    for op in ov_model.get_ordered_ops():
+        attributes = op.get_attributes() if op.get_type_name() == "TopK" else {}
+        # (a TopK that does not sort, e.g. the one Hardmax becomes, cannot be stable: its order is unused)
+        if "stable" in attributes and attributes.get("sort") in ("value", "index"):
+            op.set_attribute("stable", True)
+    return ov_model
+
+
+def sliced_gather_elements_apart(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``proto`` where each GatherElements reading a Slice or Split output reads it through
+    ``Max(t, t)`` (= t, NaN included): the same values.
+
+    OpenVINO 2026.4's CPU plugin compiles a GatherElements right after a Slice against the tensor before the
+    Slice and fails (``gather_elements_shape_inference.hpp``: ``output_shape.merge_into(output_shape,
+    indices_pshape)``, e.g. "Shapes [1,768,7] and [1,10,4] are not consistent"): a detector's decode
+    ``torch.gather(boxes[..., :4], 1, top_k_index)`` exports that way (``tests/test_runtime.py``). An op between
+    them avoids it; Identity, Cast, Mul by 1 and Add of 0 are optimized away first, Max(t, t) is not.
+    ``proto`` itself when there is nothing to rewrite.
+    """
+    from onnx import helper
+
+    producers = {o: n.op_type for n in proto.graph.node for o in n.output}
+    found = [
+        i
+        for i, n in enumerate(proto.graph.node)
+        if n.op_type == "GatherElements"
+        and n.domain in ("", "ai.onnx")
+        and producers.get(n.input[0]) in ("Slice", "Split")
+    ]
+    if not found:
+        return proto
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    nodes = list(out.graph.node)
+    for i in reversed(found):
+        gather = nodes[i]
+        apart = gather.output[0] + "/data"
+        nodes.insert(i, helper.make_node("Max", [gather.input[0], gather.input[0]], [apart], name=apart))
+        gather.input[0] = apart
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    return out
 
 
 def tabulate_elementwise(proto: onnx.ModelProto, keep: Iterable[str] = ()) -> onnx.ModelProto:
@@ -420,7 +472,7 @@ def compile_check(
     Meant for a child process (:mod:`edgekit.core.isolated`): a crash there is an error message here.
     """
     core = _core()
-    compiled = core.compile_model(core.read_model(path), "CPU", dict(config))
+    compiled = core.compile_model(stable_top_k(core.read_model(path)), "CPU", dict(config))
     for sample in samples:
         compiled.create_infer_request().infer(dict(sample))
 
@@ -503,7 +555,7 @@ class HostRunner:
 
             model = ir.to_proto(model)
         proto = model
-        proto = drop_concat_identity_qdq(proto, keep=extra_outputs)
+        proto = sliced_gather_elements_apart(drop_concat_identity_qdq(proto, keep=extra_outputs))
         if exact_qdq:
             proto = exact_input_quantize(
                 tabulate_elementwise(fold_constant_dequantize(proto), keep=extra_outputs)
@@ -548,10 +600,12 @@ class HostRunner:
                     error=ModelError,
                 )
             try:
-                ov_model = core.read_model(str(path))
+                ov_model = stable_top_k(core.read_model(str(path)))
                 self._compiled = core.compile_model(ov_model, "CPU", config)
             except RuntimeError as exc:
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unknown error"
+                from edgekit.core.isolated import first_message
+
+                first = first_message(str(exc)) or "unknown error"  # not its "Exception from src/...cpp:117:"
                 raise ModelError(f"OpenVINO cannot compile the model: {first}") from None
         self._request = self._compiled.create_infer_request()
         # a port has several tensor names once OpenVINO folds ops next to a Parameter (a Convert and an identity

@@ -26,7 +26,7 @@ from typing import Literal
 import numpy as np
 import onnx
 import onnx_ir as ir
-from edgekit.core.errors import TargetError
+from edgekit.core.errors import TargetError, UnsupportedOpError
 from edgekit.core.litert_run import TensorInfo  # noqa: F401 - defined there to be light, used here
 from edgekit.core.model import forget_nonpositive_dims
 from edgekit.targets.tflite import fp16, fusion, layout, lowering, quantized, weight_only, writer
@@ -276,9 +276,19 @@ def _fold(ctx: Context, node: ir.Node) -> bool:
         evaluator = ReferenceEvaluator(proto, opsets={"": ctx.opset})
         results = evaluator.run(None, {v.name: ctx.const(v) for v in inputs})
     except Exception as exc:  # noqa: BLE001 - the reference evaluator raises many types
+        if _has_converter(node, ctx.opset):
+            return False  # e.g. the evaluator's OneHot refuses negative indices: convert it as an op instead
         raise ctx.error(f"cannot evaluate this constant sub-graph: {type(exc).__name__}: {exc}") from None
     for value, result in zip(node.outputs, results, strict=False):
         ctx.set_const(value, np.asarray(result))
+    return True
+
+
+def _has_converter(node: ir.Node, opset: int) -> bool:
+    try:
+        lookup(node, opset, "")
+    except UnsupportedOpError:
+        return False
     return True
 
 

@@ -18,9 +18,11 @@ from edgekit.targets.tflite.schema import fb
 _UNARY = {
     "RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1", "LOGISTIC", "TANH", "LEAKY_RELU", "HARD_SWISH", "ELU",
     "EXP", "LOG", "SQRT", "RSQRT", "ABS", "NEG", "GELU", "FLOOR", "CEIL", "SIN", "COS", "SIGN", "SQUARE",
-    "CAST", "QUANTIZE", "DEQUANTIZE",
+    "CAST", "QUANTIZE", "DEQUANTIZE", "ROUND",
 }  # fmt: skip
-_BINARY = {"ADD", "SUB", "MUL", "DIV", "POW", "MAXIMUM", "MINIMUM", "PRELU", "SQUARED_DIFFERENCE"}
+_BINARY = {
+    "ADD", "SUB", "MUL", "DIV", "POW", "MAXIMUM", "MINIMUM", "PRELU", "SQUARED_DIFFERENCE", "FLOOR_MOD",
+}  # fmt: skip
 _REDUCE = {"MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD"}
 
 

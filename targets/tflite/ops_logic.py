@@ -20,7 +20,7 @@ _LOGICAL = {"And": "LOGICAL_AND", "Or": "LOGICAL_OR"}
 
 
 def _operands(ctx: Context, node: ir.Node) -> list[Tensor]:
-    return _operands_of(ctx, node.inputs[0], node.inputs[1])
+    return same_dtype_operands(ctx, node.inputs[0], node.inputs[1])
 
 
 def _register(op_type: str, code: str) -> None:
@@ -44,11 +44,11 @@ def not_(ctx: Context, node: ir.Node) -> None:
 def where(ctx: Context, node: ir.Node) -> None:
     """SELECT_V2: the broadcasting select (SELECT needs equal shapes)."""
     cond = ctx.tensor(node.inputs[0])
-    x, y = _operands_of(ctx, node.inputs[1], node.inputs[2])
+    x, y = same_dtype_operands(ctx, node.inputs[1], node.inputs[2])
     ctx.op("SELECT_V2", [cond, x, y], [ctx.output(node.outputs[0])])
 
 
-def _operands_of(ctx: Context, a_value: ir.Value, b_value: ir.Value) -> list[Tensor]:
+def same_dtype_operands(ctx: Context, a_value: ir.Value, b_value: ir.Value) -> list[Tensor]:
     """Both values as tensors of one dtype: a constant takes the other's (ONNX int64 constants are int32
     here like int64 activations)."""
     a, b = ctx.tensor(a_value), ctx.tensor(b_value)

@@ -95,14 +95,24 @@ def dropout(ctx: Context, node: ir.Node, *, ratio: float = 0.5, seed: int = 0, i
     ctx.bind(node.outputs[0], ctx.tensor(node.inputs[0]))
 
 
-@converter("Cast", since=1)
-def cast(ctx: Context, node: ir.Node, *, to: int, saturate: int = 1, round_mode: str = "up") -> None:
+def _cast(ctx: Context, node: ir.Node) -> None:
     x = ctx.tensor(node.inputs[0])
     y = ctx.output(node.outputs[0])
     if x.dtype == y.dtype:
         ctx.bind(node.outputs[0], x)
         return
     ctx.op("CAST", [x], [y])
+
+
+@converter("Cast", since=1)
+def cast(ctx: Context, node: ir.Node, *, to: int, saturate: int = 1, round_mode: str = "up") -> None:
+    _cast(ctx, node)
+
+
+@converter("CastLike", since=15)
+def cast_like(ctx: Context, node: ir.Node, *, saturate: int = 1, round_mode: str = "up") -> None:
+    """Cast to the type of input 1 (the output's type, from the graph): what ONNX functions use for constants."""
+    _cast(ctx, node)
 
 
 @converter("Transpose", since=1)

@@ -79,8 +79,11 @@ def _load_converters() -> None:
     # Importing the op modules registers their converters.
     from edgekit.targets.tflite import (  # noqa: F401
         ops_conv,
+        ops_einsum,
         ops_elementwise,
+        ops_index,
         ops_logic,
+        ops_math,
         ops_misc,
         ops_resize,
         ops_rnn,

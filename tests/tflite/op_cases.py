@@ -693,3 +693,264 @@ CASES: list[Case] = [
     Case("expand", [n("Expand", ["x", "s"])], {"x": (3, 1)}, inits={"s": i64(2, 3, 4)}),
     Case("tile", [n("Tile", ["x", "r"])], {"x": (2, 3)}, inits={"r": i64(2, 1)}),
 ]
+
+# Ops TFLite has no builtin for, written exactly with its builtins (ops_math.py, ops_index.py, ops_einsum.py).
+# Integer and boolean values are computed in the graph (ArgMax, Cast, comparisons): the inputs are float.
+CASES += [
+    Case("softplus", [n("Softplus", ["x"])], {"x": (2, 3, 4)}, low=-30, high=30),
+    Case("mish", [n("Mish", ["x"])], {"x": (2, 3, 4)}, opset=18, low=-6, high=6),
+    # YOLOv4's exports write Mish out as x * tanh(softplus(x))
+    Case(
+        "mish_pattern",
+        [n("Softplus", ["x"], ["sp"]), n("Tanh", ["sp"], ["t"]), n("Mul", ["x", "t"])],
+        {"x": (1, 3, 4, 4)},
+        low=-6,
+        high=6,
+    ),
+    Case("softsign", [n("Softsign", ["x"])], {"x": (2, 3, 4)}, low=-5, high=5),
+    Case("selu", [n("Selu", ["x"])], {"x": (2, 3, 4)}),
+    Case("selu_attrs", [n("Selu", ["x"], alpha=0.5, gamma=2.0)], {"x": (2, 3, 4)}),
+    Case("celu", [n("Celu", ["x"], alpha=0.5)], {"x": (2, 3, 4)}, opset=12),
+    Case("thresholded_relu", [n("ThresholdedRelu", ["x"], alpha=0.5)], {"x": (2, 3, 4)}),
+    Case("sign", [n("Round", ["x"], ["r"]), n("Sign", ["r"])], {"x": (2, 3, 4)}),
+    # halves exactly (floor(4x) / 2): round half to even
+    Case(
+        "round_half_to_even",
+        [
+            n("Mul", ["x", "four"], ["m"]),
+            n("Floor", ["m"], ["f"]),
+            n("Mul", ["f", "half"], ["h"]),
+            n("Round", ["h"]),
+        ],
+        {"x": (4, 8)},
+        inits={"four": f32(4.0), "half": f32(0.5)},
+        low=-3,
+        high=3,
+    ),
+    Case(
+        "mod_fmod",
+        [n("Mod", ["x", "c"], fmod=1)],
+        {"x": (3, 4)},
+        inits={"c": f32(0.7, -1.3, 2.0, -0.4)},
+        low=-5,
+        high=5,
+    ),
+    Case(
+        "mod_int_floor",
+        [
+            n("Mul", ["x", "ten"], ["m"]),
+            n("Floor", ["m"], ["f"]),
+            n("Cast", ["f"], ["i"], to=7),
+            n("Mod", ["i", "c"], ["r"]),
+            n("Cast", ["r"], to=1),
+        ],
+        {"x": (3, 4)},
+        inits={"ten": f32(10.0), "c": i64(3, -4, 5, -7)},
+    ),
+    Case("is_nan", [n("Log", ["x"], ["l"]), n("IsNaN", ["l"], ["b"]), n("Cast", ["b"], to=1)], {"x": (3, 4)}),
+    *[
+        Case(
+            f"is_inf_{pos}{neg}",
+            [
+                n("Floor", ["z"], ["f"]),
+                n("Div", ["x", "f"], ["d"]),
+                n("IsInf", ["d"], ["b"], detect_positive=pos, detect_negative=neg),
+                n("Cast", ["b"], to=1),
+            ],
+            {"x": (4, 6), "z": (4, 6)},
+        )
+        for pos, neg in ((1, 1), (1, 0), (0, 1))
+    ],
+    Case("mean3", [n("Mean", ["x", "z", "x"])], {"x": (2, 3), "z": (3,)}),
+    Case(
+        "xor",
+        [
+            n("Greater", ["x", "zero"], ["a"]),
+            n("Less", ["z", "half"], ["b"]),
+            n("Xor", ["a", "b"], ["c"]),
+            n("Cast", ["c"], to=1),
+        ],
+        {"x": (3, 4), "z": (3, 4)},
+        inits={"zero": f32(0.0), "half": f32(0.5)},
+    ),
+    Case(
+        "reduce_log_sum_exp_v13",
+        [n("ReduceLogSumExp", ["x"], axes=[1], keepdims=0)],
+        {"x": (2, 5, 4)},
+        opset=13,
+        low=-100,
+        high=100,
+    ),
+    Case(
+        "reduce_log_sum_exp_v18",
+        [n("ReduceLogSumExp", ["x", "a"], keepdims=1)],
+        {"x": (2, 5, 4)},
+        inits={"a": i64(-1, 0)},
+        opset=18,
+    ),
+    Case("reduce_log_sum_v13", [n("ReduceLogSum", ["x"], axes=[2])], {"x": (2, 3, 4)}, opset=13, low=0.1),
+    Case("reduce_l1_v18", [n("ReduceL1", ["x"], keepdims=0)], {"x": (2, 3, 4)}, opset=18),
+    Case("lp_norm_p2", [n("LpNormalization", ["x"], axis=1)], {"x": (2, 5, 3)}),
+    Case("lp_norm_p1", [n("LpNormalization", ["x"], p=1)], {"x": (2, 5, 3)}),
+    Case(
+        "gather_elements_const",
+        [n("GatherElements", ["x", "i"], axis=1)],
+        {"x": (2, 5, 3)},
+        inits={"i": np.array([[[4, 0, -1], [1, 1, 2]], [[0, -5, 3], [2, 2, 2]]], np.int64)},
+    ),
+    # indices computed at run time (a detector's decode: the best anchor's box)
+    Case(
+        "gather_elements_runtime",
+        [n("ArgMax", ["z"], ["i"], axis=-1, keepdims=1), n("GatherElements", ["x", "i"], axis=-1)],
+        {"x": (2, 3, 6), "z": (2, 3, 6)},
+    ),
+    Case(
+        "gather_nd_const",
+        [n("GatherND", ["x", "i"])],
+        {"x": (3, 4, 5)},
+        inits={"i": np.array([[2, 1], [0, -1], [-3, 3]], np.int64)},
+    ),
+    Case(
+        "gather_nd_batch_dims",
+        [n("GatherND", ["x", "i"], batch_dims=1)],
+        {"x": (2, 4, 5)},
+        inits={"i": np.array([[[3], [0]], [[1], [-1]]], np.int64)},
+    ),
+    Case(
+        "gather_nd_runtime_batch_dims",
+        [
+            n("ArgMax", ["z"], ["i"], axis=-1, keepdims=1),
+            n("GatherND", ["x", "i"], batch_dims=1),
+        ],
+        {"x": (3, 6, 2), "z": (3, 6)},
+    ),
+    # YOLOv5-era Detect: y[..., 0:2] = (sigmoid(y[..., 0:2]) * 2 - 0.5) written in place with ScatterND
+    Case(
+        "scatter_nd_slice_in_place",
+        [
+            n("Slice", ["x", "s", "e", "a"], ["sl"]),
+            n("Sigmoid", ["sl"], ["u"]),
+            n("ScatterND", ["x", "i", "u"]),
+        ],
+        {"x": (1, 3, 4, 6)},
+        inits={
+            "s": i64(0),
+            "e": i64(2),
+            "a": i64(3),
+            "i": np.stack(np.meshgrid(*[np.arange(d) for d in (1, 3, 4, 2)], indexing="ij"), -1).astype(
+                np.int64
+            ),
+        },
+    ),
+    Case(
+        "scatter_nd_rows_add_duplicates",
+        [n("ScatterND", ["x", "i", "z"], reduction="add")],
+        {"x": (5, 3), "z": (3, 3)},
+        inits={"i": np.array([[1], [3], [1]], np.int64)},
+        opset=16,
+    ),
+    # repeated indices: applied in rounds (each round's indices distinct)
+    *[
+        Case(
+            f"scatter_nd_{reduction}_duplicates",
+            [n("ScatterND", ["x", "i", "z"], reduction=reduction)],
+            {"x": (4, 3), "z": (4,)},
+            inits={"i": np.array([[0, 2], [3, 1], [0, 2], [0, 2]], np.int64)},
+            opset=18,
+        )
+        for reduction in ("max", "min", "mul")
+    ],
+    Case(
+        "scatter_nd_rows_none",
+        [n("ScatterND", ["x", "i", "z"])],
+        {"x": (5, 3), "z": (2, 3)},
+        inits={"i": np.array([[4], [-5]], np.int64)},
+    ),
+    Case(
+        "topk_axis1_largest",
+        [n("TopK", ["x", "k"], ["y", "idx"], axis=1)],
+        {"x": (2, 6, 3)},
+        inits={"k": i64(3)},
+        outputs=["y", "idx"],
+        opset=11,
+    ),
+    Case(
+        "topk_smallest_ties",
+        [n("Round", ["x"], ["r"]), n("TopK", ["r", "k"], ["y", "idx"], largest=0)],
+        {"x": (3, 8)},
+        inits={"k": i64(4)},
+        outputs=["y", "idx"],
+        opset=11,
+    ),
+    Case("topk_v1", [n("TopK", ["x"], ["y", "idx"], k=2)], {"x": (3, 5)}, outputs=["y", "idx"], opset=9),
+    Case(
+        "trilu_upper",
+        [n("Trilu", ["x", "k"])],
+        {"x": (2, 4, 5)},
+        inits={"k": np.array(1, np.int64)},
+        opset=14,
+    ),
+    Case(
+        "trilu_lower",
+        [n("Trilu", ["x", "k"], upper=0)],
+        {"x": (2, 5, 4)},
+        inits={"k": np.array(-1, np.int64)},
+        opset=14,
+    ),
+    Case(
+        "one_hot_runtime_indices",
+        [n("ArgMax", ["x"], ["i"], axis=1, keepdims=0), n("OneHot", ["i", "d", "v"], axis=1)],
+        {"x": (3, 4, 2)},
+        inits={"d": i64(5), "v": f32(-1.0, 3.0)},
+    ),
+    Case(
+        "one_hot_const_negative",
+        [n("OneHot", ["i", "d", "v"], ["o"]), n("Add", ["o", "x"])],
+        {"x": (2, 3, 4)},
+        inits={"i": np.array([[0, -1, 2], [-4, 3, 1]], np.int64), "d": i64(4), "v": f32(0.0, 1.0)},
+    ),
+    Case("hardmax_v13", [n("Hardmax", ["x"], axis=1)], {"x": (2, 5, 3)}, opset=13),
+    Case("hardmax_v11_flatten", [n("Hardmax", ["x"])], {"x": (2, 3, 4)}, opset=11),
+    Case(
+        "einsum_attention_scores",
+        [n("Einsum", ["x", "z"], equation="bhqd,bhkd->bhqk")],
+        {"x": (1, 2, 3, 4), "z": (1, 2, 5, 4)},
+        int8=True,
+    ),
+    Case(
+        "einsum_attention_context",
+        [n("Einsum", ["x", "z"], equation="bhqk,bhkd->bhqd")],
+        {"x": (1, 2, 3, 5), "z": (1, 2, 5, 4)},
+        int8=True,
+    ),
+    Case(
+        "einsum_bmm",
+        [n("Einsum", ["x", "z"], equation="bij,bjk->bik")],
+        {"x": (2, 3, 4), "z": (2, 4, 5)},
+        int8=True,
+    ),
+    Case(
+        "einsum_weight_ellipsis",
+        [n("Einsum", ["x", "w"], equation="...i,ij->...j")],
+        {"x": (2, 3, 4)},
+        inits={"w": w(4, 6)},
+        int8=True,
+    ),
+    Case("einsum_outer_implicit", [n("Einsum", ["x", "z"], equation="i,j")], {"x": (3,), "z": (4,)}),
+    Case("einsum_transpose_sum", [n("Einsum", ["x"], equation="bij->jb")], {"x": (2, 3, 4)}),
+    Case(
+        "einsum_sum_one_operand_label",
+        [n("Einsum", ["x", "z"], equation="bnd,bmd->bn")],
+        {"x": (2, 3, 4), "z": (2, 5, 4)},
+    ),
+]
+CASES += [
+    Case(
+        "cast_like",
+        [n("Cast", ["x"], ["i"], to=6), n("CastLike", ["i", "x"])],
+        {"x": (2, 3)},
+        opset=15,
+        low=-5,
+        high=5,
+    ),
+]

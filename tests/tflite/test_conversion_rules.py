@@ -376,3 +376,58 @@ def test_empty_output_is_a_target_error() -> None:
     model = make_model([helper.make_node("Shape", ["x"], ["y"], start=2, end=1)], {"x": (2, 3)}, ["y"])
     with pytest.raises(TargetError, match="output 'y' is an empty constant"):
         convert_proto(model)
+
+
+def _n(op: str, inputs: list[str], output: str = "y", **attrs) -> onnx.NodeProto:
+    return helper.make_node(op, inputs, [output], name=f"the_{op.lower()}", **attrs)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "inputs", "inits", "message"),
+    [
+        (
+            [_n("Range", ["x", "limit", "delta"])],
+            {"x": ()},
+            {"limit": np.float32(9), "delta": np.float32(2)},
+            "Range node 'the_range': start, limit and delta are computed at run time, so the output length "
+            "depends on the data",
+        ),
+        (
+            [_n("Einsum", ["x"], equation="ii->i")],
+            {"x": (3, 3)},
+            {},
+            "Einsum node 'the_einsum': equation 'ii->i': a label repeated in one operand",
+        ),
+        (
+            [_n("Einsum", ["x", "x", "x"], equation="ij,jk,kl->il")],
+            {"x": (3, 3)},
+            {},
+            "equation 'ij,jk,kl->il': Einsum with 3 operands is not supported",
+        ),
+        (
+            [_n("Einsum", ["x", "z"], equation="bij,bjk->bik")],
+            {"x": (1, 2, 3), "z": (2, 3, 4)},
+            {},
+            "label 'b' has sizes 1 and 2 \\(broadcasting is not supported\\)",
+        ),
+        (
+            [_n("Cast", ["z"], "k", to=7), helper.make_node("TopK", ["x", "k"], ["y", "idx"], name="the_topk")],
+            {"x": (2, 5), "z": (1,)},
+            {},
+            "TopK node 'the_topk': TopK k must be a constant",
+        ),
+        (
+            [_n("Cast", ["z"], "i", to=7), _n("ScatterND", ["x", "i", "u"])],
+            {"x": (4, 3), "z": (2, 1), "u": (2, 3)},
+            {},
+            "ScatterND node 'the_scatternd': ScatterND indices must be a constant",
+        ),
+    ],
+    ids=["range_runtime", "einsum_diagonal", "einsum_three_operands", "einsum_broadcast", "topk_runtime_k",
+         "scatter_nd_runtime_indices"],
+)  # fmt: skip
+def test_limits_of_the_lowered_ops_are_one_line_target_errors(nodes, inputs, inits, message) -> None:
+    model = make_model(nodes, inputs, ["y"], inits, opset=18)
+    with pytest.raises(TargetError, match=message) as info:
+        convert_proto(model)
+    assert "\n" not in str(info.value)

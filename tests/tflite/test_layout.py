@@ -145,3 +145,24 @@ def test_rank4_tensors_that_are_not_images_keep_the_onnx_layout() -> None:
     assert [i.shape for i in result.inputs] == [(1, 2, 3, 4), (1, 2, 3, 5)]
     assert all(i.onnx_to_tflite_perm is None for i in (*result.inputs, *result.outputs))
     _check(model, result)
+
+
+def test_activations_lowered_to_elementwise_builtins_need_no_transpose() -> None:
+    """Mish, Selu, Celu, Softsign, Round and Mod between convolutions: their builtins are element-wise, so the
+    NCHW<->NHWC transposes around the convolutions cancel through them."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Mish", ["c1"], ["m"]),
+        helper.make_node("Selu", ["m"], ["s"]),
+        helper.make_node("Celu", ["s"], ["ce"], alpha=0.5),
+        helper.make_node("Softsign", ["ce"], ["ss"]),
+        helper.make_node("Round", ["ss"], ["r"]),
+        helper.make_node("Mod", ["c1", "d"], ["md"], fmod=1),
+        helper.make_node("Add", ["r", "md"], ["a"]),
+        helper.make_node("Conv", ["a", "w2", "b2"], ["y"]),
+    ]
+    inits = {"w1": _w(8, 3, 3, 3), "b1": _w(8), "w2": _w(4, 8, 1, 1), "b2": _w(4), "d": np.float32(0.3)}
+    model = make_model(nodes, {"x": (1, 3, 8, 8)}, ["y"], inits, opset=18)
+    result = convert_proto(model)
+    assert "TRANSPOSE" not in op_types(result), op_types(result)
+    _check(model, result)
