@@ -46,6 +46,7 @@ class _Resize:
     cubic_coeff_a: float = -0.75
     exclude_outside: bool = False
     extrapolation_value: float = 0.0
+    antialias: bool = False  # linear/cubic: downsampling stretches the filter by 1 / scale
 
 
 # -- TFLite's resize kernels -------------------------------------------------------------------------
@@ -62,6 +63,8 @@ def _tflite_flags(r: _Resize, x_shape: Sequence[int], y_shape: Sequence[int]) ->
     """TFLite's (alignCorners, halfPixelCenters) computing exactly this resize, or None."""
     if len(x_shape) != 4 or tuple(x_shape[:2]) != tuple(y_shape[:2]):
         return None
+    if r.antialias and r.mode != "nearest" and any(s < 1 for s in r.scales):
+        return None  # TFLite's kernels sample 2 taps
     if any(
         not np.isclose(y / x, s, rtol=1e-6)
         for x, y, s in zip(x_shape[2:], y_shape[2:], r.scales[2:], strict=True)
@@ -123,7 +126,33 @@ def _source_coordinate(r: _Resize, axis: int, x: int, in_len: int, out_len: int)
     raise ValueError(mode)
 
 
-def _coefficients(r: _Resize, ratio: float) -> list[float]:
+def _antialiased(r: _Resize, ratio: float, scale: float) -> list[float]:
+    """ONNX Resize-18's antialiased filter for a downscaling ``scale``: the linear (triangle) or cubic kernel
+    stretched by 1 / scale over as many taps as it covers, normalised to sum 1."""
+    if r.mode == "linear":
+        start = math.floor(-1 / scale) + 1
+        args = [(i - ratio) * scale for i in range(start, 2 - start)]
+        coeffs = [min(max(1 - abs(a), 0.0), 1.0) for a in args]
+    else:
+        start = math.floor(-2 / scale) + 1
+        coeffs = [_keys(scale * (i - ratio), r.cubic_coeff_a) for i in range(start, 2 - start)]
+    total = sum(coeffs)
+    return [c / total for c in coeffs]
+
+
+def _keys(d: float, a: float) -> float:
+    """Keys' cubic convolution kernel."""
+    d = abs(d)
+    if d <= 1:
+        return ((a + 2) * d - (a + 3)) * d * d + 1
+    if d < 2:
+        return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    return 0.0
+
+
+def _coefficients(r: _Resize, ratio: float, scale: float = 1.0) -> list[float]:
+    if r.antialias and r.mode != "nearest" and scale < 1:
+        return _antialiased(r, ratio, scale)
     if r.mode == "nearest":
         if ratio == 1:
             return [0.0, 1.0]
@@ -137,20 +166,14 @@ def _coefficients(r: _Resize, ratio: float) -> list[float]:
     if r.mode == "linear":
         return [1 - ratio, ratio]
     a = r.cubic_coeff_a
-
-    def kernel(d: float) -> float:  # Keys' cubic convolution kernel, |d| < 2
-        d = abs(d)
-        if d <= 1:
-            return ((a + 2) * d - (a + 3)) * d * d + 1
-        return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
-
-    return [kernel(ratio + 1), kernel(ratio), kernel(1 - ratio), kernel(2 - ratio)]
+    return [_keys(ratio + 1, a), _keys(ratio, a), _keys(1 - ratio, a), _keys(2 - ratio, a)]
 
 
 def _axis_taps(r: _Resize, axis: int, in_len: int, out_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(indices [taps, out], weights [taps, out], inside [out]) of one axis: output index o is
     sum_t weights[t, o] * input[indices[t, o]] where ``inside``, the extrapolation value elsewhere."""
-    taps = 4 if r.mode == "cubic" else 2
+    scale = r.scales[axis]
+    taps = len(_coefficients(r, 0.5, scale))
     pad = math.ceil(taps / 2)
     indices = np.zeros((taps, out_len), np.int64)
     weights = np.zeros((taps, out_len), np.float64)
@@ -161,7 +184,7 @@ def _axis_taps(r: _Resize, axis: int, in_len: int, out_len: int) -> tuple[np.nda
             inside[o] = False
             continue
         ratio = 1.0 if float(x).is_integer() else x - math.floor(x)
-        coeffs = np.asarray(_coefficients(r, ratio), np.float64)
+        coeffs = np.asarray(_coefficients(r, ratio, scale), np.float64)
         # The ``taps`` nearest positions of the edge-padded axis (the lower one on a tie).
         padded = sorted(range(in_len + 2 * pad), key=lambda i: (abs(x + pad - i), i))[:taps]
         source = np.asarray(sorted(padded)) - pad
@@ -243,8 +266,8 @@ def resize_v11(
     axes: Sequence[int] | None = None,
     keep_aspect_ratio_policy: str = "stretch",
 ) -> None:
-    if antialias:
-        raise ctx.error("antialias is not supported")
+    if antialias and _text(mode) == "nearest":
+        raise ctx.error("antialias is not supported with nearest mode")
     x_shape = ctx.shape(node.inputs[0])
     rank = len(x_shape)
     axes = [a % rank for a in axes] if axes is not None else list(range(rank))
@@ -280,5 +303,6 @@ def resize_v11(
         float(cubic_coeff_a),
         bool(exclude_outside),
         float(extrapolation_value),
+        bool(antialias),
     )
     _convert(ctx, node, r)

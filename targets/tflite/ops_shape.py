@@ -87,8 +87,10 @@ def identity(ctx: Context, node: ir.Node) -> None:
 def dropout(ctx: Context, node: ir.Node, *, ratio: float = 0.5, seed: int = 0, is_test: int = 0) -> None:
     if len(node.outputs) > 1 and node.outputs[1].name and node.outputs[1].uses():
         raise ctx.error("the mask output of Dropout is not supported")
-    training = _optional(node, 2)
-    if training is not None and bool(ctx.require_const(training, "Dropout training_mode")):
+    training, ratio_input = _optional(node, 2), _optional(node, 1)
+    if ratio_input is not None:
+        ratio = float(ctx.require_const(ratio_input, "Dropout ratio").reshape(-1)[0])
+    if training is not None and bool(ctx.require_const(training, "Dropout training_mode")) and ratio != 0.0:
         raise ctx.error(
             "training-mode Dropout (random masking) is not supported; export the model for inference"
         )

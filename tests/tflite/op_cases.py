@@ -465,6 +465,27 @@ CASES: list[Case] = [
         "resize_v10", [n("Resize", ["x", "sc"], mode="nearest")], X4, inits={"sc": f32(1, 1, 2, 3)}, opset=10
     ),
     # Resizes TFLite's kernels do not compute: lowered to GATHERs (+ MUL/ADD by constant weights)
+    # antialiased downscaling (Resize-18): the filter stretched over 1 / scale taps (torch antialias=True)
+    Case(
+        "resize_linear_antialias",
+        [n("Resize", ["x", "", "sc"], mode="linear", antialias=1)],
+        {"x": (1, 3, 12, 10)},
+        inits={"sc": f32(1, 1, 0.5, 0.6)},
+    ),
+    Case(
+        "resize_cubic_antialias_sizes",
+        [
+            n(
+                "Resize",
+                ["x", "", "", "sz"],
+                mode="cubic",
+                antialias=1,
+                coordinate_transformation_mode="pytorch_half_pixel",
+            )
+        ],
+        {"x": (1, 2, 15, 9)},
+        inits={"sz": i64(1, 2, 4, 5)},
+    ),
     Case(
         "resize_nearest_half_pixel_downsample",
         [n("Resize", ["x", "", "", "sz"], mode="nearest")],
@@ -688,6 +709,13 @@ CASES: list[Case] = [
         ],
         {"x": (2, 3)},
         outputs=["y"],
+    ),
+    # training mode with ratio 0 keeps every value: the identity (the onnx test_training_dropout_zero_ratio)
+    Case(
+        "training_dropout_zero_ratio",
+        [n("Dropout", ["x", "r", "t"])],
+        {"x": (2, 3)},
+        inits={"r": f32(0.0).reshape(()), "t": np.array(True)},
     ),
     Case("cast_float", [n("Cast", ["x"], to=1)], {"x": (2, 3)}),
     Case("expand", [n("Expand", ["x", "s"])], {"x": (3, 1)}, inits={"s": i64(2, 3, 4)}),

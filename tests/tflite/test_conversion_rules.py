@@ -61,12 +61,12 @@ def test_op_of_another_domain_is_unsupported() -> None:
             "Indices output",
         ),
         (
-            helper.make_node("Resize", ["x", "", "s"], ["y"], mode="linear", antialias=1, name="rs"),
+            helper.make_node("Resize", ["x", "", "s"], ["y"], mode="nearest", antialias=1, name="rs"),
             {"s": np.array([1, 1, 0.5, 0.5], np.float32)},
             "antialias",
         ),
     ],
-    ids=["pad_edge", "maxpool_indices", "resize_antialias"],
+    ids=["pad_edge", "maxpool_indices", "resize_nearest_antialias"],
 )
 def test_unsupported_attribute_is_a_one_line_target_error(node, inits, message) -> None:
     model = make_model([node], {"x": (1, 4, 4, 4)}, ["y"], inits)
