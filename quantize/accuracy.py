@@ -33,7 +33,7 @@ from edgekit.quantize import rules
 from edgekit.quantize.budget import Budget, Measurement, Reference
 from edgekit.quantize.calibrate import Track, collect_statistics, no_progress
 from edgekit.quantize.executors import EvalContext, Executor, Outcome, Task, make_executor
-from edgekit.quantize.options import QuantizeOptions
+from edgekit.quantize.options import HISTOGRAM_METHODS, QuantizeOptions
 from edgekit.quantize.pipeline import observing_options, quantize
 from edgekit.quantize.plan import QuantPlan, make_plan
 from edgekit.quantize.restores import Restore, apply_restores, available_restores, fused_followers
@@ -316,7 +316,7 @@ def search(
     scheme = target.quantize_options(base_options)
     choices = available_restores(target, options.allow_cpu_fallback)
     integer_only = all(r.integer for r in choices if not r.fallback)
-    if any(r.kind == "range" for r in choices) and scheme.method == "minmax":
+    if any(r.kind == "range" for r in choices) and scheme.method not in HISTOGRAM_METHODS:
         observe_options = QuantizeOptions(**{**_fields(scheme), "method": "mse"})
     else:
         observe_options = scheme
@@ -331,7 +331,7 @@ def search(
             f"{budget.flag} needs labels and the accuracy data has none; use --min-agreement or --min-cosine"
         )
     stats = statistics
-    if stats is None or (observe_options.method != "minmax" and not stats.histograms):
+    if stats is None or (observe_options.method in HISTOGRAM_METHODS and not stats.histograms):
         stats = collect_statistics(model, _observe_all(model, scheme), calibration, observe_options, track)
 
     output_names = [v.name for v in model.graph.outputs]
