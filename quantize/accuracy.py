@@ -56,6 +56,8 @@ class SearchOptions:
     top_k: int = 12
     #: nnapi: layers the int8 fixes cannot save may stay float on the CPU partition.
     allow_cpu_fallback: bool = False
+    #: Candidates run from the base model's cached activations (only what they change; same answers).
+    cached_suffix: bool = True
 
 
 @dataclass
@@ -66,9 +68,13 @@ class Step:
     restored: int
     measurement: Measurement
     met: bool
+    #: Seconds the evaluation took, and the cached activation it ran from (None: the whole model).
+    seconds: float = 0.0
+    cut: str | None = None
 
     def to_json(self) -> dict:
-        return {"phase": self.phase, "restored": self.restored, "met": self.met, **self.measurement.to_json()}
+        return {"phase": self.phase, "restored": self.restored, "met": self.met, **self.measurement.to_json(),
+                "seconds": self.seconds, "ran_from": self.cut}  # fmt: skip
 
 
 @dataclass
@@ -99,6 +105,8 @@ class SearchResult:
     base_fixes: list[str] = field(default_factory=list)
     #: The calibration statistics of the search (every tensor observed): quantizing with ``options`` reuses them.
     statistics: Any = field(default=None, repr=False)
+    #: The int8 options the search started from (the scheme with its whole-model fixes, nothing restored).
+    base_options: Any = field(default=None, repr=False)
 
     def to_json(self) -> dict:
         b = self.budget
@@ -280,14 +288,17 @@ class _Search:
         self.executor, self.budget = executor, budget
         self.ranking, self.everything = ranking, everything
         self.steps: list[Step] = []
+        #: The base int8 options once chosen: candidates run from its cached activations.
+        self.base: QuantizeOptions | None = None
 
     def run(
         self, phase: str, candidates: Sequence[tuple[QuantizeOptions, int]], indices=None
     ) -> list[Outcome]:
         indices = self.ranking if indices is None else indices
-        outcomes = self.executor.map([Task(o, indices) for o, _ in candidates])
+        outcomes = self.executor.map([Task(o, indices, self.base) for o, _ in candidates])
         for (_, count), out in zip(candidates, outcomes, strict=True):
-            self.steps.append(Step(phase, count, out.measurement, self.budget.met(out.measurement.metric)))
+            met = self.budget.met(out.measurement.metric)
+            self.steps.append(Step(phase, count, out.measurement, met, out.seconds, out.cut))
         return outcomes
 
 
@@ -432,6 +443,9 @@ def search(
             if budget.met(whole.measurement.metric):
                 return _result(target, budget, scheme, {}, [], op_types, [whole], s, layers, choices, start, options,
                                base_fixes=base_fixes)  # fmt: skip
+        s.start_options = scheme
+        if options.cached_suffix:
+            s.base = scheme
         # The ranking subset: the samples int8 gets most wrong, then the first others (to see new breakage).
         s.ranking = informative(whole.measurement.badness, options.ranking_samples)
         base_out = s.run("int8", [(scheme, 0)])[0].measurement
@@ -527,6 +541,7 @@ def _result(target, budget, final_options, chosen, ordered, op_types, curve_out,
         float_needed=list(float_needed),
         statistics=s.stats,
         base_fixes=list(base_fixes),
+        base_options=getattr(s, "start_options", final_options),
     )
 
 
