@@ -10,14 +10,17 @@
 3. Rank, cheap: the per-layer SQNR the quantizer reports, turned into the noise each layer *adds* (its output's
    relative noise power minus its inputs'), on the ranking subset.
 4. Rank, measured: each of the top candidates restored alone (each of its choices on int8-only targets), its
-   effect on the budget's metric over the ranking subset, in parallel. When none helps, the next ones are
-   measured (re-rank).
+   effect on the budget's metric over the ranking subset, in parallel, one layer per worker at a time: a
+   single restore that meets the budget there and on the whole set ends the search. When none helps, the next
+   ones are measured (re-rank).
 5. Restore in that order: a galloping then parallel (k-ary) bisection over the ranked list finds the shortest
    prefix meeting the budget; layers whose removal keeps the budget are dropped (a restore that did not help);
    the result is confirmed on the whole accuracy set (the search goes on there when it fails).
 6. The curve: the metric on the whole accuracy set after each restored layer, for the report.
 
-Candidates run on an :mod:`~edgekit.quantize.executors` executor: a local process pool or a Ray cluster.
+Candidates run on an :mod:`~edgekit.quantize.executors` executor: a local process pool or a Ray cluster; once
+the base is chosen, each runs only from the last cached activation of the base model it shares
+(:mod:`~edgekit.quantize.suffix`). A candidate measured before on the same samples is not run again.
 """
 
 from __future__ import annotations
@@ -290,16 +293,20 @@ class _Search:
         self.steps: list[Step] = []
         #: The base int8 options once chosen: candidates run from its cached activations.
         self.base: QuantizeOptions | None = None
+        self.known: dict[tuple[QuantizeOptions, tuple[int, ...]], Outcome] = {}
 
     def run(
         self, phase: str, candidates: Sequence[tuple[QuantizeOptions, int]], indices=None
     ) -> list[Outcome]:
-        indices = self.ranking if indices is None else indices
-        outcomes = self.executor.map([Task(o, indices, self.base) for o, _ in candidates])
-        for (_, count), out in zip(candidates, outcomes, strict=True):
+        indices = tuple(self.ranking if indices is None else indices)
+        # A candidate measured before on the same samples is not run again (the curve's ends, a confirmed prefix).
+        todo = list(dict.fromkeys((o, indices) for o, _ in candidates if (o, indices) not in self.known))
+        counts = {(o, indices): c for o, c in candidates}
+        for key, out in zip(todo, self.executor.map([Task(o, i, self.base) for o, i in todo]), strict=True):
+            self.known[key] = out
             met = self.budget.met(out.measurement.metric)
-            self.steps.append(Step(phase, count, out.measurement, met, out.seconds, out.cut))
-        return outcomes
+            self.steps.append(Step(phase, counts[key], out.measurement, met, out.seconds, out.cut))
+        return [self.known[(o, indices)] for o, _ in candidates]
 
 
 def search(
@@ -380,13 +387,6 @@ def search(
         def __len__(self):
             return len(ranking)
 
-    _, rows = per_layer_sqnr(model, base, _Samples())
-    cheap = cheap_ranking(model, plan, layers, rows)
-    say(
-        f"{target.name}: {len(layers)} quantizable layers; worst by SQNR: "
-        + ", ".join(n for n, _ in cheap[:5])
-    )
-
     context = EvalContext(
         uuid.uuid4().hex, ir.to_proto(model).SerializeToString(), stats, inputs, reference, budget
     )
@@ -438,12 +438,17 @@ def search(
                 scheme, whole = fixes[best][1], outs[best]
                 base_fixes.extend(fixes[best][0])
                 base = quantize(model, (), scheme, statistics=stats)
-                _, rows = per_layer_sqnr(model, base, _Samples())
-                cheap = cheap_ranking(model, plan, layers, rows)
             if budget.met(whole.measurement.metric):
                 return _result(target, budget, scheme, {}, [], op_types, [whole], s, layers, choices, start, options,
                                base_fixes=base_fixes)  # fmt: skip
         s.start_options = scheme
+        # Step 3 (on the chosen base): the per-layer SQNR ranking.
+        _, rows = per_layer_sqnr(model, base, _Samples())
+        cheap = cheap_ranking(model, plan, layers, rows)
+        say(
+            f"{target.name}: {len(layers)} quantizable layers; worst by SQNR: "
+            + ", ".join(n for n, _ in cheap[:5])
+        )
         if options.cached_suffix:
             s.base = scheme
         # The ranking subset: the samples int8 gets most wrong, then the first others (to see new breakage).
@@ -572,14 +577,27 @@ def _rank_and_restore(
     budget = s.budget
     gains: dict[str, tuple[tuple, str]] = {}
     measured_upto = 0
+    confirmed: set[tuple[str, str]] = set()
     for _round in range(2):
         batch = order_cheap[measured_upto : measured_upto + top_k]
         measured_upto += len(batch)
-        outs = s.run("rank", [(with_restores({n: r}), 1) for n in batch for r in per_layer])
-        for i, n in enumerate(batch):
-            tried = outs[i * len(per_layer) : (i + 1) * len(per_layer)]
-            best = max(range(len(per_layer)), key=lambda j: tried[j].measurement.key(budget))
-            gains[n] = (_gain(tried[best].measurement, base_out, budget), per_layer[best])
+        # A few layers at a time (one per worker): a single restore that meets the budget on the ranking subset
+        # and on the whole set is the answer (plain int8 does not meet it: one layer is the fewest).
+        step = max(1, s.executor.workers)
+        for at in range(0, len(batch), step):
+            chunk = batch[at : at + step]
+            outs = s.run("rank", [(with_restores({n: r}), 1) for n in chunk for r in per_layer])
+            for i, n in enumerate(chunk):
+                tried = outs[i * len(per_layer) : (i + 1) * len(per_layer)]
+                best = max(range(len(per_layer)), key=lambda j: tried[j].measurement.key(budget))
+                gains[n] = (_gain(tried[best].measurement, base_out, budget), per_layer[best])
+            single = [(n, gains[n][1]) for n in chunk
+                      if (n, gains[n][1]) not in confirmed and _meets(s, with_restores({n: gains[n][1]}))]  # fmt: skip
+            for n, r in sorted(single, key=lambda nr: gains[nr[0]][0], reverse=True):
+                confirmed.add((n, r))
+                whole = s.run("confirm", [(with_restores({n: r}), 1)], s.everything)[0].measurement
+                if budget.met(whole.metric):
+                    return True, {n: r}, [n] + [m for m in order_cheap if m != n]
         if any(g[0] > (0.0,) * len(g[0]) for g in gains.values()) or measured_upto >= len(order_cheap):
             break
         say(f"{target}: no restore of the first {measured_upto} candidates helps: re-ranking the next")
@@ -602,6 +620,12 @@ def _rank_and_restore(
     say(f"{target}: {budget.format(confirm.metric)} on the whole accuracy set: searching on it")
     k2, _ = _shortest_prefix(s, with_restores, prefix, len(ranked), confirm, s.everything, lo=len(chosen))
     return (True, prefix(k2), ranked) if k2 is not None else (False, chosen, ranked)
+
+
+def _meets(s: _Search, options: QuantizeOptions) -> bool:
+    """The candidate, already measured on the ranking subset, meets the budget there."""
+    out = s.known.get((options, tuple(s.ranking)))
+    return out is not None and s.budget.met(out.measurement.metric)
 
 
 def _shortest_prefix(s: _Search, with_restores, prefix, n: int, base: Measurement, indices, lo: int = 0):
