@@ -115,6 +115,7 @@ def edgekit_case(model_path: Path, calib: list[Sample], held: list[Sample], targ
         return {"target": target, "refused": str(exc), "wall_s": time.perf_counter() - start}
     wall = time.perf_counter() - start
     plain = quantize(model, (), tgt.quantize_options(QuantizeOptions()), statistics=result.statistics).proto()
+    base_proto = quantize(model, (), result.base_options, statistics=result.statistics).proto()
     restored = quantize(model, (), result.options, statistics=result.statistics).proto()
     fp32 = HostRunner(ir_proto(model))
     first = fp32.output_names[0]
@@ -122,7 +123,7 @@ def edgekit_case(model_path: Path, calib: list[Sample], held: list[Sample], targ
     reference = Reference.build(["y"], ref_out, [s.label for s in held], budget)
     indices = list(range(len(held)))
     row = {"target": target, "wall_s": wall, "search": result.to_json()}
-    for name, proto in (("int8", plain), ("restored", restored)):
+    for name, proto in (("int8", plain), ("base", base_proto), ("restored", restored)):
         run, size = artifact_runner(target, proto)
         outs = [run(s.inputs) for s in held]
         m = measure(budget, reference, indices, outs)
@@ -169,7 +170,8 @@ def nncf_case(fp32_path: Path, calib: list[Sample], held: list[Sample]) -> dict:
                 != "DequantizeLinear"]  # fmt: skip
     ref, outs = outputs(model, held), outputs(quantized, held)
     return {"wall_s": wall, "reverted": reverted, "weighted_ops": len(weighted), "fp32_top1": top1(ref, held),
-            "top1": top1(outs, held), "drop_pp": top1(ref, held) - top1(outs, held)}  # fmt: skip
+            "top1": top1(outs, held), "drop_pp": top1(ref, held) - top1(outs, held),
+            "agreement": 100.0 * float(np.mean([int(np.argmax(a)) == int(np.argmax(b)) for a, b in zip(ref, outs, strict=True)]))}  # fmt: skip
 
 
 def zoo_samples(entry: dict, count: int, seed: int) -> list[Sample]:
@@ -194,7 +196,8 @@ def report(name: str, row: dict) -> None:
     s = row["search"]
     print(f"{name} {row['target']}: {len(s['restored'])}/{s['quantizable_layers']} layers restored in "
           f"{row['wall_s']:.1f} s ({s['evaluations']} evaluations); held-out metric int8 {row['int8']['metric']:.4g} "
-          f"({row['int8']['p50_ms']:.2f} ms, {row['int8']['size_bytes']} B), restored {row['restored']['metric']:.4g} "
+          f"({row['int8']['p50_ms']:.2f} ms, {row['int8']['size_bytes']} B), base ({'+'.join(s['base_fixes']) or 'plain'}) "
+          f"{row['base']['metric']:.4g} (agreement {row['base']['agreement']:.1f}), restored {row['restored']['metric']:.4g} "
           f"({row['restored']['p50_ms']:.2f} ms, {row['restored']['size_bytes']} B), agreement "
           f"{row['int8']['agreement']:.1f} -> {row['restored']['agreement']:.1f}; restored: "
           f"{[(r['node'], r['restore']) for r in s['restored']]}", flush=True)  # fmt: skip
@@ -239,7 +242,7 @@ def main() -> None:
             print("nncf quantize_with_accuracy_control ...", flush=True)
             results["mobilenetv2/nncf"] = row = nncf_case(fp32, calib, held)
             print(f"nncf: {len(row['reverted'])}/{row['weighted_ops']} reverted in {row['wall_s']:.1f} s; held-out "
-                  f"top-1 {row['top1']:.1f} (fp32 {row['fp32_top1']:.1f}); reverted: {row['reverted']}", flush=True)  # fmt: skip
+                  f"top-1 {row['top1']:.1f} (fp32 {row['fp32_top1']:.1f}), agreement {row['agreement']:.1f}; reverted: {row['reverted']}", flush=True)  # fmt: skip
             save()
     if "zoo" in cases:
         models = Path(__file__).resolve().parents[1] / "tests/zoo/models"

@@ -4,17 +4,23 @@
    leave quantized (histograms and channel means too when the target's int8 fixes need them); every
    candidate only chooses parameters and rewrites (:func:`edgekit.quantize.pipeline.quantize`).
 2. The fp32 answers on the accuracy set once (:class:`~edgekit.quantize.budget.Reference`).
+2b. Whole-model int8 fixes (bias correction, the other range estimators: ``mean_minmax``, and
+   ``percentile``/``mse`` when histograms were collected), each measured on the whole accuracy set; the best
+   better than plain int8 is the starting point.
 3. Rank, cheap: the per-layer SQNR the quantizer reports, turned into the noise each layer *adds* (its output's
    relative noise power minus its inputs'), on the ranking subset.
 4. Rank, measured: each of the top candidates restored alone (each of its choices on int8-only targets), its
-   effect on the budget's metric over the ranking subset, in parallel. When none helps, the next ones are
-   measured (re-rank).
+   effect on the budget's metric over the ranking subset, in parallel, one layer per worker at a time: a
+   single restore that meets the budget there and on the whole set ends the search. When none helps, the next
+   ones are measured (re-rank).
 5. Restore in that order: a galloping then parallel (k-ary) bisection over the ranked list finds the shortest
    prefix meeting the budget; layers whose removal keeps the budget are dropped (a restore that did not help);
    the result is confirmed on the whole accuracy set (the search goes on there when it fails).
 6. The curve: the metric on the whole accuracy set after each restored layer, for the report.
 
-Candidates run on an :mod:`~edgekit.quantize.executors` executor: a local process pool or a Ray cluster.
+Candidates run on an :mod:`~edgekit.quantize.executors` executor: a local process pool or a Ray cluster; once
+the base is chosen, each runs only from the last cached activation of the base model it shares
+(:mod:`~edgekit.quantize.suffix`). A candidate measured before on the same samples is not run again.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from edgekit.quantize import rules
 from edgekit.quantize.budget import Budget, Measurement, Reference
 from edgekit.quantize.calibrate import Track, collect_statistics, no_progress
 from edgekit.quantize.executors import EvalContext, Executor, Outcome, Task, make_executor
-from edgekit.quantize.options import QuantizeOptions
+from edgekit.quantize.options import HISTOGRAM_METHODS, QuantizeOptions
 from edgekit.quantize.pipeline import observing_options, quantize
 from edgekit.quantize.plan import QuantPlan, make_plan
 from edgekit.quantize.restores import Restore, apply_restores, available_restores, fused_followers
@@ -53,6 +59,8 @@ class SearchOptions:
     top_k: int = 12
     #: nnapi: layers the int8 fixes cannot save may stay float on the CPU partition.
     allow_cpu_fallback: bool = False
+    #: Candidates run from the base model's cached activations (only what they change; same answers).
+    cached_suffix: bool = True
 
 
 @dataclass
@@ -63,9 +71,13 @@ class Step:
     restored: int
     measurement: Measurement
     met: bool
+    #: Seconds the evaluation took, and the cached activation it ran from (None: the whole model).
+    seconds: float = 0.0
+    cut: str | None = None
 
     def to_json(self) -> dict:
-        return {"phase": self.phase, "restored": self.restored, "met": self.met, **self.measurement.to_json()}
+        return {"phase": self.phase, "restored": self.restored, "met": self.met, **self.measurement.to_json(),
+                "seconds": self.seconds, "ran_from": self.cut}  # fmt: skip
 
 
 @dataclass
@@ -96,6 +108,8 @@ class SearchResult:
     base_fixes: list[str] = field(default_factory=list)
     #: The calibration statistics of the search (every tensor observed): quantizing with ``options`` reuses them.
     statistics: Any = field(default=None, repr=False)
+    #: The int8 options the search started from (the scheme with its whole-model fixes, nothing restored).
+    base_options: Any = field(default=None, repr=False)
 
     def to_json(self) -> dict:
         b = self.budget
@@ -277,15 +291,22 @@ class _Search:
         self.executor, self.budget = executor, budget
         self.ranking, self.everything = ranking, everything
         self.steps: list[Step] = []
+        #: The base int8 options once chosen: candidates run from its cached activations.
+        self.base: QuantizeOptions | None = None
+        self.known: dict[tuple[QuantizeOptions, tuple[int, ...]], Outcome] = {}
 
     def run(
         self, phase: str, candidates: Sequence[tuple[QuantizeOptions, int]], indices=None
     ) -> list[Outcome]:
-        indices = self.ranking if indices is None else indices
-        outcomes = self.executor.map([Task(o, indices) for o, _ in candidates])
-        for (_, count), out in zip(candidates, outcomes, strict=True):
-            self.steps.append(Step(phase, count, out.measurement, self.budget.met(out.measurement.metric)))
-        return outcomes
+        indices = tuple(self.ranking if indices is None else indices)
+        # A candidate measured before on the same samples is not run again (the curve's ends, a confirmed prefix).
+        todo = list(dict.fromkeys((o, indices) for o, _ in candidates if (o, indices) not in self.known))
+        counts = {(o, indices): c for o, c in candidates}
+        for key, out in zip(todo, self.executor.map([Task(o, i, self.base) for o, i in todo]), strict=True):
+            self.known[key] = out
+            met = self.budget.met(out.measurement.metric)
+            self.steps.append(Step(phase, counts[key], out.measurement, met, out.seconds, out.cut))
+        return [self.known[(o, indices)] for o, _ in candidates]
 
 
 def search(
@@ -316,7 +337,7 @@ def search(
     scheme = target.quantize_options(base_options)
     choices = available_restores(target, options.allow_cpu_fallback)
     integer_only = all(r.integer for r in choices if not r.fallback)
-    if any(r.kind == "range" for r in choices) and scheme.method == "minmax":
+    if any(r.kind == "range" for r in choices) and scheme.method not in HISTOGRAM_METHODS:
         observe_options = QuantizeOptions(**{**_fields(scheme), "method": "mse"})
     else:
         observe_options = scheme
@@ -331,7 +352,7 @@ def search(
             f"{budget.flag} needs labels and the accuracy data has none; use --min-agreement or --min-cosine"
         )
     stats = statistics
-    if stats is None or (observe_options.method != "minmax" and not stats.histograms):
+    if stats is None or (observe_options.method in HISTOGRAM_METHODS and not stats.histograms):
         stats = collect_statistics(model, _observe_all(model, scheme), calibration, observe_options, track)
 
     output_names = [v.name for v in model.graph.outputs]
@@ -366,13 +387,6 @@ def search(
         def __len__(self):
             return len(ranking)
 
-    _, rows = per_layer_sqnr(model, base, _Samples())
-    cheap = cheap_ranking(model, plan, layers, rows)
-    say(
-        f"{target.name}: {len(layers)} quantizable layers; worst by SQNR: "
-        + ", ".join(n for n, _ in cheap[:5])
-    )
-
     context = EvalContext(
         uuid.uuid4().hex, ir.to_proto(model).SerializeToString(), stats, inputs, reference, budget
     )
@@ -395,19 +409,48 @@ def search(
             return _result(
                 target, budget, scheme, {}, [], op_types, [whole], s, layers, choices, start, options
             )
-        # Step 3b: an int8 fix of the whole model, legal on every target: bias correction of every layer.
-        if not scheme.bias_correction:
-            corrected = replace(scheme, bias_correction=True)
-            fixed = s.run("int8+bias-correction", [(corrected, 0)], s.everything)[0]
-            say(
-                f"{target.name}: int8 with bias correction {budget.format(fixed.measurement.metric)} on the whole set"
-            )
-            if fixed.measurement.key(budget) > whole.measurement.key(budget):
-                scheme, whole = corrected, fixed
-                base_fixes.append("bias-correction")
+        # Step 3b: int8 fixes of the whole model, legal on every target, measured together on the whole set:
+        # bias correction of every layer and the other range estimators (no method wins on every model: see
+        # docs/quantization.md); the best, if better than plain int8, is the search's starting point.
+        fixes = whole_model_fixes(scheme, bool(stats.histograms))
+        if fixes:
+            outs = s.run("int8-fixes", [(o, 0) for _, o in fixes], s.everything)
+            for (names, _), out in zip(fixes, outs, strict=True):
+                say(
+                    f"{target.name}: int8 with {' + '.join(names)} {budget.format(out.measurement.metric)} on the whole set"
+                )
+            better = [
+                i
+                for i in range(len(fixes))
+                if outs[i].measurement.key(budget) > whole.measurement.key(budget)
+            ]
+            if len(better) > 1 and fixes[better[0]][0] == ("bias-correction",):
+                # Bias correction and a range estimator both helped: the best estimator with bias correction too.
+                method = max(better[1:], key=lambda i: outs[i].measurement.key(budget))
+                both = (fixes[method][0] + fixes[0][0], replace(fixes[method][1], bias_correction=True))
+                fixes.append(both)
+                outs += s.run("int8-fixes", [(both[1], 0)], s.everything)
+                say(
+                    f"{target.name}: int8 with {' + '.join(both[0])} {budget.format(outs[-1].measurement.metric)} on the whole set"
+                )
+            best = max(range(len(fixes)), key=lambda i: outs[i].measurement.key(budget))
+            if outs[best].measurement.key(budget) > whole.measurement.key(budget):
+                scheme, whole = fixes[best][1], outs[best]
+                base_fixes.extend(fixes[best][0])
+                base = quantize(model, (), scheme, statistics=stats)
             if budget.met(whole.measurement.metric):
                 return _result(target, budget, scheme, {}, [], op_types, [whole], s, layers, choices, start, options,
                                base_fixes=base_fixes)  # fmt: skip
+        s.start_options = scheme
+        # Step 3 (on the chosen base): the per-layer SQNR ranking.
+        _, rows = per_layer_sqnr(model, base, _Samples())
+        cheap = cheap_ranking(model, plan, layers, rows)
+        say(
+            f"{target.name}: {len(layers)} quantizable layers; worst by SQNR: "
+            + ", ".join(n for n, _ in cheap[:5])
+        )
+        if options.cached_suffix:
+            s.base = scheme
         # The ranking subset: the samples int8 gets most wrong, then the first others (to see new breakage).
         s.ranking = informative(whole.measurement.badness, options.ranking_samples)
         base_out = s.run("int8", [(scheme, 0)])[0].measurement
@@ -462,6 +505,23 @@ def search(
                    start, options, float_needed, base_fixes)  # fmt: skip
 
 
+#: The range estimators tried for the whole model (step 3b), beside the scheme's own; with histograms, these too.
+BASE_METHODS = ("mean_minmax",)
+BASE_HISTOGRAM_METHODS = ("percentile", "mse")
+
+
+def whole_model_fixes(
+    scheme: QuantizeOptions, histograms: bool
+) -> list[tuple[tuple[str, ...], QuantizeOptions]]:
+    """The whole-model int8 variants of ``scheme`` the search measures before restoring layers, named as the
+    report lists them: bias correction, and each other range estimator."""
+    methods = [m for m in BASE_METHODS + (BASE_HISTOGRAM_METHODS if histograms else ()) if m != scheme.method]
+    variants = [((f"{m} ranges",), replace(scheme, method=m)) for m in methods]
+    if not scheme.bias_correction:
+        variants.insert(0, (("bias-correction",), replace(scheme, bias_correction=True)))
+    return variants
+
+
 def _result(target, budget, final_options, chosen, ordered, op_types, curve_out, s, layers, choices, start, options,
             float_needed=(), base_fixes=()) -> SearchResult:  # fmt: skip
     curve = [o.measurement for o in curve_out]
@@ -486,6 +546,7 @@ def _result(target, budget, final_options, chosen, ordered, op_types, curve_out,
         float_needed=list(float_needed),
         statistics=s.stats,
         base_fixes=list(base_fixes),
+        base_options=getattr(s, "start_options", final_options),
     )
 
 
@@ -516,14 +577,27 @@ def _rank_and_restore(
     budget = s.budget
     gains: dict[str, tuple[tuple, str]] = {}
     measured_upto = 0
+    confirmed: set[tuple[str, str]] = set()
     for _round in range(2):
         batch = order_cheap[measured_upto : measured_upto + top_k]
         measured_upto += len(batch)
-        outs = s.run("rank", [(with_restores({n: r}), 1) for n in batch for r in per_layer])
-        for i, n in enumerate(batch):
-            tried = outs[i * len(per_layer) : (i + 1) * len(per_layer)]
-            best = max(range(len(per_layer)), key=lambda j: tried[j].measurement.key(budget))
-            gains[n] = (_gain(tried[best].measurement, base_out, budget), per_layer[best])
+        # A few layers at a time (one per worker): a single restore that meets the budget on the ranking subset
+        # and on the whole set is the answer (plain int8 does not meet it: one layer is the fewest).
+        step = max(1, s.executor.workers)
+        for at in range(0, len(batch), step):
+            chunk = batch[at : at + step]
+            outs = s.run("rank", [(with_restores({n: r}), 1) for n in chunk for r in per_layer])
+            for i, n in enumerate(chunk):
+                tried = outs[i * len(per_layer) : (i + 1) * len(per_layer)]
+                best = max(range(len(per_layer)), key=lambda j: tried[j].measurement.key(budget))
+                gains[n] = (_gain(tried[best].measurement, base_out, budget), per_layer[best])
+            single = [(n, gains[n][1]) for n in chunk
+                      if (n, gains[n][1]) not in confirmed and _meets(s, with_restores({n: gains[n][1]}))]  # fmt: skip
+            for n, r in sorted(single, key=lambda nr: gains[nr[0]][0], reverse=True):
+                confirmed.add((n, r))
+                whole = s.run("confirm", [(with_restores({n: r}), 1)], s.everything)[0].measurement
+                if budget.met(whole.metric):
+                    return True, {n: r}, [n] + [m for m in order_cheap if m != n]
         if any(g[0] > (0.0,) * len(g[0]) for g in gains.values()) or measured_upto >= len(order_cheap):
             break
         say(f"{target}: no restore of the first {measured_upto} candidates helps: re-ranking the next")
@@ -546,6 +620,12 @@ def _rank_and_restore(
     say(f"{target}: {budget.format(confirm.metric)} on the whole accuracy set: searching on it")
     k2, _ = _shortest_prefix(s, with_restores, prefix, len(ranked), confirm, s.everything, lo=len(chosen))
     return (True, prefix(k2), ranked) if k2 is not None else (False, chosen, ranked)
+
+
+def _meets(s: _Search, options: QuantizeOptions) -> bool:
+    """The candidate, already measured on the ranking subset, meets the budget there."""
+    out = s.known.get((options, tuple(s.ranking)))
+    return out is not None and s.budget.met(out.measurement.metric)
 
 
 def _shortest_prefix(s: _Search, with_restores, prefix, n: int, base: Measurement, indices, lo: int = 0):

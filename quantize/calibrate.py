@@ -17,7 +17,7 @@ import onnx_ir as ir
 from edgekit.core.data import prefetched
 from edgekit.core.errors import DataError, QuantizationError
 from edgekit.quantize.observers import Histogram, MinMax, choose_range
-from edgekit.quantize.options import QuantizeOptions
+from edgekit.quantize.options import HISTOGRAM_METHODS, QuantizeOptions
 from edgekit.quantize.plan import QuantPlan, constant_key
 
 T = TypeVar("T")
@@ -90,7 +90,7 @@ def collect_statistics(
     mean_captured = [n for n in mean_only if n not in graph_inputs]
     # Min/max (and channel means) are reduced inside the graph: only scalars leave the runtime. Histograms need
     # the tensors themselves.
-    reduce_in_graph = options.method == "minmax"
+    reduce_in_graph = options.method not in HISTOGRAM_METHODS
     if reduce_in_graph:
         proto, extra = _reduction_model(model, captured, mean_captured, options.bias_correction)
         runner = HostRunner(
@@ -128,9 +128,11 @@ def collect_statistics(
             raise DataError("the calibration data set is empty")
 
     histograms: dict[str, Histogram] = {}
-    if options.method != "minmax":
+    if options.method in HISTOGRAM_METHODS:
         histograms = {name: Histogram(options.bins) for name in observed_names}
-    description = "calibrating" + ("" if options.method == "minmax" else f" ({options.method})")
+    description = "calibrating" + (
+        "" if options.method in ("minmax", "mean_minmax") else f" ({options.method})"
+    )
     for name, array in observed(description):
         minmax[name].update(array)
         if histograms:
@@ -216,12 +218,39 @@ def layer_methods(model: ir.Model, plan: QuantPlan, options: QuantizeOptions) ->
     return methods
 
 
+def _boundary_groups(model: ir.Model, plan: QuantPlan) -> set[str]:
+    """The scale groups at the integer part's boundary, which keep their whole observed range under mean_minmax:
+    the model's inputs (their values are the data itself), and its outputs and the tensors float ops read, with
+    the ops computing them back to the last weighted layer (the head: MobileNetV2's logits clipped at their mean
+    maximum tie the top scores, 92 % agreement with fp32 against 96 % with their full range; a detector's box
+    decoding clipped at its mean extremes moves boxes by 5 % of their span)."""
+    planned = set(plan.activations) | set(plan.fused)
+    ends = {v.name for v in model.graph.inputs} | {v.name for v in model.graph.outputs}
+    for node in model.graph:
+        if not any(o.name in planned for o in node.outputs):
+            ends.update(v.name for v in node.inputs if v is not None)
+    producers = {o.name: n for n in model.graph for o in n.outputs}
+    weighted = {w.node for w in plan.weights}
+    todo, seen = list(ends), set(ends)
+    while todo:
+        node = producers.get(todo.pop())
+        if node is None or node.name in weighted:
+            continue
+        for v in node.inputs:
+            if v is not None and v.const_value is None and v.name not in seen:
+                seen.add(v.name)
+                todo.append(v.name)
+    return {plan.group(n) for n in seen if n in plan.activations or n in plan.fused}
+
+
 def choose_params(
     model: ir.Model, plan: QuantPlan, stats: Statistics, options: QuantizeOptions
 ) -> dict[str, QParams]:
     """Quantization parameters for every planned activation and constant data input, one per scale group."""
     nodes = {n.name: n for n in model.graph}
     methods = layer_methods(model, plan, options)
+    uses_mean = "mean_minmax" in {options.method, *methods.values()}
+    ends = _boundary_groups(model, plan) if uses_mean else set()
     ranges: dict[str, tuple[float, float]] = {}
     for name in plan.activations:
         if name in plan.derived or plan.fixed_of(plan.group(name)) is not None:
@@ -230,8 +259,10 @@ def choose_params(
         if mm.count == 0:
             raise DataError(f"tensor {name!r} was never observed during calibration")
         method = methods.get(name, options.method)
+        if method == "mean_minmax" and plan.group(name) in ends:
+            method = "minmax"
         hist = stats.histograms.get(name)
-        if method != "minmax" and hist is None:
+        if method in HISTOGRAM_METHODS and hist is None:
             raise QuantizationError(
                 f"tensor {name!r}: the {method} range needs histograms; calibrate with a histogram method"
             )

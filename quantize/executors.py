@@ -36,11 +36,25 @@ class EvalContext:
     budget: Budget
     threads: int = 1
     _model: Any = field(default=None, repr=False, compare=False)
+    #: (base options, its :class:`~edgekit.quantize.suffix.SuffixCache`): built in each worker, never pickled.
+    _suffix: Any = field(default=None, repr=False, compare=False)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_model"] = None
+        state["_suffix"] = None
         return state
+
+    def suffix_cache(self, base: Any) -> Any:
+        """The cached activations of the base model quantized with ``base`` (one base at a time)."""
+        from edgekit.quantize.pipeline import quantize
+        from edgekit.quantize.suffix import SuffixCache
+
+        if self._suffix is None or self._suffix[0] != base:
+            self._suffix = None  # free the previous base's values first
+            proto = quantize(self.fp32(), (), base, statistics=self.stats).proto()
+            self._suffix = (base, SuffixCache(proto, self.inputs, self.threads))
+        return self._suffix[1]
 
     def fp32(self) -> Any:
         if self._model is None:
@@ -55,6 +69,9 @@ class EvalContext:
 class Task:
     options: Any
     indices: tuple[int, ...]
+    #: The search's base int8 options: the candidate runs only from the last cached activation of that base
+    #: model it shares (:mod:`edgekit.quantize.suffix`). None: the whole model.
+    base: Any = None
 
 
 @dataclass(frozen=True)
@@ -62,11 +79,14 @@ class Outcome:
     measurement: Measurement
     size_bytes: int
     seconds: float
+    #: The cached activation the candidate ran from (None: the whole model ran).
+    cut: str | None = None
 
 
 def evaluate(context: EvalContext, task: Task) -> Outcome:
     """Quantize with the task's options from the context's statistics, run the QDQ model exactly on the host
-    (OpenVINO f32, :class:`edgekit.core.runtime.HostRunner`) on the task's samples and measure it."""
+    (OpenVINO f32, :class:`edgekit.core.runtime.HostRunner`) on the task's samples and measure it; with a base,
+    only the part after the last cached activation it shares with the base model runs (same outputs)."""
     from edgekit.core.runtime import HostRunner
     from edgekit.quantize.pipeline import NothingToQuantizeError, quantize
 
@@ -76,10 +96,14 @@ def evaluate(context: EvalContext, task: Task) -> Outcome:
     except NothingToQuantizeError:  # every layer restored to float: no quantization, it meets no budget
         nothing = Measurement(float("nan"), 0.0, 0.0, None, len(task.indices))
         return Outcome(nothing, 0, time.perf_counter() - start)
-    runner = HostRunner(proto, threads=context.threads)
-    results = [runner.run({k: context.inputs[i][k] for k in runner.input_names}) for i in task.indices]
+    results, cut = (
+        context.suffix_cache(task.base).run(proto, task.indices) if task.base is not None else ([], None)
+    )
+    if cut is None:
+        runner = HostRunner(proto, threads=context.threads)
+        results = [runner.run({k: context.inputs[i][k] for k in runner.input_names}) for i in task.indices]
     measurement = measure(context.budget, context.reference, task.indices, results)
-    return Outcome(measurement, proto.ByteSize(), time.perf_counter() - start)
+    return Outcome(measurement, proto.ByteSize(), time.perf_counter() - start, cut)
 
 
 _WORKER: dict[str, EvalContext] = {}

@@ -5,6 +5,8 @@ histogram of a fixed number of bins whose range doubles as values outgrow it (on
 
 Methods:
 - ``minmax``: the observed range.
+- ``mean_minmax``: the mean over calibration samples of each sample's min and max (NNCF's default activation
+  range): a rare extreme sample no longer sets the grid of every other one.
 - ``percentile``: the range that keeps ``percentile`` % of the values (each tail clipped separately).
 - ``entropy``: the clipping threshold that minimises the KL divergence between the observed distribution and its
   quantized version (TensorRT's calibration; on |x| for signed tensors).
@@ -21,16 +23,26 @@ import numpy as np
 
 @dataclass
 class MinMax:
+    """The running min/max of a tensor, and the sums of its per-update (per-sample) mins and maxes."""
+
     lo: float = np.inf
     hi: float = -np.inf
     count: int = 0
+    sum_lo: float = 0.0
+    sum_hi: float = 0.0
+    updates: int = 0
 
     def update(self, x: np.ndarray) -> None:
+        """One calibration sample's values (or its min and max)."""
         if x.size == 0:
             return
-        self.lo = min(self.lo, float(x.min()))
-        self.hi = max(self.hi, float(x.max()))
+        lo, hi = float(x.min()), float(x.max())
+        self.lo = min(self.lo, lo)
+        self.hi = max(self.hi, hi)
         self.count += x.size
+        self.sum_lo += lo
+        self.sum_hi += hi
+        self.updates += 1
 
     def merge(self, other: MinMax) -> None:
         self.lo, self.hi, self.count = (
@@ -38,6 +50,16 @@ class MinMax:
             max(self.hi, other.hi),
             self.count + other.count,
         )
+        self.sum_lo += other.sum_lo
+        self.sum_hi += other.sum_hi
+        self.updates += other.updates
+
+    @property
+    def mean_range(self) -> tuple[float, float]:
+        """The mean of the per-sample mins and of the per-sample maxes."""
+        if self.updates == 0:
+            return self.lo, self.hi
+        return self.sum_lo / self.updates, self.sum_hi / self.updates
 
 
 class Histogram:
@@ -101,6 +123,9 @@ def choose_range(
 ) -> tuple[float, float]:
     """The (lo, hi) float range the quantization grid should cover for this tensor."""
     lo, hi = min(minmax.lo, 0.0), max(minmax.hi, 0.0)
+    if method == "mean_minmax":
+        mean_lo, mean_hi = minmax.mean_range
+        return min(mean_lo, 0.0), max(mean_hi, 0.0)
     if method == "minmax" or hist is None or hist.edge <= 0:
         return lo, hi
     if method == "percentile":
@@ -137,6 +162,10 @@ def _magnitudes(hist: Histogram) -> np.ndarray:
 def _entropy_threshold(hist: Histogram) -> float:
     """TensorRT-style KL calibration over the magnitude histogram."""
     counts = _magnitudes(hist)
+    # The first bin holds every exact zero (ReLU's and ReLU6's floor): as mass of the distribution that spike makes
+    # any grid coarser than one bin per level look far from the reference, so KL picked thresholds that clipped
+    # most of the range (MobileNetV2: 48 % agreement with fp32). Zeros are exact on every grid: leave them out.
+    counts[0] = 0.0
     levels = 128 if hist.signed else 256  # levels available on one side of zero
     bins = len(counts)
     if counts.sum() == 0:
@@ -158,12 +187,26 @@ def _entropy_threshold(hist: Histogram) -> float:
         p = ref / ref.sum()
         if q.sum() == 0:
             continue
-        q = q / q.sum()
+        q = _smoothed(q / q.sum())
         mask = p > 0
-        kl = float(np.sum(p[mask] * np.log(p[mask] / np.maximum(q[mask], 1e-12))))
+        kl = float(np.sum(p[mask] * np.log(p[mask] / q[mask])))
         if kl < best_kl:
             best_kl, best_i = kl, i
     return best_i * hist.width
+
+
+def _smoothed(q: np.ndarray, eps: float = 1e-4) -> np.ndarray:
+    """``q`` with ``eps`` in its empty bins, taken evenly from the others (MXNet's and onnxruntime's smoothing): an
+    empty bin where the reference has mass (the clipped tail piled into the last bin) costs p log(p / eps), not
+    the unbounded p log(p / 0) that made every clipping threshold lose to keeping the outliers."""
+    empty = q <= 0
+    n_empty = int(empty.sum())
+    if n_empty == 0 or n_empty == q.size:
+        return q
+    out = q.copy()
+    out[empty] = eps
+    out[~empty] -= eps * n_empty / (q.size - n_empty)
+    return np.maximum(out, eps * 1e-3)
 
 
 def _mse_threshold(hist: Histogram) -> float:

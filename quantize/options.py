@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 
 from edgekit.core.errors import QuantizationError
 
-METHODS = ("minmax", "percentile", "entropy", "mse")
+METHODS = ("minmax", "mean_minmax", "percentile", "entropy", "mse")
+#: The methods that need histograms of the activations (the others reduce min/max inside the graph).
+HISTOGRAM_METHODS = ("percentile", "entropy", "mse")
 ACTIVATION_DTYPES = ("int8", "uint8")
 
 

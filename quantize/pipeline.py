@@ -2,7 +2,8 @@
 
 1. plan       which tensors are quantized, which share a scale, which ranges are fixed (graph + rules only)
 2. calibrate  run the fp32 model on calibration data and observe every planned tensor (statistics only)
-3. params     choose scales and zero points per scale group (method: minmax / percentile / entropy / mse)
+3. params     choose scales and zero points per scale group (method: minmax / mean_minmax / percentile /
+              entropy / mse)
 4. weights    int8 per-channel weights, int32 biases (a weight scale is raised where the bias would overflow
               int32, never clipped; an int16x8 layer's bias that overflows stays float), int8 constants
               (QuantizeWeightsPass)
@@ -31,7 +32,7 @@ from edgekit.quantize.calibrate import (
     collect_statistics,
     no_progress,
 )
-from edgekit.quantize.options import QuantizeOptions
+from edgekit.quantize.options import HISTOGRAM_METHODS, QuantizeOptions
 from edgekit.quantize.plan import QuantPlan, make_plan
 from edgekit.quantize.qdq import InsertActivationQDQPass, QuantizeWeightsPass, RaisedWeightScales
 from onnx_ir.passes.common import RemoveUnusedNodesPass, ShapeInferencePass, TopologicalSortPass
@@ -80,8 +81,10 @@ def observing_options(options: QuantizeOptions) -> QuantizeOptions:
     means when a layer's bias is corrected."""
     from dataclasses import replace
 
-    if options.method == "minmax" and any(m != "minmax" for _, m in options.layer_method):
-        options = replace(options, method=next(m for _, m in options.layer_method if m != "minmax"))
+    if options.method not in HISTOGRAM_METHODS and any(
+        m in HISTOGRAM_METHODS for _, m in options.layer_method
+    ):
+        options = replace(options, method=next(m for _, m in options.layer_method if m in HISTOGRAM_METHODS))
     if options.layer_bias_correction and not options.bias_correction:
         options = replace(options, bias_correction=True)
     return options

@@ -77,11 +77,17 @@ def test_the_search_restores_the_fragile_layer_first(fragile):
     # The curve starts at plain int8 (below the budget) and ends at the answer; onnxruntime agrees on both.
     x = np.load(data)["x"]
     ref = ort_outputs(path, x)
-    # The search's starting point: int8, with bias correction when that alone brought it closer.
+    # The search's starting point: int8, with bias correction and another range estimator when they brought it
+    # closer.
+    methods = [f.split()[0] for f in result.base_fixes if f.endswith(" ranges")]
     plain = quantize(
         model,
         dataset(model, data),
-        QuantizeOptions(activations="int8", bias_correction="bias-correction" in result.base_fixes),
+        QuantizeOptions(
+            activations="int8",
+            bias_correction="bias-correction" in result.base_fixes,
+            method=methods[0] if methods else "minmax",
+        ),
     )
     restored = quantize(model, dataset(model, data), result.options)
     assert (
@@ -266,3 +272,40 @@ def test_deploy_restores_per_target_and_the_tflite_keeps_the_float_layer(fragile
     assert "ops left in float: CONV_2D (conv_fragile)" in run.stdout
     run = edgekit("deploy", path, "-t", "arm-cpu", "--max-drop", "0", "-o", tmp_path / "x", "-q")
     assert run.returncode == 2 and "--max-drop needs --calib DATA" in run.stderr
+
+
+@pytest.mark.parametrize(
+    "restores,cut",
+    [
+        ({"conv2": "float"}, "r1_dequantized"),
+        ({"conv2": "int16x8"}, "r1_dequantized"),
+        ({"fc": "float"}, "flat_dequantized"),
+        ({"conv3": "int16x8", "fc": "float"}, "r1_dequantized"),  # r2 feeds the Add too: no cut there
+    ],
+)
+def test_candidates_run_from_cached_activations_measure_what_the_whole_model_does(fragile, restores, cut):
+    """A candidate runs only from the last cached activation of the base model it shares: the same outputs, bit
+    for bit, as the whole candidate model in the same runtime (OpenVINO, onnxruntime for int16x8), and the
+    metric onnxruntime gives the whole candidate QDQ model."""
+    import onnx_ir as ir
+    from edgekit.quantize.budget import Reference
+    from edgekit.quantize.executors import EvalContext, Task, evaluate
+
+    path, data, _ = fragile
+    model = load_model(path)
+    x = np.load(data)["x"][:12]
+    inputs = [{"x": s[None]} for s in x]
+    base = QuantizeOptions(activations="int8")
+    stats = quantize(model, dataset(model, data), base).stats
+    budget = Budget("min_cosine", 0.99)
+    ref = ort_outputs(path, x)
+    reference = Reference.build(["logits"], [{"logits": r[None]} for r in ref], [None] * len(x), budget)
+    context = EvalContext("k", ir.to_proto(model).SerializeToString(), stats, inputs, reference, budget)
+    candidate = apply_restores(base, restores)
+    indices = tuple(range(len(x)))
+    whole = evaluate(context, Task(candidate, indices))
+    cached = evaluate(context, Task(candidate, indices, base))
+    assert whole.cut is None and cached.cut == cut  # only the layers after the cut ran
+    assert cached.measurement.metric == whole.measurement.metric
+    qdq = quantize(model, (), candidate, statistics=stats).proto()
+    assert cached.measurement.metric == pytest.approx(mean_cosine(ref, ort_outputs(qdq, x)), abs=2e-3)

@@ -131,7 +131,9 @@ def quantize(
         str | None, typer.Option("--eval", help="Evaluation data: compare fp32 and int8 on the host.")
     ] = None,
     report: Annotated[Path | None, typer.Option("--report", help="Write the JSON report here.")] = None,
-    method: Annotated[str, typer.Option("--method", help="minmax | percentile | entropy | mse")] = "minmax",
+    method: Annotated[
+        str, typer.Option("--method", help="minmax | mean_minmax | percentile | entropy | mse")
+    ] = "minmax",
     samples: Annotated[int, typer.Option("--samples", help="Calibration samples to use.")] = 100,
     activations: Annotated[
         str,

@@ -544,8 +544,12 @@ class HostRunner:
         streams: int = 1,
         exact_qdq: bool = True,
         isolate: bool = False,
+        onnxruntime: bool = False,
     ):
         """``exact_qdq=False`` runs a QDQ model as OpenVINO would deploy it, on its int8 kernels.
+
+        ``onnxruntime=True`` runs it where 16-bit QDQ models run: onnxruntime, graph optimizations off (the
+        accuracy search's cached activations for 16-bit candidates come from there).
 
         ``isolate=True`` first compiles the model in a child process (:mod:`edgekit.core.isolated`), so that an
         OpenVINO crash on a model edgekit wrote is a ModelError rather than the end of the process.
@@ -571,7 +575,7 @@ class HostRunner:
             if i.name not in initializers
         }
         self._ort: _OrtSession | None = None
-        if has_16bit_qdq(proto):
+        if onnxruntime or has_16bit_qdq(proto):
             self._ort = _OrtSession(proto, threads)
             self.streams = 1
             self.input_names = list(self._input_info)

@@ -1,0 +1,266 @@
+"""Candidates of the accuracy-aware search evaluated from cached activations: only the part they change runs.
+
+A candidate (layers restored) and the search's base int8 model are the same QDQ graph up to the first layer the
+candidate changes: the quantizer names and orders nodes alike, so the two node lists share a prefix. The base
+model runs once per worker on every accuracy sample, keeping its values at a few *cuts*: dequantized tensors
+that alone carry everything after them (the only tensor alive at that point of the topological order) and that
+only weighted layers read (no elementwise pattern of the exact host runner spans the cut). A candidate then runs
+the subgraph from the last cut inside the shared prefix to the outputs, fed the cached values: same answers as
+the whole model (each cut is checked against the whole base model on the first samples before it is used), at
+the cost of the changed suffix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import numpy as np
+import onnx
+
+#: Cuts kept per base model (spread evenly over its nodes), and the most cached bytes.
+MAX_CUTS = 8
+MAX_BYTES = 512 << 20
+#: Ops a cut may feed: weighted layers, whose input the exact host runner reads as a plain float tensor.
+CUT_READERS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+#: Samples each cut is checked on against the whole base model.
+CHECK_SAMPLES = 2
+
+
+def node_signatures(proto: onnx.ModelProto) -> list[bytes]:
+    """A digest per node: op, attributes, input and output names, and the contents of its constant inputs."""
+    constants = {t.name: hashlib.sha1(t.SerializeToString()).digest() for t in proto.graph.initializer}
+    signatures = []
+    for node in proto.graph.node:
+        h = hashlib.sha1()
+        h.update(f"{node.domain}:{node.op_type}|{'|'.join(node.input)}>{'|'.join(node.output)}".encode())
+        for attribute in node.attribute:
+            h.update(attribute.SerializeToString())
+        for name in node.input:
+            h.update(constants.get(name, b"-"))
+        signatures.append(h.digest())
+    return signatures
+
+
+def find_cuts(proto: onnx.ModelProto) -> list[tuple[int, str]]:
+    """(node index, tensor) of every DequantizeLinear output that is the only non-constant tensor alive after
+    its node, read only by weighted layers."""
+    nodes = list(proto.graph.node)
+    constants = {t.name for t in proto.graph.initializer}
+    end = len(nodes)
+    born: dict[str, int] = {i.name: -1 for i in proto.graph.input if i.name not in constants}
+    last: dict[str, int] = {}
+    readers: dict[str, list[str]] = {}
+    for index, node in enumerate(nodes):
+        for name in node.input:
+            if name and name not in constants:
+                last[name] = index
+                readers.setdefault(name, []).append(node.op_type)
+        for name in node.output:
+            born[name] = index
+    for output in proto.graph.output:
+        last[output.name] = end
+    alive = np.zeros(end + 1, np.int64)  # alive[i]: tensors born at or before node i and read after it
+    for name, start in born.items():
+        stop = last.get(name)
+        if stop is not None and stop > start:
+            alive[max(start, 0) : stop] += 1
+    cuts = []
+    for index, node in enumerate(nodes):
+        if node.op_type != "DequantizeLinear" or alive[index] != 1:
+            continue
+        out = node.output[0]
+        if last.get(out, end) < end and set(readers.get(out, ())) <= CUT_READERS:
+            cuts.append((index, out))
+    return cuts
+
+
+def _spread(cuts: list[tuple[int, str]], count: int) -> list[tuple[int, str]]:
+    if len(cuts) <= count:
+        return cuts
+    picks = {round(i * (len(cuts) - 1) / (count - 1)) for i in range(count)} if count > 1 else {len(cuts) - 1}
+    return [cuts[i] for i in sorted(picks)]
+
+
+def _suffix(proto: onnx.ModelProto, cut: str) -> onnx.ModelProto | None:
+    """The subgraph of ``proto`` from ``cut`` to its outputs, or None when some output also depends on a tensor
+    before the cut."""
+    produced = {o: n for n in proto.graph.node for o in n.output}
+    constants = {t.name for t in proto.graph.initializer}
+    keep: list[onnx.NodeProto] = []
+    seen: set[str] = set()
+    todo = [o.name for o in proto.graph.output]
+    while todo:
+        name = todo.pop()
+        if name in seen or name == cut or name in constants:
+            continue
+        seen.add(name)
+        node = produced.get(name)
+        if node is None:
+            return None  # a graph input reached around the cut
+        keep.append(node)
+        todo.extend(i for i in node.input if i)
+    wanted = {id(n) for n in keep}
+    nodes = [n for n in proto.graph.node if id(n) in wanted]
+    used = {i for n in nodes for i in n.input}
+    types = {v.name: v for v in list(proto.graph.value_info) + list(proto.graph.input)}
+    if cut not in types:
+        return None
+    graph = onnx.helper.make_graph(
+        nodes,
+        proto.graph.name,
+        [types[cut]],
+        list(proto.graph.output),
+        [t for t in proto.graph.initializer if t.name in used],
+        value_info=[v for v in proto.graph.value_info if v.name in used and v.name != cut],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=list(proto.opset_import))
+    model.ir_version = proto.ir_version
+    return model
+
+
+def runtime_of(proto: onnx.ModelProto) -> str:
+    """Where the exact host runner runs ``proto``: ``onnxruntime`` (16-bit QDQ) or ``openvino``."""
+    from edgekit.core.runtime import has_16bit_qdq
+
+    return "onnxruntime" if has_16bit_qdq(proto) else "openvino"
+
+
+class _Cached:
+    """The base model's values at its cuts on every accuracy sample, in one runtime; 8-bit where the value is
+    exactly its dequantized integer (4x less memory), else float."""
+
+    def __init__(self, base: onnx.ModelProto, inputs, threads: int, runtime: str):
+        from edgekit.core.runtime import HostRunner
+
+        self.base, self.threads, self.runtime = base, threads, runtime
+        sizes = _sizes(base)
+        cuts = [(i, c) for i, c in find_cuts(base) if c in sizes]
+        budget = MAX_BYTES // max(len(inputs), 1)
+        chosen: list[tuple[int, str]] = []
+        for index, cut in sorted(_spread(cuts, MAX_CUTS), key=lambda c: -c[0]):  # the latest first
+            if sizes[cut] <= budget:
+                chosen.append((index, cut))
+                budget -= sizes[cut]
+        grids = _grids(base)
+        self.values: dict[str, list] = {c: [] for _, c in chosen}
+        self.outputs: list[dict[str, np.ndarray]] = []
+        if chosen:
+            runner = HostRunner(
+                base,
+                extra_outputs=[c for _, c in chosen],
+                threads=threads,
+                onnxruntime=runtime == "onnxruntime",
+            )
+            names = [o.name for o in base.graph.output]
+            for sample in inputs[:CHECK_SAMPLES]:
+                result = runner.run({k: sample[k] for k in runner.input_names})
+                self.outputs.append({n: result[n] for n in names})
+            for sample in inputs:
+                result = runner.run({k: sample[k] for k in runner.input_names}, copy=False)
+                for _, cut in chosen:
+                    self.values[cut].append(_pack(result[cut], grids.get(cut)))
+        self.cuts = chosen  # the latest first
+        self.checked: dict[str, bool] = {}
+
+    def value(self, cut: str, index: int) -> np.ndarray:
+        return _unpack(self.values[cut][index])
+
+    def usable(self, cut: str) -> bool:
+        """The base model's subgraph from ``cut`` fed the cached values reproduces the whole base model (checked
+        once, on the first samples)."""
+        from edgekit.core.runtime import HostRunner
+
+        if cut not in self.checked:
+            model = _suffix(self.base, cut)
+            ok = model is not None
+            if ok:
+                runner = HostRunner(model, threads=self.threads, onnxruntime=self.runtime == "onnxruntime")
+                ok = all(
+                    all(np.array_equal(got[n], want[n]) for n in want)
+                    for i, want in enumerate(self.outputs)
+                    for got in [runner.run({cut: self.value(cut, i)})]
+                )
+            self.checked[cut] = ok
+        return self.checked[cut]
+
+
+class SuffixCache:
+    """Candidates of one base model run from its cached values: :meth:`run`."""
+
+    def __init__(self, base: onnx.ModelProto, inputs: Sequence[dict[str, np.ndarray]], threads: int = 1):
+        self.base, self.inputs, self.threads = base, inputs, threads
+        self.signatures = node_signatures(base)
+        self._cached: dict[str, _Cached] = {}
+
+    def cached(self, runtime: str) -> _Cached:
+        if runtime not in self._cached:
+            self._cached[runtime] = _Cached(self.base, self.inputs, self.threads, runtime)
+        return self._cached[runtime]
+
+    def shared_prefix(self, proto: onnx.ModelProto) -> int:
+        """How many first nodes ``proto`` shares with the base model."""
+        signatures = node_signatures(proto)
+        return next(
+            (i for i, (a, b) in enumerate(zip(signatures, self.signatures, strict=False)) if a != b),
+            min(len(signatures), len(self.signatures)),
+        )
+
+    def run(self, proto: onnx.ModelProto, indices: Sequence[int]) -> tuple[list[dict], str | None]:
+        """``proto``'s outputs on the accuracy samples ``indices`` from the latest usable cut inside the prefix it
+        shares with the base model, and that cut; ``([], None)`` when none fits (run the whole model)."""
+        from edgekit.core.runtime import HostRunner
+
+        runtime = runtime_of(proto)
+        shared = self.shared_prefix(proto)
+        cached = self.cached(runtime)
+        for index, cut in cached.cuts:  # the latest first
+            if index >= shared or not cached.usable(cut):
+                continue
+            model = _suffix(proto, cut)
+            if model is None:
+                continue
+            runner = HostRunner(model, threads=self.threads, onnxruntime=runtime == "onnxruntime")
+            return [runner.run({cut: cached.value(cut, i)}) for i in indices], cut
+        return [], None
+
+
+def _grids(proto: onnx.ModelProto) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """DequantizeLinear output -> its per-tensor (scale, zero point) constants."""
+    constants = {t.name: onnx.numpy_helper.to_array(t) for t in proto.graph.initializer}
+    grids = {}
+    for node in proto.graph.node:
+        if node.op_type == "DequantizeLinear" and len(node.input) > 2:
+            scale, zero = constants.get(node.input[1]), constants.get(node.input[2])
+            if scale is not None and zero is not None and scale.size == 1 and zero.size == 1:
+                grids[node.output[0]] = (scale.astype(np.float32).reshape(()), zero.reshape(()))
+    return grids
+
+
+def _pack(x: np.ndarray, grid) -> tuple:
+    """``x`` as its integers when dequantizing them gives ``x`` bit for bit, else a float copy."""
+    if grid is not None and x.dtype == np.float32:
+        scale, zero = grid
+        info = np.iinfo(zero.dtype)
+        q = np.clip(np.round(x / scale) + zero.astype(np.float32), info.min, info.max).astype(zero.dtype)
+        packed = (q, scale, zero)
+        if np.array_equal(_unpack(packed), x):
+            return packed
+    return (np.array(x, copy=True),)
+
+
+def _unpack(packed: tuple) -> np.ndarray:
+    if len(packed) == 1:
+        return packed[0]
+    q, scale, zero = packed
+    return (q.astype(np.float32) - zero.astype(np.float32)) * scale
+
+
+def _sizes(proto: onnx.ModelProto) -> dict[str, int]:
+    """Bytes per sample of each float tensor with a known static shape."""
+    sizes = {}
+    for value in proto.graph.value_info:
+        dims = value.type.tensor_type.shape.dim
+        if dims and all(d.HasField("dim_value") and d.dim_value > 0 for d in dims):
+            sizes[value.name] = 4 * int(np.prod([d.dim_value for d in dims]))
+    return sizes
