@@ -627,6 +627,42 @@ CASES: list[Case] = [
         opset=17,
     ),
     Case(
+        "instance_norm",
+        [n("InstanceNormalization", ["x", "s", "b"], epsilon=1e-3)],
+        X4,
+        inits={"s": w(3), "b": w(3)},
+        opset=11,
+    ),
+    Case(
+        "instance_norm_rank3",
+        [n("InstanceNormalization", ["x", "s", "b"])],
+        {"x": (2, 4, 6)},
+        inits={"s": np.ones(4, np.float32), "b": np.zeros(4, np.float32)},
+        opset=11,
+    ),
+    # GroupNorm(2 groups) as torch.onnx exports it (SCRFD's heads): Reshape [N, G, -1], InstanceNormalization
+    # with an identity affine, Reshape back, the per-channel Mul and Add
+    Case(
+        "group_norm_written_out",
+        [
+            n("Reshape", ["x", "grouped"], ["g"]),
+            n("InstanceNormalization", ["g", "ones", "zeros"], ["in"]),
+            n("Reshape", ["in", "back"], ["r"]),
+            n("Mul", ["r", "gamma"], ["m"]),
+            n("Add", ["m", "beta"]),
+        ],
+        {"x": (1, 4, 5, 6)},
+        inits={
+            "grouped": i64(0, 2, -1),
+            "ones": np.ones(2, np.float32),
+            "zeros": np.zeros(2, np.float32),
+            "back": i64(1, 4, 5, 6),
+            "gamma": w(4, 1, 1),
+            "beta": w(4, 1, 1),
+        },
+        opset=11,
+    ),
+    Case(
         "batchnorm",
         [n("BatchNormalization", ["x", "s", "b", "m", "v"])],
         X4,
