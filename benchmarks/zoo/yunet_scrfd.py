@@ -271,11 +271,8 @@ class SCRFD(nn.Module):
         zoo_faces._trained_like(self)
         with torch.no_grad():
             for m in self.modules():
-                if isinstance(m, nn.Conv2d) and m.groups == 1 and m.kernel_size == (3, 3):
-                    # the smoothing component of trained 3x3 filters (as _trained_like gives the depthwise ones)
-                    fan = m.weight[0].numel()
-                    m.weight.add_(torch.empty(*m.weight.shape[:2], 1, 1).uniform_(0.0, 2.0) / fan)
-                elif isinstance(m, nn.GroupNorm):
+                # trained GroupNorm affines: near-unit scales, positive shifts (like _trained_like's BatchNorms)
+                if isinstance(m, nn.GroupNorm):
                     m.weight.uniform_(0.8, 1.2)
                     m.bias.fill_(0.5)
 
