@@ -139,6 +139,33 @@ def test_jitter_flips_only_values_within_it_of_a_half_step():
     np.testing.assert_array_equal(ExactRunner(model, jitter=0.0).run({"x": x})["y"], exact)
 
 
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"kernel_shape": [2, 2], "strides": [2, 2]},  # YuNet's
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},  # ResNet's stem
+        {"kernel_shape": [3, 2], "strides": [1, 2], "pads": [0, 1, 2, 0], "dilations": [2, 1]},
+        {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},  # the reference's own loop
+        {"kernel_shape": [2, 2], "auto_pad": "SAME_UPPER"},  # the reference's own loop
+    ],
+)
+def test_max_pool_matches_reference_evaluator(attrs):
+    """ExactRunner's vectorised MaxPool gives the reference evaluator's values (and keeps its loop for the
+    attributes it does not take)."""
+    from onnx.reference import ReferenceEvaluator
+
+    x = np.random.default_rng(3).standard_normal((2, 3, 9, 8)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MaxPool", ["x"], ["y"], **attrs)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    expected = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(ExactRunner(model).run({"x": x})["y"], expected)
+
+
 def test_float64_model_widens_every_float_tensor():
     rng = np.random.default_rng(2)
     nodes = [

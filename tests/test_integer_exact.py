@@ -109,7 +109,10 @@ def test_standalone_batchnorm_is_a_depthwise_conv_and_int8_exact(tmp_path):
         ({"kernel_shape": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1}, True),
         ({"kernel_shape": [3, 3], "strides": [2, 2]}, False),  # odd: never a tie
         ({"kernel_shape": [2, 2], "pads": [1, 1, 0, 0]}, False),  # the border divides by fewer values
-        ({"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}, False),
+        # ceil_mode on 12 x 12: the 2x2/2 windows tile it, so it changes nothing (SCRFD's ResNetV1e shortcut) ...
+        ({"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}, True),
+        # ... but a 4x2/3x2 window leaves a partial last row, which divides by fewer values
+        ({"kernel_shape": [4, 2], "strides": [3, 2], "ceil_mode": 1}, False),
     ],
 )
 def test_even_averagepool_becomes_a_depthwise_conv(attrs, becomes_conv):
@@ -119,10 +122,17 @@ def test_even_averagepool_becomes_a_depthwise_conv(attrs, becomes_conv):
     _same_as_onnxruntime(model, prepared)
 
 
-def test_averagepool_ties_int8_exact(tmp_path):
-    """A 2x2 mean of int8 steps is a .5 tie a quarter of the time: as a depthwise Conv the .tflite is exact."""
+@pytest.mark.parametrize("ceil_mode", [0, 1])
+def test_averagepool_ties_int8_exact(tmp_path, ceil_mode):
+    """A 2x2 mean of int8 steps is a .5 tie a quarter of the time: as a depthwise Conv the .tflite is exact
+    (also with ceil_mode where the windows tile the input: ResNet-D's AvgPool(2, 2, ceil_mode=True) shortcut)."""
     model = _two_convs_then(
-        [helper.make_node("AveragePool", ["s"], ["y"], kernel_shape=[2, 2], strides=[2, 2])], {}
+        [
+            helper.make_node(
+                "AveragePool", ["s"], ["y"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=ceil_mode
+            )
+        ],
+        {},
     )
     _, exact, tflite = _deploy_and_compare(model, tmp_path)
     for e, t in zip(exact, tflite, strict=True):

@@ -53,6 +53,9 @@ class Spec:
     outputs: list[str]
     data: dict[str, Any] = field(default_factory=lambda: dict(zoo_data.IMAGENET_DATA))
     note: str = ""
+    #: torch.onnx.export's dynamic_axes (e.g. a dynamic batch and H/W as insightface exports SCRFD); the manifest
+    #: keeps the static example shape and the entry fixes the dims with --input-shape
+    dynamic_axes: dict[str, dict[int, str]] | None = None
 
 
 # --------------------------------------------------------------------------------------------- builders
@@ -518,6 +521,7 @@ def export(spec: Spec, full: bool, out_dir: Path, photos: list[np.ndarray], seed
         opset_version=spec.opset,
         dynamo=False,
         do_constant_folding=True,
+        dynamic_axes=spec.dynamic_axes,
     )
     import onnx
 

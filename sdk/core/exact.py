@@ -201,6 +201,34 @@ def conv_transpose(
     return y
 
 
+def max_pool(
+    x: np.ndarray,
+    kernel_shape: Sequence[int],
+    *,
+    pads: Sequence[int] | None = None,
+    strides: Sequence[int] | None = None,
+    dilations: Sequence[int] | None = None,
+) -> np.ndarray:
+    """ONNX MaxPool without ceil_mode or auto_pad: the maximum over one strided view per kernel tap (the
+    reference evaluator loops over every output point in Python: half of YuNet's exact run)."""
+    nd = x.ndim - 2
+    strides = list(strides or [1] * nd)
+    dilations = list(dilations or [1] * nd)
+    pads = list(pads or [0] * (2 * nd))
+    widths = [(0, 0), (0, 0)] + [(pads[i], pads[i + nd]) for i in range(nd)]
+    xp = np.pad(x, widths, constant_values=-np.inf) if any(pads) else x
+    out = [(xp.shape[2 + i] - dilations[i] * (kernel_shape[i] - 1) - 1) // strides[i] + 1 for i in range(nd)]
+    y = None
+    for tap in itertools.product(*(range(k) for k in kernel_shape)):
+        window = tuple(
+            slice(tap[i] * dilations[i], tap[i] * dilations[i] + strides[i] * (out[i] - 1) + 1, strides[i])
+            for i in range(nd)
+        )
+        patch = xp[(slice(None), slice(None), *window)]
+        y = patch.copy() if y is None else np.maximum(y, patch)
+    return y
+
+
 def _ops(jitter: float = 0.0, seed: int = 0):
     """The reference evaluator's op classes this module replaces (imported lazily: onnx.reference is slow).
     ``jitter``: QuantizeLinear first scales each value by ``1 + jitter * u``, ``u`` uniform in [-1, 1] (seeded)."""
@@ -244,7 +272,17 @@ def _ops(jitter: float = 0.0, seed: int = 0):
             names = ("pads", "strides", "dilations", "group", "auto_pad", "output_padding", "output_shape")
             return (conv_transpose(X, W, B, **attrs(self, names)),)
 
-    return [DequantizeLinear, QuantizeLinear, Conv, ConvTranspose]
+    from onnx.reference.ops.op_max_pool import MaxPool as ReferenceMaxPool
+
+    class MaxPool(ReferenceMaxPool):
+        def _run(self, x, **kwargs):
+            a = attrs(self, ("kernel_shape", "pads", "strides", "dilations", "auto_pad", "ceil_mode"))
+            plain = a.pop("auto_pad", "NOTSET") in ("NOTSET", "VALID") and not a.pop("ceil_mode", 0)
+            if not plain or len(self.output) > 1 or not np.issubdtype(x.dtype, np.floating):
+                return super()._run(x, **kwargs)  # indices, auto_pad, ceil_mode: the reference's own loop
+            return (max_pool(x, **a),)
+
+    return [DequantizeLinear, QuantizeLinear, Conv, ConvTranspose, MaxPool]
 
 
 #: The typical relative rounding error of a float32 dot product of about a thousand terms (sqrt(1000) x 2^-24, about

@@ -740,7 +740,9 @@ class AveragePoolAsConvPass(ir.passes.InPlacePass):
     becomes a depthwise Conv of weights 1 / size: the same average, which the quantizer gives its own output scale.
     TFLite's int8 AVERAGE_POOL_2D keeps its input's scale, so the mean of an even number of steps lands on .5 ties,
     which it rounds away from zero where QuantizeLinear rounds to even (7.7 % of PP-OCRv4 rec's 3x2-pooled values
-    one step apart). An odd-sized window's mean is never a tie: it stays a pool."""
+    one step apart). An odd-sized window's mean is never a tie: it stays a pool. ``ceil_mode`` counts when it adds
+    a partial window; where the windows tile the input it changes nothing (ResNet-D / ResNetV1e shortcuts:
+    AvgPool(2, 2, ceil_mode=True) on even sizes, SCRFD's backbone: 11.7 % of those values one step apart)."""
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph, names, modified = model.graph, NameScope(model.graph), False
@@ -757,7 +759,7 @@ class AveragePoolAsConvPass(ir.passes.InPlacePass):
                 or len(kernel) != 2
                 or int(np.prod(kernel)) % 2
                 or attr(pool, "auto_pad", "NOTSET") not in ("NOTSET", "VALID")
-                or attr(pool, "ceil_mode", 0)
+                or (attr(pool, "ceil_mode", 0) and not _ceil_changes_nothing(pool, shape, kernel, pads))
                 or (any(pads) and not attr(pool, "count_include_pad", 0))
                 or _quantized_neighbour(pool)
             ):
@@ -771,6 +773,20 @@ class AveragePoolAsConvPass(ir.passes.InPlacePass):
             _depthwise_conv(graph, names, pool, weight, None, **conv_attrs)
             modified = True
         return ir.passes.PassResult(model, modified)
+
+
+def _ceil_changes_nothing(pool: ir.Node, shape, kernel: list[int], pads: list[int]) -> bool:
+    """Every spatial axis of the (static) input is tiled by whole windows, so ceil_mode gives floor's output."""
+    strides = list(attr(pool, "strides", [1] * len(kernel)))
+    dilations = list(attr(pool, "dilations", [1] * len(kernel)))
+    dims = [shape[2 + i] for i in range(len(kernel))]
+    if not all(isinstance(d, int) for d in dims):
+        return False
+    rank = len(kernel)
+    return all(
+        (d + pads[i] + pads[i + rank] - ((k - 1) * dl + 1)) % st == 0
+        for i, (d, k, st, dl) in enumerate(zip(dims, kernel, strides, dilations, strict=True))
+    )
 
 
 def weight_is_shared(node: ir.Node) -> bool:

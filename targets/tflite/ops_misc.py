@@ -1,7 +1,8 @@
-"""Converters for Softmax, reductions, LayerNormalization, QuantizeLinear/DequantizeLinear and more."""
+"""Converters for Softmax, reductions, LayerNormalization, InstanceNormalization, GroupNormalization, QuantizeLinear/DequantizeLinear and more."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import ml_dtypes
@@ -209,6 +210,71 @@ def layer_normalization(
     bias = ctx.tensor(bias_value) if bias_value is not None else None
     y = ctx.output(node.outputs[0])
     _emit_layer_norm(ctx, x, axis, epsilon, ctx.tensor(node.inputs[1]), bias, y, mean, rstd)
+
+
+@converter("InstanceNormalization", since=6)
+def instance_normalization(ctx: Context, node: ir.Node, *, epsilon: float = 1e-5) -> None:
+    """y = scale[c] * (x - mean) / sqrt(var + eps) + bias[c], the statistics over the spatial axes (2 on) of each
+    sample and channel: the LayerNorm sequence from axis 2, with the [C] scale and bias broadcast as [C, 1, ...].
+    PyTorch writes GroupNorm as Reshape [N, G, -1] -> InstanceNormalization(ones, zeros) -> Reshape -> Mul -> Add
+    (SCRFD's heads): an identity scale and a zero bias emit no op."""
+    x = ctx.tensor(node.inputs[0])
+    if x.rank < 3:
+        raise ctx.error(f"InstanceNormalization needs an input of rank 3 or more, got rank {x.rank}")
+    trail = (1,) * (x.rank - 2)
+    affine: list[Tensor | None] = []
+    for value, neutral in ((node.inputs[1], 1.0), (node.inputs[2], 0.0)):
+        const = ctx.const(value)
+        if const is None:
+            t = ctx.tensor(value)
+            affine.append(ctx.reshape(t, (t.shape[0], *trail)))
+        elif np.all(const == neutral):
+            affine.append(None)
+        else:
+            data = np.asarray(const, np.float32).reshape(-1, *trail)
+            affine.append(ctx.graph.const(value.name or "affine", data, np.float32))
+    _emit_layer_norm(ctx, x, 2, epsilon, affine[0], affine[1], ctx.output(node.outputs[0]))
+
+
+def _group_norm(ctx: Context, node: ir.Node, num_groups: int, epsilon: float, per_group: bool) -> None:
+    """Reshape [N, G, -1], the LayerNorm sequence over the last axis, Reshape back, then the affine per channel
+    (opset 18's scale and bias are per group: each value repeated over its group's channels)."""
+    x = ctx.tensor(node.inputs[0])
+    n, c = x.shape[0], x.shape[1]
+    if x.rank < 3 or c % num_groups:
+        raise ctx.error(f"GroupNormalization: {c} channels do not split into {num_groups} groups")
+    grouped = ctx.reshape(x, (n, num_groups, -1 if 0 in x.shape else math.prod(x.shape[1:]) // num_groups))
+    normed = ctx.tmp("normed", grouped.shape)
+    _emit_layer_norm(ctx, grouped, 2, epsilon, None, None, normed)
+    y = ctx.output(node.outputs[0])
+    trail = (1,) * (x.rank - 2)
+    affine = []
+    for value in node.inputs[1:3]:
+        const = ctx.const(value)
+        if const is not None:
+            data = np.asarray(const, np.float32).reshape(-1)
+            data = np.repeat(data, c // num_groups) if per_group else data
+            affine.append(ctx.graph.const(value.name or "affine", data.reshape(c, *trail), np.float32))
+        elif per_group:
+            raise ctx.error("GroupNormalization (opset 18): the per-group scale and bias must be constants")
+        else:
+            affine.append(ctx.reshape(ctx.tensor(value), (c, *trail)))
+    scaled = binary(ctx, "MUL", ctx.reshape(normed, x.shape), affine[0], ctx.tmp("scaled", x.shape))
+    binary(ctx, "ADD", scaled, affine[1], y)
+
+
+@converter("GroupNormalization", since=18)
+def group_normalization_18(
+    ctx: Context, node: ir.Node, *, num_groups: int, epsilon: float = 1e-5, stash_type: int = 1
+) -> None:
+    _group_norm(ctx, node, num_groups, epsilon, per_group=True)
+
+
+@converter("GroupNormalization", since=21)
+def group_normalization(
+    ctx: Context, node: ir.Node, *, num_groups: int, epsilon: float = 1e-5, stash_type: int = 1
+) -> None:
+    _group_norm(ctx, node, num_groups, epsilon, per_group=False)
 
 
 def _reduce_axes(ctx: Context, node: ir.Node) -> list[int] | None:
