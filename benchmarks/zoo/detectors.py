@@ -29,7 +29,6 @@ Needs torch, torchvision and ultralytics (dev only).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import shutil
@@ -363,11 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = FULL_DIR if args.full else SMALL_DIR
     out.mkdir(parents=True, exist_ok=True)
-    photos_dir = args.photos
-    if photos_dir is None:
-        candidate = zoo_export.default_shared() / "data" / "imagenet-sample-200"
-        photos_dir = candidate if candidate.is_dir() else None
-    photos = zoo_data.load_photos(photos_dir)
+    photos = zoo_data.bn_photos(args.photos, zoo_export.default_shared())
     torch.set_num_threads(2)
     builders = {
         "yolov8n_op12": lambda: export_yolov8n(args.full, out, 12, False, photos),
@@ -382,14 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{out / e['file']}: {(out / e['file']).stat().st_size / 1e6:.2f} MB, {e['params']:,d} params, {e['ops']}"
         )
-    manifest = out / "zoo.json"
-    data = zoo_data.load_manifest(manifest) if manifest.exists() else {"format": 1, "models": []}
-    ours = {e["name"] for e in entries}
-    data["models"] = sorted(
-        [m for m in data["models"] if m["name"] not in ours] + entries, key=lambda m: m["name"]
-    )
-    manifest.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"wrote {manifest}")
+    zoo_data.merge_manifest(out, entries)
     return 0
 
 

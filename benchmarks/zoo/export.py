@@ -16,7 +16,6 @@ Needs torch, torchvision and timm (not the project's runtime deps: only this scr
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from collections.abc import Callable
@@ -559,32 +558,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out_dir = args.out or (FULL_DIR if args.full else REDUCED_DIR)
     out_dir.mkdir(parents=True, exist_ok=True)
-    photos_dir = args.photos
-    if photos_dir is None:
-        candidate = default_shared() / "data" / "imagenet-sample-200"
-        photos_dir = candidate if candidate.is_dir() else None
-    photos = zoo_data.load_photos(photos_dir)
-    print(f"BatchNorm statistics from {len(photos)} photo(s) ({photos_dir or 'scikit-learn sample images'})")
+    photos = zoo_data.bn_photos(args.photos, default_shared())
     torch.set_num_threads(2)
     wanted = set(args.only.split(",")) if args.only else None
-    manifest_path = out_dir / "zoo.json"
-    manifest = (
-        zoo_data.load_manifest(manifest_path) if manifest_path.exists() else {"format": 1, "models": []}
-    )
-    by_name = {e["name"]: e for e in manifest["models"]}
+    entries = []
     for i, spec in enumerate(specs()):
         if wanted and spec.name not in wanted:
             continue
         entry = export(spec, args.full, out_dir, photos, seed=1234 + i)
         entry["size"] = "full" if args.full else "reduced"
-        by_name[spec.name] = entry
+        entries.append(entry)
         size = (out_dir / entry["file"]).stat().st_size
         print(
             f"{spec.name:26s} opset {spec.opset}  {entry['params']:>9,d} params  {size / 1e6:6.2f} MB  {entry['ops']}"
         )
-    manifest["models"] = sorted(by_name.values(), key=lambda e: e["name"])
-    manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
-    print(f"wrote {manifest_path}")
+    zoo_data.merge_manifest(out_dir, entries)
     return 0
 
 

@@ -24,7 +24,6 @@ from ``--real`` when given.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -339,16 +338,6 @@ def real_cls_entry(folder: Path, source: Path | None) -> dict | None:
     }
 
 
-def write_manifest(folder: Path, entries: list[dict]) -> None:
-    """Our entries into ``zoo.json`` (replacing only ours, kept sorted by name)."""
-    ours = {e["name"] for e in entries}
-    manifest = folder / "zoo.json"
-    data = json.loads(manifest.read_text()) if manifest.exists() else {"format": 1, "models": []}
-    models = [m for m in data["models"] if m["name"] not in ours] + entries
-    data["models"] = sorted(models, key=lambda m: m["name"])
-    manifest.write_text(json.dumps(data, indent=1) + "\n")
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="full-size models into benchmarks/.zoo/")
@@ -358,12 +347,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     out = FULL_DIR if args.full else SMALL_DIR
     only = set(args.only.split(",")) if args.only else None
-    photos_dir = args.photos
-    if photos_dir is None:
-        candidate = default_shared() / "data" / "imagenet-sample-200"
-        photos_dir = candidate if candidate.is_dir() else None
-    photos = zoo_data.load_photos(photos_dir)
-    print(f"BatchNorm statistics from {len(photos)} photo(s) ({photos_dir or 'scikit-learn sample images'})")
+    photos = zoo_data.bn_photos(args.photos, default_shared())
     specs = [s for s in SPECS if (only is None or s.name in only) and (args.full or s.reduced)]
     entries = [export(s, args.full, out, photos) for s in specs]
     if not args.full and (only is None or REAL_CLS in only):
@@ -373,7 +357,7 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"{out / e['file']}: {(out / e['file']).stat().st_size / 1e6:.2f} MB, {e['note'].split('; ')[-1]}"
         )
-    write_manifest(out, entries)
+    zoo_data.merge_manifest(out, entries)
 
 
 if __name__ == "__main__":

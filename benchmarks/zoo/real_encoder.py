@@ -237,15 +237,6 @@ def quality(entry: dict, path: Path, calib: Path, evaluation: Path, work: Path) 
     return figures
 
 
-def write_manifest(out: Path, entries: list[dict]) -> Path:
-    manifest = out / "zoo.json"
-    old = json.loads(manifest.read_text())["models"] if manifest.exists() else []
-    ours = {e["name"] for e in entries}
-    models = sorted([m for m in old if m["name"] not in ours] + entries, key=lambda m: m["name"])
-    manifest.write_text(json.dumps({"format": 1, "models": models}, indent=1) + "\n")
-    return manifest
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -271,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     names = args.only.split(",") if args.only else list(MODELS)
     todo = [n for n in names if args.rebuild or not (args.out / f"{n}.onnx").exists()]
     if todo:
-        write_manifest(args.out, export(args.weights, args.out, todo))
+        zoo_data.merge_manifest(args.out, export(args.weights, args.out, todo))
     check_tokenizer(args.weights)
     if args.build_only:
         return 0

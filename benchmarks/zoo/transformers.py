@@ -15,10 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 
 import torch
 from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "zoo"))
+import zoo_data  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL_DIR = ROOT / "tests" / "zoo" / "models"
@@ -245,16 +249,11 @@ def main(argv: list[str] | None = None) -> None:
 def write_manifest(folder: Path, entries: list[dict]) -> None:
     """Our entries into ``zoo.json`` (replacing only ours, kept sorted by name) when the zoo's manifest is there,
     and always into ``zoo_transformers.json`` (the same format, our entries only)."""
-    ours = {e["name"] for e in entries}
     (folder / "zoo_transformers.json").write_text(
         json.dumps({"format": 1, "models": entries}, indent=1) + "\n"
     )
-    manifest = folder / "zoo.json"
-    if manifest.exists():
-        data = json.loads(manifest.read_text())
-        models = [m for m in data["models"] if m["name"] not in ours] + entries
-        data["models"] = sorted(models, key=lambda m: m["name"])
-        manifest.write_text(json.dumps(data, indent=1) + "\n")
+    if (folder / "zoo.json").exists():
+        zoo_data.merge_manifest(folder, entries)
 
 
 if __name__ == "__main__":

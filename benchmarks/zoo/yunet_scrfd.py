@@ -35,7 +35,6 @@ Reduced sizes for CI: YuNet 160x128 (its full widths: 75k parameters), SCRFD 128
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -374,12 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out_dir = zoo_export.FULL_DIR if args.full else zoo_export.REDUCED_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
-    photos_dir = args.photos
-    if photos_dir is None:
-        candidate = zoo_export.default_shared() / "data" / "imagenet-sample-200"
-        photos_dir = candidate if candidate.is_dir() else None
-    photos = zoo_data.load_photos(photos_dir)
-    print(f"BatchNorm statistics from {len(photos)} photo(s) ({photos_dir or 'scikit-learn sample images'})")
+    photos = zoo_data.bn_photos(args.photos, zoo_export.default_shared())
     torch.set_num_threads(2)
     wanted = set(args.only.split(",")) if args.only else None
     entries = []
@@ -401,15 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{spec.name:28s} opset {spec.opset}  {entry['params']:>9,d} params  {size / 1e6:6.2f} MB  {entry['ops']}"
         )
-    manifest_path = out_dir / "zoo.json"
-    manifest = (
-        zoo_data.load_manifest(manifest_path) if manifest_path.exists() else {"format": 1, "models": []}
-    )
-    ours = {e["name"] for e in entries}
-    models = [m for m in manifest["models"] if m["name"] not in ours] + entries
-    manifest["models"] = sorted(models, key=lambda m: m["name"])
-    manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
-    print(f"wrote {manifest_path}")
+    zoo_data.merge_manifest(out_dir, entries)
     return 0
 
 

@@ -65,6 +65,30 @@ def cached_photos(photos: Path | None = None) -> list[np.ndarray]:
     return load_photos(photos)
 
 
+def merge_manifest(folder: Path, entries: list[dict[str, Any]]) -> Path:
+    """Write ``entries`` into ``folder/zoo.json``, replacing the entries of the same names and keeping the others
+    (each builder script writes only its own), sorted by name."""
+    path = folder / "zoo.json"
+    manifest = load_manifest(path) if path.exists() else {"format": 1, "models": []}
+    ours = {e["name"] for e in entries}
+    models = [m for m in manifest["models"] if m["name"] not in ours] + list(entries)
+    manifest["models"] = sorted(models, key=lambda m: m["name"])
+    path.write_text(json.dumps(manifest, indent=1) + "\n")
+    print(f"wrote {path}")
+    return path
+
+
+def bn_photos(photos: Path | None, shared: Path) -> list[np.ndarray]:
+    """The photos BatchNorm statistics come from: ``photos``, else ``shared``'s 200 ImageNet photos, else
+    scikit-learn's two sample images (said on stdout)."""
+    if photos is None:
+        candidate = shared / "data" / "imagenet-sample-200"
+        photos = candidate if candidate.is_dir() else None
+    loaded = load_photos(photos)
+    print(f"BatchNorm statistics from {len(loaded)} photo(s) ({photos or 'scikit-learn sample images'})")
+    return loaded
+
+
 def load_photos(photos: Path | None = None, limit: int | None = None) -> list[np.ndarray]:
     """RGB uint8 HxWx3 photographs: the JPEGs of ``photos`` (sorted by name), else scikit-learn's two."""
     if photos is not None:
