@@ -115,7 +115,7 @@ def quantize(
     """
     if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph):
         raise QuantizationError(
-            "the model is already quantized (it has QuantizeLinear/DequantizeLinear nodes)"
+            "the model is already quantized (it has QDQ or onnxruntime QOperator int8 nodes)"
         )
     layers = dict(options.layer_precision)
     plan = make_plan(model, options.exclude, options.float_output_heads, options.precision, layers)

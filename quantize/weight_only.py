@@ -201,7 +201,7 @@ def quantize_weight_only(model: ir.Model, options: QuantizeOptions, calibration=
         raise QuantizationError(f"--precision {options.precision} is not a weight-only recipe")
     if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph):
         raise QuantizationError(
-            "the model is already quantized (it has QuantizeLinear/DequantizeLinear nodes)"
+            "the model is already quantized (it has QDQ or onnxruntime QOperator int8 nodes)"
         )
     layers = dict(options.layer_precision)
     check_layer_names((n.name for n in model.graph.all_nodes()), options.layer_precision)

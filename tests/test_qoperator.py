@@ -723,3 +723,23 @@ def _run_bundle(target: str, bundle: Path, samples: list[dict[str, np.ndarray]])
             y = (y.astype(np.float32) - zero) * scale
         results.append(y)
     return results
+
+
+def test_recipes_for_float_models_name_the_qoperator_form(tmp_path, tmp_path_factory) -> None:
+    """A QOperator file asked for fp32 or requantized: one error line that says it is already quantized, naming
+    the QOperator form (it said "(QDQ)" and "it has QuantizeLinear/DequantizeLinear nodes" of a QLinearConv file)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "qop.onnx"
+    onnx.save(_case("cnn-per-tensor-u8", tmp_path_factory), path)
+    np.savez(tmp_path / "calib.npz", x=np.stack([f["x"] for f in feeds(4, 3)]))
+    for args in (["deploy", str(path), "-t", "arm-cpu", "--precision", "fp32", "-o", str(tmp_path / "o")],
+                 ["quantize", str(path), "--calib", str(tmp_path / "calib.npz"), "-o", str(tmp_path / "q.onnx")]):  # fmt: skip
+        run = subprocess.run(
+            [sys.executable, "-m", "edgekit.cli.main", *args], capture_output=True, text=True
+        )
+        assert run.returncode == 2, run.stderr
+        (line,) = [x for x in run.stderr.splitlines() if x.startswith("error:")]
+        assert "already quantized" in line and "QOperator" in line, line
+        assert "Traceback" not in run.stderr

@@ -56,7 +56,7 @@ def choose_precision(request: DeployRequest, target: Any, quantized: bool) -> st
     if quantized:
         if recipe.name != "int8":
             raise TargetError(
-                f"{request.model} is already quantized (QDQ); --precision {recipe.name} needs a float model"
+                f"{request.model} is already quantized (QDQ or QOperator int8 nodes); --precision {recipe.name} needs a float model"
             )
         return "int8"
     if recipe.name == "fp32" and not target.supports_float:
