@@ -545,9 +545,19 @@ def export(spec: Spec, full: bool, out_dir: Path, photos: list[np.ndarray], seed
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_main(
+    argv: list[str] | None,
+    description: str,
+    specs: list[Spec],
+    seed: int,
+    skip: Callable[[Spec, bool], bool] | None = None,
+    finish: Callable[[Spec, dict[str, Any], bool], None] | None = None,
+) -> int:
+    """The command line of a builder script: export ``specs`` (``--only`` some; ``skip(spec, full)`` leaves one
+    out) with seeds ``seed + index``, ``finish(spec, entry, full)`` adds to an entry, and merge the entries into
+    the folder's manifest."""
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--full", action="store_true", help="full sizes into benchmarks/.zoo/")
     parser.add_argument(
@@ -562,18 +572,24 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(2)
     wanted = set(args.only.split(",")) if args.only else None
     entries = []
-    for i, spec in enumerate(specs()):
-        if wanted and spec.name not in wanted:
+    for i, spec in enumerate(specs):
+        if (wanted and spec.name not in wanted) or (skip is not None and skip(spec, args.full)):
             continue
-        entry = export(spec, args.full, out_dir, photos, seed=1234 + i)
+        entry = export(spec, args.full, out_dir, photos, seed=seed + i)
         entry["size"] = "full" if args.full else "reduced"
+        if finish is not None:
+            finish(spec, entry, args.full)
         entries.append(entry)
         size = (out_dir / entry["file"]).stat().st_size
         print(
-            f"{spec.name:26s} opset {spec.opset}  {entry['params']:>9,d} params  {size / 1e6:6.2f} MB  {entry['ops']}"
+            f"{spec.name:28s} opset {spec.opset}  {entry['params']:>9,d} params  {size / 1e6:6.2f} MB  {entry['ops']}"
         )
     zoo_data.merge_manifest(out_dir, entries)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return build_main(argv, __doc__, specs(), seed=1234)
 
 
 if __name__ == "__main__":

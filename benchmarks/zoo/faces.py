@@ -31,7 +31,6 @@ Reduced sizes for CI: UltraFace 160x120 (same widths), RetinaFace 128x128 with F
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from itertools import product
@@ -474,27 +473,9 @@ def specs() -> list[zoo_export.Spec]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--full", action="store_true", help="full sizes into benchmarks/.zoo/")
-    parser.add_argument("--only", help="comma-separated model names")
-    parser.add_argument("--photos", type=Path, help="folder of photos (default: ../shared's, else sklearn's)")
-    args = parser.parse_args(argv)
-    out_dir = zoo_export.FULL_DIR if args.full else zoo_export.REDUCED_DIR
-    out_dir.mkdir(parents=True, exist_ok=True)
-    photos = zoo_data.bn_photos(args.photos, zoo_export.default_shared())
-    torch.set_num_threads(2)
-    wanted = set(args.only.split(",")) if args.only else None
-    entries = []
-    for i, spec in enumerate(specs()):
-        if (wanted and spec.name not in wanted) or (spec.name in FULL_ONLY and not args.full):
-            continue
-        entry = zoo_export.export(spec, args.full, out_dir, photos, seed=SEED + i)
-        entry["size"] = "full" if args.full else "reduced"
-        entries.append(entry)
-        size = (out_dir / entry["file"]).stat().st_size
-        print(f"{spec.name:28s} opset {spec.opset}  {entry['params']:>9,d} params  {size / 1e6:6.2f} MB")
-    zoo_data.merge_manifest(out_dir, entries)
-    return 0
+    return zoo_export.build_main(
+        argv, __doc__, specs(), SEED, skip=lambda spec, full: spec.name in FULL_ONLY and not full
+    )
 
 
 if __name__ == "__main__":

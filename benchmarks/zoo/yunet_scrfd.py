@@ -34,7 +34,6 @@ Reduced sizes for CI: YuNet 160x128 (its full widths: 75k parameters), SCRFD 128
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -365,38 +364,17 @@ def specs() -> list[zoo_export.Spec]:
 NOT_CI = frozenset({"yunet_dynamic", "scrfd_500m_bnkps"})
 
 
+def _finish(spec: zoo_export.Spec, entry: dict, full: bool) -> None:
+    if spec.dynamic_axes:  # the static shape the zoo runs at
+        entry["extra_args"] = [
+            a for n, s in spec.inputs(full) for a in ("--input-shape", f"{n}={','.join(map(str, s))}")
+        ]
+    if spec.name in NOT_CI:
+        entry["ci"] = False
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--full", action="store_true", help="full sizes into benchmarks/.zoo/")
-    parser.add_argument("--only", help="comma-separated model names")
-    parser.add_argument("--photos", type=Path, help="folder of photos (default: ../shared's, else sklearn's)")
-    args = parser.parse_args(argv)
-    out_dir = zoo_export.FULL_DIR if args.full else zoo_export.REDUCED_DIR
-    out_dir.mkdir(parents=True, exist_ok=True)
-    photos = zoo_data.bn_photos(args.photos, zoo_export.default_shared())
-    torch.set_num_threads(2)
-    wanted = set(args.only.split(",")) if args.only else None
-    entries = []
-    for i, spec in enumerate(specs()):
-        if wanted and spec.name not in wanted:
-            continue
-        entry = zoo_export.export(spec, args.full, out_dir, photos, seed=SEED + i)
-        entry["size"] = "full" if args.full else "reduced"
-        if spec.dynamic_axes:
-            entry["extra_args"] = [
-                a
-                for n, s in spec.inputs(args.full)
-                for a in ("--input-shape", f"{n}={','.join(map(str, s))}")
-            ]
-        if spec.name in NOT_CI:
-            entry["ci"] = False
-        entries.append(entry)
-        size = (out_dir / entry["file"]).stat().st_size
-        print(
-            f"{spec.name:28s} opset {spec.opset}  {entry['params']:>9,d} params  {size / 1e6:6.2f} MB  {entry['ops']}"
-        )
-    zoo_data.merge_manifest(out_dir, entries)
-    return 0
+    return zoo_export.build_main(argv, __doc__, specs(), SEED, finish=_finish)
 
 
 if __name__ == "__main__":
