@@ -13,6 +13,7 @@ import importlib.metadata
 import importlib.util
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -288,8 +289,12 @@ class OpenVINORunner(Runner):
             ) from None
         self.request = self.compiled.create_infer_request()
         in_ports, out_ports = list(self.compiled.inputs), list(self.compiled.outputs)
-        in_order = _names(manifest.inputs, [_port_name(p, manifest.inputs) for p in in_ports])
-        out_order = _names(manifest.outputs, [_port_name(p, manifest.outputs) for p in out_ports])
+        in_order = _names(
+            manifest.inputs, [port_name(p, [s.name for s in manifest.inputs]) for p in in_ports]
+        )
+        out_order = _names(
+            manifest.outputs, [port_name(p, [s.name for s in manifest.outputs]) for p in out_ports]
+        )
         self._in_order, self._out_order = in_order, out_order
         self.inputs = [_port_info(spec.name, in_ports[i]) for spec, i in zip(manifest.inputs, in_order)]  # noqa: B905
         self.outputs = [_port_info(spec.name, out_ports[i]) for spec, i in zip(manifest.outputs, out_order)]  # noqa: B905
@@ -313,12 +318,13 @@ class OpenVINORunner(Runner):
         return [np.array(self.request.get_output_tensor(i).data) for i in self._out_order], elapsed
 
 
-def _port_name(port: Any, specs: Any = ()) -> str:
-    """The port's name the manifest uses (a port has several tensor names once OpenVINO folds ops next to a
-    Parameter or Result: a Convert and an identity FakeQuantize after a uint8 input, say), else any."""
+def port_name(port: Any, wanted: Iterable[str] = ()) -> str:
+    """An OpenVINO port's name: the first of ``wanted`` among its tensor names (a port has several once OpenVINO
+    folds ops next to a Parameter or Result: a Convert and an identity FakeQuantize after a uint8 input, say),
+    else any of them ("" when it has none)."""
     try:
         names = port.get_names()
-        return next((spec.name for spec in specs if spec.name in names), None) or port.get_any_name()
+        return next((name for name in wanted if name in names), None) or port.get_any_name()
     except RuntimeError:
         return ""
 

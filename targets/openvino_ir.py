@@ -177,7 +177,11 @@ class IntelVpuTarget(Target):
             compiled = _compile_cpu(core, converted.ov_model)
             if quantized:
                 rewritten = for_openvino(proto)  # what _convert converted
-                report["int8"] = _check_int8(rewritten, converted.source, converted.ov_model, compiled)
+                # int8 activations: the refusal suggests uint8 (_activation_dtype_problems' warning)
+                signed = bool(_activation_dtype_problems(model))
+                report["int8"] = _check_int8(
+                    rewritten, converted.source, converted.ov_model, compiled, signed
+                )
             if weight_only:
                 report["compressed_weights"] = _check_compressed(weight_only, converted.ov_model, compiled)
             kinds = output_kinds(model)
@@ -343,22 +347,16 @@ def _pair_fake_quantizes(source: Path, pairs: Sequence[str]) -> tuple[list[str],
     return missing, levels
 
 
-def _zero_point_dtype(proto: onnx.ModelProto, name: str) -> str | None:
-    """The numpy dtype name of the initializer ``name`` (a zero point), or None."""
-    for init in proto.graph.initializer:
-        if init.name == name:
-            return onnx.helper.tensor_dtype_to_np_dtype(init.data_type).name
-    return None
-
-
-def _check_int8(proto: onnx.ModelProto, source: Path, ov_model: Any, compiled: Any) -> dict[str, Any]:
+def _check_int8(
+    proto: onnx.ModelProto, source: Path, ov_model: Any, compiled: Any, signed: bool = False
+) -> dict[str, Any]:
     """FakeQuantize(256) where every Q/DQ pair was; u8/i8 convolutions in the CPU runtime model.
 
     OpenVINO's ONNX frontend turns each activation Q/DQ pair into FakeQuantize followed by its
     dequantization (Convert/Subtract/Multiply), which the IR keeps (see :func:`_convert`); the CPU plugin
     folds those and merges FakeQuantize ops that repeat the same quantization (e.g. on both sides of a
     Concat with shared scales) when it compiles. The pairs are checked on the frontend's conversion, the
-    IR's count is reported.
+    IR's count is reported. ``signed``: the activations are int8 (the refusal then suggests uint8).
     """
     pairs = _activation_qdq_outputs(proto)
     missing, levels = _pair_fake_quantizes(source, pairs)
@@ -392,12 +390,6 @@ def _check_int8(proto: onnx.ModelProto, source: Path, ov_model: Any, compiled: A
             float_layers[layer] += 1
     int8_compute = [c for c in compute if c["precision"] in _INT_PRECISIONS]
     if compute and not int8_compute:
-        signed = any(
-            n.op_type == "QuantizeLinear"
-            and len(n.input) > 2
-            and _zero_point_dtype(proto, n.input[2]) == "int8"
-            for n in proto.graph.node
-        )
         shown = ", ".join(f"{c['layer']} {c['precision']}" for c in compute[:3]) + (
             ", ..." if len(compute) > 3 else ""
         )
@@ -479,9 +471,10 @@ def _convert(proto: onnx.ModelProto, folder: Path, compress: bool) -> _Converted
     """
     ov = _ov()
     path = _write_onnx(proto, folder)
-    ops = {node.op_type for node in proto.graph.node}
+    from edgekit.quantize.weight_only import weight_only_precision
+
     try:
-        if "DequantizeLinear" in ops and "QuantizeLinear" not in ops:
+        if weight_only_precision(proto) is not None:
             # Weight-only (w8, w4): no activation FakeQuantize to overflow, and ``convert_model`` folds the shape
             # arithmetic ``read_model`` leaves beside each convolution's bias (PP-OCRv4 rec: 136 ShapeOf, the XML
             # 617 KB -> 363 KB, the bundle 0.304x -> 0.282x fp32), keeping the int8/int4 constants compressed.

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, TypeVar
 import numpy as np
 import onnx
 from edgekit.core.errors import DataError, ModelError
+from edgekit.device_agents.runtimes import port_name
 
 if TYPE_CHECKING:  # onnx_ir is slow to import: TFLite verification's child process runs without it
     import onnx_ir as ir
@@ -612,12 +613,8 @@ class HostRunner:
                 first = first_message(str(exc)) or "unknown error"  # not its "Exception from src/...cpp:117:"
                 raise ModelError(f"OpenVINO cannot compile the model: {first}") from None
         self._request = self._compiled.create_infer_request()
-        # a port has several tensor names once OpenVINO folds ops next to a Parameter (a Convert and an identity
-        # FakeQuantize after a uint8 input): the model's own input name, where it is one of them
-        self.input_names = [
-            next((n for n in self._input_info if n in i.get_names()), None) or i.get_any_name()
-            for i in self._compiled.inputs
-        ]
+        # the model's own input name, where OpenVINO gave the port others too
+        self.input_names = [port_name(i, self._input_info) for i in self._compiled.inputs]
         self._outputs = {}
         for port in self._compiled.outputs:
             for name in port.get_names():
