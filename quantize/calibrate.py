@@ -130,9 +130,7 @@ def collect_statistics(
     histograms: dict[str, Histogram] = {}
     if options.method in HISTOGRAM_METHODS:
         histograms = {name: Histogram(options.bins) for name in observed_names}
-    description = "calibrating" + (
-        "" if options.method in ("minmax", "mean_minmax") else f" ({options.method})"
-    )
+    description = "calibrating" + (f" ({options.method})" if options.method in HISTOGRAM_METHODS else "")
     for name, array in observed(description):
         minmax[name].update(array)
         if histograms:

@@ -522,6 +522,13 @@ def _cosine_sqnr(ref: np.ndarray, got: np.ndarray) -> tuple[float, float]:
     return cosine, float(min(sqnr, 999.0))
 
 
+def sqnr_db(
+    reference: Sequence[Mapping[str, np.ndarray]], run: Sequence[Mapping[str, np.ndarray]], name: str
+) -> float:
+    """SQNR (dB) of ``run``'s output ``name`` against ``reference``'s over all samples."""
+    return _cosine_sqnr(_stack(reference, name), _stack(run, name))[1]
+
+
 def top1_agreements(ref: np.ndarray, got: np.ndarray, axis: int, tie: float) -> tuple[float, float]:
     """Top-1 agreement per position (``axis`` of each sample is the class axis): strict, and with ties."""
     ref_c = np.moveaxis(ref, axis + 1, -1).reshape(-1, ref.shape[axis + 1])
@@ -647,7 +654,7 @@ def judge_outputs(
             if not passed and noise is not None and stick.kernel_noise_db is not None:
                 if not noise_results:
                     noise_results.append(noise())
-                _, floor = _cosine_sqnr(_stack(reference, name), _stack(noise_results[0], name))
+                floor = sqnr_db(reference, noise_results[0], name)
                 entry["kernel_noise"] = {
                     "reference": "the QDQ model on OpenVINO's int8 kernels, or its exact semantics under "
                     "float32 rounding (the noisier)",

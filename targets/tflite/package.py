@@ -30,6 +30,7 @@ from edgekit.targets.base import (
     complete_provenance,
     default_verify_samples,
     output_kinds,
+    sqnr_db,
     static_dims,
     verify_outputs,
     yardstick,
@@ -164,7 +165,7 @@ def verify(
                 doing="running the QDQ model's semantics under float32 rounding",
             ),
         ]
-        noisiest = {n: min(runs, key=lambda run, n=n: _sqnr_db(reference, run, n)) for n in names}
+        noisiest = {n: min(runs, key=lambda run, n=n: sqnr_db(reference, run, n)) for n in names}
         return [{n: noisiest[n][i][n] for n in names} for i in range(len(feeds))]
 
     def float64() -> list[dict[str, np.ndarray]]:  # the source model without float32 rounding
@@ -201,16 +202,6 @@ def verify(
         "runtime": "LiteRT interpreter (ai-edge-litert)",
         **figures,
     }
-
-
-def _sqnr_db(
-    reference: Sequence[Mapping[str, np.ndarray]], run: Sequence[Mapping[str, np.ndarray]], name: str
-) -> float:
-    """SQNR of ``run``'s output ``name`` against ``reference``'s over all samples (inf when equal)."""
-    ref = np.concatenate([np.ravel(r[name]).astype(np.float64) for r in reference])
-    got = np.concatenate([np.ravel(r[name]).astype(np.float64) for r in run])
-    noise = float((ref - got) @ (ref - got))
-    return float("inf") if noise == 0 else 10.0 * np.log10(float(ref @ ref) / noise)
 
 
 def tensor_specs(infos: Sequence[TensorInfo]) -> tuple[TensorSpec, ...]:
