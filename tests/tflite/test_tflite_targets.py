@@ -223,4 +223,7 @@ def test_device_agent_runs_the_nnapi_bundle(qdq_model, tmp_path) -> None:
         int(np.argmax(got)) == int(np.argmax(expected))
         or expected.reshape(-1)[np.argmax(got)] == expected.max()
     )
-    assert np.abs(got.reshape(expected.shape) - expected).max() <= 0.05 * np.ptp(expected) + 1e-6
+    # One output step is the int8 grid's resolution: onnxruntime's float32 requantization and LiteRT's may
+    # round a near-tie differently (which one depends on the CPU's kernels), so allow one step.
+    tol = max(0.05 * np.ptp(expected), spec_out.scale) + 1e-6
+    assert np.abs(got.reshape(expected.shape) - expected).max() <= tol
