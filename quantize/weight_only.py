@@ -7,7 +7,7 @@ No calibration: only the constant weights of the multiply-accumulate ops change.
   weights of
   Conv (axis 0), MatMul (``[K, N]``: axis 1), Gemm (axis 0 with ``transB``, else 1) and the tables of
   embedding Gathers (a constant 2-D table gathered on axis 0 by run-time indices: one scale per row, per
-  token).
+  token, or one for the table when that loses at most a bit: :func:`quantize_int8_table`).
 - ``w4``: int4, symmetric ([-8, 7], zero point 0), one scale per block of ``block_size`` weights along the
   input dimension (K) and per output channel, for MatMul and Gemm weights (DequantizeLinear ``block_size``,
   opset 21). Conv weights and embedding tables take ``w8``'s int8 per channel: no runtime has an int4

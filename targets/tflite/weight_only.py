@@ -10,7 +10,7 @@ int8 form:
   (``asymmetric_quantize_inputs`` where the options have it) and accumulate in int32
   (tensorflow/lite/kernels/fully_connected.cc, conv.cc, depthwise_conv.cc: ``EvalHybrid*``).
 - A GATHER of rows of a 2-D table (an embedding) becomes EMBEDDING_LOOKUP on the int8 table with one scale
-  per row, which dequantizes the rows it looks up (embedding_lookup.cc ``EvalHybrid``); its indices are
+  per row or one for the table, which dequantizes the rows it looks up (embedding_lookup.cc ``EvalHybrid``); its indices are
   flattened to 1-D and the result reshaped back.
 - Any other reader of int8 weights gets them through a DEQUANTIZE op (computed once: the input is constant).
 - ``w4``'s blockwise int4 weights (MatMul/Gemm, always a FULLY_CONNECTED here) become an INT4 tensor (two
@@ -148,7 +148,7 @@ def _hybrid_weights(graph: Graph, use_hybrid: bool) -> None:
 
 
 def _embedding(graph: Graph, op: Op) -> bool:
-    """GATHER(table, ids) on axis 0 of an int8 2-D table (one scale per row) -> EMBEDDING_LOOKUP."""
+    """GATHER(table, ids) on axis 0 of an int8 2-D table (one scale per row, or one) -> EMBEDDING_LOOKUP."""
     table, ids = op.inputs[0], op.inputs[1]
     axis = op.options.axis if op.options is not None else 0
     if (
