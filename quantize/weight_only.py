@@ -7,7 +7,7 @@ No calibration: only the constant weights of the multiply-accumulate ops change.
   weights of
   Conv (axis 0), MatMul (``[K, N]``: axis 1), Gemm (axis 0 with ``transB``, else 1) and the tables of
   embedding Gathers (a constant 2-D table gathered on axis 0 by run-time indices: one scale per row, per
-  token).
+  token, or one for the table when that loses at most a bit: :func:`quantize_int8_table`).
 - ``w4``: int4, symmetric ([-8, 7], zero point 0), one scale per block of ``block_size`` weights along the
   input dimension (K) and per output channel, for MatMul and Gemm weights (DequantizeLinear ``block_size``,
   opset 21). Conv weights and embedding tables take ``w8``'s int8 per channel: no runtime has an int4
@@ -127,6 +127,34 @@ def quantize_int8_channels(weight: np.ndarray, axis: int, op_type: str) -> tuple
         groups = scaled.reshape(moved.shape[0], -1)
     q = round_preserving_sums(groups, -127, 127).reshape(moved.shape)
     return np.moveaxis(q, 0, axis).astype(np.int8), scales
+
+
+#: An embedding table takes one scale for the whole table when that costs its dequantized values at most this
+#: much signal-to-quantization-noise (dB) against one scale per row: one bit (the narrowest rows lose about a bit,
+#: the table's rows having alike ranges). TFLite's converter quantizes EMBEDDING_LOOKUP tables per tensor; per
+#: row, LiteRT stores a float32 scale and an int64 zero point per token (12 bytes a row), 19 % of a 64-wide int8
+#: table.
+TABLE_PER_TENSOR_MAX_LOSS_DB = 6.02
+
+
+def _sqnr_db(x: np.ndarray, dequantized: np.ndarray) -> float:
+    noise = float(np.square(x - dequantized).sum())
+    return np.inf if noise == 0 else 10 * np.log10(float(np.square(x).sum()) / noise)
+
+
+def quantize_int8_table(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``w8``'s embedding table (a 2-D Gather table, rows = tokens): :func:`quantize_int8_channels` per row, or one
+    scale (absmax / 127, a 0-d array) when that loses at most :data:`TABLE_PER_TENSOR_MAX_LOSS_DB` of the table's
+    SQNR; each row's rounding errors sum to within half a step either way."""
+    q, scales = quantize_int8_channels(table, 0, "Gather")
+    x = table.astype(np.float64)
+    per_row = _sqnr_db(x, q.astype(np.float64) * scales.astype(np.float64)[:, None])
+    absmax = float(np.abs(x).max(initial=0.0))
+    scale = np.asarray(absmax / 127.0 if absmax > 0 else 1.0, np.float32)
+    one = round_preserving_sums(x / np.float64(scale), -127, 127).astype(np.int8)
+    if per_row - _sqnr_db(x, one.astype(np.float64) * np.float64(scale)) <= TABLE_PER_TENSOR_MAX_LOSS_DB:
+        return one, scale
+    return q, scales
 
 
 def quantize_int4_blockwise(weight: np.ndarray, axis: int, block_size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -268,7 +296,8 @@ def quantize_weight_only(model: ir.Model, options: QuantizeOptions, calibration=
                     options.block_size if blocked else 0,
                     hessians.get(node.name),
                 )
-                result.weights.append(_row(node, value, weight, blocked, options.block_size))
+                scales = done[key].producer().inputs[1].const_value
+                result.weights.append(_row(node, value, weight, blocked, options.block_size, scales.size))
             node.replace_input_with(site.index, done[key])
     if not result.weights:
         raise QuantizationError(
@@ -362,17 +391,16 @@ def _default_opset(proto: onnx.ModelProto) -> int:
     return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
-def _row(node: ir.Node, value: ir.Value, weight: np.ndarray, blocked: bool, block_size: int) -> dict:
-    channels = weight.shape[0] if node.op_type in ("Conv", "Gather") else None
+def _row(
+    node: ir.Node, value: ir.Value, weight: np.ndarray, blocked: bool, block_size: int, scales: int
+) -> dict:
+    """The report's row of one quantized weight (``scales``: how many float32 scales it stores)."""
     if blocked:
-        stored = weight.size // 2 + 4 * (weight.size // block_size)
+        stored = weight.size // 2 + 4 * scales
         scheme = f"int4 symmetric, block {block_size}"
     else:
-        if channels is None:
-            trans_b = node.op_type == "Gemm" and bool(attr(node, "transB", 0))
-            channels = weight.shape[0] if trans_b else weight.shape[1]
-        stored = weight.size + 4 * channels
-        scheme = "int8 symmetric per channel"
+        stored = weight.size + 4 * scales
+        scheme = "int8 symmetric per " + ("channel" if scales > 1 else "tensor")
     return {
         "node": node.name,
         "op_type": node.op_type,
@@ -403,10 +431,13 @@ def _dequantized(
         q, scales = quantize_int4_blockwise(weight, axis, block)
         attributes = {"axis": axis, "block_size": block}
     else:
-        q, scales = quantize_int8_channels(weight, axis, node.op_type)
+        if node.op_type == "Gather":
+            q, scales = quantize_int8_table(weight)
+        else:
+            q, scales = quantize_int8_channels(weight, axis, node.op_type)
         if hessian is not None:
             q = _second_order(node, weight, q, scales, hessian)
-        attributes = {"axis": axis}
+        attributes = {"axis": axis} if scales.ndim else {}
     q_init = add_initializer(graph, names, f"{base}_quantized", q)
     s_init = add_initializer(graph, names, f"{base}_scale", scales)
     # Symmetric: the zero point is the default 0 and is omitted (the integer type is the weight's).

@@ -77,6 +77,20 @@ def _numpy_int8(w: np.ndarray, axis: int, kernels: bool = False) -> np.ndarray:
     return np.moveaxis(q * scale.reshape((-1,) + (1,) * (moved.ndim - 1)), 0, axis).astype(np.float32)
 
 
+def _numpy_int8_table(w: np.ndarray) -> tuple[np.ndarray, bool]:
+    """The w8 recipe's embedding table in numpy: (dequantized table, one scale?). One scale (absmax / 127 of the
+    table) when the table's SQNR with it is at most 6.02 dB (one bit) below its SQNR with one scale per row."""
+    per_row = _numpy_int8(w, 0).astype(np.float64)
+    scale = np.float64(np.float32(np.abs(w).max() / 127))
+    one = _round_rows(w.astype(np.float64) / scale) * scale
+
+    def sqnr(d: np.ndarray) -> float:
+        return 10 * np.log10(np.square(w.astype(np.float64)).sum() / np.square(w - d).sum())
+
+    single = sqnr(per_row) - sqnr(one) <= 6.02
+    return (one if single else per_row).astype(np.float32), single
+
+
 def _numpy_int4(w: np.ndarray, block: int) -> np.ndarray:
     """The w4 recipe in numpy for a MatMul weight [K, N]: int4 in [-8, 7] per block of K, scale = absmax / 7
     rounded to float16 (LiteRT's blockwise scales are float16)."""
@@ -119,8 +133,12 @@ def test_w8_encoder_weights_are_the_recipe_and_runtimes_agree():
     weights = _dequantized_weights(model)
     assert set(weights) == set(originals)
     for name, (op, w) in originals.items():
-        axis = 0 if op == "Gather" else 1  # one scale per token row / per output column
-        np.testing.assert_allclose(weights[name], _numpy_int8(w, axis), rtol=0, atol=1e-7, err_msg=name)
+        if op == "Gather":  # the 1000 x 64 token table: rows of alike ranges (absmax 1.5 .. 4.5), one scale
+            expected, single = _numpy_int8_table(w)
+            assert single
+        else:
+            expected = _numpy_int8(w, 1)  # one scale per output column
+        np.testing.assert_allclose(weights[name], expected, rtol=0, atol=1e-7, err_msg=name)
     feeds = default_verify_samples(fp32, 2)
     for sample in feeds:
         got = _ort(model, sample)[0]
@@ -137,7 +155,7 @@ def test_w4_encoder_matmuls_are_int4_blockwise(block):
     inits = {t.name: t for t in model.graph.initializer}
     dqs = [n for n in model.graph.node if n.op_type == "DequantizeLinear"]
     blocked = [n for n in dqs if any(a.name == "block_size" and a.i == block for a in n.attribute)]
-    assert len(blocked) == 12  # every MatMul of the two layers; the embedding stays int8 per row
+    assert len(blocked) == 12  # every MatMul of the two layers; the embedding stays int8
     assert all(inits[n.input[0]].data_type == onnx.TensorProto.INT4 for n in blocked)
     fp32 = load_model(ENCODER)
     weights = _dequantized_weights(model)
@@ -218,6 +236,47 @@ def test_arm_cpu_w8_encoder_runs_hybrid_kernels_close_to_onnxruntime(tmp_path):
         assert np.abs(out - ref).max() <= 1e-2 * (ref.max() - ref.min())
     size = (bundle / "model.tflite").stat().st_size
     assert size <= 0.35 * ENCODER.stat().st_size
+
+
+def _lookup_model(table: np.ndarray) -> onnx.ModelProto:
+    """y = Gather(table, ids): an embedding lookup alone (ids int64 [1, 6])."""
+    from onnx import helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["y"], axis=0)],
+        "lookup",
+        [helper.make_tensor_value_info("ids", onnx.TensorProto.INT64, [1, 6])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 6, table.shape[1]])],
+        [numpy_helper.from_array(table.astype(np.float32), "table")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("spread", [False, True])
+def test_w8_table_scale_and_litert_lookup_equal_numpy(spread, tmp_path):
+    """An embedding table whose rows' ranges are alike takes one scale, one whose rows' ranges differ (here by a
+    factor up to 1000) one per row (numpy's rule, :func:`_numpy_int8_table`); LiteRT's EMBEDDING_LOOKUP on the int8
+    table returns exactly the numpy dequantization of the looked-up rows, either way."""
+    rng = np.random.default_rng(3)
+    table = rng.standard_normal((50, 32))
+    if spread:
+        table *= np.geomspace(1e-3, 1.0, 50)[:, None]
+    model = _weight_only_proto(_lookup_model(table), tmp_path)
+    dq = next(n for n in model.graph.node if n.op_type == "DequantizeLinear")
+    scales = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == dq.input[1]))
+    expected, single = _numpy_int8_table(table.astype(np.float32))
+    assert single is not spread and scales.shape == (() if single else (50,))
+    manifest, bundle = _package(model, "arm-cpu", tmp_path)
+    assert manifest["verification"]["op_counts"]["EMBEDDING_LOOKUP"] == 1
+    ids = np.array([[0, 7, 49, 7, 13, 31]], np.int64)
+    got = _litert(bundle, model, [{"ids": ids}])[0]["y"]
+    np.testing.assert_array_equal(got, expected[ids])
+
+
+def _weight_only_proto(model: onnx.ModelProto, tmp_path: Path) -> onnx.ModelProto:
+    path = tmp_path / "fp32.onnx"
+    onnx.save(model, path)
+    return _weight_only(path, "w8")
 
 
 def test_arm_cpu_w8_cnn_conv_hybrid(cnn_path, tmp_path):

@@ -46,9 +46,9 @@ def fp16_weights(graph: Graph) -> Graph:
             if t.data.size and float(np.max(np.abs(t.data))) > FP16_MAX:
                 kept += 1
                 continue
-            half = Tensor(
-                graph.unique_name(t.name + "_fp16"), t.shape, np.float16, data=t.data.astype(np.float16)
-            )
+            # the weight's own name: the float16 constant and the DEQUANTIZE's output are one weight, and the
+            # file stores the name once (writer: shared strings)
+            half = Tensor(t.name, t.shape, np.float16, data=t.data.astype(np.float16))
             t.data = None  # the float32 tensor is now the DEQUANTIZE's output, read by every consumer
             ops.append(Op("DEQUANTIZE", [half], [t], None, "fp16 weights"))
             converted[id(t)] = half

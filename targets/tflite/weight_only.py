@@ -10,7 +10,7 @@ int8 form:
   (``asymmetric_quantize_inputs`` where the options have it) and accumulate in int32
   (tensorflow/lite/kernels/fully_connected.cc, conv.cc, depthwise_conv.cc: ``EvalHybrid*``).
 - A GATHER of rows of a 2-D table (an embedding) becomes EMBEDDING_LOOKUP on the int8 table with one scale
-  per row, which dequantizes the rows it looks up (embedding_lookup.cc ``EvalHybrid``); its indices are
+  per row or one for the table, which dequantizes the rows it looks up (embedding_lookup.cc ``EvalHybrid``); its indices are
   flattened to 1-D and the result reshaped back.
 - Any other reader of int8 weights gets them through a DEQUANTIZE op (computed once: the input is constant).
 - ``w4``'s blockwise int4 weights (MatMul/Gemm, always a FULLY_CONNECTED here) become an INT4 tensor (two
@@ -40,8 +40,9 @@ HYBRID_KERNELS = {"FULLY_CONNECTED": (1, 0), "CONV_2D": (1, 0), "DEPTHWISE_CONV_
 INT4 = np.dtype(ml_dtypes.int4)
 
 
-def _int8_weight(graph: Graph, t: Tensor) -> Tensor:
-    return Tensor(graph.unique_name(t.name + "/int8"), t.shape, np.int8, data=t.qdata, quant=t.qparams)
+def _int8_weight(t: Tensor) -> Tensor:
+    """The int8 form of weight ``t``, under ``t``'s name (one weight; the file stores the name once)."""
+    return Tensor(t.name, t.shape, np.int8, data=t.qdata, quant=t.qparams)
 
 
 def _is_blockwise(t: Tensor | None) -> bool:
@@ -121,7 +122,7 @@ def _hybrid_weights(graph: Graph, use_hybrid: bool) -> None:
             and _has_int8(op.inputs[1])
             and _hybrid_fits(op, op.inputs[1])
         ):
-            op.inputs[1] = _int8_weight(graph, op.inputs[1])
+            op.inputs[1] = _int8_weight(op.inputs[1])
             if hasattr(op.options, "asymmetricQuantizeInputs"):
                 op.options.asymmetricQuantizeInputs = True
             hybrid += 1
@@ -135,7 +136,7 @@ def _hybrid_weights(graph: Graph, use_hybrid: bool) -> None:
             if id(t) not in dequantized:
                 out = Tensor(graph.unique_name(t.name + "/dequantized"), t.shape, np.float32)
                 graph.ops.insert(
-                    graph.ops.index(op), Op("DEQUANTIZE", [_int8_weight(graph, t)], [out], None, op.origin)
+                    graph.ops.index(op), Op("DEQUANTIZE", [_int8_weight(t)], [out], None, op.origin)
                 )
                 dequantized[id(t)] = out
                 dequantize += 1
@@ -147,7 +148,7 @@ def _hybrid_weights(graph: Graph, use_hybrid: bool) -> None:
 
 
 def _embedding(graph: Graph, op: Op) -> bool:
-    """GATHER(table, ids) on axis 0 of an int8 2-D table (one scale per row) -> EMBEDDING_LOOKUP."""
+    """GATHER(table, ids) on axis 0 of an int8 2-D table (one scale per row, or one) -> EMBEDDING_LOOKUP."""
     table, ids = op.inputs[0], op.inputs[1]
     axis = op.options.axis if op.options is not None else 0
     if (
@@ -170,7 +171,7 @@ def _embedding(graph: Graph, op: Op) -> bool:
         new_ops.append(_reshape(graph, ids, flat_ids, op.origin))
     else:
         flat_ids = ids
-    new_ops.append(Op("EMBEDDING_LOOKUP", [flat_ids, _int8_weight(graph, table)], [rows], None, op.origin))
+    new_ops.append(Op("EMBEDDING_LOOKUP", [flat_ids, _int8_weight(table)], [rows], None, op.origin))
     new_ops.append(_reshape(graph, rows, out, op.origin))
     graph.ops[index : index + 1] = new_ops
     return True

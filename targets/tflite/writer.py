@@ -3,7 +3,8 @@
 The schema's ``Buffer.data`` carries ``force_align: 16`` but the generated Python object API packs it
 with the element alignment only (1 byte), so weight buffers are packed here with an explicit 16-byte
 alignment (:class:`_AlignedBuffer`). Identical constant buffers are stored once, and so are identical
-quantization parameters (vectors and tables) and shape vectors: flatbuffers lets tables share them.
+quantization parameters (vectors and tables), shape vectors and tensor names: flatbuffers lets tables share
+them (a constant read only through a DEQUANTIZE carries the name of the tensor it becomes, once).
 """
 
 from __future__ import annotations
@@ -157,7 +158,7 @@ class _SharedShapeTensor(fb.TensorT):
 
     def Pack(self, builder: flatbuffers.Builder) -> int:  # noqa: N802 - flatbuffers API name
         shape = _shared_vector(builder, self._cache, "shape", np.asarray(self.shape, dtype="<i4"))
-        name = builder.CreateString(self.name) if self.name is not None else None
+        name = builder.CreateSharedString(self.name) if self.name is not None else None
         quantization = self.quantization.Pack(builder) if self.quantization is not None else None
         fb.TensorStart(builder)
         fb.TensorAddShape(builder, shape)

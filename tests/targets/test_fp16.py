@@ -348,3 +348,33 @@ def test_squeezenet_fp16_tflite_is_half_the_size(tmp_path) -> None:
     with read_bundle(fp16) as bundle:
         v = bundle.manifest.verification
         assert v["passed"] and v["max_rel_error"] <= 1e-3
+
+
+@pytest.mark.shared
+@pytest.mark.skipif(
+    os.environ.get("EDGEKIT_SHARED") != "1", reason="needs ../shared; opt in with EDGEKIT_SHARED=1"
+)
+def test_ppocr_det_fp16_tflite_is_at_most_051x(tmp_path) -> None:
+    """PP-OCRv4 det at 640x640: the fp16 file <= 0.51x the fp32 one (issue 13; 0.5099x, 495 bytes under, since each
+    float16 constant shares its weight's name), and LiteRT runs it: the same outputs, bit for bit, as the same
+    graph written without names (the names are labels only)."""
+    from ai_edge_litert.interpreter import Interpreter
+    from edgekit.core.model import load_model
+    from edgekit.targets.tflite import writer
+    from edgekit.targets.tflite.converter import ConvertOptions, build_graph, convert
+
+    model = load_model(SHARED / "models" / "ch_PP-OCRv4_det_infer.onnx", {"x": (1, 3, 640, 640)})
+    fp32 = convert(model, ConvertOptions())
+    fp16 = convert(model, ConvertOptions(fp16_weights=True))
+    assert len(fp16.data) <= 0.51 * len(fp32.data)
+    bare = writer.serialize(build_graph(model, ConvertOptions(fp16_weights=True)), names=False)
+    x = np.random.default_rng(0).uniform(-2, 2, (1, 640, 640, 3)).astype(np.float32)  # NHWC
+    outputs = []
+    for data in (fp16.data, bare):
+        interpreter = Interpreter(model_content=data)
+        interpreter.allocate_tensors()
+        interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
+        interpreter.invoke()
+        outputs.append(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]))
+    assert np.ptp(outputs[0]) > 0
+    np.testing.assert_array_equal(outputs[0], outputs[1])

@@ -192,3 +192,49 @@ def test_identical_quantization_tables_and_shapes_are_stored_once() -> None:
     for seed in (0, 1):
         feeds = random_feeds(model, seed)
         assert_close_to_range(run_tflite(result, feeds)[0], run_onnx(qdq, feeds)[0], rel=0.02)
+
+
+def test_fp16_weights_share_their_name_with_the_dequantize_output_stored_once() -> None:
+    """Each float16 constant carries the name of the float32 weight its DEQUANTIZE produces, and the file holds
+    that name once (shared strings); LiteRT computes the same outputs, bit for bit, as the nameless file."""
+    from ai_edge_litert.interpreter import Interpreter
+    from edgekit.targets.tflite.converter import ConvertOptions, build_graph
+
+    rng = np.random.default_rng(1)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["c1", "w2_long_weight_name", "b2"], ["y"]),
+    ]
+    inits = {
+        "w1": rng.standard_normal((16, 8, 3, 3)).astype(np.float32),  # 1152 values: float16
+        "b1": rng.standard_normal(16).astype(np.float32),
+        "w2_long_weight_name": rng.standard_normal((64, 16, 1, 1)).astype(np.float32),  # 1024: float16
+        "b2": rng.standard_normal(64).astype(np.float32),
+    }
+    model = make_model(nodes, {"x": (1, 8, 6, 6)}, ["y"], inits)
+    full = writer.serialize(build_graph(model, ConvertOptions(fp16_weights=True)))
+    bare = writer.serialize(build_graph(model, ConvertOptions(fp16_weights=True)), names=False)
+    parsed = fb.Model.GetRootAs(full, 0)
+    sub = parsed.Subgraphs(0)
+    dequantize = [
+        sub.Operators(i)
+        for i in range(sub.OperatorsLength())
+        if parsed.OperatorCodes(sub.Operators(i).OpcodeIndex()).BuiltinCode() == fb.BuiltinOperator.DEQUANTIZE
+    ]
+    assert len(dequantize) == 2
+    for op in dequantize:
+        source, out = sub.Tensors(op.Inputs(0)), sub.Tensors(op.Outputs(0))
+        assert source.Type() == fb.TensorType.FLOAT16 and out.Type() == fb.TensorType.FLOAT32
+        assert source.Name() == out.Name()
+        assert full.count(source.Name()) == 1  # one string, two tensors point at it
+    assert full.count(b"w2_long_weight_name") == 1
+    x = random_feeds(model)["x"].transpose(0, 2, 3, 1)
+    outputs = []
+    for data in (full, bare):
+        interpreter = Interpreter(model_content=data)
+        interpreter.allocate_tensors()
+        interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
+        interpreter.invoke()
+        outputs.append(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]))
+    np.testing.assert_array_equal(outputs[0], outputs[1])
+    assert_close_to_range(outputs[0].transpose(0, 3, 1, 2), run_onnx(model, random_feeds(model))[0], 1e-2)
