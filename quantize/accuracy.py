@@ -246,6 +246,8 @@ def cheap_ranking(
     return scores
 
 
+#: Samples the cheap per-layer SQNR ranking runs on (the first of the ranking subset).
+SQNR_SAMPLES = 16
 #: The curve is measured after each restored layer up to this many, else at this many points.
 CURVE_POINTS = 16
 #: Restores are pruned one by one up to this many (each costs an evaluation).
@@ -443,7 +445,9 @@ def search(
                                base_fixes=base_fixes)  # fmt: skip
         s.start_options = scheme
         # Step 3 (on the chosen base): the per-layer SQNR ranking.
-        _, rows = per_layer_sqnr(model, base, _Samples())
+        # (On the first SQNR_SAMPLES ranking samples: a layer's noise power over thousands of values per sample
+        # is stable after a few; the base model already ran in the executor, so no compile check in a child.)
+        _, rows = per_layer_sqnr(model, base, _Samples(), limit=SQNR_SAMPLES, isolate=False)
         cheap = cheap_ranking(model, plan, layers, rows)
         say(
             f"{target.name}: {len(layers)} quantizable layers; worst by SQNR: "
@@ -578,6 +582,8 @@ def _rank_and_restore(
     gains: dict[str, tuple[tuple, str]] = {}
     measured_upto = 0
     confirmed: set[tuple[str, str]] = set()
+    #: Only int8 fixes (no precision restore), and whether any single one moved the budget's own metric.
+    integer, moved = "float" not in per_layer and "int16x8" not in per_layer, False
     for _round in range(2):
         batch = order_cheap[measured_upto : measured_upto + top_k]
         measured_upto += len(batch)
@@ -586,11 +592,10 @@ def _rank_and_restore(
         step = max(1, s.executor.workers)
         for at in range(0, len(batch), step):
             chunk = batch[at : at + step]
-            outs = s.run("rank", [(with_restores({n: r}), 1) for n in chunk for r in per_layer])
-            for i, n in enumerate(chunk):
-                tried = outs[i * len(per_layer) : (i + 1) * len(per_layer)]
-                best = max(range(len(per_layer)), key=lambda j: tried[j].measurement.key(budget))
-                gains[n] = (_gain(tried[best].measurement, base_out, budget), per_layer[best])
+            moved |= any(
+                budget.score(m.metric) > budget.score(base_out.metric)
+                for m in _measure_choices(s, with_restores, chunk, per_layer, base_out, gains)
+            )
             single = [(n, gains[n][1]) for n in chunk
                       if (n, gains[n][1]) not in confirmed and _meets(s, with_restores({n: gains[n][1]}))]  # fmt: skip
             for n, r in sorted(single, key=lambda nr: gains[nr[0]][0], reverse=True):
@@ -598,6 +603,13 @@ def _rank_and_restore(
                 whole = s.run("confirm", [(with_restores({n: r}), 1)], s.everything)[0].measurement
                 if budget.met(whole.metric):
                     return True, {n: r}, [n] + [m for m in order_cheap if m != n]
+        if integer and not moved:
+            # Int8 fixes only (nnapi): when none of the layers most worth fixing moves the budget's metric at all,
+            # neither will the next ones nor a prefix of them: the search for float layers decides.
+            say(
+                f"{target}: no int8 fix of the first {measured_upto} layers moves the {budget.describe()} metric"
+            )
+            return False, {}, list(order_cheap)
         if any(g[0] > (0.0,) * len(g[0]) for g in gains.values()) or measured_upto >= len(order_cheap):
             break
         say(f"{target}: no restore of the first {measured_upto} candidates helps: re-ranking the next")
@@ -620,6 +632,29 @@ def _rank_and_restore(
     say(f"{target}: {budget.format(confirm.metric)} on the whole accuracy set: searching on it")
     k2, _ = _shortest_prefix(s, with_restores, prefix, len(ranked), confirm, s.everything, lo=len(chosen))
     return (True, prefix(k2), ranked) if k2 is not None else (False, chosen, ranked)
+
+
+def _measure_choices(
+    s: _Search, with_restores, chunk: list[str], per_layer: list[str], base_out: Measurement, gains: dict
+) -> list[Measurement]:
+    """Each layer of ``chunk`` restored alone with each choice of ``per_layer`` on the ranking subset, the best
+    kept in ``gains`` (layer -> (gain, choice); on a tie the earlier, cheaper choice). A layer whose earlier choice
+    already meets the budget there is not tried with the later ones: the single-restore answer takes the
+    cheapest choice that meets it, so the others could not change it."""
+    budget = s.budget
+    tried: dict[str, list[tuple[Measurement, str]]] = {n: [] for n in chunk}
+    measured: list[Measurement] = []
+    for r in per_layer:
+        todo = [n for n in chunk if not any(budget.met(m.metric) for m, _ in tried[n])]
+        if not todo:
+            break
+        for n, out in zip(todo, s.run("rank", [(with_restores({n: r}), 1) for n in todo]), strict=True):
+            tried[n].append((out.measurement, r))
+            measured.append(out.measurement)
+    for n in chunk:
+        best = max(range(len(tried[n])), key=lambda j: tried[n][j][0].key(budget))
+        gains[n] = (_gain(tried[n][best][0], base_out, budget), tried[n][best][1])
+    return measured
 
 
 def _meets(s: _Search, options: QuantizeOptions) -> bool:
