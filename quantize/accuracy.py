@@ -300,15 +300,27 @@ class _Search:
     def run(
         self, phase: str, candidates: Sequence[tuple[QuantizeOptions, int]], indices=None
     ) -> list[Outcome]:
+        return self.start(phase, candidates, indices)()
+
+    def start(
+        self, phase: str, candidates: Sequence[tuple[QuantizeOptions, int]], indices=None
+    ) -> Callable[[], list[Outcome]]:
+        """:meth:`run`, the evaluations started now and collected by the function returned (the caller works in
+        the meantime)."""
         indices = tuple(self.ranking if indices is None else indices)
         # A candidate measured before on the same samples is not run again (the curve's ends, a confirmed prefix).
         todo = list(dict.fromkeys((o, indices) for o, _ in candidates if (o, indices) not in self.known))
         counts = {(o, indices): c for o, c in candidates}
-        for key, out in zip(todo, self.executor.map([Task(o, i, self.base) for o, i in todo]), strict=True):
-            self.known[key] = out
-            met = self.budget.met(out.measurement.metric)
-            self.steps.append(Step(phase, counts[key], out.measurement, met, out.seconds, out.cut))
-        return [self.known[(o, indices)] for o, _ in candidates]
+        pending = self.executor.start([Task(o, i, self.base) for o, i in todo])
+
+        def collect() -> list[Outcome]:
+            for key, out in zip(todo, pending(), strict=True):
+                self.known[key] = out
+                met = self.budget.met(out.measurement.metric)
+                self.steps.append(Step(phase, counts[key], out.measurement, met, out.seconds, out.cut))
+            return [self.known[(o, indices)] for o, _ in candidates]
+
+        return collect
 
 
 def search(
@@ -444,6 +456,12 @@ def search(
                 return _result(target, budget, scheme, {}, [], op_types, [whole], s, layers, choices, start, options,
                                base_fixes=base_fixes)  # fmt: skip
         s.start_options = scheme
+        if options.cached_suffix:
+            s.base = scheme
+        # The ranking subset: the samples int8 gets most wrong, then the first others (to see new breakage). The
+        # base model runs there in the executor (building its cached activations) while this process ranks.
+        s.ranking = informative(whole.measurement.badness, options.ranking_samples)
+        base_started = s.start("int8", [(scheme, 0)])
         # Step 3 (on the chosen base): the per-layer SQNR ranking.
         # (On the first SQNR_SAMPLES ranking samples: a layer's noise power over thousands of values per sample
         # is stable after a few; the base model already ran in the executor, so no compile check in a child.)
@@ -453,11 +471,7 @@ def search(
             f"{target.name}: {len(layers)} quantizable layers; worst by SQNR: "
             + ", ".join(n for n, _ in cheap[:5])
         )
-        if options.cached_suffix:
-            s.base = scheme
-        # The ranking subset: the samples int8 gets most wrong, then the first others (to see new breakage).
-        s.ranking = informative(whole.measurement.badness, options.ranking_samples)
-        base_out = s.run("int8", [(scheme, 0)])[0].measurement
+        base_out = base_started()[0].measurement
         say(
             f"{target.name}: int8 {budget.format(whole.measurement.metric)} on the whole set, "
             f"{budget.format(base_out.metric)} on {len(s.ranking)} ranking sample(s)"
