@@ -8,11 +8,13 @@
    ``percentile``/``mse`` when histograms were collected), each measured on the whole accuracy set; the best
    better than plain int8 is the starting point.
 3. Rank, cheap: the per-layer SQNR the quantizer reports, turned into the noise each layer *adds* (its output's
-   relative noise power minus its inputs'), on the ranking subset.
-4. Rank, measured: each of the top candidates restored alone (each of its choices on int8-only targets), its
-   effect on the budget's metric over the ranking subset, in parallel, one layer per worker at a time: a
-   single restore that meets the budget there and on the whole set ends the search. When none helps, the next
-   ones are measured (re-rank).
+   relative noise power minus its inputs'), on the first SQNR_SAMPLES of the ranking subset (while the executor
+   runs the base model on the ranking subset).
+4. Rank, measured: each of the top candidates restored alone (its choices in the target's order, a later one only
+   when the earlier ones do not meet the budget), its effect on the budget's metric over the ranking subset, in
+   parallel, one layer per worker at a time: a single restore that meets the budget there and on the whole set
+   ends the search. When none helps, the next ones are measured (re-rank); int8-only targets stop instead when
+   no single fix moves the budget's metric at all.
 5. Restore in that order: a galloping then parallel (k-ary) bisection over the ranked list finds the shortest
    prefix meeting the budget; layers whose removal keeps the budget are dropped (a restore that did not help);
    the result is confirmed on the whole accuracy set (the search goes on there when it fails).
