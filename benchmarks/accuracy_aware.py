@@ -83,6 +83,15 @@ def artifact_runner(target: str, proto) -> tuple[Any, int]:
     return (lambda feeds: {"y": runner.run(feeds)[name]}), proto.ByteSize()
 
 
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its finished children (the search's pool workers, once shut down, and
+    its child compiles): what a run costs whatever else the machine runs (wall time follows the load)."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def p50(run, feeds: dict, repeats: int = 30) -> float:
     run(feeds)
     times = []
@@ -107,13 +116,14 @@ def edgekit_case(model_path: Path, calib: list[Sample], held: list[Sample], targ
 
     model = load_model(model_path, input_shapes)
     tgt = get_target(target)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), cpu_seconds()
     try:
         result = search(model, calib, calib, tgt, QuantizeOptions(), SearchOptions(budget, workers=workers,
                         ranking_samples=ranking), say=lambda line: print("  " + line, flush=True))  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - a refusal is a result here
-        return {"target": target, "refused": str(exc), "wall_s": time.perf_counter() - start}
-    wall = time.perf_counter() - start
+        return {"target": target, "refused": str(exc), "wall_s": time.perf_counter() - start,
+                "cpu_s": cpu_seconds() - cpu}  # fmt: skip
+    wall, cpu = time.perf_counter() - start, cpu_seconds() - cpu
     plain = quantize(model, (), tgt.quantize_options(QuantizeOptions()), statistics=result.statistics).proto()
     base_proto = quantize(model, (), result.base_options, statistics=result.statistics).proto()
     restored = quantize(model, (), result.options, statistics=result.statistics).proto()
@@ -122,7 +132,7 @@ def edgekit_case(model_path: Path, calib: list[Sample], held: list[Sample], targ
     ref_out = [{"y": fp32.run(s.inputs)[first]} for s in held]
     reference = Reference.build(["y"], ref_out, [s.label for s in held], budget)
     indices = list(range(len(held)))
-    row = {"target": target, "wall_s": wall, "search": result.to_json()}
+    row = {"target": target, "wall_s": wall, "cpu_s": cpu, "search": result.to_json()}
     for name, proto in (("int8", plain), ("base", base_proto), ("restored", restored)):
         run, size = artifact_runner(target, proto)
         outs = [run(s.inputs) for s in held]
@@ -153,7 +163,7 @@ def nncf_case(fp32_path: Path, calib: list[Sample], held: list[Sample]) -> dict:
         items = list(items)
         return top1(outputs(m, items), items) / 100.0
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), cpu_seconds()
     quantized = nncf.quantize_with_accuracy_control(
         model,
         nncf.Dataset(calib, lambda s: {"input": s.inputs["input"]}),
@@ -163,13 +173,13 @@ def nncf_case(fp32_path: Path, calib: list[Sample], held: list[Sample]) -> dict:
         drop_type=nncf.DropType.ABSOLUTE,
         subset_size=len(calib),
     )
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, cpu_seconds() - cpu
     produced = {o: n for n in quantized.graph.node for o in n.output}
     weighted = [n for n in quantized.graph.node if n.op_type in WEIGHTED]
     reverted = [n.name for n in weighted if len(n.input) > 1 and getattr(produced.get(n.input[1]), "op_type", "")
                 != "DequantizeLinear"]  # fmt: skip
     ref, outs = outputs(model, held), outputs(quantized, held)
-    return {"wall_s": wall, "reverted": reverted, "weighted_ops": len(weighted), "fp32_top1": top1(ref, held),
+    return {"wall_s": wall, "cpu_s": cpu, "reverted": reverted, "weighted_ops": len(weighted), "fp32_top1": top1(ref, held),
             "top1": top1(outs, held), "drop_pp": top1(ref, held) - top1(outs, held),
             "agreement": 100.0 * float(np.mean([int(np.argmax(a)) == int(np.argmax(b)) for a, b in zip(ref, outs, strict=True)]))}  # fmt: skip
 
@@ -191,11 +201,12 @@ def zoo_entry(name: str) -> dict:
 
 def report(name: str, row: dict) -> None:
     if "refused" in row:
-        print(f"{name} {row['target']}: refused in {row['wall_s']:.1f} s: {row['refused']}", flush=True)
+        print(f"{name} {row['target']}: refused in {row['wall_s']:.1f} s ({row['cpu_s']:.1f} s CPU): {row['refused']}",
+              flush=True)  # fmt: skip
         return
     s = row["search"]
     print(f"{name} {row['target']}: {len(s['restored'])}/{s['quantizable_layers']} layers restored in "
-          f"{row['wall_s']:.1f} s ({s['evaluations']} evaluations); held-out metric int8 {row['int8']['metric']:.4g} "
+          f"{row['wall_s']:.1f} s ({row['cpu_s']:.1f} s CPU, {s['evaluations']} evaluations); held-out metric int8 {row['int8']['metric']:.4g} "
           f"({row['int8']['p50_ms']:.2f} ms, {row['int8']['size_bytes']} B), base ({'+'.join(s['base_fixes']) or 'plain'}) "
           f"{row['base']['metric']:.4g} (agreement {row['base']['agreement']:.1f}), restored {row['restored']['metric']:.4g} "
           f"({row['restored']['p50_ms']:.2f} ms, {row['restored']['size_bytes']} B), agreement "
@@ -241,7 +252,7 @@ def main() -> None:
         if "nncf" in cases:
             print("nncf quantize_with_accuracy_control ...", flush=True)
             results["mobilenetv2/nncf"] = row = nncf_case(fp32, calib, held)
-            print(f"nncf: {len(row['reverted'])}/{row['weighted_ops']} reverted in {row['wall_s']:.1f} s; held-out "
+            print(f"nncf: {len(row['reverted'])}/{row['weighted_ops']} reverted in {row['wall_s']:.1f} s ({row['cpu_s']:.1f} s CPU); held-out "
                   f"top-1 {row['top1']:.1f} (fp32 {row['fp32_top1']:.1f}), agreement {row['agreement']:.1f}; reverted: {row['reverted']}", flush=True)  # fmt: skip
             save()
     if "zoo" in cases:

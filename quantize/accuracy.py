@@ -8,11 +8,13 @@
    ``percentile``/``mse`` when histograms were collected), each measured on the whole accuracy set; the best
    better than plain int8 is the starting point.
 3. Rank, cheap: the per-layer SQNR the quantizer reports, turned into the noise each layer *adds* (its output's
-   relative noise power minus its inputs'), on the ranking subset.
-4. Rank, measured: each of the top candidates restored alone (each of its choices on int8-only targets), its
-   effect on the budget's metric over the ranking subset, in parallel, one layer per worker at a time: a
-   single restore that meets the budget there and on the whole set ends the search. When none helps, the next
-   ones are measured (re-rank).
+   relative noise power minus its inputs'), on the first SQNR_SAMPLES of the ranking subset (while the executor
+   runs the base model on the ranking subset).
+4. Rank, measured: each of the top candidates restored alone (its choices in the target's order, a later one only
+   when the earlier ones do not meet the budget), its effect on the budget's metric over the ranking subset, in
+   parallel, one layer per worker at a time: a single restore that meets the budget there and on the whole set
+   ends the search. When none helps, the next ones are measured (re-rank); int8-only targets stop instead when
+   no single fix moves the budget's metric at all.
 5. Restore in that order: a galloping then parallel (k-ary) bisection over the ranked list finds the shortest
    prefix meeting the budget; layers whose removal keeps the budget are dropped (a restore that did not help);
    the result is confirmed on the whole accuracy set (the search goes on there when it fails).
@@ -246,6 +248,8 @@ def cheap_ranking(
     return scores
 
 
+#: Samples the cheap per-layer SQNR ranking runs on (the first of the ranking subset).
+SQNR_SAMPLES = 16
 #: The curve is measured after each restored layer up to this many, else at this many points.
 CURVE_POINTS = 16
 #: Restores are pruned one by one up to this many (each costs an evaluation).
@@ -298,15 +302,27 @@ class _Search:
     def run(
         self, phase: str, candidates: Sequence[tuple[QuantizeOptions, int]], indices=None
     ) -> list[Outcome]:
+        return self.start(phase, candidates, indices)()
+
+    def start(
+        self, phase: str, candidates: Sequence[tuple[QuantizeOptions, int]], indices=None
+    ) -> Callable[[], list[Outcome]]:
+        """:meth:`run`, the evaluations started now and collected by the function returned (the caller works in
+        the meantime)."""
         indices = tuple(self.ranking if indices is None else indices)
         # A candidate measured before on the same samples is not run again (the curve's ends, a confirmed prefix).
         todo = list(dict.fromkeys((o, indices) for o, _ in candidates if (o, indices) not in self.known))
         counts = {(o, indices): c for o, c in candidates}
-        for key, out in zip(todo, self.executor.map([Task(o, i, self.base) for o, i in todo]), strict=True):
-            self.known[key] = out
-            met = self.budget.met(out.measurement.metric)
-            self.steps.append(Step(phase, counts[key], out.measurement, met, out.seconds, out.cut))
-        return [self.known[(o, indices)] for o, _ in candidates]
+        pending = self.executor.start([Task(o, i, self.base) for o, i in todo])
+
+        def collect() -> list[Outcome]:
+            for key, out in zip(todo, pending(), strict=True):
+                self.known[key] = out
+                met = self.budget.met(out.measurement.metric)
+                self.steps.append(Step(phase, counts[key], out.measurement, met, out.seconds, out.cut))
+            return [self.known[(o, indices)] for o, _ in candidates]
+
+        return collect
 
 
 def search(
@@ -442,18 +458,22 @@ def search(
                 return _result(target, budget, scheme, {}, [], op_types, [whole], s, layers, choices, start, options,
                                base_fixes=base_fixes)  # fmt: skip
         s.start_options = scheme
+        if options.cached_suffix:
+            s.base = scheme
+        # The ranking subset: the samples int8 gets most wrong, then the first others (to see new breakage). The
+        # base model runs there in the executor (building its cached activations) while this process ranks.
+        s.ranking = informative(whole.measurement.badness, options.ranking_samples)
+        base_started = s.start("int8", [(scheme, 0)])
         # Step 3 (on the chosen base): the per-layer SQNR ranking.
-        _, rows = per_layer_sqnr(model, base, _Samples())
+        # (On the first SQNR_SAMPLES ranking samples: a layer's noise power over thousands of values per sample
+        # is stable after a few; the base model already ran in the executor, so no compile check in a child.)
+        _, rows = per_layer_sqnr(model, base, _Samples(), limit=SQNR_SAMPLES, isolate=False)
         cheap = cheap_ranking(model, plan, layers, rows)
         say(
             f"{target.name}: {len(layers)} quantizable layers; worst by SQNR: "
             + ", ".join(n for n, _ in cheap[:5])
         )
-        if options.cached_suffix:
-            s.base = scheme
-        # The ranking subset: the samples int8 gets most wrong, then the first others (to see new breakage).
-        s.ranking = informative(whole.measurement.badness, options.ranking_samples)
-        base_out = s.run("int8", [(scheme, 0)])[0].measurement
+        base_out = base_started()[0].measurement
         say(
             f"{target.name}: int8 {budget.format(whole.measurement.metric)} on the whole set, "
             f"{budget.format(base_out.metric)} on {len(s.ranking)} ranking sample(s)"
@@ -578,6 +598,8 @@ def _rank_and_restore(
     gains: dict[str, tuple[tuple, str]] = {}
     measured_upto = 0
     confirmed: set[tuple[str, str]] = set()
+    #: Only int8 fixes (no precision restore), and whether any single one moved the budget's own metric.
+    integer, moved = "float" not in per_layer and "int16x8" not in per_layer, False
     for _round in range(2):
         batch = order_cheap[measured_upto : measured_upto + top_k]
         measured_upto += len(batch)
@@ -586,11 +608,10 @@ def _rank_and_restore(
         step = max(1, s.executor.workers)
         for at in range(0, len(batch), step):
             chunk = batch[at : at + step]
-            outs = s.run("rank", [(with_restores({n: r}), 1) for n in chunk for r in per_layer])
-            for i, n in enumerate(chunk):
-                tried = outs[i * len(per_layer) : (i + 1) * len(per_layer)]
-                best = max(range(len(per_layer)), key=lambda j: tried[j].measurement.key(budget))
-                gains[n] = (_gain(tried[best].measurement, base_out, budget), per_layer[best])
+            moved |= any(
+                budget.score(m.metric) > budget.score(base_out.metric)
+                for m in _measure_choices(s, with_restores, chunk, per_layer, base_out, gains)
+            )
             single = [(n, gains[n][1]) for n in chunk
                       if (n, gains[n][1]) not in confirmed and _meets(s, with_restores({n: gains[n][1]}))]  # fmt: skip
             for n, r in sorted(single, key=lambda nr: gains[nr[0]][0], reverse=True):
@@ -598,6 +619,13 @@ def _rank_and_restore(
                 whole = s.run("confirm", [(with_restores({n: r}), 1)], s.everything)[0].measurement
                 if budget.met(whole.metric):
                     return True, {n: r}, [n] + [m for m in order_cheap if m != n]
+        if integer and not moved:
+            # Int8 fixes only (nnapi): when none of the layers most worth fixing moves the budget's metric at all,
+            # neither will the next ones nor a prefix of them: the search for float layers decides.
+            say(
+                f"{target}: no int8 fix of the first {measured_upto} layers moves the {budget.describe()} metric"
+            )
+            return False, {}, list(order_cheap)
         if any(g[0] > (0.0,) * len(g[0]) for g in gains.values()) or measured_upto >= len(order_cheap):
             break
         say(f"{target}: no restore of the first {measured_upto} candidates helps: re-ranking the next")
@@ -620,6 +648,29 @@ def _rank_and_restore(
     say(f"{target}: {budget.format(confirm.metric)} on the whole accuracy set: searching on it")
     k2, _ = _shortest_prefix(s, with_restores, prefix, len(ranked), confirm, s.everything, lo=len(chosen))
     return (True, prefix(k2), ranked) if k2 is not None else (False, chosen, ranked)
+
+
+def _measure_choices(
+    s: _Search, with_restores, chunk: list[str], per_layer: list[str], base_out: Measurement, gains: dict
+) -> list[Measurement]:
+    """Each layer of ``chunk`` restored alone with each choice of ``per_layer`` on the ranking subset, the best
+    kept in ``gains`` (layer -> (gain, choice); on a tie the earlier, cheaper choice). A layer whose earlier choice
+    already meets the budget there is not tried with the later ones: the single-restore answer takes the
+    cheapest choice that meets it, so the others could not change it."""
+    budget = s.budget
+    tried: dict[str, list[tuple[Measurement, str]]] = {n: [] for n in chunk}
+    measured: list[Measurement] = []
+    for r in per_layer:
+        todo = [n for n in chunk if not any(budget.met(m.metric) for m, _ in tried[n])]
+        if not todo:
+            break
+        for n, out in zip(todo, s.run("rank", [(with_restores({n: r}), 1) for n in todo]), strict=True):
+            tried[n].append((out.measurement, r))
+            measured.append(out.measurement)
+    for n in chunk:
+        best = max(range(len(tried[n])), key=lambda j: tried[n][j][0].key(budget))
+        gains[n] = (_gain(tried[n][best][0], base_out, budget), tried[n][best][1])
+    return measured
 
 
 def _meets(s: _Search, options: QuantizeOptions) -> bool:

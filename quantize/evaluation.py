@@ -22,11 +22,13 @@ def evaluate(
     dataset: Iterable,
     track: Track = no_progress,
     limit: int | None = None,
+    isolate: bool = True,
 ) -> tuple[dict, list[dict]]:
     """Run the fp32 and the QDQ model on the host (OpenVINO, f32) over ``dataset``.
 
     Returns the output comparison (accuracy, agreement, errors per output) and the per-layer SQNR of every quantized
-    activation against fp32 (worst first).
+    activation against fp32 (worst first). ``isolate=False``: the QDQ model is not first compiled in a child
+    process (the caller has already run it: the accuracy-aware search's base model).
     """
     from edgekit.core.runtime import HostRunner
 
@@ -34,7 +36,7 @@ def evaluate(
     layers = [n for n in quantized.plan.activations if n not in graph_inputs]
     ref_runner = HostRunner(ir.to_proto(fp32), extra_outputs=layers)
     q_runner = HostRunner(
-        quantized.proto(), extra_outputs=[quantized.dequantized[n] for n in layers], isolate=True
+        quantized.proto(), extra_outputs=[quantized.dequantized[n] for n in layers], isolate=isolate
     )
     output_names = [v.name for v in fp32.graph.outputs]
     comparison = Comparison()

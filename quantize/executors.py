@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -22,6 +22,7 @@ from edgekit.core.errors import QuantizationError
 from edgekit.quantize.budget import Budget, Measurement, Reference, measure
 
 RAY_HINT = "pip install edgekit[ray]"
+WORKER_DIED = "a worker of the accuracy search died evaluating a candidate (a runtime crash)"
 
 
 @dataclass
@@ -126,6 +127,10 @@ class Executor:
     def map(self, tasks: Sequence[Task]) -> list[Outcome]:
         raise NotImplementedError
 
+    def start(self, tasks: Sequence[Task]) -> Callable[[], list[Outcome]]:
+        """``map`` begun now, its outcomes collected by the function returned (here: run when collected)."""
+        return lambda: self.map(tasks)
+
     def close(self) -> None:
         pass
 
@@ -164,12 +169,21 @@ class ProcessExecutor(Executor):
         )
 
     def map(self, tasks: Sequence[Task]) -> list[Outcome]:
+        return self.start(tasks)()
+
+    def start(self, tasks: Sequence[Task]) -> Callable[[], list[Outcome]]:
         try:
-            return list(self.pool.map(_pool_evaluate, [self.key] * len(tasks), tasks))
+            futures = [self.pool.submit(_pool_evaluate, self.key, t) for t in tasks]
         except BrokenProcessPool:
-            raise QuantizationError(
-                "a worker of the accuracy search died evaluating a candidate (a runtime crash)"
-            ) from None
+            raise QuantizationError(WORKER_DIED) from None
+
+        def collect() -> list[Outcome]:
+            try:
+                return [f.result() for f in futures]
+            except BrokenProcessPool:
+                raise QuantizationError(WORKER_DIED) from None
+
+        return collect
 
     def close(self) -> None:
         self.pool.shutdown(cancel_futures=True)
@@ -207,7 +221,11 @@ class RayExecutor(Executor):
         self.remote = ray.remote(num_cpus=1)(_ray_evaluate)
 
     def map(self, tasks: Sequence[Task]) -> list[Outcome]:
-        return self.ray.get([self.remote.remote(self.context_ref, t) for t in tasks])
+        return self.start(tasks)()
+
+    def start(self, tasks: Sequence[Task]) -> Callable[[], list[Outcome]]:
+        refs = [self.remote.remote(self.context_ref, t) for t in tasks]
+        return lambda: self.ray.get(refs)
 
 
 def make_executor(spec: str, context: EvalContext, workers: int | None = None) -> Executor:

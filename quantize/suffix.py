@@ -2,12 +2,12 @@
 
 A candidate (layers restored) and the search's base int8 model are the same QDQ graph up to the first layer the
 candidate changes: the quantizer names and orders nodes alike, so the two node lists share a prefix. The base
-model runs once per worker on every accuracy sample, keeping its values at a few *cuts*: dequantized tensors
-that alone carry everything after them (the only tensor alive at that point of the topological order) and that
-only weighted layers read (no elementwise pattern of the exact host runner spans the cut). A candidate then runs
-the subgraph from the last cut inside the shared prefix to the outputs, fed the cached values: same answers as
-the whole model (each cut is checked against the whole base model on the first samples before it is used), at
-the cost of the changed suffix.
+model runs once per worker on each accuracy sample a candidate asks for, keeping its values at a few *cuts*:
+dequantized tensors that alone carry everything after them (the only tensor alive at that point of the
+topological order) and that only weighted layers read (no elementwise pattern of the exact host runner spans the
+cut). A candidate then runs the subgraph from the last cut inside the shared prefix to the outputs, fed the
+cached values: same answers as the whole model (each cut is checked against the whole base model on the first
+samples before it is used), at the cost of the changed suffix.
 """
 
 from __future__ import annotations
@@ -127,13 +127,12 @@ def runtime_of(proto: onnx.ModelProto) -> str:
 
 
 class _Cached:
-    """The base model's values at its cuts on every accuracy sample, in one runtime; 8-bit where the value is
+    """The base model's values at its cuts, in one runtime, per accuracy sample as candidates first ask for it
+    (a worker that only ever runs the ranking subset never runs the base on the rest); 8-bit where the value is
     exactly its dequantized integer (4x less memory), else float."""
 
     def __init__(self, base: onnx.ModelProto, inputs, threads: int, runtime: str):
-        from edgekit.core.runtime import HostRunner
-
-        self.base, self.threads, self.runtime = base, threads, runtime
+        self.base, self.inputs, self.threads, self.runtime = base, inputs, threads, runtime
         sizes = _sizes(base)
         cuts = [(i, c) for i, c in find_cuts(base) if c in sizes]
         budget = MAX_BYTES // max(len(inputs), 1)
@@ -142,43 +141,54 @@ class _Cached:
             if sizes[cut] <= budget:
                 chosen.append((index, cut))
                 budget -= sizes[cut]
-        grids = _grids(base)
-        self.values: dict[str, list] = {c: [] for _, c in chosen}
-        self.outputs: list[dict[str, np.ndarray]] = []
-        if chosen:
-            runner = HostRunner(
-                base,
-                extra_outputs=[c for _, c in chosen],
-                threads=threads,
-                onnxruntime=runtime == "onnxruntime",
-            )
-            names = [o.name for o in base.graph.output]
-            for sample in inputs[:CHECK_SAMPLES]:
-                result = runner.run({k: sample[k] for k in runner.input_names})
-                self.outputs.append({n: result[n] for n in names})
-            for sample in inputs:
-                result = runner.run({k: sample[k] for k in runner.input_names}, copy=False)
-                for _, cut in chosen:
-                    self.values[cut].append(_pack(result[cut], grids.get(cut)))
+        self.grids = _grids(base)
+        self.values: dict[str, dict[int, tuple]] = {c: {} for _, c in chosen}
+        #: The whole base model's outputs on the first samples run (what each cut is checked against).
+        self.outputs: dict[int, dict[str, np.ndarray]] = {}
         self.cuts = chosen  # the latest first
         self.checked: dict[str, bool] = {}
+        self._runner = None
+
+    def ensure(self, indices: Sequence[int]) -> None:
+        """Run the base model on the samples of ``indices`` not cached yet."""
+        from edgekit.core.runtime import HostRunner
+
+        missing = [i for i in dict.fromkeys(indices) if self.cuts and i not in self.values[self.cuts[0][1]]]
+        if not missing:
+            return
+        if self._runner is None:
+            self._runner = HostRunner(
+                self.base,
+                extra_outputs=[c for _, c in self.cuts],
+                threads=self.threads,
+                onnxruntime=self.runtime == "onnxruntime",
+            )
+        runner = self._runner
+        names = [o.name for o in self.base.graph.output]
+        for i in missing:
+            keep = len(self.outputs) < CHECK_SAMPLES
+            result = runner.run({k: self.inputs[i][k] for k in runner.input_names}, copy=keep)
+            if keep:
+                self.outputs[i] = {n: result[n] for n in names}
+            for _, cut in self.cuts:
+                self.values[cut][i] = _pack(result[cut], self.grids.get(cut))
 
     def value(self, cut: str, index: int) -> np.ndarray:
         return _unpack(self.values[cut][index])
 
     def usable(self, cut: str) -> bool:
         """The base model's subgraph from ``cut`` fed the cached values reproduces the whole base model (checked
-        once, on the first samples)."""
+        once, on the first samples cached)."""
         from edgekit.core.runtime import HostRunner
 
         if cut not in self.checked:
             model = _suffix(self.base, cut)
-            ok = model is not None
+            ok = model is not None and bool(self.outputs)
             if ok:
                 runner = HostRunner(model, threads=self.threads, onnxruntime=self.runtime == "onnxruntime")
                 ok = all(
                     all(np.array_equal(got[n], want[n]) for n in want)
-                    for i, want in enumerate(self.outputs)
+                    for i, want in self.outputs.items()
                     for got in [runner.run({cut: self.value(cut, i)})]
                 )
             self.checked[cut] = ok
@@ -214,6 +224,8 @@ class SuffixCache:
         runtime = runtime_of(proto)
         shared = self.shared_prefix(proto)
         cached = self.cached(runtime)
+        if any(index < shared for index, _ in cached.cuts):
+            cached.ensure(indices)
         for index, cut in cached.cuts:  # the latest first
             if index >= shared or not cached.usable(cut):
                 continue

@@ -309,3 +309,63 @@ def test_candidates_run_from_cached_activations_measure_what_the_whole_model_doe
     assert cached.measurement.metric == whole.measurement.metric
     qdq = quantize(model, (), candidate, statistics=stats).proto()
     assert cached.measurement.metric == pytest.approx(mean_cosine(ref, ort_outputs(qdq, x)), abs=2e-3)
+
+
+def test_the_cache_runs_the_base_only_on_the_samples_asked_for(fragile):
+    """A worker builds its cached base activations for the samples its candidates ask for, then for the others
+    when asked: the answers stay those of the whole candidate model."""
+    import onnx_ir as ir
+    from edgekit.quantize.budget import Reference
+    from edgekit.quantize.executors import EvalContext, Task, evaluate
+
+    path, data, _ = fragile
+    model = load_model(path)
+    x = np.load(data)["x"][:10]
+    base = QuantizeOptions(activations="int8")
+    stats = quantize(model, dataset(model, data), base).stats
+    budget = Budget("min_cosine", 0.99)
+    ref = ort_outputs(path, x)
+    reference = Reference.build(["logits"], [{"logits": r[None]} for r in ref], [None] * len(x), budget)
+    inputs = [{"x": s[None]} for s in x]
+    context = EvalContext("k", ir.to_proto(model).SerializeToString(), stats, inputs, reference, budget)
+    candidate = apply_restores(base, {"fc": "float"})
+    part = evaluate(context, Task(candidate, (3, 5), base))
+    cached = context.suffix_cache(base).cached("openvino")
+    assert part.cut == "flat_dequantized" and all(sorted(v) == [3, 5] for v in cached.values.values())
+    indices = tuple(range(len(x)))
+    rest = evaluate(context, Task(candidate, indices, base))
+    assert rest.cut == "flat_dequantized" and all(sorted(v) == list(indices) for v in cached.values.values())
+    whole = evaluate(context, Task(candidate, indices))
+    assert whole.cut is None and rest.measurement.badness == whole.measurement.badness
+    assert rest.measurement.metric == whole.measurement.metric
+
+
+def test_the_search_calibrates_once_and_nnapi_falls_back_to_the_float_search(fragile, monkeypatch):
+    """Every whole-model fix and per-layer int8 fix (other range methods, bias correction) chooses parameters from
+    the one set of statistics: the calibration data is run once; nnapi ends with the fragile layer on the CPU."""
+    from edgekit.quantize import accuracy, pipeline
+
+    calls = []
+    real = accuracy.collect_statistics
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(accuracy, "collect_statistics", counted)
+    monkeypatch.setattr(pipeline, "collect_statistics", counted)
+    path, data, _ = fragile
+    model = load_model(path)
+    lines: list[str] = []
+    result = search(
+        model,
+        dataset(model, data),
+        dataset(model, data),
+        get_target("nnapi"),
+        QuantizeOptions(),
+        SearchOptions(Budget("max_drop", 0), executor="inline", ranking_samples=20, allow_cpu_fallback=True),
+        say=lines.append,
+    )
+    assert len(calls) == 1
+    assert any(" with mse ranges " in line for line in lines)  # the histogram methods were among the fixes
+    assert result.met and (FRAGILE, "float") in {(n, r) for n, _, r in result.restored}
