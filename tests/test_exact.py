@@ -252,3 +252,16 @@ def _run_bundle(folder: str, samples: list[dict], onnx_shapes: dict | None = Non
             }
         )
     return results
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_gather_elements_over_a_long_axis_matches_onnxruntime(axis):
+    """RoBERTa's token-type lookup: GatherElements over 514 positions (onnx's reference loses the index's columns
+    beyond np.choose's 32/64 choices), negative indices included."""
+    rng = np.random.default_rng(0)
+    data = rng.standard_normal((514, 3) if axis == 0 else (3, 514)).astype(np.float32)
+    indices = rng.integers(-514, 514, (16, 3) if axis == 0 else (3, 16)).astype(np.int64)
+    node = helper.make_node("GatherElements", ["x", "i"], ["y"], axis=axis)
+    model = _model([node], {"x": data.shape}, {"i": indices})
+    got = ExactRunner(model).run({"x": data})["y"]
+    np.testing.assert_array_equal(got, _ort(model, {"x": data}))

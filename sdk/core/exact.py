@@ -282,7 +282,15 @@ def _ops(jitter: float = 0.0, seed: int = 0):
                 return super()._run(x, **kwargs)  # indices, auto_pad, ceil_mode: the reference's own loop
             return (max_pool(x, **a),)
 
-    return [DequantizeLinear, QuantizeLinear, Conv, ConvTranspose, MaxPool]
+    class GatherElements(OpRun):
+        # onnx's own loses the index's columns when the gathered axis is longer than np.choose takes (32 or 64
+        # choices): it raises, or returns the first column; RoBERTa gathers its 514 token-type rows so
+        def _run(self, data, indices, axis=None):
+            axis = 0 if axis is None else int(axis)
+            indices = np.where(indices < 0, indices + data.shape[axis], indices)
+            return (np.take_along_axis(data, indices.astype(np.int64), axis=axis),)
+
+    return [DequantizeLinear, QuantizeLinear, Conv, ConvTranspose, MaxPool, GatherElements]
 
 
 #: The typical relative rounding error of a float32 dot product of about a thousand terms (sqrt(1000) x 2^-24, about
