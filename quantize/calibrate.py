@@ -182,15 +182,23 @@ def dataset_length(dataset: Iterable, limit: int | None) -> int:
     return min(n, limit) if limit else n
 
 
+#: A range narrower than this is empty (see :func:`params_for_range`).
+EMPTY_RANGE = 1e-8
+
+
 def params_for_range(lo: float, hi: float, dtype: str) -> QParams:
     """Asymmetric per-tensor parameters covering [lo, hi] (widened to include 0, as integer kernels need);
     int16: symmetric, zero point 0 (TFLite's 16x8 kernels require it), scale max(|lo|, |hi|) / 32767."""
     lo, hi = min(lo, 0.0), max(hi, 0.0)
     if dtype == "int16":
-        return QParams(float(np.float32(max(-lo, hi, 1e-8) / 32767.0)), 0, dtype)
-    if hi - lo < 1e-8:
-        hi = lo + 1e-8
+        bound = max(-lo, hi)
+        return QParams(float(np.float32(bound / 32767.0)) if bound >= EMPTY_RANGE else 1.0, 0, dtype)
     qmin, qmax = QRANGES[dtype]
+    if hi - lo < EMPTY_RANGE:
+        # zero on every sample (a zero-initialised or dead layer): scale 1.0, as onnxruntime's compute_scale_zp
+        # and edgekit's all-zero weights; 1e-8 / 255 made the producer's requantization multiplier ~1e9, which
+        # XNNPACK refuses (its range is [2^-32, 256)) and LiteRT then aborts (double free)
+        return QParams(1.0, int(np.clip(round(qmin - lo), qmin, qmax)), dtype)
     scale = (hi - lo) / (qmax - qmin)
     zero_point = int(np.clip(round(qmin - lo / scale), qmin, qmax))
     return QParams(float(np.float32(scale)), zero_point, dtype)

@@ -166,6 +166,24 @@ def test_max_pool_matches_reference_evaluator(attrs):
     np.testing.assert_array_equal(ExactRunner(model).run({"x": x})["y"], expected)
 
 
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]},  # GoogLeNet's branch pool
+        {"kernel_shape": [3, 3], "strides": [2, 2]},  # GoogLeNet's stage pools
+        {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [1, 1, 1, 1]},  # a last window in the end padding
+        {"kernel_shape": [3, 2], "strides": [2, 3], "pads": [0, 1, 1, 0], "dilations": [2, 1]},
+    ],
+)
+def test_ceil_mode_max_pool_matches_onnxruntime(attrs):
+    """With ceil_mode the onnx reference evaluator gave GoogLeNet's stride-1 pool a row too many (its Concat
+    then failed); the vectorised MaxPool takes ceil_mode and gives onnxruntime's shapes and values."""
+    x = np.random.default_rng(4).standard_normal((1, 3, 9, 8)).astype(np.float32)
+    model = _model([helper.make_node("MaxPool", ["x"], ["y"], ceil_mode=1, **attrs)], {"x": x.shape}, {})
+    expected = _ort(model, {"x": x})
+    np.testing.assert_array_equal(ExactRunner(model).run({"x": x})["y"], expected)
+
+
 def test_float64_model_widens_every_float_tensor():
     rng = np.random.default_rng(2)
     nodes = [
@@ -252,3 +270,16 @@ def _run_bundle(folder: str, samples: list[dict], onnx_shapes: dict | None = Non
             }
         )
     return results
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_gather_elements_over_a_long_axis_matches_onnxruntime(axis):
+    """RoBERTa's token-type lookup: GatherElements over 514 positions (onnx's reference loses the index's columns
+    beyond np.choose's 32/64 choices), negative indices included."""
+    rng = np.random.default_rng(0)
+    data = rng.standard_normal((514, 3) if axis == 0 else (3, 514)).astype(np.float32)
+    indices = rng.integers(-514, 514, (16, 3) if axis == 0 else (3, 16)).astype(np.int64)
+    node = helper.make_node("GatherElements", ["x", "i"], ["y"], axis=axis)
+    model = _model([node], {"x": data.shape}, {"i": indices})
+    got = ExactRunner(model).run({"x": data})["y"]
+    np.testing.assert_array_equal(got, _ort(model, {"x": data}))

@@ -203,3 +203,50 @@ def test_the_uint8_qdq_model_of_a_ghost_module_runs_on_openvino(tmp_path):
     expected = ort_run(proto, {"x": x})
     for name, a in zip(["y", "part"], expected, strict=True):
         np.testing.assert_allclose(got[name], a, atol=2e-2 * np.abs(a).max())
+
+
+def _same_padding_chain(levels: int = 4) -> onnx.ModelProto:
+    """timm's TF-"SAME" padding (tf_mixnet_s, tf_efficientnet_lite0): each stride-2 conv's Pad computes its amount
+    from the shape of the tensor the previous Pad and conv made, ``pad = (h + 1) % 2 + 1``, so each Pad's shape
+    is known only once the one before it is folded."""
+    h, rng = onnx.helper, np.random.default_rng(7)
+    nodes, inits, x = [], [], "x"
+    const = lambda name, v: inits.append(onnx.numpy_helper.from_array(np.array(v, np.int64), name))  # noqa: E731
+    const("two", 2), const("one", 1), const("hw", [2]), const("zeros", [0, 0])
+    for i in range(levels):
+        inits.append(
+            onnx.numpy_helper.from_array(
+                rng.normal(0, 0.4, (4, 4 if i else 3, 3, 3)).astype(np.float32), f"w{i}"
+            )
+        )
+        nodes += [
+            h.make_node("Shape", [x], [f"s{i}"]),
+            h.make_node("Gather", [f"s{i}", "two"], [f"h{i}"], axis=0),
+            h.make_node("Add", [f"h{i}", "one"], [f"h1{i}"]),
+            h.make_node("Mod", [f"h1{i}", "two"], [f"m{i}"]),
+            h.make_node("Add", [f"m{i}", "one"], [f"p{i}"]),
+            h.make_node("Expand", [f"p{i}", "hw"], [f"pp{i}"]),
+            h.make_node("Concat", ["zeros", f"pp{i}", "zeros", f"pp{i}"], [f"pads{i}"], axis=0),
+            h.make_node("Pad", [x, f"pads{i}"], [f"x{i}p"]),
+            h.make_node("Conv", [f"x{i}p", f"w{i}"], [f"x{i + 1}"], strides=[2, 2]),
+        ]
+        x = f"x{i + 1}"
+    graph = h.make_graph(
+        nodes,
+        "same",
+        [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 37, 37])],
+        [h.make_tensor_value_info(x, onnx.TensorProto.FLOAT, None)],
+        inits,
+    )
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+
+
+def test_chained_shape_computations_fold_until_every_shape_is_static(tmp_path):
+    source = _same_padding_chain()
+    model = load_model(save(source, tmp_path))
+    assert "Shape" not in op_types(model) and "Mod" not in op_types(model)
+    assert all(v.shape is not None and v.shape.is_static() for n in model.graph for v in n.outputs)
+    x = np.random.default_rng(1).normal(0, 1, (1, 3, 37, 37)).astype(np.float32)
+    (expected,) = ort_run(source, {"x": x})
+    (actual,) = HostRunner(model).run({"x": x}).values()
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)

@@ -208,16 +208,29 @@ def max_pool(
     pads: Sequence[int] | None = None,
     strides: Sequence[int] | None = None,
     dilations: Sequence[int] | None = None,
+    ceil_mode: int = 0,
 ) -> np.ndarray:
-    """ONNX MaxPool without ceil_mode or auto_pad: the maximum over one strided view per kernel tap (the
-    reference evaluator loops over every output point in Python: half of YuNet's exact run)."""
+    """ONNX MaxPool without auto_pad: the maximum over one strided view per kernel tap (the reference evaluator
+    loops over every output point in Python: half of YuNet's exact run; and with ``ceil_mode`` its output is a
+    row too long where the last window would start in the end padding: GoogLeNet's Concat then failed).
+    ``ceil_mode``: the output size rounds up, except for a window that would start past the input and the begin
+    padding (ONNX's rule, as torch's)."""
     nd = x.ndim - 2
     strides = list(strides or [1] * nd)
     dilations = list(dilations or [1] * nd)
     pads = list(pads or [0] * (2 * nd))
-    widths = [(0, 0), (0, 0)] + [(pads[i], pads[i + nd]) for i in range(nd)]
-    xp = np.pad(x, widths, constant_values=-np.inf) if any(pads) else x
-    out = [(xp.shape[2 + i] - dilations[i] * (kernel_shape[i] - 1) - 1) // strides[i] + 1 for i in range(nd)]
+    spans = [dilations[i] * (kernel_shape[i] - 1) + 1 for i in range(nd)]
+    padded = [x.shape[2 + i] + pads[i] + pads[i + nd] for i in range(nd)]
+    out = [(padded[i] - spans[i]) // strides[i] + 1 for i in range(nd)]
+    if ceil_mode:
+        out = [-(-(padded[i] - spans[i]) // strides[i]) + 1 for i in range(nd)]
+        out = [o - 1 if (o - 1) * strides[i] >= x.shape[2 + i] + pads[i] else o for i, o in enumerate(out)]
+    # end padding up to the last window's end (ceil_mode's last window may reach past the padded input)
+    ends = [
+        max(pads[i + nd], (out[i] - 1) * strides[i] + spans[i] - x.shape[2 + i] - pads[i]) for i in range(nd)
+    ]
+    widths = [(0, 0), (0, 0)] + [(pads[i], ends[i]) for i in range(nd)]
+    xp = np.pad(x, widths, constant_values=-np.inf) if any(w for pair in widths for w in pair) else x
     y = None
     for tap in itertools.product(*(range(k) for k in kernel_shape)):
         window = tuple(
@@ -277,12 +290,20 @@ def _ops(jitter: float = 0.0, seed: int = 0):
     class MaxPool(ReferenceMaxPool):
         def _run(self, x, **kwargs):
             a = attrs(self, ("kernel_shape", "pads", "strides", "dilations", "auto_pad", "ceil_mode"))
-            plain = a.pop("auto_pad", "NOTSET") in ("NOTSET", "VALID") and not a.pop("ceil_mode", 0)
+            plain = a.pop("auto_pad", "NOTSET") in ("NOTSET", "VALID")
             if not plain or len(self.output) > 1 or not np.issubdtype(x.dtype, np.floating):
-                return super()._run(x, **kwargs)  # indices, auto_pad, ceil_mode: the reference's own loop
+                return super()._run(x, **kwargs)  # indices, SAME auto_pad: the reference's own loop
             return (max_pool(x, **a),)
 
-    return [DequantizeLinear, QuantizeLinear, Conv, ConvTranspose, MaxPool]
+    class GatherElements(OpRun):
+        # onnx's own loses the index's columns when the gathered axis is longer than np.choose takes (32 or 64
+        # choices): it raises, or returns the first column; RoBERTa gathers its 514 token-type rows so
+        def _run(self, data, indices, axis=None):
+            axis = 0 if axis is None else int(axis)
+            indices = np.where(indices < 0, indices + data.shape[axis], indices)
+            return (np.take_along_axis(data, indices.astype(np.int64), axis=axis),)
+
+    return [DequantizeLinear, QuantizeLinear, Conv, ConvTranspose, MaxPool, GatherElements]
 
 
 #: The typical relative rounding error of a float32 dot product of about a thousand terms (sqrt(1000) x 2^-24, about

@@ -13,11 +13,13 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 from edgekit.core.errors import ModelError, OutputError
 from edgekit.device_agents.bundle import follow_umask
 from google.protobuf.message import DecodeError
+from onnx import numpy_helper
 
 log = logging.getLogger("edgekit")
 
@@ -104,6 +106,40 @@ def forget_nonpositive_dims(proto: onnx.ModelProto) -> None:
         for d in value.type.tensor_type.shape.dim:
             if d.HasField("dim_value") and d.dim_value <= 0:
                 d.ClearField("dim_value")
+
+
+def float16_to_float32(proto: onnx.ModelProto) -> list[str]:
+    """A float16 model (onnxconverter-common's ``convert_float_to_float16``: float16 weights and compute, float16
+    or float32 inputs/outputs) as the float32 model it was made from, in place: float16 initializers, Constant
+    and ConstantOfShape values, Casts to float16 and float16 inputs/outputs/value_info become float32. No target
+    computes in the file's float16 (TFLite's float kernels take float32, its int8 kernels are calibrated in
+    float32; ``--precision fp16`` makes float16 weights again), and the values widen exactly. Returns the note
+    to show (empty when the model has no float16)."""
+    f16, f32 = onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT
+
+    def widen(t: onnx.TensorProto) -> bool:
+        if t.data_type != f16:
+            return False
+        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
+        return True
+
+    changed = sum(widen(t) for t in proto.graph.initializer)
+    inputs = [v.name for v in proto.graph.input if v.type.tensor_type.elem_type == f16]
+    for v in [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]:
+        if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type == f16:
+            v.type.tensor_type.elem_type = f32
+            changed += 1
+    for node in proto.graph.node:
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.TENSOR and node.op_type in ("Constant", "ConstantOfShape"):
+                changed += widen(a.t)
+            elif node.op_type == "Cast" and a.name == "to" and a.i == f16:
+                a.i = f32
+                changed += 1
+    if not changed:
+        return []
+    note = "float16 model: computed in float32 (its float16 weights widened exactly)"
+    return [note + (f"; input(s) {', '.join(inputs)} are float32" if inputs else "")]
 
 
 def fix_input_shapes(
@@ -216,7 +252,7 @@ def load_proto(
     del proto.graph.input[:]
     proto.graph.input.extend(kept)
     forget_nonpositive_dims(proto)
-    notes = fix_input_shapes(proto, input_shapes)
+    notes = float16_to_float32(proto) + fix_input_shapes(proto, input_shapes)
     if messages is not None:
         messages.extend(notes)  # the caller announces them (once per command, not once per load)
     else:
