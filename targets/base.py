@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ import numpy as np
 import onnx_ir as ir
 from edgekit.core.errors import TargetError
 from edgekit.device_agents.bundle import TensorSpec
+
+_log = logging.getLogger("edgekit")
 
 Severity = Literal["error", "warning", "info"]
 
@@ -460,6 +463,13 @@ class Yardstick:
     inputs far from the model's data (the seeded normal samples a deploy without data verifies on), a deep
     network amplifies float32 summation order to 1e-4 of the range (YOLOv8n at 640: onnxruntime and OpenVINO
     4.8e-5 to 8.4e-5 apart), so the float32 reference itself is that far off.
+    ``rounded_weights_fallback``: an fp16 artifact below the cosine/SQNR/top-1 figures against the fp32 source
+    is judged against the source with its weights rounded to float16 (the recipe's own numerics, reported as
+    ``fp16_weights_reference`` beside the fp32 figures, with a warning): on seeded normal samples far from a
+    model's data, a sensitive network moves by the rounding of its weights alone (timm's tf_mixnet_s: the IR and
+    onnxruntime on the rounded weights agree at cosine 0.99999994, both 0.9962 from fp32; 0.99998 on photos), and
+    that is the precision's cost, not a conversion error; a wrong conversion still differs from both. The cost
+    itself must stay within ``rounded_weights_min_cosine`` of fp32 (else the refusal names it).
     ``answer_cosine``: an int8 class-probability output (an integer Softmax/Sigmoid head) also passes with
     top-1 agreement at ``min_top1`` and a cosine of at least this: its input's step is coarse (0.21 on
     SqueezeNet's pooled logits, a factor e^0.21 = 1.23 on a probability), so two int8 kernels that round the
@@ -475,13 +485,16 @@ class Yardstick:
     kernel_noise_db: float | None = None
     answer_cosine: float | None = None
     float64_fallback: bool = False
+    rounded_weights_fallback: bool = False
+    rounded_weights_min_cosine: float = 0.99
 
 
 #: The yardstick of each precision (issue 12's figures): fp32 within 1e-4 of the range; fp16 and int8
 #: against their reference by cosine >= 0.999 per output and top-1 agreement >= 99 %.
 YARDSTICKS = {
     "fp32": Yardstick("fp32", max_rel_error=1e-4, resolution=1e-4, float64_fallback=True),
-    "fp16": Yardstick("fp16", resolution=1e-3),  # fp16 keeps 11 significant bits
+    # fp16 keeps 11 significant bits
+    "fp16": Yardstick("fp16", resolution=1e-3, rounded_weights_fallback=True),
     "int8": Yardstick(
         "int8", resolution=1.0 / 255.0, kernel_noise_db=3.0, answer_cosine=0.99
     ),  # 1 of 256 steps
@@ -662,6 +675,26 @@ def judge_outputs(
                 }
                 passed = check("sqnr_db_vs_kernel_noise", entry["sqnr_db"], floor - stick.kernel_noise_db)
                 why += "; below that, within the rounding noise of another int8 runtime"
+            if not passed and noise is not None and stick.rounded_weights_fallback:
+                if not noise_results:
+                    noise_results.append(noise())
+                rounded, got = _stack(noise_results[0], name), _stack(actual, name)
+                cosine, sqnr = _cosine_sqnr(rounded, got)
+                entry["fp16_weights_reference"] = {
+                    "reference": "the source model with its weights rounded to float16 (the recipe's numerics)",
+                    "cosine": cosine,
+                    "sqnr_db": sqnr,
+                }
+                close = check("cosine_fp16_cost", entry["cosine"], stick.rounded_weights_min_cosine)
+                close = check("cosine_vs_fp16_weights", cosine, stick.min_cosine) and close
+                close = check("sqnr_db_vs_fp16_weights", sqnr, stick.min_sqnr_db) and close
+                if "class_axis" in entry:
+                    tie = stick.resolution * entry["error_scale"]
+                    agree = top1_agreements(rounded, got, entry["class_axis"], tie)[1]
+                    entry["fp16_weights_reference"]["top1_agreement_ties"] = agree
+                    close = check("top1_agreement_ties_vs_fp16_weights", agree, stick.min_top1) and close
+                passed = close
+                why += "; below that against fp32, equal to the source with float16-rounded weights (fp16's own cost)"
             probabilities = entry["kind"] == "probabilities" and "class_axis" in entry
             if not passed and probabilities and stick.answer_cosine is not None:
                 same = entry["top1_agreement_ties"] >= stick.min_top1
@@ -699,6 +732,13 @@ def verify_outputs(
             f"{target}: verification failed: {artifact} differs from the source model on {len(reference)} "
             f"sample(s): {'; '.join(failures)}"
         )
+    for name, entry in figures["outputs"].items():
+        if "fp16_weights_reference" in entry:
+            _log.warning(
+                "%s: output %r of %s is cosine %.5f from the fp32 model on the verification samples: the cost of "
+                "float16 weights (against the source with float16-rounded weights: cosine %.8f)",
+                target, name, artifact, entry["cosine"], entry["fp16_weights_reference"]["cosine"],
+            )  # fmt: skip
     return {
         "yardstick": stick.precision,
         "max_rel_error": worst_rel_error(figures),

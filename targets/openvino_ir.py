@@ -539,10 +539,25 @@ def _verify(
         if missing:
             raise TargetError(f"intel-vpu: the IR lost the output(s) {missing}")
         actual.append({n: got[n] for n in host.output_names})
+
+    def fp16_weights() -> list[dict[str, np.ndarray]]:  # the source with the IR's FP16-compressed weights
+        from edgekit.core.runtime import float16_rounded
+
+        rounded = HostRunner(float16_rounded(proto))
+        return [rounded.run(s) for s in samples]
+
     report = {
         "reference": "source ONNX model on the host (OpenVINO CPU, f32; a QDQ model on its int8 kernels)",
         "device": "CPU (INFERENCE_PRECISION_HINT f32)",
-        **verify_outputs(reference, actual, stick, kinds, "intel-vpu", "the IR"),
+        **verify_outputs(
+            reference,
+            actual,
+            stick,
+            kinds,
+            "intel-vpu",
+            "the IR",
+            fp16_weights if stick.precision == "fp16" else None,
+        ),
     }
     if quantized:
         exact_host = HostRunner(proto)

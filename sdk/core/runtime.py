@@ -259,6 +259,34 @@ def drop_concat_identity_qdq(proto: onnx.ModelProto, keep: Iterable[str] = ()) -
     return out
 
 
+def float16_rounded(proto: onnx.ModelProto, min_elements: int = 0) -> onnx.ModelProto:
+    """``proto`` with every float32 constant of at least ``min_elements`` values whose values fit float16
+    rounded to float16 (and kept float32): the fp16 recipe's own numerics, float compute on float16 weights."""
+    from onnx import numpy_helper
+
+    half_max = float(np.finfo(np.float16).max)
+
+    def rounded(tensor: onnx.TensorProto) -> onnx.TensorProto | None:
+        if tensor.data_type != onnx.TensorProto.FLOAT or tensor.data_location == onnx.TensorProto.EXTERNAL:
+            return None
+        array = numpy_helper.to_array(tensor)
+        if array.size < max(min_elements, 1) or float(np.abs(array).max()) > half_max:
+            return None
+        return numpy_helper.from_array(array.astype(np.float16).astype(np.float32), tensor.name)
+
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    for i, init in enumerate(out.graph.initializer):
+        if (new := rounded(init)) is not None:
+            out.graph.initializer[i].CopyFrom(new)
+    for node in out.graph.node:
+        if node.op_type == "Constant":
+            for attr in node.attribute:
+                if attr.name == "value" and (new := rounded(attr.t)) is not None:
+                    attr.t.CopyFrom(new)
+    return out
+
+
 def for_openvino(proto: onnx.ModelProto) -> onnx.ModelProto:
     """``proto`` as edgekit hands models to OpenVINO: :func:`pad_before_dequantize`,
     :func:`drop_concat_identity_qdq` and :func:`sliced_gather_elements_apart` (the same values, around

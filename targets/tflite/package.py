@@ -178,6 +178,21 @@ def verify(
             doing="running the source model in float64",
         )
 
+    def fp16_weights() -> list[dict[str, np.ndarray]]:
+        """The source model with the weights the .tflite stores in float16 rounded to float16."""
+        from edgekit.core.runtime import float16_rounded
+        from edgekit.targets.tflite.fp16 import FP16_MIN_ELEMENTS
+
+        rounded = float16_rounded(ir.to_proto(model), FP16_MIN_ELEMENTS).SerializeToString()
+        return isolated.call(
+            host_outputs,
+            rounded,
+            feeds,
+            names,
+            what="OpenVINO",
+            doing="running the source model with float16-rounded weights",
+        )
+
     if weight_only:  # against the weight-only model (its integer weights dequantized)
         stick = yardstick(weight_only)
     elif quantized:
@@ -193,7 +208,7 @@ def verify(
         output_kinds(model),
         target,
         "the .tflite",
-        int8_kernels if quantized else (float64 if stick.precision == "fp32" else None),
+        int8_kernels if quantized else {"fp32": float64, "fp16": fp16_weights}.get(stick.precision),
     )
     return {
         "reference": "source ONNX model on the host (onnxruntime: OpenVINO strips 16-bit QDQ)"

@@ -378,3 +378,53 @@ def test_ppocr_det_fp16_tflite_is_at_most_051x(tmp_path) -> None:
         outputs.append(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]))
     assert np.ptp(outputs[0]) > 0
     np.testing.assert_array_equal(outputs[0], outputs[1])
+
+
+def cancelling_matmuls(delta: float) -> onnx.ModelProto:
+    """y = x W - x (W + delta D): the difference of two nearly equal products, so float16-rounding W and W + delta D
+    (relative 2^-11) moves y by far more than float32 does. The smaller ``delta``, the larger fp16's own cost."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((64, 32)).astype(np.float32)  # 2,048 values: float16 on every target
+    w2 = (w + delta * rng.standard_normal((64, 32))).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["a"]),
+            helper.make_node("MatMul", ["x", "w2"], ["b"]),
+            helper.make_node("Sub", ["a", "b"], ["y"]),
+        ],
+        "cancelling",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 32])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(w2, "w2")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+@pytest.mark.parametrize("target", ["intel-vpu", "arm-cpu"])
+def test_fp16_is_judged_against_its_rounded_weights_when_float16_itself_costs(target, tmp_path, caplog) -> None:
+    """An fp16 artifact below 0.999 of fp32 only because its weights are float16 passes (with the cost reported
+    and a warning) when it equals the source with float16-rounded weights; a cost beyond 0.99 is refused."""
+    model = cancelling_matmuls(0.004)
+    feeds = [{"x": np.random.default_rng(3).standard_normal((4, 64)).astype(np.float32)}]
+    # onnxruntime on our own rounding of the weights: the recipe's cost is real and in the fallback's band
+    cost = _cosine(_ort(model, feeds)[0], _ort(weights_rounded(model), feeds)[0])
+    assert 0.99 < cost < 0.999
+    with caplog.at_level("WARNING", logger="edgekit"):
+        path = get_target(target).package(load_proto(model), tmp_path / "ok", PackageOptions(precision="fp16"))
+    with read_bundle(path) as bundle:
+        entry = bundle.manifest.verification["outputs"]["y"]
+    assert entry["passed"] and 0.99 < entry["cosine"] < 0.999  # against fp32, reported as measured
+    assert entry["fp16_weights_reference"]["cosine"] >= 0.999
+    assert "cost of float16 weights" in caplog.text
+    with pytest.raises(TargetError, match="cosine_fp16_cost"):
+        get_target(target).package(
+            load_proto(cancelling_matmuls(0.001)), tmp_path / "bad", PackageOptions(precision="fp16")
+        )
+    assert not (tmp_path / "bad").exists()
