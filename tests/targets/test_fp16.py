@@ -408,7 +408,9 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 @pytest.mark.parametrize("target", ["intel-vpu", "arm-cpu"])
-def test_fp16_is_judged_against_its_rounded_weights_when_float16_itself_costs(target, tmp_path, caplog) -> None:
+def test_fp16_is_judged_against_its_rounded_weights_when_float16_itself_costs(
+    target, tmp_path, caplog
+) -> None:
     """An fp16 artifact below 0.999 of fp32 only because its weights are float16 passes (with the cost reported
     and a warning) when it equals the source with float16-rounded weights; a cost beyond 0.99 is refused."""
     model = cancelling_matmuls(0.004)
@@ -417,7 +419,9 @@ def test_fp16_is_judged_against_its_rounded_weights_when_float16_itself_costs(ta
     cost = _cosine(_ort(model, feeds)[0], _ort(weights_rounded(model), feeds)[0])
     assert 0.99 < cost < 0.999
     with caplog.at_level("WARNING", logger="edgekit"):
-        path = get_target(target).package(load_proto(model), tmp_path / "ok", PackageOptions(precision="fp16"))
+        path = get_target(target).package(
+            load_proto(model), tmp_path / "ok", PackageOptions(precision="fp16")
+        )
     with read_bundle(path) as bundle:
         entry = bundle.manifest.verification["outputs"]["y"]
     assert entry["passed"] and 0.99 < entry["cosine"] < 0.999  # against fp32, reported as measured
