@@ -33,7 +33,9 @@ def evaluate(
 
     graph_inputs = {v.name for v in fp32.graph.inputs}
     layers = [n for n in quantized.plan.activations if n not in graph_inputs]
-    ref_runner = HostRunner(ir.to_proto(fp32), extra_outputs=layers)
+    ref_runner = HostRunner(
+        ir.to_proto(fp32), extra_outputs=list(dict.fromkeys(layers + list(quantized.plan.saturated.values())))
+    )
     q_runner = HostRunner(
         quantized.proto(), extra_outputs=[quantized.dequantized[n] for n in layers], isolate=True
     )
@@ -48,7 +50,10 @@ def evaluate(
         cand = q_runner.run(sample.inputs)
         comparison.update({n: ref[n] for n in output_names}, {n: cand[n] for n in output_names}, sample.label)
         for n in layers:
-            per_layer[n].update(ref[n], _unscaled(quantized, n, cand[quantized.dequantized[n]]))
+            reference = ref[
+                quantized.plan.saturated.get(n, n)
+            ]  # a Clip's input on its grid: the Clip's values
+            per_layer[n].update(reference, _unscaled(quantized, n, cand[quantized.dequantized[n]]))
     if comparison.samples == 0:
         raise DataError("the evaluation data set is empty")
     layer_rows = [{"tensor": n, **per_layer[n].to_json()} for n in layers]

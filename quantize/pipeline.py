@@ -190,7 +190,7 @@ def calibrate(
             options.precision,
             dict(options.layer_precision),
         )
-        quantized = set(plan.activations)
+        quantized = set(plan.activations) - plan.derived  # a derived tensor takes its group's range
         names = list(dict.fromkeys(name for site in sites for name in site.scaled))
         ranges = channel_ranges(model, names, calibration, options, track)
         ratios = {site.tensor: channel_ratios(model, site, ranges, quantized) for site in sites}

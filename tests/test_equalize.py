@@ -231,3 +231,31 @@ def test_equalization_improves_a_block_with_unequal_channels(tmp_path):
         per_channel = np.sum(reference**2, axis=(0, 2, 3)) / np.sum((reference - out) ** 2, axis=(0, 2, 3))
         sqnr[equalize] = 10 * np.log10(per_channel.min())
     assert sqnr[True] > sqnr[False] + 12.0, sqnr
+
+
+# ------------------------------------------------------------------------------------------------ Clip's scale
+
+
+def test_a_conv_read_by_a_non_fusable_clip_takes_the_clips_scale(tmp_path):
+    """Conv -> Clip(0, 4.5) (no TFLite fused activation): the Conv's output is quantized on the Clip's grid
+    (same scale and zero point, not observed), so none of its levels go to the negative values the Clip
+    discards; the QDQ model's Clip output equals fp32's within the weight and grid rounding."""
+    proto = _block(["Relu6"])
+    clip = next(n for n in proto.graph.node if n.op_type == "Clip")
+    proto.graph.initializer.append(numpy_helper.from_array(np.float32(4.5), "four_half"))
+    clip.input[2] = "four_half"
+    model = _load(proto, tmp_path)
+    plan = make_plan(model, frozenset(), True)
+    assert "t0" not in plan.fused and plan.group("t0") == plan.group("t1") and "t0" in plan.derived
+    samples = _samples(16)
+    q = quantize(model, samples, QuantizeOptions(activations="int8"))
+    qproto = q.proto()
+    inits = {t.name: numpy_helper.to_array(t) for t in qproto.graph.initializer}
+    dq = {n.output[0]: n for n in qproto.graph.node if n.op_type == "DequantizeLinear"}
+    conv_dq, clip_dq = dq[q.dequantized["t0"]], dq[q.dequantized["t1"]]
+    assert inits[conv_dq.input[1]] == inits[clip_dq.input[1]]
+    assert int(inits[conv_dq.input[2]]) == int(inits[clip_dq.input[2]]) == -128  # the grid starts at 0
+    reference = np.concatenate([o[1] for o in _ort(model, samples, ["t1"])])
+    out = np.concatenate([o[1] for o in _ort(qproto, samples, [q.dequantized["t1"]])])
+    out = out * q.channel_scales["t1"].reshape(1, -1, 1, 1)
+    assert np.abs(out - reference).max() <= 0.05 * float(reference.max())
