@@ -39,10 +39,10 @@ import onnx_ir as ir
 from edgekit.core.errors import DataError, QuantizationError
 from edgekit.quantize import rules
 from edgekit.quantize.budget import Budget, Measurement, Reference
-from edgekit.quantize.calibrate import Track, collect_statistics, no_progress
+from edgekit.quantize.calibrate import Track, no_progress
 from edgekit.quantize.executors import EvalContext, Executor, Outcome, Task, make_executor
 from edgekit.quantize.options import HISTOGRAM_METHODS, QuantizeOptions
-from edgekit.quantize.pipeline import observing_options, quantize
+from edgekit.quantize.pipeline import calibrate, observing_options, quantize
 from edgekit.quantize.plan import QuantPlan, make_plan
 from edgekit.quantize.restores import Restore, apply_restores, available_restores, fused_followers
 
@@ -369,7 +369,7 @@ def search(
         )
     stats = statistics
     if stats is None or (observe_options.method in HISTOGRAM_METHODS and not stats.histograms):
-        stats = collect_statistics(model, _observe_all(model, scheme), calibration, observe_options, track)
+        stats = calibrate(model, _observe_all(model, scheme), calibration, observe_options, track)
 
     output_names = [v.name for v in model.graph.outputs]
     fp32_runner = HostRunner(ir.to_proto(model))

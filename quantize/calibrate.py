@@ -7,7 +7,7 @@ and fills observers; :func:`choose_params` turns statistics into quantization pa
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from typing import TypeVar
 
@@ -55,6 +55,9 @@ class Statistics:
     samples: int
     #: Per-channel means of every observed tensor (axis 1 of N-D tensors, the last axis of 2-D ones).
     means: dict[str, np.ndarray]
+    #: Depthwise input -> per-channel ratios (``edgekit.quantize.equalize``): the statistics were collected on
+    #: the model rewritten with them, and every model quantized with these statistics carries the rewrite.
+    equalization: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def channel_sum(array: np.ndarray) -> np.ndarray:
@@ -143,6 +146,51 @@ def collect_statistics(
 
 
 _MIN, _MAX, _MEAN = "__edgekit_min", "__edgekit_max", "__edgekit_mean"
+
+
+def channel_ranges(
+    model: ir.Model,
+    names: list[str],
+    dataset: Iterable,
+    options: QuantizeOptions,
+    track: Track = no_progress,
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per-channel (axis 1) minimum and maximum of each tensor in ``names`` (rank 3 or more) over up to
+    ``options.samples`` calibration samples, reduced inside the graph (only the channel vectors leave the
+    runtime)."""
+    from edgekit.core.runtime import HostRunner
+
+    proto = ir.to_proto(model)
+    shape, axes = "__edgekit_nc_rest", "__edgekit_channel_axes"
+    proto.graph.initializer.extend(
+        [
+            onnx.numpy_helper.from_array(np.array([0, 0, -1], np.int64), shape),  # (N, C, everything else)
+            onnx.numpy_helper.from_array(np.array([0, 2], np.int64), axes),
+        ]
+    )
+    extra: list[str] = []
+    for name in names:
+        flat = name + "__edgekit_nc"
+        proto.graph.node.append(onnx.helper.make_node("Reshape", [name, shape], [flat]))
+        for op, suffix in (("ReduceMin", _MIN), ("ReduceMax", _MAX)):
+            proto.graph.node.append(onnx.helper.make_node(op, [flat, axes], [name + suffix], keepdims=0))
+            extra.append(name + suffix)
+    runner = HostRunner(proto, extra_outputs=extra, isolate=True)  # a graph edgekit wrote: compile it apart
+    lows: dict[str, np.ndarray] = {}
+    highs: dict[str, np.ndarray] = {}
+    total = dataset_length(dataset, options.samples)
+    samples = prefetched((s, s.inputs) for s in islice(iter(dataset), options.samples))
+    for _, outputs in track(runner.run_stream(samples), "channel ranges", total):
+        for name in names:
+            lo, hi = (
+                np.asarray(outputs[name + _MIN], np.float64),
+                np.asarray(outputs[name + _MAX], np.float64),
+            )
+            lows[name] = np.minimum(lows[name], lo) if name in lows else lo
+            highs[name] = np.maximum(highs[name], hi) if name in highs else hi
+    if names and not lows:
+        raise DataError("the calibration data set is empty")
+    return {name: (lows[name], highs[name]) for name in names}
 
 
 def _reduction_model(

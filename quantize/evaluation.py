@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from itertools import islice
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 from edgekit.core.data import prefetched
@@ -34,7 +35,9 @@ def evaluate(
 
     graph_inputs = {v.name for v in fp32.graph.inputs}
     layers = [n for n in quantized.plan.activations if n not in graph_inputs]
-    ref_runner = HostRunner(ir.to_proto(fp32), extra_outputs=layers)
+    ref_runner = HostRunner(
+        ir.to_proto(fp32), extra_outputs=list(dict.fromkeys(layers + list(quantized.plan.saturated.values())))
+    )
     q_runner = HostRunner(
         quantized.proto(), extra_outputs=[quantized.dequantized[n] for n in layers], isolate=isolate
     )
@@ -49,12 +52,24 @@ def evaluate(
         cand = q_runner.run(sample.inputs)
         comparison.update({n: ref[n] for n in output_names}, {n: cand[n] for n in output_names}, sample.label)
         for n in layers:
-            per_layer[n].update(ref[n], cand[quantized.dequantized[n]])
+            reference = ref[
+                quantized.plan.saturated.get(n, n)
+            ]  # a Clip's input on its grid: the Clip's values
+            per_layer[n].update(reference, _unscaled(quantized, n, cand[quantized.dequantized[n]]))
     if comparison.samples == 0:
         raise DataError("the evaluation data set is empty")
     layer_rows = [{"tensor": n, **per_layer[n].to_json()} for n in layers]
     layer_rows.sort(key=lambda r: (r["sqnr_db"] is None, r["sqnr_db"] if r["sqnr_db"] is not None else 0.0))
     return {**comparison.to_json(), "input_ranges": ranges.to_json()}, layer_rows
+
+
+def _unscaled(quantized: Quantized, name: str, array: np.ndarray) -> np.ndarray:
+    """A QDQ tensor in the fp32 model's units: a tensor the depthwise-input equalization rescaled per channel is
+    multiplied back."""
+    scale = quantized.channel_scales.get(name)
+    if scale is None:
+        return array
+    return array * scale.reshape((1, -1) + (1,) * (array.ndim - 2))
 
 
 def evaluate_outputs(

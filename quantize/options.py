@@ -48,6 +48,9 @@ class QuantizeOptions:
     layer_method: tuple[tuple[str, str], ...] = ()
     #: Nodes whose bias absorbs the weight-rounding shift (``bias_correction`` for these layers only).
     layer_bias_correction: frozenset[str] = field(default_factory=frozenset)
+    #: Depthwise-input equalization (``edgekit.quantize.equalize``): each depthwise Conv input computed by a Conv
+    #: and homogeneous activations is rescaled per channel so that every channel spans its per-tensor grid.
+    equalize: bool = True
 
     def __post_init__(self) -> None:
         if self.activations not in ACTIVATION_DTYPES:
@@ -95,4 +98,5 @@ class QuantizeOptions:
             "block_size": self.block_size if self.precision == "w4" else None,
             "layer_method": dict(self.layer_method),
             "layer_bias_correction": sorted(self.layer_bias_correction),
+            "equalize": self.equalize,
         }

@@ -28,10 +28,12 @@ from edgekit.quantize.calibrate import (
     QParams,
     Statistics,
     Track,
+    channel_ranges,
     choose_params,
     collect_statistics,
     no_progress,
 )
+from edgekit.quantize.equalize import EqualizePass, channel_ratios, find_sites, scaled_tensors
 from edgekit.quantize.options import HISTOGRAM_METHODS, QuantizeOptions
 from edgekit.quantize.plan import QuantPlan, make_plan
 from edgekit.quantize.qdq import InsertActivationQDQPass, QuantizeWeightsPass, RaisedWeightScales
@@ -56,6 +58,8 @@ class Quantized:
     raised_weight_scales: list[RaisedWeightScales] = field(default_factory=list)
     #: int16x8 layers whose bias stays float in the QDQ model (it exceeds int32 at its scale; TFLite: int64).
     float_biases: list[str] = field(default_factory=list)
+    #: Tensors the depthwise-input equalization rescaled -> per-channel factor back to the fp32 model's values.
+    channel_scales: dict = field(default_factory=dict)
 
     def proto(self) -> onnx.ModelProto:
         return ir.to_proto(self.model)
@@ -123,14 +127,13 @@ def quantize(
         raise NothingToQuantizeError("nothing to quantize: the model has no op with an integer kernel")
     stats = statistics
     if stats is None:
-        stats = collect_statistics(
-            model, _observation_plan(model, plan, options), calibration, observing_options(options), track
-        )
+        stats = calibrate(model, _observation_plan(model, plan, options), calibration, options, track)
         _warn_degenerate_inputs(model, stats)
     params = choose_params(model, plan, stats, options)
 
     opset = 21 if plan.int16 else 19
     qmodel = _copy_at_opset(model, opset)  # a copy: the caller keeps its fp32 model
+    EqualizePass(stats.equalization)(qmodel)  # the rewrite the statistics were collected on
     activations = InsertActivationQDQPass(plan, params)
     weights = QuantizeWeightsPass(
         plan, params, _corrected_means(plan, stats, options), options.dense_per_channel
@@ -159,7 +162,43 @@ def quantize(
         activations.dequantized,
         weights.raised_weight_scales,
         weights.float_biases,
+        scaled_tensors(model, stats.equalization),
     )
+
+
+def calibrate(
+    model: ir.Model,
+    observe: QuantPlan,
+    calibration: Iterable,
+    options: QuantizeOptions,
+    track: Track = no_progress,
+) -> Statistics:
+    """The statistics of ``observe``'s tensors (with ``observing_options(options)``). With ``options.equalize``
+    and depthwise inputs to equalize (:mod:`edgekit.quantize.equalize`): a first pass over the data takes their
+    per-channel ranges, which decide the ratios; the statistics are then those of the rewritten model, and carry
+    the ratios (``Statistics.equalization``) for every model quantized with them."""
+    ratios: dict = {}
+    sites = find_sites(model, options.exclude) if options.equalize else []
+    if sites and iter(calibration) is calibration:  # type: ignore[comparison-overlap]
+        log.warning("depthwise-input equalization skipped: the calibration data can be read only once")
+        sites = []
+    if sites:
+        plan = make_plan(
+            model,
+            options.exclude,
+            options.float_output_heads,
+            options.precision,
+            dict(options.layer_precision),
+        )
+        quantized = set(plan.activations) - plan.derived  # a derived tensor takes its group's range
+        names = list(dict.fromkeys(name for site in sites for name in site.scaled))
+        ranges = channel_ranges(model, names, calibration, options, track)
+        ratios = {site.tensor: channel_ratios(model, site, ranges, quantized) for site in sites}
+        model = ir.from_proto(ir.to_proto(model))  # a copy: the caller keeps its fp32 model
+        EqualizePass(ratios)(model)
+    stats = collect_statistics(model, observe, calibration, observing_options(options), track)
+    stats.equalization = ratios
+    return stats
 
 
 def _observation_plan(model: ir.Model, plan: QuantPlan, options: QuantizeOptions) -> QuantPlan:

@@ -64,6 +64,9 @@ class QuantPlan:
     #: the others take the 8-bit activation type. A tensor takes its producer's type; a reader of the other
     #: type reads a requantized copy (``requant``): each tensor has one quantization.
     int16: set[str] = field(default_factory=set)
+    #: Outputs quantized on the grid of the (non-fusable) Clip that reads them -> that Clip's output: their values
+    #: are the Clip's, saturated by the grid (the per-layer comparison with fp32 reads the Clip's output).
+    saturated: dict[str, str] = field(default_factory=dict)
     #: (node, input index) of float nodes that read a quantized activation as the float tensor, not its int8 copy
     #: (the skip input of a residual sum: ``patterns.residual_reads``).
     float_reads: set[tuple[str, int]] = field(default_factory=set)
@@ -118,6 +121,11 @@ def _is_fusable_activation(node: ir.Node) -> bool:
         # The fused activations TFLite has: RELU (0, inf), RELU6 (0, 6), RELU_N1_TO_1 (-1, 1).
         return (lo, hi) in {(0.0, np.inf), (0.0, 6.0), (-1.0, 1.0)}
     return False
+
+
+def _is_constant_clip(node: ir.Node) -> bool:
+    """A Clip whose bounds are constants (or absent)."""
+    return node.op_type == "Clip" and all(v is None or const_array(v) is not None for v in node.inputs[1:3])
 
 
 def _range_preserving(node: ir.Node) -> bool:
@@ -345,6 +353,20 @@ def make_plan(
                 plan.fused[outputs[0].name] = act.name
                 fused_nodes.add(act.name)
                 outputs = list(act.outputs)
+            elif (
+                act is not None
+                and _is_constant_clip(act)
+                and act.name not in exclude
+                and layer_precision.get(act.name, recipe) == recipe
+            ):
+                # Any other Clip (TFLite fuses RELU, RELU6, RELU_N1_TO_1 only): the output takes the Clip's scale,
+                # unobserved, so its grid saturates where the Clip clips. Exact: the Clip's output range lies in
+                # [lo, hi], and rounding commutes with the clip on that grid; the Clip requantizes nothing, and the
+                # output's levels are not spent on values the Clip discards (MobileNetV2 from its int8 file:
+                # Clip(0, 255 x scale) after every expansion Conv).
+                plan.union(act.outputs[0].name, outputs[0].name)
+                plan.derived.add(outputs[0].name)
+                plan.saturated[outputs[0].name] = act.outputs[0].name
         fixed = rule.fixed_output16 if wide else rule.fixed_output
         for out in outputs:
             add_activation(out, wide)
