@@ -342,18 +342,18 @@ def test_the_cache_runs_the_base_only_on_the_samples_asked_for(fragile):
 
 def test_the_search_calibrates_once_and_nnapi_falls_back_to_the_float_search(fragile, monkeypatch):
     """Every whole-model fix and per-layer int8 fix (other range methods, bias correction) chooses parameters from
-    the one set of statistics: the calibration data is run once; nnapi ends with the fragile layer on the CPU."""
-    from edgekit.quantize import accuracy, pipeline
+    the one set of statistics: the model is calibrated once (pipeline.calibrate: the equalization's per-channel
+    ranges, then the statistics); nnapi ends with the fragile layer on the CPU."""
+    from edgekit.quantize import accuracy
 
     calls = []
-    real = accuracy.collect_statistics
+    real = accuracy.calibrate
 
     def counted(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(accuracy, "collect_statistics", counted)
-    monkeypatch.setattr(pipeline, "collect_statistics", counted)
+    monkeypatch.setattr(accuracy, "calibrate", counted)
     path, data, _ = fragile
     model = load_model(path)
     lines: list[str] = []
