@@ -168,7 +168,10 @@ it = Interpreter(tfl, experimental_preserve_all_tensors=True, **kw)
 it.allocate_tensors()
 d = np.load(data)
 for i in it.get_input_details():
-    it.set_tensor(i["index"], d[i["name"]][s : s + 1].astype(i["dtype"]))
+    x = d[i["name"]][s : s + 1]
+    if x.ndim == 4 and tuple(i["shape"]) != x.shape:
+        x = x.transpose(0, 2, 3, 1)  # an image input the TFLite takes NHWC
+    it.set_tensor(i["index"], x.astype(i["dtype"]))
 it.invoke()
 kept = {}
 for t in it.get_tensor_details():
