@@ -13,6 +13,15 @@ name, two figures in integer steps:
 
 Then the local figures per op kind. Rank-4 tensors are compared in the ONNX layout (NHWC TFLite tensors are
 transposed when the shapes say so).
+
+    python benchmarks/int8_trace.py model.qdq.onnx model.tflite data.npz --exact [--builtin] [--samples 4]
+
+``--exact``: the same local question against the QDQ model's exact semantics (``edgekit.core.exact``), in one
+run: each quantized tensor is computed exactly from the TFLite's own values of the tensors before it (the exact
+runner's QuantizeLinear outputs replaced by LiteRT's, in a child process, after they are compared), with the
+distance from a half step of the values that differ (float32 arithmetic flips values within ~1e-5 of one; a
+kernel that computes something else is further off). LiteRT runs with its default delegate (XNNPACK), or with
+``--builtin`` its builtin kernels.
 """
 
 from __future__ import annotations
@@ -44,7 +53,11 @@ def main() -> int:
     parser.add_argument("data", type=Path, help=".npz with the model's inputs (leading sample axis)")
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--all", action="store_true", help="print layers that agree too")
+    parser.add_argument("--exact", action="store_true", help="against the exact semantics (see above)")
+    parser.add_argument("--builtin", action="store_true", help="with --exact: LiteRT's builtin kernels")
     args = parser.parse_args()
+    if args.exact:
+        return exact_local(args.qdq, args.tflite, args.data, args.samples, args.builtin, args.all)
 
     import onnx
     import onnxruntime as ort
@@ -144,6 +157,94 @@ def _local(session, interpreter, details, layout) -> np.ndarray:
         for i in session.get_inputs()
     }
     return session.run(None, feeds)[0]
+
+
+_CHILD = """
+import sys, numpy as np
+from ai_edge_litert.interpreter import Interpreter, OpResolverType
+tfl, data, s, out, builtin = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5] == "1"
+kw = {"experimental_op_resolver_type": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES} if builtin else {}
+it = Interpreter(tfl, experimental_preserve_all_tensors=True, **kw)
+it.allocate_tensors()
+d = np.load(data)
+for i in it.get_input_details():
+    x = d[i["name"]][s : s + 1]
+    if x.ndim == 4 and tuple(i["shape"]) != x.shape:
+        x = x.transpose(0, 2, 3, 1)  # an image input the TFLite takes NHWC
+    it.set_tensor(i["index"], x.astype(i["dtype"]))
+it.invoke()
+kept = {}
+for t in it.get_tensor_details():
+    if t["dtype"] in (np.int8, np.uint8, np.int16) and t["name"]:
+        try:
+            kept[str(len(kept))] = it.get_tensor(t["index"])
+            kept["name" + str(len(kept) - 1)] = np.array(t["name"])
+        except ValueError:
+            kept.pop(str(len(kept)), None)
+np.savez(out, **kept)
+"""
+
+
+def exact_local(qdq: Path, tflite: Path, data: Path, samples: int, builtin: bool, show_all: bool) -> int:
+    """``--exact``: each quantized tensor computed exactly from LiteRT's inputs to it (see the docstring)."""
+    import subprocess
+    import tempfile
+
+    import onnx
+    from edgekit.core.exact import ExactRunner
+
+    model = onnx.load(str(qdq))
+    producer = {o: n for n in model.graph.node for o in n.output}
+    kind = {
+        n.output[0]: producer[n.input[0]].op_type if n.input[0] in producer else "(input)"
+        for n in model.graph.node
+        if n.op_type == "QuantizeLinear"
+    }
+    inputs = [i.name for i in model.graph.input]
+    feeds = np.load(data)
+    rows: dict[str, list] = {}
+
+    def observe(name: str, q: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        got = runtime.get(name)
+        if got is None or got.size != q.size:
+            return q
+        if q.ndim == 4 and got.shape == (q.shape[0], q.shape[2], q.shape[3], q.shape[1]) != q.shape:
+            got = got.transpose(0, 3, 1, 2)
+        got = got.reshape(q.shape).astype(q.dtype)
+        diff = np.abs(got.astype(np.int32) - q.astype(np.int32))
+        tie = np.abs(np.abs(steps - np.floor(steps)) - 0.5)[diff > 0]
+        row = rows.setdefault(name, [0, 0, 0, 0.0])
+        row[0], row[1], row[2] = (
+            max(row[0], int(diff.max())),
+            row[1] + int((diff > 0).sum()),
+            row[2] + diff.size,
+        )
+        row[3] = max(row[3], float(tie.max()) if tie.size else 0.0)
+        return got
+
+    runner = ExactRunner(model, observe=observe)
+    count = min(samples, len(feeds[inputs[0]]))
+    with tempfile.TemporaryDirectory() as tmp:
+        for s in range(count):
+            out = f"{tmp}/t{s}.npz"
+            cmd = [sys.executable, "-c", _CHILD, str(tflite), str(data), str(s), out, "1" if builtin else "0"]
+            subprocess.run(cmd, check=True, capture_output=True)
+            kept = np.load(out)
+            runtime = {str(kept["name" + k]): kept[k] for k in kept if not k.startswith("name")}
+            runner.run({n: feeds[n][s : s + 1] for n in inputs})
+    print(
+        f"{'max':>4} {'values':>8} {'share':>9} {'tie dist':>9}  op  tensor   ({count} samples, local, exact)"
+    )
+    by_kind: dict[str, list] = collections.defaultdict(lambda: [0, 0])
+    for name, (mx, off, total, tie) in rows.items():
+        by_kind[kind.get(name, "?")][0] += off
+        by_kind[kind.get(name, "?")][1] += total
+        if show_all or mx:
+            print(f"{mx:4d} {off:8d} {off / total:9.2e} {tie:9.2e}  {kind.get(name, '?')}  {name}")
+    print("\nlocal, per op kind (values off / values):")
+    for k, (off, total) in sorted(by_kind.items()):
+        print(f"  {k:24s} {off:8d} / {total:10d}  ({off / max(total, 1):.2e})")
+    return 0
 
 
 if __name__ == "__main__":

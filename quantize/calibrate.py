@@ -358,6 +358,8 @@ def choose_params(
             if inputs.intersection(members) and dtype_of(root) != "int16":
                 lo, hi = _off_the_input_grid(lo, hi)
             p = params_for_range(lo, hi, dtype_of(root))
+            if p.dtype == "int8" and plan.symmetric.intersection(members):  # the kernel's zero point 0
+                p = QParams(float(np.float32(max(-lo, hi, 1e-8) / 127.0)), 0, "int8")
         for m in members:
             params[m] = p
     _raise_min_scales(plan, params)

@@ -265,10 +265,15 @@ def _layer_norm_ends(model: ir.Model) -> tuple[set[int], set[int]]:
 
 def _narrowing_projection(value: ir.Value) -> list[ir.Node]:
     """``value``'s producer when it is a projection with more inputs than outputs (a constant 2-D weight), or its
-    bias Add after one: those nodes; else none."""
+    bias Add after one, or the Reshape back to [..., N] after a Gemm of a flattened N-D input
+    (``passes.MatMulAddToGemmPass``): those nodes; else none."""
     node = value.producer()
     nodes: list[ir.Node] = []
-    if node is not None and node.op_type == "Add" and len(list(value.uses())) == 1:
+    inner = node.inputs[0] if node is not None and node.op_type == "Reshape" else None
+    if inner is not None and inner.producer() is not None and inner.producer().op_type == "Gemm":
+        if len(list(value.uses())) == 1 and len(list(inner.uses())) == 1:
+            nodes, node = [node], inner.producer()
+    elif node is not None and node.op_type == "Add" and len(list(value.uses())) == 1:
         bias = next((v for v in node.inputs if const_array(v) is not None), None)
         other = _other(node, bias) if bias is not None else None
         if other is not None and len(list(other.uses())) == 1:

@@ -67,6 +67,9 @@ class QuantPlan:
     #: Outputs quantized on the grid of the (non-fusable) Clip that reads them -> that Clip's output: their values
     #: are the Clip's, saturated by the grid (the per-layer comparison with fp32 reads the Clip's output).
     saturated: dict[str, str] = field(default_factory=dict)
+    #: Constant keys a kernel reads as symmetric int8 (zero point 0: ``Kernel.symmetric_constants``, BATCH_MATMUL's
+    #: constant operand), so that the QDQ model holds the constant the .tflite computes with.
+    symmetric: set[str] = field(default_factory=set)
     #: (node, input index) of float nodes that read a quantized activation as the float tensor, not its int8 copy
     #: (the skip input of a residual sum: ``patterns.residual_reads``).
     float_reads: set[tuple[str, int]] = field(default_factory=set)
@@ -315,6 +318,10 @@ def make_plan(
             if const_array(value) is not None:
                 plan.constants.append((node.name, i))
                 members.append(constant_key(node.name, i))
+                if any(
+                    getattr(rules.TFLITE_KERNELS.get(k), "symmetric_constants", False) for k in rule.kernels
+                ):
+                    plan.symmetric.add(constant_key(node.name, i))
                 if wide:
                     plan.int16.add(constant_key(node.name, i))
             else:

@@ -139,6 +139,33 @@ def test_jitter_flips_only_values_within_it_of_a_half_step():
     np.testing.assert_array_equal(ExactRunner(model, jitter=0.0).run({"x": x})["y"], exact)
 
 
+def test_observer_sees_each_quantized_tensor_and_its_replacement_flows_on():
+    """``observe`` gets each QuantizeLinear's output name, exact integers and unrounded steps (x / scale); what it
+    returns is what the next ops read (``benchmarks/int8_trace.py --exact`` puts LiteRT's tensors there)."""
+    s, z = np.array(np.float32(0.5)), np.array(np.int8(0))
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q1"]),
+        helper.make_node("DequantizeLinear", ["q1", "s", "z"], ["d1"]),
+        helper.make_node("Add", ["d1", "d1"], ["a"]),
+        helper.make_node("QuantizeLinear", ["a", "s", "z"], ["q2"]),
+        helper.make_node("DequantizeLinear", ["q2", "s", "z"], ["y"]),
+    ]
+    model = _model(nodes, {"x": [4]}, {"s": s, "z": z})
+    x = np.array([0.3, -1.2, 2.0, 0.76], np.float32)
+    seen = {}
+
+    def observe(name, q, steps):
+        seen[name] = (q.copy(), steps.copy())
+        return q + np.int8(1) if name == "q1" else q
+
+    y = ExactRunner(model, observe=observe).run({"x": x})["y"]
+    assert list(seen) == ["q1", "q2"]
+    np.testing.assert_allclose(seen["q1"][1], x.astype(np.float64) / 0.5)
+    np.testing.assert_array_equal(seen["q1"][0], np.round(x / 0.5).astype(np.int8))
+    np.testing.assert_array_equal(y, 2 * (np.round(x / 0.5) + 1) * 0.5)  # q2 read the replaced q1
+    np.testing.assert_array_equal(ExactRunner(model).run({"x": x})["y"], 2 * np.round(x / 0.5) * 0.5)
+
+
 @pytest.mark.parametrize(
     "attrs",
     [

@@ -18,7 +18,7 @@ transposed convolutions).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -242,9 +242,10 @@ def max_pool(
     return y
 
 
-def _ops(jitter: float = 0.0, seed: int = 0):
+def _ops(jitter: float = 0.0, seed: int = 0, observe: Observer | None = None):
     """The reference evaluator's op classes this module replaces (imported lazily: onnx.reference is slow).
-    ``jitter``: QuantizeLinear first scales each value by ``1 + jitter * u``, ``u`` uniform in [-1, 1] (seeded)."""
+    ``jitter``: QuantizeLinear first scales each value by ``1 + jitter * u``, ``u`` uniform in [-1, 1] (seeded).
+    ``observe``: see :class:`ExactRunner`."""
     from onnx.reference.op_run import OpRun
 
     rng = np.random.default_rng(seed)
@@ -273,7 +274,13 @@ def _ops(jitter: float = 0.0, seed: int = 0):
                 raise ModelError("blocked QuantizeLinear: no exact float64 semantics here")
             if jitter:
                 x = np.asarray(x, np.float64) * (1.0 + jitter * rng.uniform(-1.0, 1.0, np.shape(x)))
-            return (quantize(x, y_scale, y_zero_point, _axis(self)),)
+            q = quantize(x, y_scale, y_zero_point, _axis(self))
+            if observe is not None:
+                steps = np.asarray(x, np.float64) / _broadcast_axis(
+                    np.asarray(y_scale, np.float64), np.ndim(x), _axis(self)
+                )
+                q = observe(self.onnx_node.output[0], q, steps)
+            return (q,)
 
     class Conv(OpRun):
         def _run(self, X, W, B=None, **_):
@@ -313,6 +320,11 @@ def _ops(jitter: float = 0.0, seed: int = 0):
 FLOAT32_JITTER = 2.0**-18
 
 
+#: ``observe(name, q, steps)``: called at each QuantizeLinear with its output's name, the exact integers and the
+#: value in steps before rounding (``x / scale``); what it returns is the output (a trace substitutes a runtime's).
+Observer = Callable[[str, np.ndarray, np.ndarray], np.ndarray]
+
+
 class ExactRunner:
     """Runs a QDQ model's exact semantics (see the module docstring); ``run`` takes and gives numpy arrays
     by tensor name, float outputs as float32 like the model's own.
@@ -320,6 +332,8 @@ class ExactRunner:
     ``jitter`` (e.g. :data:`FLOAT32_JITTER`): every value is moved by up to that fraction (seeded) before it is
     quantized: the exact semantics under the rounding error of a float32 computation, which shows how far any
     runtime that computes a float op in float32, or requantizes in float32, can be from the exact values.
+    ``observe`` (:data:`Observer`): sees, and may replace, every quantized tensor (``benchmarks/int8_trace.py
+    --exact`` replaces each by LiteRT's: what each kernel adds by itself).
     """
 
     def __init__(
@@ -328,6 +342,7 @@ class ExactRunner:
         outputs: Sequence[str] | None = None,
         jitter: float = 0.0,
         seed: int = 0,
+        observe: Observer | None = None,
     ):
         from edgekit.core.runtime import with_outputs
         from onnx.reference import ReferenceEvaluator
@@ -335,7 +350,7 @@ class ExactRunner:
         if outputs:
             proto = with_outputs(proto, outputs)
         self._float_inputs = {i.name for i in proto.graph.input if i.type.tensor_type.elem_type in _FLOATS}
-        self._evaluator = ReferenceEvaluator(float64_model(proto), new_ops=_ops(jitter, seed))
+        self._evaluator = ReferenceEvaluator(float64_model(proto), new_ops=_ops(jitter, seed, observe))
         self.output_names = [o.name for o in proto.graph.output]
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

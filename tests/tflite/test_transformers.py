@@ -403,14 +403,15 @@ def test_attention_core_and_residual_sums_stay_float(name: str) -> None:
     residual = patterns.residual_sums(model)
     kinds = lambda found: sorted(n.op_type for n in model.graph if n.name in found)  # noqa: E731
     assert kinds(attention) == sorted(["MatMul"] * 4 + ["Mul"] * 2 + ["Add"] * 2 + ["Softmax"] * 2)
-    assert kinds(residual) == sorted(["Add"] * 6 + ["MatMul"] * 2)  # 2 layers x 2 sums, 2 x (down, bias)
-    down = {n.name for n in model.graph if n.op_type == "MatMul" and n.name in residual}
+    # 2 layers x 2 sums; 2 x the down projection (Gemm with its bias, and the Reshape back to [1, S, N])
+    assert kinds(residual) == sorted(["Add"] * 4 + ["Gemm"] * 2 + ["Reshape"] * 2)
+    down = {n.name for n in model.graph if n.op_type == "Gemm" and n.name in residual}
     plan = make_plan(model, float_output_heads=True)
     weighted = {w.node for w in plan.weights}
     projections = {
         n.name
         for n in model.graph
-        if n.op_type == "MatMul" and n.inputs[1].const_value is not None and n.name not in residual
+        if n.op_type == "Gemm" and n.inputs[1].const_value is not None and n.name not in residual
     }
     assert len(projections) == 2 * 5 and projections <= weighted  # Q, K, V, output, up: int8
     assert not (down | {n.name for n in model.graph if n.name in attention}) & weighted
