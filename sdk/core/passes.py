@@ -14,6 +14,7 @@ import onnx
 import onnx_ir as ir
 from edgekit.core.errors import EdgekitError, ModelError
 from edgekit.core.irutil import NameScope, add_initializer, attr, const_array, only_consumer, replace_value
+from edgekit.core.shape_checks import CheckStaticShapesPass, DeclineControlFlowPass, is_static
 from onnx_ir.passes.common import (
     LiftConstantsToInitializersPass,
     NameFixPass,
@@ -74,7 +75,7 @@ def _is_whole_slice(node: ir.Node) -> bool:
     if len(node.inputs) > 4 and node.inputs[4] is not None and (steps is None or np.any(steps != 1)):
         return False
     shape_in, shape_out = node.inputs[0].shape, node.outputs[0].shape
-    return _is_static(shape_in) and _is_static(shape_out) and list(shape_in) == list(shape_out)
+    return is_static(shape_in) and is_static(shape_out) and list(shape_in) == list(shape_out)
 
 
 class DropWholeSlicesPass(ir.passes.InPlacePass):
@@ -367,112 +368,6 @@ def _reshape(graph: ir.Graph, names: NameScope, before: ir.Node, x: ir.Value, di
     graph.insert_before(before, node)
     node.outputs[0].dtype, node.outputs[0].shape = x.dtype, ir.Shape([int(d) for d in dims])
     return node.outputs[0]
-
-
-#: Ops whose output size depends on the values of their inputs, never on shapes alone.
-_DATA_DEPENDENT = frozenset({"NonZero", "Unique", "Compress", "NonMaxSuppression", "StringSplit"})
-_CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
-
-
-def _is_static(shape: ir.Shape | None) -> bool:
-    return shape is not None and all(isinstance(d, int) and d >= 0 for d in shape)
-
-
-def _shape_text(shape: ir.Shape | None) -> str:
-    if shape is None:
-        return "unknown rank"
-    return "[" + ", ".join(str(d) if isinstance(d, int) and d >= 0 else "?" for d in shape) + "]"
-
-
-def _op_text(node: ir.Node) -> str:
-    """``Conv node 'conv1'``, ``com.microsoft.QLinearAdd node 'add_3'``."""
-    op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
-    return f"{op} node {node.name!r}"
-
-
-def _why_no_static_shape(node: ir.Node) -> str:
-    """Why the outputs of ``node``, whose inputs all have static shapes, do not."""
-    if node.domain not in ("", "ai.onnx"):
-        return f"{node.domain}.{node.op_type} is a custom op whose output shape onnx cannot infer"
-    if node.op_type in _DATA_DEPENDENT:
-        return f"the size of {node.op_type}'s output depends on its input values"
-    if node.op_type in _CONTROL_FLOW:
-        return f"the output shape of control flow ({node.op_type}) depends on the data"
-    computed = [v.name for v in node.inputs[1:] if v is not None and v.const_value is None]
-    if computed:
-        return (
-            f"its shape depends on the value of {computed[0]!r}, which is computed at run time "
-            "(not a constant)"
-        )
-    return "onnx shape inference cannot infer it"
-
-
-def explain_dynamic_shape(value: ir.Value) -> str:
-    """One sentence: which tensor has no static shape, which op produced it, and where that comes from.
-
-    Follows the first input without a static shape back to the op where the shapes stop being static
-    (its inputs all static: a custom op, a data-dependent op, a shape computed at run time) or to a
-    dynamic graph input.
-    """
-    node = value.producer()
-    head = f"tensor {value.name!r}"
-    if node is not None:
-        head += f" (output of {_op_text(node)})"
-    head += f" has no static shape ({_shape_text(value.shape)})"
-    seen: set[int] = set()
-    current = node
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        dynamic = next((v for v in current.inputs if v is not None and not _is_static(v.shape)), None)
-        if dynamic is None:
-            reason = _why_no_static_shape(current)
-            if current is node:
-                return f"{head}: {reason}"
-            return (
-                f"{head}: it is computed from {current.outputs[0].name!r}, output of {_op_text(current)}, "
-                f"and {reason}"
-            )
-        if dynamic.producer() is None:
-            return (
-                f"{head}: graph input {dynamic.name!r} has shape {_shape_text(dynamic.shape)}; "
-                f"pass --input-shape {dynamic.name}=D0,D1,..."
-            )
-        current = dynamic.producer()
-    return f"{head}: onnx shape inference cannot infer it"
-
-
-class CheckStaticShapesPass(ir.passes.InPlacePass):
-    """Every tensor must have a static shape after preparation (the targets need them).
-
-    A tensor whose shape is partly known (its rank, some dims) but not static is refused with the reason
-    (:func:`explain_dynamic_shape`); tensors without any shape are left to the converters, which infer
-    what onnx could not and refuse what they cannot.
-    """
-
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        for node in model.graph:
-            for out in node.outputs:
-                if out.shape is not None and not _is_static(out.shape):
-                    raise ModelError(explain_dynamic_shape(out))
-        return ir.passes.PassResult(model, False)
-
-
-#: Control-flow ops: their sub-graphs run a data-dependent number of times or branch at run time, which no
-#: target here converts (TFLite has no loops of ONNX's kind; shapes behind them are not static).
-CONTROL_FLOW = ("If", "Loop", "Scan")
-
-
-class DeclineControlFlowPass(ir.passes.InPlacePass):
-    """Control flow left after constant folding is declined with the op named, for every target alike."""
-
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        for node in model.graph:
-            if node.op_type in CONTROL_FLOW and node.domain in ("", "ai.onnx"):
-                raise ModelError(
-                    f"{node.op_type} node {node.name!r}: control flow ({'/'.join(CONTROL_FLOW)}) is not supported "
-                    "by any target; export the model with the loop unrolled or the branch chosen"
-                )
-        return ir.passes.PassResult(model, False)
 
 
 def prepare(model: ir.Model) -> ir.Model:
