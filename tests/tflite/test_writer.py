@@ -86,7 +86,6 @@ def test_serialized_model_runs_and_has_signature() -> None:
 
 
 def test_names_false_leaves_out_names_and_signature_and_runs_identically() -> None:
-    from ai_edge_litert.interpreter import Interpreter
     from edgekit.targets.tflite.converter import build_graph
 
     model = _odd_sized_model()
@@ -98,14 +97,7 @@ def test_names_false_leaves_out_names_and_signature_and_runs_identically() -> No
     assert parsed.SignatureDefsLength() == 0 and parsed.Description() is None and sub.Name() is None
     assert all(sub.Tensors(i).Name() is None for i in range(sub.TensorsLength()))
     assert b"serving_default" not in bare and b"serving_default" in full
-    x = random_feeds(model)["x"].transpose(0, 2, 3, 1)
-    outputs = []
-    for data in (full, bare):
-        interpreter = Interpreter(model_content=data)
-        interpreter.allocate_tensors()
-        interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
-        interpreter.invoke()
-        outputs.append(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]))
+    outputs = _litert_outputs(model, full, bare)
     np.testing.assert_array_equal(outputs[0], outputs[1])
 
 
@@ -197,7 +189,6 @@ def test_identical_quantization_tables_and_shapes_are_stored_once() -> None:
 def test_fp16_weights_share_their_name_with_the_dequantize_output_stored_once() -> None:
     """Each float16 constant carries the name of the float32 weight its DEQUANTIZE produces, and the file holds
     that name once (shared strings); LiteRT computes the same outputs, bit for bit, as the nameless file."""
-    from ai_edge_litert.interpreter import Interpreter
     from edgekit.targets.tflite.converter import ConvertOptions, build_graph
 
     rng = np.random.default_rng(1)
@@ -228,13 +219,21 @@ def test_fp16_weights_share_their_name_with_the_dequantize_output_stored_once() 
         assert source.Name() == out.Name()
         assert full.count(source.Name()) == 1  # one string, two tensors point at it
     assert full.count(b"w2_long_weight_name") == 1
+    outputs = _litert_outputs(model, full, bare)
+    np.testing.assert_array_equal(outputs[0], outputs[1])
+    assert_close_to_range(outputs[0].transpose(0, 3, 1, 2), run_onnx(model, random_feeds(model))[0], 1e-2)
+
+
+def _litert_outputs(model, *files: bytes) -> list[np.ndarray]:
+    """LiteRT's first output of each .tflite on the same seeded NHWC input."""
+    from ai_edge_litert.interpreter import Interpreter
+
     x = random_feeds(model)["x"].transpose(0, 2, 3, 1)
     outputs = []
-    for data in (full, bare):
+    for data in files:
         interpreter = Interpreter(model_content=data)
         interpreter.allocate_tensors()
         interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
         interpreter.invoke()
         outputs.append(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]))
-    np.testing.assert_array_equal(outputs[0], outputs[1])
-    assert_close_to_range(outputs[0].transpose(0, 3, 1, 2), run_onnx(model, random_feeds(model))[0], 1e-2)
+    return outputs
