@@ -513,7 +513,7 @@ def search(
             else:
                 raise QuantizationError(
                     f"{target.name}: {budget.describe()} cannot be met: best reached {budget.format(best_m.metric)} "
-                    f"with {len(ranked)} of {len(layers)} layers restored"
+                    f"(restoring up to {len(ranked)} of {len(layers)} layers; all of them is the float model)"
                 )
         ordered = [n for n in ranked if n in chosen]
         # Step 6: the curve on the whole set.
@@ -629,25 +629,39 @@ def _rank_and_restore(
         if any(g[0] > (0.0,) * len(g[0]) for g in gains.values()) or measured_upto >= len(order_cheap):
             break
         say(f"{target}: no restore of the first {measured_upto} candidates helps: re-ranking the next")
-    ranked = sorted(gains, key=lambda n: (gains[n][0], cheap_score[n]), reverse=True)
-    ranked += [n for n in order_cheap if n not in gains]
     # Layers not measured get the strongest restore (the last: float) on precision targets, else the first.
     default = per_layer[-1] if per_layer[-1] == "float" else per_layer[0]
-    restore_of = {n: gains[n][1] if n in gains else default for n in order_cheap}
+    while True:
+        ranked = sorted(gains, key=lambda n: (gains[n][0], cheap_score[n]), reverse=True)
+        ranked += [n for n in order_cheap if n not in gains]
+        restore_of = {n: gains[n][1] if n in gains else default for n in order_cheap}
 
-    def prefix(k: int) -> dict[str, str]:
-        return {n: restore_of[n] for n in ranked[:k]}
+        def prefix(k: int, ranked: list[str] = ranked, restore_of: dict = restore_of) -> dict[str, str]:
+            return {n: restore_of[n] for n in ranked[:k]}
 
-    k, _ = _shortest_prefix(s, with_restores, prefix, len(ranked), base_out, s.ranking)
-    if k is None:
-        return False, prefix(len(ranked)), ranked
-    chosen = _prune(s, with_restores, prefix(k))
-    confirm = s.run("confirm", [(with_restores(chosen), len(chosen))], s.everything)[0].measurement
-    if budget.met(confirm.metric) or len(s.everything) <= len(s.ranking):
-        return budget.met(confirm.metric), chosen, ranked
-    say(f"{target}: {budget.format(confirm.metric)} on the whole accuracy set: searching on it")
-    k2, _ = _shortest_prefix(s, with_restores, prefix, len(ranked), confirm, s.everything, lo=len(chosen))
-    return (True, prefix(k2), ranked) if k2 is not None else (False, chosen, ranked)
+        chosen = None
+        k, _ = _shortest_prefix(s, with_restores, prefix, len(ranked), base_out, s.ranking)
+        if k is not None:
+            chosen = _prune(s, with_restores, prefix(k))
+            confirm = s.run("confirm", [(with_restores(chosen), len(chosen))], s.everything)[0].measurement
+            if budget.met(confirm.metric) or len(s.everything) <= len(s.ranking):
+                return budget.met(confirm.metric), chosen, ranked
+            say(f"{target}: {budget.format(confirm.metric)} on the whole accuracy set: searching on it")
+            k2, _ = _shortest_prefix(
+                s, with_restores, prefix, len(ranked), confirm, s.everything, lo=len(chosen)
+            )
+            if k2 is not None:
+                return True, prefix(k2), ranked
+        if measured_upto >= len(order_cheap) or integer:  # int8 fixes only: the float-layer search decides
+            return False, chosen if chosen is not None else prefix(len(ranked)), ranked
+        # Re-rank: no prefix of the order measured so far meets the budget on the whole set, so measure the layers
+        # not yet measured (a layer with a high output SQNR can still hold a sample that decides the budget).
+        rest = order_cheap[measured_upto:]
+        measured_upto = len(order_cheap)
+        say(
+            f"{target}: no prefix of the measured order meets it on the whole set: measuring the other {len(rest)} layers"
+        )
+        _measure_choices(s, with_restores, rest, per_layer, base_out, gains)
 
 
 def _measure_choices(
@@ -688,6 +702,8 @@ def _shortest_prefix(s: _Search, with_restores, prefix, n: int, base: Measuremen
     while lo + step < n:
         sizes.append(lo + step)
         step *= 2
+    if n - 1 > max(sizes, default=lo):
+        sizes.append(n - 1)  # every layer restored is the float model, which meets no budget: n - 1 may
     sizes.append(n)
     fail, ok, best = lo, None, base
     for i in range(0, len(sizes), width):

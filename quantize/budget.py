@@ -65,7 +65,13 @@ class Budget:
 
     def format(self, metric: float) -> str:
         _, what, unit = KINDS[self.kind]
-        figure = f"{metric:.4f}" if self.kind == "min_cosine" else f"{metric:.2f}"
+        if self.kind == "min_cosine":  # enough digits that a value short of the budget never prints as it
+            digits = 4
+            while digits < 9 and metric < self.value and float(f"{metric:.{digits}f}") >= self.value:
+                digits += 1
+            figure = f"{metric:.{digits}f}"
+        else:
+            figure = f"{metric:.2f}"
         return f"{what} {figure}{' ' + unit if unit else ''}"
 
     def score(self, metric: float) -> float:
