@@ -67,10 +67,16 @@ def cached_photos(photos: Path | None = None) -> list[np.ndarray]:
 
 def merge_manifest(folder: Path, entries: list[dict[str, Any]]) -> Path:
     """Write ``entries`` into ``folder/zoo.json``, replacing the entries of the same names and keeping the others
-    (each builder script writes only its own), sorted by name."""
+    (each builder script writes only its own), sorted by name. A replaced entry's ``"ci": false`` (the suite's time
+    budget, set in the manifest) is kept unless the new entry says otherwise."""
     path = folder / "zoo.json"
     manifest = load_manifest(path) if path.exists() else {"format": 1, "models": []}
     ours = {e["name"] for e in entries}
+    for old in manifest["models"]:
+        if old["name"] in ours and old.get("ci") is False:
+            for e in entries:
+                if e["name"] == old["name"]:
+                    e.setdefault("ci", False)
     models = [m for m in manifest["models"] if m["name"] not in ours] + list(entries)
     manifest["models"] = sorted(models, key=lambda m: m["name"])
     path.write_text(json.dumps(manifest, indent=1) + "\n")
