@@ -623,6 +623,12 @@ def judge_outputs(
     line per failed output."""
     failures = []
     noise_results: list[Sequence[Mapping[str, np.ndarray]]] = []
+
+    def noise_run() -> Sequence[Mapping[str, np.ndarray]]:  # run once, when the first output needs it
+        if not noise_results:
+            noise_results.append(noise())
+        return noise_results[0]
+
     for name, entry in figures["outputs"].items():
         checks: list[dict[str, Any]] = []
 
@@ -637,9 +643,7 @@ def judge_outputs(
             passed = check("max_rel_error", entry["max_rel_error"], stick.max_rel_error, at_most=True)
             why = f"{stick.precision}: max error within {stick.max_rel_error:g} of the output's scale"
             if not passed and noise is not None and stick.float64_fallback:
-                if not noise_results:
-                    noise_results.append(noise())
-                exact = _stack(noise_results[0], name)
+                exact = _stack(noise_run(), name)
                 scale = entry["error_scale"] if entry["error_scale"] > 0 else 1.0
                 error = float(np.abs(_stack(actual, name) - exact).max()) / scale
                 entry["float64_reference"] = {
@@ -652,10 +656,10 @@ def judge_outputs(
         elif check("max_rel_error", entry["max_rel_error"], stick.resolution, at_most=True):
             passed, why = True, f"{stick.precision}: every error within the precision's step of the scale"
         else:
+            tie = stick.resolution * entry["error_scale"]  # classes this close to the best agree
             close = check("cosine", entry["cosine"], stick.min_cosine)
             close = check("sqnr_db", entry["sqnr_db"], stick.min_sqnr_db) and close
             if "class_axis" in entry:
-                tie = stick.resolution * entry["error_scale"]
                 ref, got = _stack(reference, name), _stack(actual, name)
                 entry["top1_agreement_ties"] = top1_agreements(ref, got, entry["class_axis"], tie)[1]
                 close = check("top1_agreement_ties", entry["top1_agreement_ties"], stick.min_top1) and close
@@ -665,9 +669,7 @@ def judge_outputs(
                 + (", top-1 agreement per position" if "class_axis" in entry else ""),
             )
             if not passed and noise is not None and stick.kernel_noise_db is not None:
-                if not noise_results:
-                    noise_results.append(noise())
-                floor = sqnr_db(reference, noise_results[0], name)
+                floor = sqnr_db(reference, noise_run(), name)
                 entry["kernel_noise"] = {
                     "reference": "the QDQ model on OpenVINO's int8 kernels, or its exact semantics under "
                     "float32 rounding (the noisier)",
@@ -676,9 +678,7 @@ def judge_outputs(
                 passed = check("sqnr_db_vs_kernel_noise", entry["sqnr_db"], floor - stick.kernel_noise_db)
                 why += "; below that, within the rounding noise of another int8 runtime"
             if not passed and noise is not None and stick.rounded_weights_fallback:
-                if not noise_results:
-                    noise_results.append(noise())
-                rounded, got = _stack(noise_results[0], name), _stack(actual, name)
+                rounded, got = _stack(noise_run(), name), _stack(actual, name)
                 cosine, sqnr = _cosine_sqnr(rounded, got)
                 entry["fp16_weights_reference"] = {
                     "reference": "the source model with its weights rounded to float16 (the recipe's numerics)",
@@ -689,7 +689,6 @@ def judge_outputs(
                 close = check("cosine_vs_fp16_weights", cosine, stick.min_cosine) and close
                 close = check("sqnr_db_vs_fp16_weights", sqnr, stick.min_sqnr_db) and close
                 if "class_axis" in entry:
-                    tie = stick.resolution * entry["error_scale"]
                     agree = top1_agreements(rounded, got, entry["class_axis"], tie)[1]
                     entry["fp16_weights_reference"]["top1_agreement_ties"] = agree
                     close = check("top1_agreement_ties_vs_fp16_weights", agree, stick.min_top1) and close

@@ -72,11 +72,10 @@ def merge_manifest(folder: Path, entries: list[dict[str, Any]]) -> Path:
     path = folder / "zoo.json"
     manifest = load_manifest(path) if path.exists() else {"format": 1, "models": []}
     ours = {e["name"] for e in entries}
-    for old in manifest["models"]:
-        if old["name"] in ours and old.get("ci") is False:
-            for e in entries:
-                if e["name"] == old["name"]:
-                    e.setdefault("ci", False)
+    kept_out = {m["name"] for m in manifest["models"] if m.get("ci") is False}
+    for e in entries:
+        if e["name"] in kept_out:
+            e.setdefault("ci", False)
     models = [m for m in manifest["models"] if m["name"] not in ours] + list(entries)
     manifest["models"] = sorted(models, key=lambda m: m["name"])
     path.write_text(json.dumps(manifest, indent=1) + "\n")
