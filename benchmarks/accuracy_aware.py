@@ -112,14 +112,16 @@ def edgekit_case(model_path: Path, calib: list[Sample], held: list[Sample], targ
     from edgekit.quantize.budget import Reference, measure
     from edgekit.quantize.options import QuantizeOptions
     from edgekit.quantize.pipeline import quantize
+    from edgekit.quantize.qdq import warnings_once
     from edgekit.targets.base import get_target
 
     model = load_model(model_path, input_shapes)
     tgt = get_target(target)
     start, cpu = time.perf_counter(), cpu_seconds()
     try:
-        result = search(model, calib, calib, tgt, QuantizeOptions(), SearchOptions(budget, workers=workers,
-                        ranking_samples=ranking), say=lambda line: print("  " + line, flush=True))  # fmt: skip
+        with warnings_once():
+            result = search(model, calib, calib, tgt, QuantizeOptions(), SearchOptions(budget, workers=workers,
+                            ranking_samples=ranking), say=lambda line: print("  " + line, flush=True))  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - a refusal is a result here
         return {"target": target, "refused": str(exc), "wall_s": time.perf_counter() - start,
                 "cpu_s": cpu_seconds() - cpu}  # fmt: skip
@@ -224,6 +226,13 @@ def main() -> None:
     parser.add_argument("--skip-nncf", action="store_true")
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--cases", default="mobilenetv2,nnapi,nncf,zoo,rec")
+    parser.add_argument(
+        "--rec-data",
+        choices=("text", "photos"),
+        default="text",
+        help="PP-OCRv4 rec's samples: rendered text lines (default) or crops of the shared photos",
+    )
+    parser.add_argument("--rec-lines", type=int, default=48, help="rec samples per half (search / held out)")
     args = parser.parse_args()
     cases = args.cases.split(",")
     out = args.out or Path(tempfile.mkdtemp(prefix="edgekit-accuracy-"))
@@ -277,7 +286,13 @@ def main() -> None:
         from zoo import SHARED_MODELS
 
         entry = next(e for e in SHARED_MODELS if e["name"] == "ppocrv4_rec")
-        calib, held = zoo_samples(entry, 24, 1), zoo_samples(entry, 24, 2)
+        if args.rec_data == "text":  # rendered text lines: what a recogniser reads (compression.text_lines)
+            from compression import text_lines
+
+            calib = [Sample(x, None) for x in text_lines(args.rec_lines, seed=1)]
+            held = [Sample(x, None) for x in text_lines(args.rec_lines, seed=2)]
+        else:  # crops of the shared photos (no text: near-tie sequences)
+            calib, held = zoo_samples(entry, args.rec_lines, 1), zoo_samples(entry, args.rec_lines, 2)
         for target in ("arm-cpu", "intel-vpu"):
             print(f"ppocrv4_rec {target} --min-agreement 99 ...", flush=True)
             results[f"ppocrv4_rec/{target}"] = row = edgekit_case(

@@ -10,6 +10,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +21,28 @@ from edgekit.quantize.calibrate import QParams
 from edgekit.quantize.plan import QuantPlan, WeightSpec, constant_key
 
 log = logging.getLogger("edgekit")
+
+#: Inside ``warnings_once()``, the warnings already given: a search quantizes the same model for every candidate
+#: (its pool's forked workers inherit the set), so a layer's bias note is said once, not once per candidate.
+_SAID: set[str] | None = None
+
+
+@contextmanager
+def warnings_once() -> Iterator[None]:
+    global _SAID
+    outer, _SAID = _SAID, set() if _SAID is None else _SAID
+    try:
+        yield
+    finally:
+        _SAID = outer
+
+
+def _warn_once(message: str) -> None:
+    if _SAID is None or message not in _SAID:
+        if _SAID is not None:
+            _SAID.add(message)
+        log.warning(message)
+
 
 _INT32 = np.iinfo(np.int32)
 
@@ -207,7 +231,7 @@ class QuantizeWeightsPass(ir.passes.InPlacePass):
                         node.name, node.op_type, channels, int(raised.sum()) if raised.ndim else 1
                     )
                 )
-                log.warning(
+                _warn_once(
                     f"{node.op_type} {node.name!r}: bias too large for int32 at its scale: the weight scale of "
                     + (f"{int(raised.sum())} channel(s)" if raised.ndim else "the layer")
                     + " raised to fit it (no clipping)"

@@ -212,6 +212,7 @@ def _meet_budget(
     from dataclasses import replace
 
     from edgekit.quantize.accuracy import SearchOptions, search
+    from edgekit.quantize.qdq import warnings_once
     from edgekit.targets.base import get_target
 
     if accuracy_data is None and eval_data is None:
@@ -223,16 +224,17 @@ def _meet_budget(
     search_options = (
         replace(search_options, budget=budget) if search_options is not None else SearchOptions(budget)
     )
-    result = search(
-        fp32,
-        calib_set,
-        accuracy_set,
-        get_target(target) if target is not None else None,
-        options,
-        search_options,
-        track=track,
-        say=say or (lambda line: None),
-    )
+    with warnings_once():  # every candidate quantizes the same layers: each layer's note once
+        result = search(
+            fp32,
+            calib_set,
+            accuracy_set,
+            get_target(target) if target is not None else None,
+            options,
+            search_options,
+            track=track,
+            say=say or (lambda line: None),
+        )
     described = accuracy_set.describe() if isinstance(accuracy_set, Dataset) else {"kind": "iterable"}
     report = {**result.to_json(), "data": {"flag": flag, **described}}
     # With a target, the file has that target's scheme (its activation type, ...): what the search measured.

@@ -19,7 +19,7 @@ import pytest
 from edgekit.core.model import load_proto
 from edgekit.quantize.options import QuantizeOptions
 from edgekit.quantize.pipeline import quantize
-from edgekit.quantize.qdq import fit_bias_scales, quantize_bias
+from edgekit.quantize.qdq import fit_bias_scales, quantize_bias, warnings_once
 from onnx import helper, numpy_helper
 from ort_reference import run_node_by_node
 
@@ -75,6 +75,27 @@ def test_fit_raises_only_the_channels_that_overflow():
     np.testing.assert_allclose(q * (1e-3 * fitted.astype(np.float64)), bias, rtol=1e-6)
     with pytest.raises(AssertionError):
         quantize_bias(bias, 1e-3, scales)  # unfitted scales are a bug, never clipped
+
+
+def test_a_search_says_each_layers_bias_note_once():
+    """Inside ``warnings_once`` (the accuracy search: one quantization per candidate) a layer's note is given
+    once; outside it every quantization gives it."""
+    source, calib = huge_bias_model(), [Sample(x) for x in tiny_inputs(4, 0)]
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append
+    logging.getLogger("edgekit").addHandler(handler)
+
+    def notes() -> int:
+        quantize(load_proto(source), calib, QuantizeOptions(samples=4))
+        return sum("raised" in r.getMessage() for r in records)
+
+    try:
+        with warnings_once():
+            assert [notes(), notes(), notes()] == [2, 2, 2]  # conv and fc, said by the first only
+        assert notes() == 4
+    finally:
+        logging.getLogger("edgekit").removeHandler(handler)
 
 
 @pytest.mark.parametrize("activations", ["int8", "uint8"])
