@@ -10,7 +10,7 @@ gets its weights rounded most carefully; the others absorb the difference.
 
 Only the integer values change: the scales, the zero points and the artifact (DequantizeLinear on the weights,
 float activations) are those of the data-free recipe. Depthwise convolutions (each output channel sees one
-input channel's taps) keep :func:`~edgekit.quantize.weight_only.round_preserving_sums`: measured on PP-OCRv4 rec,
+input channel's taps) keep :func:`~edgekit.quantize.qdq.round_preserving_sums`: measured on PP-OCRv4 rec,
 their second-order rounding changed nothing.
 
 PP-OCRv4 rec, 128 rendered text lines (``benchmarks/compression.py --calib 128``): cosine to fp32 on 30

@@ -64,6 +64,29 @@ def quantize_weight(weight: np.ndarray, axis: int | None) -> tuple[np.ndarray, n
     return q, scales
 
 
+def round_preserving_sums(x: np.ndarray, qmin: int, qmax: int) -> np.ndarray:
+    """Round ``x`` (weights over their scale, one group per row of the last axis) to integers in [qmin, qmax]
+    so that each row's sum of rounding errors is within half a step: round to nearest, then move the
+    fewest values whose rounding was closest to a tie one step the other way.
+
+    A kernel that computes a small difference of large taps (PP-OCRv4 rec's stem: taps up to 0.43, sum 0.10)
+    loses its response to smooth inputs when the rounding errors of its taps add up (3 % on one stem channel,
+    cosine 0.958 to fp32 over the recogniser with nearest rounding, 0.991 with this); the error of each value
+    stays below one step. Static int8 and int16x8 round convolution kernels this way too
+    (:func:`round_kernels`).
+    """
+    x = x.astype(np.float64)
+    q = np.clip(np.round(x), qmin, qmax)
+    need = np.round((x - q).sum(axis=-1, keepdims=True))  # steps to add (> 0) or remove (< 0) per row
+    residual = q - x
+    for sign in (1, -1):
+        cost = np.where((q < qmax) if sign > 0 else (q > qmin), 1 + 2 * sign * residual, np.inf)
+        rank = np.argsort(np.argsort(cost, axis=-1, kind="stable"), axis=-1, kind="stable")
+        move = (rank < np.abs(need)) & (np.sign(need) == sign) & np.isfinite(cost)
+        q = q + sign * move
+    return q
+
+
 def quantize_bias(
     bias: np.ndarray, input_scale: float, weight_scales: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -153,13 +176,23 @@ class RaisedWeightScales:
         return {"node": self.node, "op_type": self.op_type, "channels": self.channels, "count": self.count}
 
 
-def _requantize_weight(weight: np.ndarray, axis: int | None, scales: np.ndarray) -> np.ndarray:
-    """Symmetric int8 weights at the given (raised) scales."""
+def round_kernels(weight: np.ndarray, axis: int | None, scales: np.ndarray, op_type: str) -> np.ndarray:
+    """Symmetric int8 weights at the given scales; a convolution's kernels (more than one spatial tap, per output
+    and input channel) by :func:`round_preserving_sums`, so that no kernel's response to smooth input (the sum of
+    its taps) drifts by more than half a step; other weights to nearest.
+
+    PP-OCRv4 rec's stem depthwise convolution (16 near zero-sum 3x3 kernels: |sum| / absmax 0.01) alone took the
+    recogniser's decoded agreement with fp32 to 44 % on rendered text lines with nearest rounding.
+    """
     shape = [1] * weight.ndim
     if axis is not None:
         shape[axis] = -1
     scaled = weight.astype(np.float64) / scales.reshape(shape if axis is not None else ()).astype(np.float64)
-    return np.clip(np.round(scaled), -127, 127).astype(np.int8)
+    kernel = weight.ndim > 2 and int(np.prod(weight.shape[2:])) > 1
+    if op_type not in ("Conv", "ConvTranspose") or not kernel:
+        return np.clip(np.round(scaled), -127, 127).astype(np.int8)
+    groups = scaled.reshape(-1, int(np.prod(weight.shape[2:])))  # [O, C, *k] / [C, O, *k]: one row per kernel
+    return round_preserving_sums(groups, -127, 127).reshape(weight.shape).astype(np.int8)
 
 
 class QuantizeWeightsPass(ir.passes.InPlacePass):
@@ -206,6 +239,7 @@ class QuantizeWeightsPass(ir.passes.InPlacePass):
         weight = weight_value.const_value.numpy()
         axis = spec.axis if self.dense_per_channel or node.op_type not in ("Gemm", "MatMul") else None
         q, scales = quantize_weight(weight, axis)
+        q = round_kernels(weight, axis, scales, node.op_type)
         bias = None
         if spec.bias_index is not None:
             input_scale = self.params[spec.input_key or spec.input_tensor].scale
@@ -224,7 +258,7 @@ class QuantizeWeightsPass(ir.passes.InPlacePass):
         if bias is not None:
             scales, raised = fit_bias_scales(bias, input_scale, scales)
             if np.any(raised):
-                q = _requantize_weight(weight, axis, scales)
+                q = round_kernels(weight, axis, scales, node.op_type)
                 channels = np.flatnonzero(raised).tolist() if raised.ndim else []
                 self.raised_weight_scales.append(
                     RaisedWeightScales(
