@@ -154,10 +154,12 @@ def channel_ranges(
     dataset: Iterable,
     options: QuantizeOptions,
     track: Track = no_progress,
+    model_outputs: list[dict[str, np.ndarray]] | None = None,
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per-channel (axis 1) minimum and maximum of each tensor in ``names`` (rank 3 or more) over up to
     ``options.samples`` calibration samples, reduced inside the graph (only the channel vectors leave the
-    runtime)."""
+    runtime). ``model_outputs``, when given, receives the model's own outputs per sample (copies): the fp32
+    answers on these samples without another pass."""
     from edgekit.core.runtime import HostRunner
 
     proto = ir.to_proto(model)
@@ -180,7 +182,10 @@ def channel_ranges(
     highs: dict[str, np.ndarray] = {}
     total = dataset_length(dataset, options.samples)
     samples = prefetched((s, s.inputs) for s in islice(iter(dataset), options.samples))
+    own = [v.name for v in model.graph.outputs]
     for _, outputs in track(runner.run_stream(samples), "channel ranges", total):
+        if model_outputs is not None:
+            model_outputs.append({name: np.array(outputs[name]) for name in own})
         for name in names:
             lo, hi = (
                 np.asarray(outputs[name + _MIN], np.float64),

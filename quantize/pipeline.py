@@ -172,11 +172,13 @@ def calibrate(
     calibration: Iterable,
     options: QuantizeOptions,
     track: Track = no_progress,
+    model_outputs: list | None = None,
 ) -> Statistics:
     """The statistics of ``observe``'s tensors (with ``observing_options(options)``). With ``options.equalize``
     and depthwise inputs to equalize (:mod:`edgekit.quantize.equalize`): a first pass over the data takes their
     per-channel ranges, which decide the ratios; the statistics are then those of the rewritten model, and carry
-    the ratios (``Statistics.equalization``) for every model quantized with them."""
+    the ratios (``Statistics.equalization``) for every model quantized with them. That first pass runs the fp32
+    model itself: ``model_outputs``, when given, receives its outputs per sample (left empty without it)."""
     ratios: dict = {}
     sites = find_sites(model, options.exclude) if options.equalize else []
     if sites and iter(calibration) is calibration:  # type: ignore[comparison-overlap]
@@ -192,7 +194,7 @@ def calibrate(
         )
         quantized = set(plan.activations) - plan.derived  # a derived tensor takes its group's range
         names = list(dict.fromkeys(name for site in sites for name in site.scaled))
-        ranges = channel_ranges(model, names, calibration, options, track)
+        ranges = channel_ranges(model, names, calibration, options, track, model_outputs)
         ratios = {site.tensor: channel_ratios(model, site, ranges, quantized) for site in sites}
         model = ir.from_proto(ir.to_proto(model))  # a copy: the caller keeps its fp32 model
         EqualizePass(ratios)(model)
