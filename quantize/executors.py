@@ -121,7 +121,15 @@ def evaluate(context: EvalContext, task: Task) -> Outcome:
 _WORKER: dict[str, EvalContext] = {}
 
 
-def _install(context: EvalContext) -> None:
+def _install(context: EvalContext | tuple[str, str]) -> None:
+    """A worker's context: given, or ``(key, path)`` of its pickle, read by the worker itself."""
+    if isinstance(context, tuple):
+        import pickle
+
+        key, path = context
+        with open(path, "rb") as f:
+            _WORKER[key] = pickle.load(f)
+        return
     _WORKER[context.key] = context
 
 
@@ -169,14 +177,21 @@ class ProcessExecutor(Executor):
 
     def __init__(self, context: EvalContext, workers: int | None = None):
         import multiprocessing
+        import pickle
+        import tempfile
 
         self.workers = max(1, workers or min(os.cpu_count() or 1, 4))
         self.key = context.key
+        # The context (the accuracy inputs: tens of MB) goes through a file each worker reads as it starts: handed
+        # through the spawn pipe, it blocked this process until each worker in turn had started and read it.
+        handle, self.path = tempfile.mkstemp(prefix="edgekit-search-", suffix=".pkl")
+        with os.fdopen(handle, "wb") as f:
+            pickle.dump(context, f, protocol=pickle.HIGHEST_PROTOCOL)
         self.pool = ProcessPoolExecutor(
             self.workers,
             mp_context=multiprocessing.get_context("spawn"),
             initializer=_install,
-            initargs=(context,),
+            initargs=((context.key, self.path),),
         )
 
     def map(self, tasks: Sequence[Task]) -> list[Outcome]:
@@ -198,6 +213,8 @@ class ProcessExecutor(Executor):
 
     def close(self) -> None:
         self.pool.shutdown(cancel_futures=True)
+        if os.path.exists(self.path):
+            os.unlink(self.path)
 
 
 def _ray_evaluate(context: EvalContext, task: Task) -> Outcome:
