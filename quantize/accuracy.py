@@ -481,8 +481,9 @@ def search(
         base_started = s.start("int8", [(scheme, 0)])
         # Step 3 (on the chosen base): the per-layer SQNR ranking.
         # (On the first SQNR_SAMPLES ranking samples: a layer's noise power over thousands of values per sample
-        # is stable after a few; the base model already ran in the executor, so no compile check in a child.)
-        _, rows = per_layer_sqnr(model, base, _Samples(), limit=SQNR_SAMPLES, isolate=False)
+        # is stable after a few; the base model already ran exactly in the executor, so no compile check in a
+        # child; it ran there on the int8 kernels instead (intel-vpu): the exact form is compiled apart first.)
+        _, rows = per_layer_sqnr(model, base, _Samples(), limit=SQNR_SAMPLES, isolate=not context.exact_qdq)
         cheap = cheap_ranking(model, plan, layers, rows)
         say(
             f"{target.name}: {len(layers)} quantizable layers; worst by SQNR: "
