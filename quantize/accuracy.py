@@ -16,8 +16,11 @@
    ends the search. When none helps, the next ones are measured (re-rank); int8-only targets stop instead when
    no single fix moves the budget's metric at all.
 5. Restore in that order: a galloping then parallel (k-ary) bisection over the ranked list finds the shortest
-   prefix meeting the budget; layers whose removal keeps the budget are dropped (a restore that did not help);
-   the result is confirmed on the whole accuracy set (the search goes on there when it fails).
+   prefix meeting the budget, confirmed on the whole accuracy set (the search goes on there when it fails);
+   layers whose removal keeps the budget on the whole set are dropped (a restore that did not help): one by
+   one for a few, by delta debugging (:func:`~edgekit.quantize.prune.minimise`) for a long prefix. The measured ranking orders by the
+   budget's sample counts, then by the shortfall of the samples lost (``Measurement.shortfall``, continuous):
+   a restore that moves a borderline sample toward its class ranks before one that does nothing.
 6. The curve: the metric on the whole accuracy set after each restored layer, for the report.
 
 Candidates run on an :mod:`~edgekit.quantize.executors` executor: a local process pool or a Ray cluster; once
@@ -40,10 +43,18 @@ from edgekit.core.errors import DataError, QuantizationError
 from edgekit.quantize import rules
 from edgekit.quantize.budget import Budget, Measurement, Reference
 from edgekit.quantize.calibrate import Track, no_progress
-from edgekit.quantize.executors import EvalContext, Executor, Outcome, Task, make_executor
+from edgekit.quantize.executors import (
+    KERNEL_RUNNER_TARGETS,
+    EvalContext,
+    Executor,
+    Outcome,
+    Task,
+    make_executor,
+)
 from edgekit.quantize.options import HISTOGRAM_METHODS, QuantizeOptions
 from edgekit.quantize.pipeline import calibrate, observing_options, quantize
 from edgekit.quantize.plan import QuantPlan, make_plan
+from edgekit.quantize.prune import prune as _prune
 from edgekit.quantize.restores import Restore, apply_restores, available_restores, fused_followers
 
 log = logging.getLogger("edgekit")
@@ -252,8 +263,6 @@ def cheap_ranking(
 SQNR_SAMPLES = 16
 #: The curve is measured after each restored layer up to this many, else at this many points.
 CURVE_POINTS = 16
-#: Restores are pruned one by one up to this many (each costs an evaluation).
-PRUNE_LIMIT = 16
 
 
 def curve_points(count: int) -> list[int]:
@@ -368,21 +377,21 @@ def search(
             f"{budget.flag} needs labels and the accuracy data has none; use --min-agreement or --min-cosine"
         )
     stats = statistics
+    # The accuracy set is the calibration set: calibration's first pass (the fp32 model itself, when depthwise
+    # inputs are equalized) gives the fp32 answers too, without a pass of their own.
+    answers: list | None = [] if accuracy is calibration else None
     if stats is None or (observe_options.method in HISTOGRAM_METHODS and not stats.histograms):
-        stats = calibrate(model, _observe_all(model, scheme), calibration, observe_options, track)
+        stats = calibrate(model, _observe_all(model, scheme), calibration, observe_options, track, answers)
 
     output_names = [v.name for v in model.graph.outputs]
-    fp32_runner = HostRunner(ir.to_proto(model))
-    reference = Reference.build(
-        output_names,
-        [
+    if not answers or len(answers) < len(inputs):
+        fp32_runner = HostRunner(ir.to_proto(model))
+        answers = [
             fp32_runner.run({k: s[k] for k in fp32_runner.input_names})
             for s in track(inputs, "fp32 reference", len(inputs))
-        ],
-        labels,
-        budget,
-    )
-    del fp32_runner
+        ]
+        del fp32_runner
+    reference = Reference.build(output_names, answers[: len(inputs)], labels, budget)
     everything = tuple(range(len(inputs)))
     ranking = everything[: max(1, min(options.ranking_samples, len(inputs)))]
 
@@ -404,8 +413,9 @@ def search(
             return len(ranking)
 
     context = EvalContext(
-        uuid.uuid4().hex, ir.to_proto(model).SerializeToString(), stats, inputs, reference, budget
-    )
+        uuid.uuid4().hex, ir.to_proto(model).SerializeToString(), stats, inputs, reference, budget,
+        exact_qdq=target.name not in KERNEL_RUNNER_TARGETS,
+    )  # fmt: skip
     with make_executor(options.executor, context, options.workers) as executor:
         import os
 
@@ -420,17 +430,20 @@ def search(
             return replace(options_, exclude=options_.exclude | enclosed(options_.exclude))
 
         base_fixes: list[str] = []
-        whole = s.run("int8", [(scheme, 0)], s.everything)[0]
+        # Step 3b: int8 fixes of the whole model, legal on every target, measured together on the whole set:
+        # bias correction of every layer and the other range estimators (no method wins on every model: see
+        # docs/quantization.md); the best, if better than plain int8, is the search's starting point. They start
+        # with plain int8 (one round of the pool, not two); plain int8 meeting the budget ends the search.
+        fixes = whole_model_fixes(scheme, bool(stats.histograms))
+        whole_started = s.start("int8", [(scheme, 0)], s.everything)
+        fixes_started = s.start("int8-fixes", [(o, 0) for _, o in fixes], s.everything)
+        whole = whole_started()[0]
         if budget.met(whole.measurement.metric):
             return _result(
                 target, budget, scheme, {}, [], op_types, [whole], s, layers, choices, start, options
             )
-        # Step 3b: int8 fixes of the whole model, legal on every target, measured together on the whole set:
-        # bias correction of every layer and the other range estimators (no method wins on every model: see
-        # docs/quantization.md); the best, if better than plain int8, is the search's starting point.
-        fixes = whole_model_fixes(scheme, bool(stats.histograms))
         if fixes:
-            outs = s.run("int8-fixes", [(o, 0) for _, o in fixes], s.everything)
+            outs = fixes_started()
             for (names, _), out in zip(fixes, outs, strict=True):
                 say(
                     f"{target.name}: int8 with {' + '.join(names)} {budget.format(out.measurement.metric)} on the whole set"
@@ -440,8 +453,10 @@ def search(
                 for i in range(len(fixes))
                 if outs[i].measurement.key(budget) > whole.measurement.key(budget)
             ]
-            if len(better) > 1 and fixes[better[0]][0] == ("bias-correction",):
-                # Bias correction and a range estimator both helped: the best estimator with bias correction too.
+            met_already = any(budget.met(o.measurement.metric) for o in outs)
+            if len(better) > 1 and fixes[better[0]][0] == ("bias-correction",) and not met_already:
+                # Bias correction and a range estimator both helped (neither met): the best estimator with bias
+                # correction too.
                 method = max(better[1:], key=lambda i: outs[i].measurement.key(budget))
                 both = (fixes[method][0] + fixes[0][0], replace(fixes[method][1], bias_correction=True))
                 fixes.append(both)
@@ -458,7 +473,7 @@ def search(
                 return _result(target, budget, scheme, {}, [], op_types, [whole], s, layers, choices, start, options,
                                base_fixes=base_fixes)  # fmt: skip
         s.start_options = scheme
-        if options.cached_suffix:
+        if options.cached_suffix and context.exact_qdq:
             s.base = scheme
         # The ranking subset: the samples int8 gets most wrong, then the first others (to see new breakage). The
         # base model runs there in the executor (building its cached activations) while this process ranks.
@@ -466,8 +481,9 @@ def search(
         base_started = s.start("int8", [(scheme, 0)])
         # Step 3 (on the chosen base): the per-layer SQNR ranking.
         # (On the first SQNR_SAMPLES ranking samples: a layer's noise power over thousands of values per sample
-        # is stable after a few; the base model already ran in the executor, so no compile check in a child.)
-        _, rows = per_layer_sqnr(model, base, _Samples(), limit=SQNR_SAMPLES, isolate=False)
+        # is stable after a few; the base model already ran exactly in the executor, so no compile check in a
+        # child; it ran there on the int8 kernels instead (intel-vpu): the exact form is compiled apart first.)
+        _, rows = per_layer_sqnr(model, base, _Samples(), limit=SQNR_SAMPLES, isolate=not context.exact_qdq)
         cheap = cheap_ranking(model, plan, layers, rows)
         say(
             f"{target.name}: {len(layers)} quantizable layers; worst by SQNR: "
@@ -583,7 +599,7 @@ def _fields(options: QuantizeOptions) -> dict:
 
 
 def _gain(m: Measurement, base: Measurement, budget: Budget) -> tuple:
-    return tuple(a - b for a, b in zip(m.key(budget), base.key(budget), strict=True))
+    return tuple(a - b for a, b in zip(m.rank_key(budget), base.rank_key(budget), strict=True))
 
 
 def _rank_and_restore(
@@ -642,16 +658,17 @@ def _rank_and_restore(
         chosen = None
         k, _ = _shortest_prefix(s, with_restores, prefix, len(ranked), base_out, s.ranking)
         if k is not None:
-            chosen = _prune(s, with_restores, prefix(k))
+            chosen = prefix(k)
             confirm = s.run("confirm", [(with_restores(chosen), len(chosen))], s.everything)[0].measurement
-            if budget.met(confirm.metric) or len(s.everything) <= len(s.ranking):
-                return budget.met(confirm.metric), chosen, ranked
+            if budget.met(confirm.metric):
+                # Pruned on the whole set: every set kept meets the budget where it is confirmed.
+                return True, _prune(s, with_restores, chosen, s.everything), ranked
+            if len(s.everything) <= len(s.ranking):
+                return False, chosen, ranked
             say(f"{target}: {budget.format(confirm.metric)} on the whole accuracy set: searching on it")
-            k2, _ = _shortest_prefix(
-                s, with_restores, prefix, len(ranked), confirm, s.everything, lo=len(chosen)
-            )
+            k2, _ = _shortest_prefix(s, with_restores, prefix, len(ranked), confirm, s.everything, lo=k)
             if k2 is not None:
-                return True, prefix(k2), ranked
+                return True, _prune(s, with_restores, prefix(k2), s.everything), ranked
         if measured_upto >= len(order_cheap) or integer:  # int8 fixes only: the float-layer search decides
             return False, chosen if chosen is not None else prefix(len(ranked)), ranked
         # Re-rank: no prefix of the order measured so far meets the budget on the whole set, so measure the layers
@@ -682,7 +699,7 @@ def _measure_choices(
             tried[n].append((out.measurement, r))
             measured.append(out.measurement)
     for n in chunk:
-        best = max(range(len(tried[n])), key=lambda j: tried[n][j][0].key(budget))
+        best = max(range(len(tried[n])), key=lambda j: tried[n][j][0].rank_key(budget))
         gains[n] = (_gain(tried[n][best][0], base_out, budget), tried[n][best][1])
     return measured
 
@@ -727,27 +744,6 @@ def _shortest_prefix(s: _Search, with_restores, prefix, n: int, base: Measuremen
         ok = min([k for k in picks if met[k]], default=ok)
         fail = max([k for k in picks if not met[k] and k < ok], default=fail)
     return ok, best
-
-
-def _prune(s: _Search, with_restores, chosen: dict[str, str]) -> dict[str, str]:
-    """Drop the restores that did not help: each left out in turn (in parallel); those whose absence keeps the
-    budget go, all together if that still meets it, else the best one alone."""
-    if len(chosen) < 2 or len(chosen) > PRUNE_LIMIT:
-        return chosen
-    names = list(chosen)
-    trials = [({n: chosen[n] for n in names if n != drop}, drop) for drop in names]
-    outs = s.run("prune", [(with_restores(t), len(t)) for t, _ in trials])
-    removable = [(o.measurement, drop) for (_, drop), o in zip(trials, outs, strict=True)
-                 if s.budget.met(o.measurement.metric)]  # fmt: skip
-    if not removable:
-        return chosen
-    if len(removable) > 1:
-        together = {n: chosen[n] for n in names if n not in {d for _, d in removable}}
-        out = s.run("prune", [(with_restores(together), len(together))])[0]
-        if s.budget.met(out.measurement.metric):
-            return together
-    _, drop = max(removable, key=lambda r: r[0].key(s.budget))
-    return {n: chosen[n] for n in names if n != drop}
 
 
 def restore_names(restores: Sequence[Restore]) -> list[str]:

@@ -179,6 +179,11 @@ class Measurement:
     net_drop: float | None = None
     #: Per sample, how far the candidate is from fp32 for this budget (0: as fp32); not in the JSON.
     badness: tuple[float, ...] = ()
+    #: A classifier's continuous distance from fp32's answers: over the samples that count (``--max-drop``: those
+    #: fp32 gets right) and whose class the candidate gets wrong, how far fp32's class is below the candidate's
+    #: top logit (0: every such sample back). A restore that moves a borderline sample toward its class lowers it
+    #: before the sample flips; the whole-sample counts do not move.
+    shortfall: float = 0.0
 
     def key(self, budget: Budget) -> tuple[float, ...]:
         """Sort key for ranking, higher is closer to fp32. A top-1 drop is ranked by the agreement with fp32
@@ -191,6 +196,14 @@ class Measurement:
             return (self.agreement, self.step_agreement, cos, -self.metric)
         return (self.agreement, self.step_agreement, cos)
 
+    def rank_key(self, budget: Budget) -> tuple[float, ...]:
+        """:meth:`key` with the shortfall (a continuous figure) right after the whole-sample counts: how the search
+        ranks the effect of restoring one layer, when the samples that decide the budget are borderline."""
+        key = self.key(budget)
+        if budget.kind == "min_cosine":
+            return key
+        return (*key[:2], -self.shortfall, *key[2:])
+
     def to_json(self) -> dict:
         return {
             "metric": self.metric,
@@ -199,6 +212,7 @@ class Measurement:
             "cosine": self.cosine,
             "samples": self.samples,
             "net_drop_pp": self.net_drop,
+            "shortfall": self.shortfall,
         }
 
 
@@ -209,6 +223,7 @@ def measure(
     agree = steps = steps_total = ref_ok = cand_ok = lost = labelled = 0
     cosines: dict[str, list[float]] = {}
     badness: list[float] = []
+    shortfall = 0.0
     primary = reference.outputs[0]
     for i, out in zip(indices, results, strict=True):
         ref_frames = reference.frames[i]
@@ -226,6 +241,8 @@ def measure(
             cand_ok += int(frames[0]) == label
             lost += int(ref_frames[0]) == label and int(frames[0]) != label
             bad += 2.0 * (int(ref_frames[0]) == label and int(frames[0]) != label)
+        if not same and ref_frames.size == 1 and (label is None or int(ref_frames[0]) == label):
+            shortfall += _shortfall(np.asarray(out[primary]).reshape(-1), int(ref_frames[0]))
         sample_cosines = [_cosine(ref, out[name]) for name, ref in reference.arrays[i].items()]
         for name, c in zip(reference.arrays[i], sample_cosines, strict=True):
             cosines.setdefault(name, []).append(c)
@@ -245,4 +262,14 @@ def measure(
         assert cosine is not None
         metric = cosine
     net = 100.0 * (ref_ok - cand_ok) / max(n, 1) if labelled else None
-    return Measurement(metric, agreement, 100.0 * steps / max(steps_total, 1), cosine, n, net, tuple(badness))
+    return Measurement(
+        metric, agreement, 100.0 * steps / max(steps_total, 1), cosine, n, net, tuple(badness), shortfall
+    )
+
+
+def _shortfall(scores: np.ndarray, cls: int) -> float:
+    """How far class ``cls`` is below the top other score (a tie that argmax resolves elsewhere: a hair above 0)."""
+    if not 0 <= cls < scores.size or scores.size < 2:
+        return 0.0
+    other = float(np.max(np.delete(scores, cls)))
+    return max(other - float(scores[cls]), 0.0) + 1e-6

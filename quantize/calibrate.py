@@ -73,8 +73,14 @@ def collect_statistics(
     dataset: Iterable,
     options: QuantizeOptions,
     track: Track = no_progress,
+    channels: dict[str, list[tuple[np.ndarray, np.ndarray]]] | None = None,
+    model_outputs: list[dict[str, np.ndarray]] | None = None,
 ) -> Statistics:
-    """Run the fp32 model on up to ``options.samples`` calibration samples and observe every planned tensor."""
+    """Run the fp32 model on up to ``options.samples`` calibration samples and observe every planned tensor.
+
+    In the same pass, ``channels`` (tensor -> an empty list; min/max reduced in the graph only) receives each
+    tensor's per-channel (axis 1) minimum and maximum per sample, and ``model_outputs`` the model's own outputs
+    per sample (copies)."""
     from edgekit.core.runtime import HostRunner
 
     graph_inputs = {v.name for v in model.graph.inputs}
@@ -94,8 +100,11 @@ def collect_statistics(
     # Min/max (and channel means) are reduced inside the graph: only scalars leave the runtime. Histograms need
     # the tensors themselves.
     reduce_in_graph = options.method not in HISTOGRAM_METHODS
+    if channels and not reduce_in_graph:
+        raise QuantizationError("per-channel ranges in the statistics pass need min/max reduced in the graph")
     if reduce_in_graph:
         proto, extra = _reduction_model(model, captured, mean_captured, options.bias_correction)
+        extra += _channel_reductions(proto, list(channels or ()))
         runner = HostRunner(
             proto, extra_outputs=extra, isolate=True
         )  # a graph edgekit wrote: compile it apart
@@ -110,8 +119,13 @@ def collect_statistics(
         seen[0] = 0
         total = dataset_length(dataset, options.samples)
         samples = prefetched((s, s.inputs) for s in islice(iter(dataset), options.samples))
+        own = [v.name for v in model.graph.outputs]
         for sample, outputs in track(runner.run_stream(samples), description, total):
             seen[0] += 1  # outputs are consumed before the next item is taken
+            if model_outputs is not None:
+                model_outputs.append({name: np.array(outputs[name]) for name in own})
+            for name, per_sample in (channels or {}).items():
+                per_sample.append((np.array(outputs[name + _CMIN]), np.array(outputs[name + _CMAX])))
             for name in observed_names:
                 if name in graph_inputs:
                     yield name, sample.inputs[name]
@@ -146,21 +160,14 @@ def collect_statistics(
 
 
 _MIN, _MAX, _MEAN = "__edgekit_min", "__edgekit_max", "__edgekit_mean"
+_CMIN, _CMAX = "__edgekit_channel_min", "__edgekit_channel_max"
 
 
-def channel_ranges(
-    model: ir.Model,
-    names: list[str],
-    dataset: Iterable,
-    options: QuantizeOptions,
-    track: Track = no_progress,
-) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per-channel (axis 1) minimum and maximum of each tensor in ``names`` (rank 3 or more) over up to
-    ``options.samples`` calibration samples, reduced inside the graph (only the channel vectors leave the
-    runtime)."""
-    from edgekit.core.runtime import HostRunner
-
-    proto = ir.to_proto(model)
+def _channel_reductions(proto: onnx.ModelProto, names: list[str]) -> list[str]:
+    """Append to ``proto`` the per-channel (axis 1) ReduceMin/ReduceMax of each tensor in ``names`` (rank 3 or
+    more); the names of those outputs."""
+    if not names:
+        return []
     shape, axes = "__edgekit_nc_rest", "__edgekit_channel_axes"
     proto.graph.initializer.extend(
         [
@@ -172,19 +179,41 @@ def channel_ranges(
     for name in names:
         flat = name + "__edgekit_nc"
         proto.graph.node.append(onnx.helper.make_node("Reshape", [name, shape], [flat]))
-        for op, suffix in (("ReduceMin", _MIN), ("ReduceMax", _MAX)):
+        for op, suffix in (("ReduceMin", _CMIN), ("ReduceMax", _CMAX)):
             proto.graph.node.append(onnx.helper.make_node(op, [flat, axes], [name + suffix], keepdims=0))
             extra.append(name + suffix)
+    return extra
+
+
+def channel_ranges(
+    model: ir.Model,
+    names: list[str],
+    dataset: Iterable,
+    options: QuantizeOptions,
+    track: Track = no_progress,
+    model_outputs: list[dict[str, np.ndarray]] | None = None,
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per-channel (axis 1) minimum and maximum of each tensor in ``names`` (rank 3 or more) over up to
+    ``options.samples`` calibration samples, reduced inside the graph (only the channel vectors leave the
+    runtime). ``model_outputs``, when given, receives the model's own outputs per sample (copies): the fp32
+    answers on these samples without another pass."""
+    from edgekit.core.runtime import HostRunner
+
+    proto = ir.to_proto(model)
+    extra = _channel_reductions(proto, names)
     runner = HostRunner(proto, extra_outputs=extra, isolate=True)  # a graph edgekit wrote: compile it apart
     lows: dict[str, np.ndarray] = {}
     highs: dict[str, np.ndarray] = {}
     total = dataset_length(dataset, options.samples)
     samples = prefetched((s, s.inputs) for s in islice(iter(dataset), options.samples))
+    own = [v.name for v in model.graph.outputs]
     for _, outputs in track(runner.run_stream(samples), "channel ranges", total):
+        if model_outputs is not None:
+            model_outputs.append({name: np.array(outputs[name]) for name in own})
         for name in names:
             lo, hi = (
-                np.asarray(outputs[name + _MIN], np.float64),
-                np.asarray(outputs[name + _MAX], np.float64),
+                np.asarray(outputs[name + _CMIN], np.float64),
+                np.asarray(outputs[name + _CMAX], np.float64),
             )
             lows[name] = np.minimum(lows[name], lo) if name in lows else lo
             highs[name] = np.maximum(highs[name], hi) if name in highs else hi

@@ -21,10 +21,12 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import numpy as np
 import onnx
 import onnx_ir as ir
-from edgekit.core.errors import QuantizationError
+from edgekit.core.errors import DataError, QuantizationError
 from edgekit.quantize.calibrate import (
+    MinMax,
     QParams,
     Statistics,
     Track,
@@ -172,11 +174,15 @@ def calibrate(
     calibration: Iterable,
     options: QuantizeOptions,
     track: Track = no_progress,
+    model_outputs: list | None = None,
 ) -> Statistics:
     """The statistics of ``observe``'s tensors (with ``observing_options(options)``). With ``options.equalize``
     and depthwise inputs to equalize (:mod:`edgekit.quantize.equalize`): a first pass over the data takes their
     per-channel ranges, which decide the ratios; the statistics are then those of the rewritten model, and carry
-    the ratios (``Statistics.equalization``) for every model quantized with them."""
+    the ratios (``Statistics.equalization``) for every model quantized with them. Min/max reduced in the graph
+    (not the histogram methods), one pass does both: the ratios and the rewritten model's statistics come from
+    the fp32 model's per-channel ranges. ``model_outputs``, when given, receives the fp32 model's outputs per
+    sample."""
     ratios: dict = {}
     sites = find_sites(model, options.exclude) if options.equalize else []
     if sites and iter(calibration) is calibration:  # type: ignore[comparison-overlap]
@@ -192,13 +198,51 @@ def calibrate(
         )
         quantized = set(plan.activations) - plan.derived  # a derived tensor takes its group's range
         names = list(dict.fromkeys(name for site in sites for name in site.scaled))
-        ranges = channel_ranges(model, names, calibration, options, track)
+        if observing_options(options).method not in HISTOGRAM_METHODS:
+            # One pass: the statistics of the fp32 model and the per-channel ranges of the tensors the rewrite
+            # scales, which give both the ratios and the rewritten model's statistics (those tensors divided by
+            # the ratios per channel, everything else unchanged).
+            channels: dict[str, list] = {name: [] for name in names}
+            stats = collect_statistics(
+                model, observe, calibration, observing_options(options), track, channels, model_outputs
+            )
+            ranges = {
+                n: (np.min([lo for lo, _ in v], axis=0), np.max([hi for _, hi in v], axis=0))
+                for n, v in channels.items()
+                if v
+            }
+            if len(ranges) < len(names):
+                raise DataError("the calibration data set is empty")
+            ratios = {site.tensor: channel_ratios(model, site, ranges, quantized) for site in sites}
+            _equalized_statistics(stats, channels, scaled_tensors(model, ratios))
+            stats.equalization = ratios
+            return stats
+        ranges = channel_ranges(model, names, calibration, options, track, model_outputs)
         ratios = {site.tensor: channel_ratios(model, site, ranges, quantized) for site in sites}
         model = ir.from_proto(ir.to_proto(model))  # a copy: the caller keeps its fp32 model
         EqualizePass(ratios)(model)
-    stats = collect_statistics(model, observe, calibration, observing_options(options), track)
+    outputs = None if sites else model_outputs  # the rewritten model's are not the fp32 model's
+    stats = collect_statistics(model, observe, calibration, observing_options(options), track, None, outputs)
     stats.equalization = ratios
     return stats
+
+
+def _equalized_statistics(
+    stats: Statistics, channels: dict[str, list], scaled: dict[str, np.ndarray]
+) -> None:
+    """The fp32 model's statistics made those of the model rewritten with the ratios (:mod:`equalize`): each
+    scaled tensor's per-sample min/max from its per-channel ones divided by the ratios (positive), its channel
+    means divided by them."""
+    for name, ratio in scaled.items():
+        r = np.asarray(ratio, np.float64)
+        if name in stats.minmax:
+            observer = MinMax()
+            for lo, hi in channels[name]:
+                lo_r, hi_r = np.asarray(lo, np.float64) / r, np.asarray(hi, np.float64) / r
+                observer.update(np.array([lo_r.min(), hi_r.max()], np.float32))
+            stats.minmax[name] = observer
+        if name in stats.means and np.size(stats.means[name]) == r.size:
+            stats.means[name] = stats.means[name] / r
 
 
 def _observation_plan(model: ir.Model, plan: QuantPlan, options: QuantizeOptions) -> QuantPlan:

@@ -369,3 +369,104 @@ def test_the_search_calibrates_once_and_nnapi_falls_back_to_the_float_search(fra
     assert len(calls) == 1
     assert any(" with mse ranges " in line for line in lines)  # the histogram methods were among the fixes
     assert result.met and (FRAGILE, "float") in {(n, r) for n, _, r in result.restored}
+
+
+def _fragile_search(model, data, budget, count=40):
+    """A :class:`_Search` over the fragile model's samples on the inline executor (int8 base, exact runner)."""
+    import onnx_ir as ir
+    from edgekit.quantize.accuracy import _Search
+    from edgekit.quantize.budget import Reference
+    from edgekit.quantize.executors import EvalContext, InlineExecutor
+
+    x = np.load(data)["x"][:count]
+    stats = quantize(model, dataset(model, data), QuantizeOptions(activations="int8")).stats
+    ref = ort_outputs(ir.to_proto(model), x)
+    reference = Reference.build(["logits"], [{"logits": r[None]} for r in ref], [None] * len(x), budget)
+    inputs = [{"x": s[None]} for s in x]
+    context = EvalContext("k", ir.to_proto(model).SerializeToString(), stats, inputs, reference, budget)
+    everything = tuple(range(len(x)))
+    return _Search(InlineExecutor(context), budget, everything, everything), x
+
+
+def test_minimise_drops_the_restores_that_did_not_help_and_keeps_the_fragile_layer(fragile):
+    """Delta debugging over a long restored set (every layer but the head float): what is left still meets the
+    budget on the whole set (checked again in onnxruntime), holds the fragile layer, and is smaller."""
+    from edgekit.quantize.prune import minimise
+
+    path, data, _ = fragile
+    model = load_model(path)
+    budget = Budget("min_cosine", 0.995)
+    s, x = _fragile_search(model, data, budget)
+    base = QuantizeOptions(activations="int8")
+    layers = ["conv0", "conv2", FRAGILE, "conv3", "add"]  # the fragile layer in the middle of the ranked list
+    chosen = {n: "float" for n in layers}
+    kept = minimise(s, lambda r: apply_restores(base, r), chosen, s.everything)
+    assert FRAGILE in kept and len(kept) < len(chosen) and set(kept) <= set(chosen)
+    assert all(st.phase == "minimise" for st in s.steps) and s.steps
+    ref = ort_outputs(path, x)
+    qdq = quantize(model, (), apply_restores(base, kept), statistics=s.executor.context.stats).proto()
+    assert mean_cosine(ref, ort_outputs(qdq, x)) >= budget.value - 2e-3
+    # Without the fragile layer nothing meets it: each trial that dropped it failed and was not kept.
+    alone = {n: "float" for n in layers if n != FRAGILE}
+    assert not budget.met(
+        s.run("check", [(apply_restores(base, alone), 4)], s.everything)[0].measurement.metric
+    )
+
+
+def test_the_shortfall_measures_how_far_a_lost_sample_is_from_its_class():
+    """The continuous figure the restores are ranked by: over the samples fp32 gets right and the candidate gets
+    wrong, fp32's class below the candidate's top score; with equal sample counts the smaller shortfall ranks
+    first."""
+    from edgekit.quantize.budget import Reference, measure
+
+    budget = Budget("max_drop", 0.5)
+    ref_logits = [np.array([[3.0, 1.0, 0.0]]), np.array([[0.0, 2.0, 1.0]]), np.array([[0.0, 0.5, 2.0]])]
+    labels = [0, 1, 0]  # the third: fp32 is wrong, it does not count
+    reference = Reference.build(["y"], [{"y": r} for r in ref_logits], labels, budget)
+    near = [
+        {"y": np.array([[1.0, 1.2, 0.0]])},
+        {"y": np.array([[0.0, 2.0, 1.0]])},
+        {"y": np.array([[3.0, 0, 0]])},
+    ]
+    far = [
+        {"y": np.array([[1.0, 3.0, 0.0]])},
+        {"y": np.array([[0.0, 2.0, 1.0]])},
+        {"y": np.array([[3.0, 0, 0]])},
+    ]
+    m_near, m_far = (measure(budget, reference, range(3), o) for o in (near, far))
+    assert m_near.metric == m_far.metric == pytest.approx(100 / 3)  # one lost sample each
+    assert m_near.shortfall == pytest.approx(0.2, abs=1e-5) and m_far.shortfall == pytest.approx(
+        2.0, abs=1e-5
+    )
+    assert m_near.rank_key(budget) > m_far.rank_key(budget)
+    same = measure(budget, reference, range(3), [{"y": r} for r in ref_logits])
+    assert same.shortfall == 0.0 and same.metric == 0.0
+
+
+def test_intel_vpu_candidates_run_on_openvinos_int8_kernels(fragile):
+    """intel-vpu's candidates are measured as its IR runs (OpenVINO's int8 kernels, HostRunner(exact_qdq=False)),
+    whole (no cached cut): the same badness per sample as that runner on the whole QDQ model."""
+    import onnx_ir as ir
+    from edgekit.core.runtime import HostRunner
+    from edgekit.quantize.budget import Reference, measure
+    from edgekit.quantize.executors import KERNEL_RUNNER_TARGETS, EvalContext, Task, evaluate
+
+    assert "intel-vpu" in KERNEL_RUNNER_TARGETS and "arm-cpu" not in KERNEL_RUNNER_TARGETS
+    path, data, _ = fragile
+    model = load_model(path)
+    x = np.load(data)["x"][:16]
+    base = QuantizeOptions(activations="uint8")
+    stats = quantize(model, dataset(model, data), base).stats
+    budget = Budget("min_cosine", 0.99)
+    ref = ort_outputs(path, x)
+    reference = Reference.build(["logits"], [{"logits": r[None]} for r in ref], [None] * len(x), budget)
+    inputs = [{"x": s[None]} for s in x]
+    context = EvalContext("k", ir.to_proto(model).SerializeToString(), stats, inputs, reference, budget,
+                          exact_qdq=False)  # fmt: skip
+    candidate = apply_restores(base, {"conv3": "float"})
+    indices = tuple(range(len(x)))
+    out = evaluate(context, Task(candidate, indices, base))
+    assert out.cut is None
+    runner = HostRunner(quantize(model, (), candidate, statistics=stats).proto(), exact_qdq=False)
+    direct = measure(budget, reference, indices, [runner.run(i) for i in inputs])
+    assert out.measurement.badness == direct.badness and out.measurement.metric == direct.metric

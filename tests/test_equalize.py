@@ -259,3 +259,39 @@ def test_a_conv_read_by_a_non_fusable_clip_takes_the_clips_scale(tmp_path):
     out = np.concatenate([o[1] for o in _ort(qproto, samples, [q.dequantized["t1"]])])
     out = out * q.channel_scales["t1"].reshape(1, -1, 1, 1)
     assert np.abs(out - reference).max() <= 0.05 * float(reference.max())
+
+
+def test_one_calibration_pass_gives_the_rewritten_models_statistics(mobilenet):
+    """Min/max reduced in the graph, calibration runs once: the fp32 model's per-channel ranges of the tensors the
+    rewrite scales give the ratios and, divided by them, those tensors' statistics; they equal (to float32
+    rounding) the statistics collected by running the rewritten model, and the model outputs it hands back are
+    onnxruntime's fp32 outputs."""
+    from edgekit.quantize.calibrate import collect_statistics
+    from edgekit.quantize.pipeline import calibrate, observing_options
+
+    model, samples = mobilenet
+    options = QuantizeOptions(activations="int8", bias_correction=True)
+    observe = make_plan(model, options.exclude, False)
+    outputs: list = []
+    one = calibrate(model, observe, samples, options, model_outputs=outputs)
+    _, _, ratios = _ratios(model, samples, options)
+    assert set(one.equalization) == set(ratios)
+    assert all(np.allclose(one.equalization[k], ratios[k], rtol=1e-5) for k in ratios)
+    rewritten = ir.from_proto(ir.to_proto(model))
+    EqualizePass(ratios)(rewritten)
+    two = collect_statistics(rewritten, observe, samples, observing_options(options))
+    assert set(one.minmax) == set(two.minmax) and set(one.means) == set(two.means)
+    for name, b in two.minmax.items():
+        a = one.minmax[name]
+        assert (a.updates, a.count) == (b.updates, b.count)
+        # lo, hi and the means of the per-sample lo / hi, within float32 rounding of the tensor's span
+        got = np.array([a.lo, a.hi, a.sum_lo / a.updates, a.sum_hi / a.updates])
+        want = np.array([b.lo, b.hi, b.sum_lo / b.updates, b.sum_hi / b.updates])
+        assert np.abs(got - want).max() <= 1e-4 * max(b.hi - b.lo, 1e-6), name
+    for name, b in two.means.items():
+        assert np.abs(one.means[name] - b).max() <= 1e-4 * float(np.abs(b).max()), name
+    reference = _ort(model, samples)
+    first = [o.name for o in model.graph.outputs][0]
+    assert len(outputs) == len(samples)
+    for got, want in zip(outputs, reference, strict=True):
+        assert np.abs(got[first] - want[0]).max() <= 1e-4 * float(want[0].max() - want[0].min())
