@@ -281,6 +281,18 @@ def params_for_range(lo: float, hi: float, dtype: str) -> QParams:
     return QParams(float(np.float32(scale)), zero_point, dtype)
 
 
+def within_saturation(lo: float, hi: float, bounds: tuple[float, float]) -> tuple[float, float]:
+    """The range [lo, hi] of a tensor whose readers stop changing outside ``bounds`` (``QuantPlan.saturation``),
+    cut to those bounds plus a step of 1/254 of the cut range, so that the saturation point stays on the grid
+    whatever the zero point's rounding: values beyond it then quantize to the grid's end, which every reader maps
+    to what it maps the value itself to."""
+    cut_lo, cut_hi = max(lo, bounds[0]), min(hi, bounds[1])
+    if cut_hi <= cut_lo:
+        return lo, hi
+    step = (max(cut_hi, 0.0) - min(cut_lo, 0.0)) / 254.0
+    return (max(lo, bounds[0] - step), min(hi, bounds[1] + step))
+
+
 def fixed_params(fixed: tuple[float, int], dtype: str) -> QParams:
     """A fixed int8 range, shifted by 128 for uint8 (the uint8 kernels use the same scale); int16's as given."""
     scale, zp = fixed
@@ -350,10 +362,17 @@ def choose_params(
                 f"tensor {name!r}: the {method} range needs histograms; calibrate with a histogram method"
             )
         ranges[name] = choose_range(method, mm, hist, options.percentile)
+    groups = plan.members()
+    for members in groups.values():
+        # A scale group whose every member (derived ones too) is read only by saturating ops: the range stops
+        # at the union of their bounds.
+        if all(m in plan.saturation for m in members):
+            for m in members:
+                if m in ranges:
+                    ranges[m] = within_saturation(*ranges[m], plan.saturation[m])
     for node_name, index in plan.constants:
         array = nodes[node_name].inputs[index].const_value.numpy()
         ranges[constant_key(node_name, index)] = (float(array.min()), float(array.max()))
-    groups = plan.members()
 
     def dtype_of(root: str) -> str:
         return "int16" if any(m in plan.int16 for m in groups[root]) else options.activations

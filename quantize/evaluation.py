@@ -55,7 +55,11 @@ def evaluate(
             reference = ref[
                 quantized.plan.saturated.get(n, n)
             ]  # a Clip's input on its grid: the Clip's values
-            per_layer[n].update(reference, _unscaled(quantized, n, cand[quantized.dequantized[n]]))
+            candidate = _unscaled(quantized, n, cand[quantized.dequantized[n]])
+            bounds = quantized.plan.saturation.get(n)
+            if bounds is not None:  # read only by ops that saturate there: compare what they see
+                reference, candidate = np.clip(reference, *bounds), np.clip(candidate, *bounds)
+            per_layer[n].update(reference, candidate)
     if comparison.samples == 0:
         raise DataError("the evaluation data set is empty")
     layer_rows = [{"tensor": n, **per_layer[n].to_json()} for n in layers]

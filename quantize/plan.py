@@ -73,6 +73,9 @@ class QuantPlan:
     #: (node, input index) of float nodes that read a quantized activation as the float tensor, not its int8 copy
     #: (the skip input of a residual sum: ``patterns.residual_reads``).
     float_reads: set[tuple[str, int]] = field(default_factory=set)
+    #: Activations read only by ops that saturate their input (``rules.SATURATING_INPUTS``: HardSwish below -3,
+    #: ...) -> the bounds beyond which no reader sees a difference: their range need not reach further.
+    saturation: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def group(self, name: str) -> str:
         root = name
@@ -401,6 +404,12 @@ def make_plan(
                 plan.union(members[0], out.name)
                 if _range_preserving(node):
                     plan.derived.add(out.name)
+    planned = set(plan.activations)
+    for node in model.graph:
+        for out in node.outputs:
+            bounds = rules.saturation_bounds(out) if out.name in planned else None
+            if bounds is not None:
+                plan.saturation[out.name] = bounds
     float_nodes = {f.node for f in plan.float_ops}
     plan.float_reads = {(n, i) for n, i in patterns.residual_reads(model) if n in float_nodes}
     return plan

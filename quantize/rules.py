@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import onnx_ir as ir
 from edgekit.core.irutil import attr, const_array
 
@@ -424,6 +425,43 @@ register("Softmax", _unary("SOFTMAX"))
 register("Sigmoid", _unary("LOGISTIC"))
 register("Tanh", _unary("TANH"))
 register("LogSoftmax", _unary("LOG_SOFTMAX"))
+
+
+def _hard_sigmoid_bounds(node: ir.Node) -> tuple[float, float]:
+    alpha, beta = float(attr(node, "alpha", 0.2)), float(attr(node, "beta", 0.5))
+    if alpha <= 0:
+        return (-np.inf, np.inf)
+    return (-beta / alpha, (1.0 - beta) / alpha)
+
+
+#: Ops whose output stops changing once their data input (input 0) leaves [lo, hi]: node -> (lo, hi). A tensor
+#: that only such ops read needs no int8 levels beyond those bounds (HardSwish is 0 below -3, HardSigmoid 0 below
+#: -beta/alpha and 1 above (1 - beta)/alpha, Relu 0 below 0): its grid saturates there instead, and every reader
+#: computes the same values (PP-LCNetV3's Conv -> HardSwish outputs span [-211, 184]: half the grid went to
+#: values HardSwish maps to 0).
+SATURATING_INPUTS: dict[str, Callable[[ir.Node], tuple[float, float]]] = {
+    "HardSwish": lambda node: (-3.0, np.inf),
+    "HardSigmoid": _hard_sigmoid_bounds,
+    "Relu": lambda node: (0.0, np.inf),
+}
+
+
+def saturation_bounds(value: ir.Value) -> tuple[float, float] | None:
+    """The [lo, hi] outside which none of ``value``'s readers sees a difference (the union of their
+    :data:`SATURATING_INPUTS` bounds), or None when a reader is another op, reads it as another input, or the
+    value is a model output."""
+    if value.is_graph_output():
+        return None
+    bounds = []
+    for node, index in value.uses():
+        bound = SATURATING_INPUTS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        if bound is None or index != 0:
+            return None
+        bounds.append(bound(node))
+    if not bounds:
+        return None
+    return min(b[0] for b in bounds), max(b[1] for b in bounds)
+
 
 #: Activations that fuse into the op before them when that op ``fuses_activation``.
 FUSABLE_ACTIVATIONS = frozenset({"Relu", "Clip"})
