@@ -28,7 +28,8 @@ MS = "com.microsoft"
 def fused_encoder(opset: int = 14, attention: dict | None = None) -> onnx.ModelProto:
     """EmbedLayerNormalization -> Attention (1-D mask_index) -> SkipLayerNormalization -> FastGelu FFN ->
     SkipLayerNormalization (bias) -> Attention (raw 2-D mask) -> BiasGelu -> LayerNormalization (default domain,
-    below opset 17 as onnxruntime allows) -> QuickGelu: what the optimizer writes for a BERT-style encoder."""
+    below opset 17 as onnxruntime allows) -> QuickGelu -> T5's RMSNorms (SkipSimplifiedLayerNormalization,
+    SimplifiedLayerNormalization): what the optimizer writes for a BERT-style encoder."""
     rng = np.random.default_rng(3)
 
     def w(*shape: int, scale: float = 0.3) -> np.ndarray:
@@ -40,6 +41,7 @@ def fused_encoder(opset: int = 14, attention: dict | None = None) -> onnx.ModelP
         "g1": 1 + w(HIDDEN), "b1": w(HIDDEN), "fc1": w(HIDDEN, 32), "fb1": w(32), "fc2": w(32, HIDDEN),
         "g2": 1 + w(HIDDEN), "b2": w(HIDDEN), "sb2": w(HIDDEN), "qkv1": w(HIDDEN, 3 * HIDDEN),
         "qkvb1": w(3 * HIDDEN), "gb": w(HIDDEN), "g3": 1 + w(HIDDEN), "b3": w(HIDDEN),
+        "g4": 1 + w(HIDDEN), "g5": 1 + w(HIDDEN),
     }  # fmt: skip
     nodes = [
         helper.make_node("Cast", ["input_ids"], ["ids32"], to=TensorProto.INT32),
@@ -64,7 +66,9 @@ def fused_encoder(opset: int = 14, attention: dict | None = None) -> onnx.ModelP
         helper.make_node("Attention", ["h2", "qkv1", "qkvb1", "mask32"], ["att1"], domain=MS, num_heads=HEADS),
         helper.make_node("BiasGelu", ["att1", "gb"], ["a2"], domain=MS),
         helper.make_node("LayerNormalization", ["a2", "g3", "b3"], ["h3"], epsilon=1e-5),
-        helper.make_node("QuickGelu", ["h3"], ["y"], domain=MS, alpha=1.702),
+        helper.make_node("QuickGelu", ["h3"], ["q"], domain=MS, alpha=1.702),
+        helper.make_node("SkipSimplifiedLayerNormalization", ["q", "h3", "g4"], ["r"], domain=MS, epsilon=1e-6),
+        helper.make_node("SimplifiedLayerNormalization", ["r", "g5"], ["y"], epsilon=1e-6),
     ]  # fmt: skip
     ids = [
         helper.make_tensor_value_info(n, TensorProto.INT64, [1, SEQ]) for n in ("input_ids", "attention_mask")
@@ -113,6 +117,7 @@ def test_expansion_matches_onnxruntimes_fused_kernels(opset: int) -> None:
     done = contrib.expand(expanded)
     assert set(done) == {
         "Attention", "BiasGelu", "EmbedLayerNormalization", "FastGelu", "QuickGelu", "SkipLayerNormalization",
+        "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization",
     } | ({"LayerNormalization"} if opset < 17 else set())  # fmt: skip
     assert not any(n.domain == MS for n in expanded.graph.node)
     assert MS not in {i.domain for i in expanded.opset_import}

@@ -3,7 +3,8 @@
 optimum's O2-O4 exports and onnxruntime's transformers optimizer (``optimize_model(model_type="bert")``; the
 ``model_O2.onnx`` ... files that sentence-transformers repositories ship) fuse a BERT-style encoder into
 onnxruntime-only ops: ``EmbedLayerNormalization``, ``Attention``, ``SkipLayerNormalization``, ``BiasGelu``,
-``FastGelu``, ... and a ``LayerNormalization`` in the default domain below opset 17 (onnxruntime registers it
+``FastGelu``, T5's ``SkipSimplifiedLayerNormalization`` (RMSNorm), ... and a ``LayerNormalization`` (or
+``SimplifiedLayerNormalization``) in the default domain below opset 17 (onnxruntime registers it
 there since opset 1; ONNX has it from 17, so the version converter has no adapter for it). Each becomes the
 standard ops it stands for, with onnxruntime's semantics (the reference that runs the file): the attention's
 1-D ``mask_index`` (valid keys per batch row) and raw 2-D masks add ``mask_filter_value`` (-10000) to masked
@@ -80,6 +81,12 @@ class _Writer:
         scaled = self.op("Mul", [self.op("Div", [centred, std]), gamma], None if beta else out)
         return self.op("Add", [scaled, beta], out) if beta else scaled
 
+    def rms_norm(self, x: str, gamma: str, eps: float, out: str) -> str:
+        """T5's RMSNorm: x / sqrt(mean(x^2) + eps) * gamma (onnxruntime's SimplifiedLayerNormalization)."""
+        mean_square = self.reduce("ReduceMean", self.op("Mul", [x, x]), [-1])
+        rms = self.op("Sqrt", [self.op("Add", [mean_square, self.const("eps", np.array(eps, np.float32))])])
+        return self.op("Mul", [self.op("Div", [x, rms]), gamma], out)
+
     def gelu_erf(self, x: str, out: str) -> str:
         erf = self.op(
             "Erf", [self.op("Mul", [x, self.const("rsqrt2", np.array(1 / np.sqrt(2), np.float32))])]
@@ -122,6 +129,28 @@ def _skip_layer_norm(w: _Writer, node: onnx.NodeProto) -> None:
     if len(node.output) > 3 and node.output[3]:
         total = w.op("Identity", [total], node.output[3])
     w.layer_norm(total, node.input[2], _opt(node, 3), a.get("epsilon", 1e-12), out=node.output[0])
+
+
+def _simplified_layer_norm(w: _Writer, node: onnx.NodeProto) -> None:
+    a = _attrs(node)
+    if a.get("axis", -1) != -1 or _used_outputs(node, 1):
+        raise ModelError(
+            f"SimplifiedLayerNormalization node {node.name!r}: only axis -1 and one output are expanded"
+        )
+    w.rms_norm(node.input[0], node.input[1], a.get("epsilon", 1e-5), node.output[0])
+
+
+def _skip_simplified_layer_norm(w: _Writer, node: onnx.NodeProto) -> None:
+    if any(i in (1, 2) for i in _used_outputs(node, 1)):
+        raise ModelError(
+            f"SkipSimplifiedLayerNormalization node {node.name!r}: its inverse std output is used"
+        )
+    total = w.op("Add", [node.input[0], node.input[1]])
+    if _opt(node, 3):
+        total = w.op("Add", [total, node.input[3]])
+    if len(node.output) > 3 and node.output[3]:
+        total = w.op("Identity", [total], node.output[3])
+    w.rms_norm(total, node.input[2], _attrs(node).get("epsilon", 1e-5), node.output[0])
 
 
 def _bias_gelu(w: _Writer, node: onnx.NodeProto) -> None:
@@ -266,6 +295,8 @@ def _rank(graph: onnx.GraphProto, name: str) -> int | None:
 
 _EXPANSIONS: dict[str, Callable[[_Writer, onnx.NodeProto], None]] = {
     "SkipLayerNormalization": _skip_layer_norm,
+    "SimplifiedLayerNormalization": _simplified_layer_norm,
+    "SkipSimplifiedLayerNormalization": _skip_simplified_layer_norm,
     "BiasGelu": _bias_gelu,
     "Gelu": _bias_gelu,
     "FastGelu": _fast_gelu,
@@ -284,8 +315,9 @@ def expand(proto: onnx.ModelProto) -> list[str]:
     nodes: list[onnx.NodeProto] = []
     fused_inputs: set[str] = set()
     for index, node in enumerate(graph.node):
-        # onnxruntime also registers LayerNormalization in the default domain below opset 17
-        fused = node.domain == MS_DOMAIN or (node.op_type == "LayerNormalization" and opset < 17)
+        # onnxruntime also registers (Simplified)LayerNormalization in the default domain (below opset 17)
+        fused = node.domain == MS_DOMAIN or node.op_type == "SimplifiedLayerNormalization"
+        fused = fused or (node.op_type == "LayerNormalization" and opset < 17)
         fn = _EXPANSIONS.get(node.op_type) if fused else None
         if fn is None:
             nodes.append(node)
