@@ -14,7 +14,8 @@
   with ``x`` and the result quantized, the converter fuses them into TFLite's GELU and runs its int8 kernel
   (a lookup table of the same function), which is what the QDQ model computes.
 - ``attention_cores``: ``softmax(Q K^T * scale + mask) V``: the scores MatMul (two activations), the scaling and
-  masking up to the Softmax, and the MatMul reading the probabilities. Real encoders' scores span +-100
+  masking up to the Softmax (and the ``where(isnan(p), 0, p)`` guard after it that dynamo exports write), and
+  the MatMul reading the probabilities. Real encoders' scores span +-100
   (all-MiniLM-L6-v2: an int8 step of 0.55): one step is a factor 1.7 on a probability, so int8 scores cost
   accuracy, and one rounding flip of an integer kernel moves the probabilities by up to 10 steps.
 - ``residual_sums``: a post-LayerNorm encoder's residual ``LayerNorm(skip + projection(h))``: the Add and, when the
@@ -238,10 +239,24 @@ def _attention_at(softmax: ir.Node) -> list[ir.Node] | None:
         node = scores[0].producer() if scores else None
     if not _activation_matmul(node):
         return None
-    users = [u.node for u in softmax.outputs[0].uses()]
-    if len(users) != 1 or not _activation_matmul(users[0]) or users[0].inputs[0] is not softmax.outputs[0]:
+    guard, probs = _nan_guard(softmax)
+    users = [u.node for u in probs.uses()]
+    if len(users) != 1 or not _activation_matmul(users[0]) or users[0].inputs[0] is not probs:
         return None
-    return [node, *chain, softmax, users[0]]
+    return [node, *chain, softmax, *guard, users[0]]
+
+
+def _nan_guard(softmax: ir.Node) -> tuple[list[ir.Node], ir.Value]:
+    """``where(isnan(p), 0, p)`` after the Softmax (``torch.onnx.export(dynamo=True)``'s scaled_dot_product_attention
+    writes it for fully masked rows): its IsNaN and Where, and the probabilities it writes; else none and ``p``."""
+    probs = softmax.outputs[0]
+    users = [u.node for u in probs.uses()]
+    isnan = [n for n in users if n.op_type == "IsNaN"]
+    where = [n for n in users if n.op_type == "Where"]
+    guarded = len(users) == 2 and len(isnan) == 1 and len(where) == 1
+    if guarded and where[0].inputs[0] is isnan[0].outputs[0] and where[0].inputs[2] is probs:
+        return [isnan[0], where[0]], where[0].outputs[0]
+    return [], probs
 
 
 def attention_cores(model: ir.Model) -> dict[str, str]:

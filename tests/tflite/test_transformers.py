@@ -599,3 +599,51 @@ def test_batch_matmul_ranks(rank: int) -> None:
     else:
         with pytest.raises(TargetError, match="BATCH_MATMUL takes ranks 2 to 5"):
             convert(model)
+
+
+def _causal_attention_with_nan_guard() -> onnx.ModelProto:
+    """CLIP's text attention as ``torch.onnx.export(dynamo=True)`` writes scaled_dot_product_attention: a causal
+    mask constant (-3.4e38 above the diagonal) added to the scores, Softmax, ``where(isnan(p), 0, p)``, times V."""
+    rng = np.random.default_rng(8)
+    seq, width = 8, 16
+    w = lambda *s: (rng.standard_normal(s) * 0.4).astype(np.float32)  # noqa: E731
+    causal = np.triu(np.full((seq, seq), np.finfo(np.float32).min, np.float32), 1)[None]
+    nodes = [
+        helper.make_node("MatMul", ["x", "wq"], ["q"]),
+        helper.make_node("MatMul", ["x", "wk"], ["k"]),
+        helper.make_node("MatMul", ["x", "wv"], ["v"]),
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"]),
+        helper.make_node("Add", ["s", "causal"], ["a"]),
+        helper.make_node("Softmax", ["a"], ["p"], axis=-1),
+        helper.make_node("IsNaN", ["p"], ["nan"]),
+        helper.make_node("Where", ["nan", "zero", "p"], ["pg"]),
+        helper.make_node("MatMul", ["pg", "v"], ["o"]),
+        helper.make_node("MatMul", ["o", "wo"], ["y"]),
+    ]
+    inits = {"wq": w(width, width), "wk": w(width, width), "wv": w(width, width), "wo": w(width, width)}
+    inits |= {"causal": causal, "zero": np.array(0.0, np.float32)}
+    return _model(nodes, [("x", TensorProto.FLOAT, [1, seq, width])], ["y"], inits.items(), opset=18)
+
+
+def test_dynamo_attention_nan_guard_stays_in_the_float_core(tmp_path: Path) -> None:
+    """The guard between the Softmax and the MatMul (dynamo's SDPA) no longer hides the attention core: the
+    -3.4e38 mask Add stays float. Before, it was quantized at a scale of 1.3e36 (the scores became 0) and LiteRT
+    aborted on the int8 ADD's requantize multiplier (SIGABRT in QuantizeMultiplierSmallerThanOneExp)."""
+    from edgekit.core.exact import ExactRunner
+    from edgekit.core.model import load_proto
+    from edgekit.quantize import patterns
+
+    model = _causal_attention_with_nan_guard()
+    core = patterns.attention_cores(load_proto(model))
+    kinds = sorted(n.op_type for n in load_proto(model).graph if n.name in core)
+    assert kinds == sorted(["MatMul", "Add", "Softmax", "IsNaN", "Where", "MatMul"])
+    rng = np.random.default_rng(9)
+    feeds = [{"x": rng.standard_normal((1, 8, 16)).astype(np.float32)} for _ in range(8)]
+    qdq = edgekit_qdq(model, feeds, float_output_heads=True)
+    result = convert(qdq)
+    exact = ExactRunner(qdq, [result.outputs[0].name])
+    for sample in feeds[:3]:
+        got = run_in_child(result, sample, tmp_path)
+        assert cosine(got, exact.run(sample)[result.outputs[0].name]) >= 0.999
+        assert cosine(got, run_onnx(model, sample)[0]) >= 0.99
