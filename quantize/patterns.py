@@ -8,8 +8,9 @@
   of a MatMul/Gemm/Conv reading the path). A Gather reading ids as indices is not on the path (it picks rows of
   a float table).
 - ``layer_norms``: LayerNorm written out as ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div (+ the affine Mul/Add),
-  as PyTorch exports it below opset 17: float inside like the LayerNormalization op (an int8 variance of int8
-  deviations loses most of its precision), quantized at its input and output.
+  as PyTorch exports it below opset 17, and T5's RMSNorm (Pow/ReduceMean/Add/Sqrt/Div/Mul, + the scale Mul):
+  float inside like the LayerNormalization op (an int8 variance of int8 deviations loses most of its precision,
+  and one step of a row's variance rescales the whole row), quantized at its input and output.
 - ``erf_gelus``: the nodes of ``x * 0.5 * (1 + erf(x / sqrt 2))`` (PyTorch's exact GELU). Kept float inside,
   with ``x`` and the result quantized, the converter fuses them into TFLite's GELU and runs its int8 kernel
   (a lookup table of the same function), which is what the QDQ model computes.
@@ -205,9 +206,43 @@ def layer_norm_at(div: ir.Node) -> list[ir.Node] | None:
     return nodes
 
 
+def rms_norm_at(sqrt: ir.Node) -> list[ir.Node] | None:
+    """T5's RMSNorm ``x * (1 / sqrt(mean(x^2) + eps))`` or ``x / sqrt(mean(x^2) + eps)`` [* gamma]: its nodes (the
+    square first, the last node the result), or None."""
+    add = _producer(sqrt.inputs[0], "Add")
+    if add is None or not any(const_array(v) is not None for v in add.inputs):
+        return None
+    var = next((n for v in add.inputs if (n := _producer(v, "ReduceMean")) is not None), None)
+    square = _producer(var.inputs[0], "Pow", "Mul") if var is not None else None
+    if square is None:
+        return None
+    x = square.inputs[0]
+    if (square.op_type == "Pow" and not _scalar(square.inputs[1], 2.0)) or (
+        square.op_type == "Mul" and square.inputs[1] is not x
+    ):
+        return None
+    div = _only_user(sqrt.outputs[0], "Div")
+    if div is None or div.inputs[1] is not sqrt.outputs[0]:
+        return None
+    nodes = [square, var, add, sqrt, div]
+    if div.inputs[0] is not x:  # 1 / sqrt(...), then times x
+        scale = _only_user(div.outputs[0], "Mul")
+        if not _scalar(div.inputs[0], 1.0) or scale is None or _other(scale, div.outputs[0]) is not x:
+            return None
+        nodes.append(scale)
+    out = nodes[-1].outputs[0]
+    user = _only_user(out, "Mul")  # the constant scale gamma
+    if user is not None and const_array(_other(user, out)) is not None:
+        nodes.append(user)
+    return nodes
+
+
 def layer_norms(model: ir.Model) -> dict[str, str]:
-    """The nodes of every LayerNorm written out in ``model``."""
-    return _every(model, "Div", layer_norm_at, LAYER_NORM_REASON)
+    """The nodes of every LayerNorm (and RMSNorm) written out in ``model``."""
+    return {
+        **_every(model, "Sqrt", rms_norm_at, LAYER_NORM_REASON),
+        **_every(model, "Div", layer_norm_at, LAYER_NORM_REASON),
+    }
 
 
 #: Ops between the scores MatMul and the Softmax: scaling by a constant, adding the mask, picking by it.

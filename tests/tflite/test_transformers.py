@@ -647,3 +647,61 @@ def test_dynamo_attention_nan_guard_stays_in_the_float_core(tmp_path: Path) -> N
         got = run_in_child(result, sample, tmp_path)
         assert cosine(got, exact.run(sample)[result.outputs[0].name]) >= 0.999
         assert cosine(got, run_onnx(model, sample)[0]) >= 0.99
+
+
+def _t5_rms_norm_block(reciprocal: bool) -> onnx.ModelProto:
+    """T5's RMSNorm as torch exports it (``x * rsqrt(mean(x^2) + eps) * w``: Pow, ReduceMean, Add, Sqrt, Div(1, .),
+    Mul, Mul; or ``x / sqrt(...)``) between two projections."""
+    rng = np.random.default_rng(10)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"]),
+        helper.make_node("Pow", ["h", "two"], ["sq"]),
+        helper.make_node("ReduceMean", ["sq"], ["var"], axes=[-1]),
+        helper.make_node("Add", ["var", "eps"], ["ve"]),
+        helper.make_node("Sqrt", ["ve"], ["sd"]),
+        *(
+            [helper.make_node("Div", ["one", "sd"], ["r"]), helper.make_node("Mul", ["h", "r"], ["n"])]
+            if reciprocal
+            else [helper.make_node("Div", ["h", "sd"], ["n"])]
+        ),
+        helper.make_node("Mul", ["gamma", "n"], ["g"]),
+        helper.make_node("MatMul", ["g", "w2"], ["y"]),
+    ]
+    inits = {
+        "w1": (0.5 * rng.standard_normal((16, 32))).astype(np.float32),
+        "w2": (0.3 * rng.standard_normal((32, 16))).astype(np.float32),
+        "two": np.array(2.0, np.float32),
+        "eps": np.array(1e-6, np.float32),
+        "one": np.array(1.0, np.float32),
+        "gamma": (1 + 0.3 * rng.standard_normal(32)).astype(np.float32),
+    }
+    return _model(nodes, [("x", TensorProto.FLOAT, [1, 6, 16])], ["y"], inits.items(), opset=13)
+
+
+@pytest.mark.parametrize("reciprocal", [True, False], ids=["times-reciprocal", "divide"])
+def test_written_out_rms_norm_stays_float_inside(reciprocal: bool, tmp_path: Path) -> None:
+    """An RMSNorm written out is float inside like a LayerNorm (one int8 step of a row's mean square rescales
+    the whole row; the T5 encoder's int8 TFLite missed the 0.999 cosine to its QDQ model with it quantized),
+    quantized at its input and output; the int8 TFLite equals its QDQ model."""
+    from edgekit.core.exact import ExactRunner
+    from edgekit.core.model import load_proto
+    from edgekit.quantize import patterns
+    from edgekit.quantize.plan import make_plan
+
+    model = _t5_rms_norm_block(reciprocal)
+    prepared_model = load_proto(model)
+    found = patterns.layer_norms(prepared_model)
+    kinds = sorted(n.op_type for n in prepared_model.graph if n.name in found)
+    expected = ["Pow", "ReduceMean", "Add", "Sqrt", "Div", "Mul"] + (["Mul"] if reciprocal else [])
+    assert kinds == sorted(expected)
+    reasons = {f.node: f.reason for f in make_plan(prepared_model).float_ops}
+    assert all(reasons.get(n) == patterns.LAYER_NORM_REASON for n in found)
+    rng = np.random.default_rng(11)
+    feeds = [{"x": rng.standard_normal((1, 6, 16)).astype(np.float32)} for _ in range(8)]
+    qdq = edgekit_qdq(model, feeds, float_output_heads=True)
+    result = convert(qdq)
+    exact = ExactRunner(qdq, [result.outputs[0].name])
+    for sample in feeds[:2]:
+        got = run_in_child(result, sample, tmp_path)
+        assert cosine(got, exact.run(sample)[result.outputs[0].name]) >= 0.999
+        assert cosine(got, run_onnx(model, sample)[0]) >= 0.99
