@@ -8,13 +8,15 @@
   of a MatMul/Gemm/Conv reading the path). A Gather reading ids as indices is not on the path (it picks rows of
   a float table).
 - ``layer_norms``: LayerNorm written out as ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div (+ the affine Mul/Add),
-  as PyTorch exports it below opset 17: float inside like the LayerNormalization op (an int8 variance of int8
-  deviations loses most of its precision), quantized at its input and output.
+  as PyTorch exports it below opset 17, and T5's RMSNorm (Pow/ReduceMean/Add/Sqrt/Div/Mul, + the scale Mul):
+  float inside like the LayerNormalization op (an int8 variance of int8 deviations loses most of its precision,
+  and one step of a row's variance rescales the whole row), quantized at its input and output.
 - ``erf_gelus``: the nodes of ``x * 0.5 * (1 + erf(x / sqrt 2))`` (PyTorch's exact GELU). Kept float inside,
   with ``x`` and the result quantized, the converter fuses them into TFLite's GELU and runs its int8 kernel
   (a lookup table of the same function), which is what the QDQ model computes.
 - ``attention_cores``: ``softmax(Q K^T * scale + mask) V``: the scores MatMul (two activations), the scaling and
-  masking up to the Softmax, and the MatMul reading the probabilities. Real encoders' scores span +-100
+  masking up to the Softmax (and the ``where(isnan(p), 0, p)`` guard after it that dynamo exports write), and
+  the MatMul reading the probabilities. Real encoders' scores span +-100
   (all-MiniLM-L6-v2: an int8 step of 0.55): one step is a factor 1.7 on a probability, so int8 scores cost
   accuracy, and one rounding flip of an integer kernel moves the probabilities by up to 10 steps.
 - ``residual_sums``: a post-LayerNorm encoder's residual ``LayerNorm(skip + projection(h))``: the Add and, when the
@@ -204,9 +206,43 @@ def layer_norm_at(div: ir.Node) -> list[ir.Node] | None:
     return nodes
 
 
+def rms_norm_at(sqrt: ir.Node) -> list[ir.Node] | None:
+    """T5's RMSNorm ``x * (1 / sqrt(mean(x^2) + eps))`` or ``x / sqrt(mean(x^2) + eps)`` [* gamma]: its nodes (the
+    square first, the last node the result), or None."""
+    add = _producer(sqrt.inputs[0], "Add")
+    if add is None or not any(const_array(v) is not None for v in add.inputs):
+        return None
+    var = next((n for v in add.inputs if (n := _producer(v, "ReduceMean")) is not None), None)
+    square = _producer(var.inputs[0], "Pow", "Mul") if var is not None else None
+    if square is None:
+        return None
+    x = square.inputs[0]
+    if (square.op_type == "Pow" and not _scalar(square.inputs[1], 2.0)) or (
+        square.op_type == "Mul" and square.inputs[1] is not x
+    ):
+        return None
+    div = _only_user(sqrt.outputs[0], "Div")
+    if div is None or div.inputs[1] is not sqrt.outputs[0]:
+        return None
+    nodes = [square, var, add, sqrt, div]
+    if div.inputs[0] is not x:  # 1 / sqrt(...), then times x
+        scale = _only_user(div.outputs[0], "Mul")
+        if not _scalar(div.inputs[0], 1.0) or scale is None or _other(scale, div.outputs[0]) is not x:
+            return None
+        nodes.append(scale)
+    out = nodes[-1].outputs[0]
+    user = _only_user(out, "Mul")  # the constant scale gamma
+    if user is not None and const_array(_other(user, out)) is not None:
+        nodes.append(user)
+    return nodes
+
+
 def layer_norms(model: ir.Model) -> dict[str, str]:
-    """The nodes of every LayerNorm written out in ``model``."""
-    return _every(model, "Div", layer_norm_at, LAYER_NORM_REASON)
+    """The nodes of every LayerNorm (and RMSNorm) written out in ``model``."""
+    return {
+        **_every(model, "Sqrt", rms_norm_at, LAYER_NORM_REASON),
+        **_every(model, "Div", layer_norm_at, LAYER_NORM_REASON),
+    }
 
 
 #: Ops between the scores MatMul and the Softmax: scaling by a constant, adding the mask, picking by it.
@@ -238,10 +274,24 @@ def _attention_at(softmax: ir.Node) -> list[ir.Node] | None:
         node = scores[0].producer() if scores else None
     if not _activation_matmul(node):
         return None
-    users = [u.node for u in softmax.outputs[0].uses()]
-    if len(users) != 1 or not _activation_matmul(users[0]) or users[0].inputs[0] is not softmax.outputs[0]:
+    guard, probs = _nan_guard(softmax)
+    users = [u.node for u in probs.uses()]
+    if len(users) != 1 or not _activation_matmul(users[0]) or users[0].inputs[0] is not probs:
         return None
-    return [node, *chain, softmax, users[0]]
+    return [node, *chain, softmax, *guard, users[0]]
+
+
+def _nan_guard(softmax: ir.Node) -> tuple[list[ir.Node], ir.Value]:
+    """``where(isnan(p), 0, p)`` after the Softmax (``torch.onnx.export(dynamo=True)``'s scaled_dot_product_attention
+    writes it for fully masked rows): its IsNaN and Where, and the probabilities it writes; else none and ``p``."""
+    probs = softmax.outputs[0]
+    users = [u.node for u in probs.uses()]
+    isnan = [n for n in users if n.op_type == "IsNaN"]
+    where = [n for n in users if n.op_type == "Where"]
+    guarded = len(users) == 2 and len(isnan) == 1 and len(where) == 1
+    if guarded and where[0].inputs[0] is isnan[0].outputs[0] and where[0].inputs[2] is probs:
+        return [isnan[0], where[0]], where[0].outputs[0]
+    return [], probs
 
 
 def attention_cores(model: ir.Model) -> dict[str, str]:

@@ -25,6 +25,7 @@ FLOORS: dict[str, int] = {
         f"edgekit.core.{m}": 1
         for m in (
             "errors",
+            "contrib",
             "irutil",
             "model",
             "passes",

@@ -7,6 +7,10 @@
   dynamic batch and sequence axes as the transformers docs show: position ids from the cumsum of
   ``input_ids != pad``, the token-type lookup as GatherElements over the position table, no token_type_ids input.
   The entry fixes the dims with --input-shape.
+- ``bert_ort_fused``: Hugging Face's BertModel (3 inputs, eager attention) exported with optimum's dynamic axes and
+  names, then fused by onnxruntime's transformers optimizer as optimum's O2 does (the ``model_O2.onnx`` that
+  sentence-transformers repositories ship): com.microsoft EmbedLayerNormalization, Attention (1-D mask_index),
+  SkipLayerNormalization and BiasGelu at opset 14. The entry fixes the dims with --input-shape.
 - ``mobilenet_v2_fp16``: torchvision's MobileNetV2 made float16 the way onnxconverter-common's
   ``convert_float_to_float16`` (keep_io_types=False) writes it: float16 weights, Constants and inputs/outputs.
 
@@ -111,6 +115,68 @@ def export_roberta(path: Path, full: bool) -> dict[str, Any]:
     }
 
 
+def export_bert_ort_fused(path: Path, full: bool) -> dict[str, Any]:
+    t = _hf_transformers()
+    from onnxruntime.transformers import optimizer
+
+    torch.manual_seed(SEED)
+    hidden, heads = (384, 12) if full else (64, 4)
+    config = t.BertConfig(
+        vocab_size=30522 if full else 1000, hidden_size=hidden, num_attention_heads=heads,
+        num_hidden_layers=6 if full else 2, intermediate_size=4 * hidden if full else 128,
+        max_position_embeddings=512 if full else 64, attn_implementation="eager",
+    )  # fmt: skip
+    model = t.BertModel(config, add_pooling_layer=False).eval()
+    gen = torch.Generator().manual_seed(SEED + 2)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "LayerNorm" in name:
+                p.copy_((1.0 if name.endswith("weight") else 0.0) + 0.2 * torch.randn(p.shape, generator=gen))
+
+    class Encoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = model
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return self.m(input_ids, attention_mask, token_type_ids).last_hidden_state
+
+    seq = 128 if full else ROBERTA_SEQ
+    ids = torch.randint(1000 if full else 103, config.vocab_size, (1, seq), generator=gen)
+    mask = torch.ones(1, seq, dtype=torch.long)
+    mask[0, -4:], ids[0, -4:] = 0, 0
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    dynamic = {n: {0: "batch_size", 1: "sequence_length"} for n in names}
+    dynamic["last_hidden_state"] = {0: "batch_size", 1: "sequence_length"}
+    with torch.no_grad():
+        torch.onnx.export(
+            Encoder().eval(), (ids, mask, torch.zeros_like(ids)), str(path), input_names=names,
+            output_names=["last_hidden_state"], opset_version=14, dynamo=False, dynamic_axes=dynamic,
+        )  # fmt: skip
+    fused = optimizer.optimize_model(
+        str(path), model_type="bert", num_heads=heads, hidden_size=hidden, opt_level=1
+    )
+    fused.save_model_to_file(str(path))
+    return {
+        "name": path.stem,
+        "file": path.name,
+        "family": "BERT, onnxruntime-fused (optimum O2)",
+        "kind": "encoder",
+        "opset": 14,
+        "inputs": [{"name": n, "shape": [1, seq], "dtype": "int64"} for n in names],
+        "outputs": ["last_hidden_state"],
+        "data": {
+            "type": "tokens",
+            "vocab_size": config.vocab_size,
+            "roles": {"input_ids": "ids", "attention_mask": "mask", "token_type_ids": "type_ids"},
+        },
+        "extra_args": [a for n in names for a in ("--input-shape", f"{n}=1,{seq}")],
+        "params": sum(p.numel() for p in model.parameters()),
+        "note": "com.microsoft EmbedLayerNormalization, Attention, SkipLayerNormalization, BiasGelu; dynamic axes",
+        "seed": SEED,
+    }
+
+
 def to_float16(path: Path) -> None:
     """``path`` rewritten as onnxconverter-common's convert_float_to_float16(keep_io_types=False) would."""
     import onnx
@@ -160,12 +226,17 @@ def main(argv: list[str] | None = None) -> int:
         entry["ci"] = False
 
     code = export.build_main(argv, __doc__, specs, seed=SEED, finish=finish)
-    full = "--full" in (argv if argv is not None else sys.argv[1:])
+    args = argv if argv is not None else sys.argv[1:]
+    full = "--full" in args
+    only = set(args[args.index("--only") + 1].split(",")) if "--only" in args else None
     folder = export.FULL_DIR if full else export.REDUCED_DIR
-    entry = export_roberta(folder / "roberta_tiny_dynamic.onnx", full)
-    entry.update(size="full" if full else "reduced", ci=False)
-    zoo_data.merge_manifest(folder, [entry])
-    print(f"roberta_tiny_dynamic  {(folder / entry['file']).stat().st_size / 1e6:.2f} MB")
+    for name, build in (("roberta_tiny_dynamic", export_roberta), ("bert_ort_fused", export_bert_ort_fused)):
+        if only is not None and name not in only:
+            continue
+        entry = build(folder / f"{name}.onnx", full)
+        entry.update(size="full" if full else "reduced", ci=False)
+        zoo_data.merge_manifest(folder, [entry])
+        print(f"{name}  {(folder / entry['file']).stat().st_size / 1e6:.2f} MB")
     return code
 
 

@@ -240,6 +240,7 @@ def load_proto(
     # Before anything reads the shapes: onnx's version converter aborts the process (a failed std::clamp
     # assertion) on a value_info dim of -1, as older paddle2onnx releases write them.
     forget_nonpositive_dims(copy)
+    expanded = _expand_fused_ops(copy)
     proto = upgrade_opset(copy)
     # The lowest IR version the opsets allow (>= 4: initializers that are not graph inputs), so that every
     # runtime, including ones older than this onnx package, reads what we write.
@@ -252,7 +253,7 @@ def load_proto(
     del proto.graph.input[:]
     proto.graph.input.extend(kept)
     forget_nonpositive_dims(proto)
-    notes = float16_to_float32(proto) + fix_input_shapes(proto, input_shapes)
+    notes = expanded + float16_to_float32(proto) + fix_input_shapes(proto, input_shapes)
     if messages is not None:
         messages.extend(notes)  # the caller announces them (once per command, not once per load)
     else:
@@ -268,6 +269,14 @@ def load_proto(
     if prepare:
         model = passes.prepare(model)
     return model
+
+
+def _expand_fused_ops(proto: onnx.ModelProto) -> list[str]:
+    """onnxruntime's fused transformer ops (optimum O2+, com.microsoft) as standard ONNX; the note to show."""
+    from edgekit.core import contrib
+
+    done = contrib.expand(proto)
+    return [f"onnxruntime fused op(s) written out as standard ONNX: {', '.join(done)}"] if done else []
 
 
 def _qoperator_to_qdq(model: ir.Model, messages: list[str] | None) -> None:

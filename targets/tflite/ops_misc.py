@@ -512,19 +512,21 @@ def space_to_depth(ctx: Context, node: ir.Node, *, blocksize: int) -> None:
 def _arg(ctx: Context, node: ir.Node, code: str, axis: int, keepdims: int, select_last_index: int) -> None:
     x = ctx.tensor(node.inputs[0])
     axis = axis + x.rank if axis < 0 else axis
-    y = ctx.output(node.outputs[0], dtype=np.int64)
+    # int32 like every int64 ONNX value here (ids, Shape arithmetic): an index added to a shape product
+    # (CLIP's EOS pooling) must not meet an int32 operand as INT64 (add.cc: input1->type != input2->type)
+    y = ctx.output(node.outputs[0], dtype=np.int32)
     opts = fb.ArgMaxOptionsT() if code == "ARG_MAX" else fb.ArgMinOptionsT()
-    opts.outputType = fb.TensorType.INT64
+    opts.outputType = fb.TensorType.INT32
     reduced = tuple(d for i, d in enumerate(x.shape) if i != axis)
-    target = y if not keepdims and not select_last_index else ctx.tmp(code.lower(), reduced, np.int64)
+    target = y if not keepdims and not select_last_index else ctx.tmp(code.lower(), reduced, np.int32)
     axis_const = ctx.graph.const("axis", np.array([axis], np.int32))
     if select_last_index:
         # The first extremum of the reversed axis is the last one: index n - 1 - i in the input.
         reversed_x = ctx.tmp("reversed", x.shape, x.dtype)
         ctx.op("REVERSE_V2", [x, axis_const], [reversed_x])
-        first = ctx.tmp(code.lower() + "_reversed", reduced, np.int64)
+        first = ctx.tmp(code.lower() + "_reversed", reduced, np.int32)
         ctx.op(code, [reversed_x, axis_const], [first], opts)
-        last = ctx.graph.const("last", np.array(x.shape[axis] - 1, np.int64))
+        last = ctx.graph.const("last", np.array(x.shape[axis] - 1, np.int32))
         binary(ctx, "SUB", last, first, target if keepdims else y)
     else:
         ctx.op(code, [x, axis_const], [target], opts)

@@ -754,6 +754,21 @@ CASES: list[Case] = [
         [n("Floor", ["x"], ["f"]), n("ArgMin", ["f"], axis=-1, keepdims=0, select_last_index=1)],
         {"x": (2, 3, 6)},
     ),
+    # CLIP's text pooling: hidden[arange(B), argmax(ids == eos)] as ArgMax + row offset from Shape, Gather
+    Case(
+        "argmax_plus_shape_offset_gather",
+        [
+            n("ArgMax", ["x"], ["a"], axis=-1, keepdims=0),
+            n("Shape", ["h"], ["s"]),
+            n("Gather", ["s", "one"], ["len"], axis=0),
+            n("Mul", ["rows", "len"], ["off"]),
+            n("Add", ["a", "off"], ["i"]),
+            n("Flatten", ["h"], ["f"], axis=2),
+            n("Gather", ["f", "i"], axis=0),
+        ],
+        {"x": (2, 5), "h": (2, 5, 4)},
+        inits={"one": np.array(1, np.int64), "rows": i64(0, 1)},
+    ),
     Case("argmin_last_axis", [n("ArgMin", ["x"], axis=-1, keepdims=0)], {"x": (2, 5, 3)}),
     Case(
         "conv_then_reduce_spatial",

@@ -599,3 +599,109 @@ def test_batch_matmul_ranks(rank: int) -> None:
     else:
         with pytest.raises(TargetError, match="BATCH_MATMUL takes ranks 2 to 5"):
             convert(model)
+
+
+def _causal_attention_with_nan_guard() -> onnx.ModelProto:
+    """CLIP's text attention as ``torch.onnx.export(dynamo=True)`` writes scaled_dot_product_attention: a causal
+    mask constant (-3.4e38 above the diagonal) added to the scores, Softmax, ``where(isnan(p), 0, p)``, times V."""
+    rng = np.random.default_rng(8)
+    seq, width = 8, 16
+    w = lambda *s: (rng.standard_normal(s) * 0.4).astype(np.float32)  # noqa: E731
+    causal = np.triu(np.full((seq, seq), np.finfo(np.float32).min, np.float32), 1)[None]
+    nodes = [
+        helper.make_node("MatMul", ["x", "wq"], ["q"]),
+        helper.make_node("MatMul", ["x", "wk"], ["k"]),
+        helper.make_node("MatMul", ["x", "wv"], ["v"]),
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"]),
+        helper.make_node("Add", ["s", "causal"], ["a"]),
+        helper.make_node("Softmax", ["a"], ["p"], axis=-1),
+        helper.make_node("IsNaN", ["p"], ["nan"]),
+        helper.make_node("Where", ["nan", "zero", "p"], ["pg"]),
+        helper.make_node("MatMul", ["pg", "v"], ["o"]),
+        helper.make_node("MatMul", ["o", "wo"], ["y"]),
+    ]
+    inits = {"wq": w(width, width), "wk": w(width, width), "wv": w(width, width), "wo": w(width, width)}
+    inits |= {"causal": causal, "zero": np.array(0.0, np.float32)}
+    return _model(nodes, [("x", TensorProto.FLOAT, [1, seq, width])], ["y"], inits.items(), opset=18)
+
+
+def test_dynamo_attention_nan_guard_stays_in_the_float_core(tmp_path: Path) -> None:
+    """The guard between the Softmax and the MatMul (dynamo's SDPA) no longer hides the attention core: the
+    -3.4e38 mask Add stays float. Before, it was quantized at a scale of 1.3e36 (the scores became 0) and LiteRT
+    aborted on the int8 ADD's requantize multiplier (SIGABRT in QuantizeMultiplierSmallerThanOneExp)."""
+    from edgekit.core.exact import ExactRunner
+    from edgekit.core.model import load_proto
+    from edgekit.quantize import patterns
+
+    model = _causal_attention_with_nan_guard()
+    core = patterns.attention_cores(load_proto(model))
+    kinds = sorted(n.op_type for n in load_proto(model).graph if n.name in core)
+    assert kinds == sorted(["MatMul", "Add", "Softmax", "IsNaN", "Where", "MatMul"])
+    rng = np.random.default_rng(9)
+    feeds = [{"x": rng.standard_normal((1, 8, 16)).astype(np.float32)} for _ in range(8)]
+    qdq = edgekit_qdq(model, feeds, float_output_heads=True)
+    result = convert(qdq)
+    exact = ExactRunner(qdq, [result.outputs[0].name])
+    for sample in feeds[:3]:
+        got = run_in_child(result, sample, tmp_path)
+        assert cosine(got, exact.run(sample)[result.outputs[0].name]) >= 0.999
+        assert cosine(got, run_onnx(model, sample)[0]) >= 0.99
+
+
+def _t5_rms_norm_block(reciprocal: bool) -> onnx.ModelProto:
+    """T5's RMSNorm as torch exports it (``x * rsqrt(mean(x^2) + eps) * w``: Pow, ReduceMean, Add, Sqrt, Div(1, .),
+    Mul, Mul; or ``x / sqrt(...)``) between two projections."""
+    rng = np.random.default_rng(10)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"]),
+        helper.make_node("Pow", ["h", "two"], ["sq"]),
+        helper.make_node("ReduceMean", ["sq"], ["var"], axes=[-1]),
+        helper.make_node("Add", ["var", "eps"], ["ve"]),
+        helper.make_node("Sqrt", ["ve"], ["sd"]),
+        *(
+            [helper.make_node("Div", ["one", "sd"], ["r"]), helper.make_node("Mul", ["h", "r"], ["n"])]
+            if reciprocal
+            else [helper.make_node("Div", ["h", "sd"], ["n"])]
+        ),
+        helper.make_node("Mul", ["gamma", "n"], ["g"]),
+        helper.make_node("MatMul", ["g", "w2"], ["y"]),
+    ]
+    inits = {
+        "w1": (0.5 * rng.standard_normal((16, 32))).astype(np.float32),
+        "w2": (0.3 * rng.standard_normal((32, 16))).astype(np.float32),
+        "two": np.array(2.0, np.float32),
+        "eps": np.array(1e-6, np.float32),
+        "one": np.array(1.0, np.float32),
+        "gamma": (1 + 0.3 * rng.standard_normal(32)).astype(np.float32),
+    }
+    return _model(nodes, [("x", TensorProto.FLOAT, [1, 6, 16])], ["y"], inits.items(), opset=13)
+
+
+@pytest.mark.parametrize("reciprocal", [True, False], ids=["times-reciprocal", "divide"])
+def test_written_out_rms_norm_stays_float_inside(reciprocal: bool, tmp_path: Path) -> None:
+    """An RMSNorm written out is float inside like a LayerNorm (one int8 step of a row's mean square rescales
+    the whole row; the T5 encoder's int8 TFLite missed the 0.999 cosine to its QDQ model with it quantized),
+    quantized at its input and output; the int8 TFLite equals its QDQ model."""
+    from edgekit.core.exact import ExactRunner
+    from edgekit.core.model import load_proto
+    from edgekit.quantize import patterns
+    from edgekit.quantize.plan import make_plan
+
+    model = _t5_rms_norm_block(reciprocal)
+    prepared_model = load_proto(model)
+    found = patterns.layer_norms(prepared_model)
+    kinds = sorted(n.op_type for n in prepared_model.graph if n.name in found)
+    expected = ["Pow", "ReduceMean", "Add", "Sqrt", "Div", "Mul"] + (["Mul"] if reciprocal else [])
+    assert kinds == sorted(expected)
+    reasons = {f.node: f.reason for f in make_plan(prepared_model).float_ops}
+    assert all(reasons.get(n) == patterns.LAYER_NORM_REASON for n in found)
+    rng = np.random.default_rng(11)
+    feeds = [{"x": rng.standard_normal((1, 6, 16)).astype(np.float32)} for _ in range(8)]
+    qdq = edgekit_qdq(model, feeds, float_output_heads=True)
+    result = convert(qdq)
+    exact = ExactRunner(qdq, [result.outputs[0].name])
+    for sample in feeds[:2]:
+        got = run_in_child(result, sample, tmp_path)
+        assert cosine(got, exact.run(sample)[result.outputs[0].name]) >= 0.999
+        assert cosine(got, run_onnx(model, sample)[0]) >= 0.99

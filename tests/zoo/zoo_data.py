@@ -13,6 +13,8 @@ manifest entry's ``data`` says how to make its inputs:
 - ``{"type": "logmel", "sample_rate": 16000, "hop_ms": 20, "window_ms": 30}``: log-mel features ``[frames,
   bins]`` (the input's last two dims) of a synthetic voiced signal (harmonics with a gliding pitch, formant-like
   envelope, noise bursts), computed with numpy, normalised per utterance: the float input of a keyword spotter.
+- ``{"type": "waveform", "sample_rate": 16000}``: the raw signal (the input's last dim, samples) of the same
+  synthetic utterances, zero mean and unit variance per utterance (as Wav2Vec2's feature extractor normalises).
 - ``{"type": "tokens", "vocab_size": V, "roles": {"input_ids": "ids", "attention_mask": "mask",
   "token_type_ids": "type_ids"}}``: token ids of sentences of random length (a CLS id 101, body ids, a SEP id
   102, then padding 0) with the matching attention mask (1 on tokens, 0 on padding); ``type_ids`` are zeros.
@@ -281,6 +283,17 @@ def logmel_array(data: Mapping[str, Any], shape: Sequence[int], count: int, seed
     return out
 
 
+def waveform_array(data: Mapping[str, Any], shape: Sequence[int], count: int, seed: int) -> np.ndarray:
+    """``count`` raw utterances shaped like one sample of ``shape`` (samples on the last dim), normalised."""
+    samples, sample_rate = int(shape[-1]), int(data.get("sample_rate", 16000))
+    rng = np.random.default_rng(seed)
+    out = np.empty((count, *[int(d) for d in shape[1:]]), np.float32)
+    for i in range(count):
+        signal = synthetic_utterance(rng, sample_rate, (samples + 1) / sample_rate)[:samples]
+        out[i] = ((signal - signal.mean()) / (signal.std() + 1e-7)).reshape(out.shape[1:])
+    return out
+
+
 # ------------------------------------------------------------------------------------------------ tokens
 
 
@@ -413,6 +426,8 @@ def make_arrays(
             out[spec["name"]] = image_array(data, spec["shape"], count, seed + k, photos or cached_photos())
         elif kind == "logmel":
             out[spec["name"]] = logmel_array(data, spec["shape"], count, seed + k)
+        elif kind == "waveform":
+            out[spec["name"]] = waveform_array(data, spec["shape"], count, seed + k)
         else:
             raise ValueError(f"{entry.get('name')}: unknown data type {kind!r}")
     return out

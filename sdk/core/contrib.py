@@ -1,0 +1,345 @@
+"""onnxruntime's fused transformer ops (``com.microsoft``) written out as standard ONNX.
+
+optimum's O2-O4 exports and onnxruntime's transformers optimizer (``optimize_model(model_type="bert")``; the
+``model_O2.onnx`` ... files that sentence-transformers repositories ship) fuse a BERT-style encoder into
+onnxruntime-only ops: ``EmbedLayerNormalization``, ``Attention``, ``SkipLayerNormalization``, ``BiasGelu``,
+``FastGelu``, T5's ``SkipSimplifiedLayerNormalization`` (RMSNorm), ... and a ``LayerNormalization`` (or
+``SimplifiedLayerNormalization``) in the default domain below opset 17 (onnxruntime registers it
+there since opset 1; ONNX has it from 17, so the version converter has no adapter for it). Each becomes the
+standard ops it stands for, with onnxruntime's semantics (the reference that runs the file): the attention's
+1-D ``mask_index`` (valid keys per batch row) and raw 2-D masks add ``mask_filter_value`` (-10000) to masked
+scores; the fused QKV weight is split into three MatMuls, as the unfused export has them.
+
+The rewrite runs on the ``onnx.ModelProto`` at the model's own opset, before the opset upgrade. One function
+per op, keyed by op type in ``_EXPANSIONS``; a ``com.microsoft`` op without one stays and is reported as
+unsupported by the targets, and a variant an expansion does not cover (past key/values, rotary, ...) is a
+``ModelError`` naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import onnx
+from edgekit.core.errors import ModelError
+from onnx import helper, numpy_helper
+
+MS_DOMAIN = "com.microsoft"
+#: onnxruntime's default ``mask_filter_value`` of Attention.
+MASK_FILTER = -10000.0
+
+
+class _Writer:
+    """Emits the standard nodes of one fused node, at the model's opset, with names under its name."""
+
+    def __init__(self, graph: onnx.GraphProto, opset: int, node: onnx.NodeProto, index: int):
+        self.graph, self.opset, self.fused = graph, opset, node
+        self.prefix = f"{node.name or node.op_type + '_' + str(index)}/expanded"
+        self.nodes: list[onnx.NodeProto] = []
+        self._count = 0
+        self.consts = {t.name: t for t in graph.initializer}
+
+    def name(self, hint: str) -> str:
+        self._count += 1
+        return f"{self.prefix}/{hint}_{self._count}"
+
+    def const(self, hint: str, array: np.ndarray) -> str:
+        name = self.name(hint)
+        self.graph.initializer.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def op(self, op_type: str, inputs: list[str], out: str | None = None, **attrs) -> str:
+        out = out or self.name(op_type.lower())
+        self.nodes.append(helper.make_node(op_type, inputs, [out], name=self.name(op_type), **attrs))
+        return out
+
+    def array(self, name: str) -> np.ndarray | None:
+        t = self.consts.get(name)
+        return None if t is None else numpy_helper.to_array(t)
+
+    def reduce(self, op_type: str, x: str, axes: list[int], keepdims: int = 1) -> str:
+        if self.opset >= (13 if op_type == "ReduceSum" else 18):
+            return self.op(op_type, [x, self.const("axes", np.array(axes, np.int64))], keepdims=keepdims)
+        return self.op(op_type, [x], axes=axes, keepdims=keepdims)
+
+    def layer_norm(
+        self, x: str, gamma: str, beta: str, eps: float, axis: int = -1, out: str | None = None
+    ) -> str:
+        if self.opset >= 17:
+            return self.op(
+                "LayerNormalization", [x, gamma, beta] if beta else [x, gamma], out, axis=axis, epsilon=eps
+            )
+        if axis != -1:
+            raise ModelError(
+                f"{self.fused.op_type} node {self.fused.name!r}: axis {axis} below opset 17 (-1 is)"
+            )
+        mean = self.reduce("ReduceMean", x, [-1])
+        centred = self.op("Sub", [x, mean])
+        var = self.reduce("ReduceMean", self.op("Mul", [centred, centred]), [-1])
+        std = self.op("Sqrt", [self.op("Add", [var, self.const("eps", np.array(eps, np.float32))])])
+        scaled = self.op("Mul", [self.op("Div", [centred, std]), gamma], None if beta else out)
+        return self.op("Add", [scaled, beta], out) if beta else scaled
+
+    def rms_norm(self, x: str, gamma: str, eps: float, out: str) -> str:
+        """T5's RMSNorm: x / sqrt(mean(x^2) + eps) * gamma (onnxruntime's SimplifiedLayerNormalization)."""
+        mean_square = self.reduce("ReduceMean", self.op("Mul", [x, x]), [-1])
+        rms = self.op("Sqrt", [self.op("Add", [mean_square, self.const("eps", np.array(eps, np.float32))])])
+        return self.op("Mul", [self.op("Div", [x, rms]), gamma], out)
+
+    def gelu_erf(self, x: str, out: str) -> str:
+        erf = self.op(
+            "Erf", [self.op("Mul", [x, self.const("rsqrt2", np.array(1 / np.sqrt(2), np.float32))])]
+        )
+        one = self.op("Add", [erf, self.const("one", np.array(1.0, np.float32))])
+        half = self.op("Mul", [x, self.const("half", np.array(0.5, np.float32))])
+        return self.op("Mul", [half, one], out)
+
+
+def _opt(node: onnx.NodeProto, i: int) -> str:
+    return node.input[i] if len(node.input) > i else ""
+
+
+def _attrs(node: onnx.NodeProto) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _used_outputs(node: onnx.NodeProto, first: int) -> list[int]:
+    return [i for i in range(first, len(node.output)) if node.output[i]]
+
+
+def _layer_norm(w: _Writer, node: onnx.NodeProto) -> None:
+    a = _attrs(node)
+    if _used_outputs(node, 1):
+        raise ModelError(f"LayerNormalization node {node.name!r}: its mean / inverse std outputs are used")
+    w.layer_norm(
+        node.input[0], node.input[1], _opt(node, 2), a.get("epsilon", 1e-5), a.get("axis", -1), node.output[0]
+    )
+
+
+def _skip_layer_norm(w: _Writer, node: onnx.NodeProto) -> None:
+    a = _attrs(node)
+    if any(i in (1, 2) for i in _used_outputs(node, 1)):
+        raise ModelError(
+            f"SkipLayerNormalization node {node.name!r}: its mean / inverse std outputs are used"
+        )
+    total = w.op("Add", [node.input[0], node.input[1]])
+    if _opt(node, 4):
+        total = w.op("Add", [total, node.input[4]])
+    if len(node.output) > 3 and node.output[3]:
+        total = w.op("Identity", [total], node.output[3])
+    w.layer_norm(total, node.input[2], _opt(node, 3), a.get("epsilon", 1e-12), out=node.output[0])
+
+
+def _simplified_layer_norm(w: _Writer, node: onnx.NodeProto) -> None:
+    a = _attrs(node)
+    if a.get("axis", -1) != -1 or _used_outputs(node, 1):
+        raise ModelError(
+            f"SimplifiedLayerNormalization node {node.name!r}: only axis -1 and one output are expanded"
+        )
+    w.rms_norm(node.input[0], node.input[1], a.get("epsilon", 1e-5), node.output[0])
+
+
+def _skip_simplified_layer_norm(w: _Writer, node: onnx.NodeProto) -> None:
+    if any(i in (1, 2) for i in _used_outputs(node, 1)):
+        raise ModelError(
+            f"SkipSimplifiedLayerNormalization node {node.name!r}: its inverse std output is used"
+        )
+    total = w.op("Add", [node.input[0], node.input[1]])
+    if _opt(node, 3):
+        total = w.op("Add", [total, node.input[3]])
+    if len(node.output) > 3 and node.output[3]:
+        total = w.op("Identity", [total], node.output[3])
+    w.rms_norm(total, node.input[2], _attrs(node).get("epsilon", 1e-5), node.output[0])
+
+
+def _bias_gelu(w: _Writer, node: onnx.NodeProto) -> None:
+    x = w.op("Add", [node.input[0], node.input[1]]) if _opt(node, 1) else node.input[0]
+    w.gelu_erf(x, node.output[0])
+
+
+def _fast_gelu(w: _Writer, node: onnx.NodeProto) -> None:
+    """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), of x + bias when a bias is given."""
+    x = w.op("Add", [node.input[0], node.input[1]]) if _opt(node, 1) else node.input[0]
+    cube = w.op("Mul", [w.op("Mul", [x, x]), x])
+    inner = w.op("Add", [x, w.op("Mul", [cube, w.const("c", np.array(0.044715, np.float32))])])
+    tanh = w.op("Tanh", [w.op("Mul", [inner, w.const("k", np.array(np.sqrt(2 / np.pi), np.float32))])])
+    one = w.op("Add", [tanh, w.const("one", np.array(1.0, np.float32))])
+    w.op("Mul", [w.op("Mul", [x, w.const("half", np.array(0.5, np.float32))]), one], node.output[0])
+
+
+def _quick_gelu(w: _Writer, node: onnx.NodeProto) -> None:
+    alpha = _attrs(node).get("alpha", 1.702)
+    sig = w.op("Sigmoid", [w.op("Mul", [node.input[0], w.const("alpha", np.array(alpha, np.float32))])])
+    w.op("Mul", [node.input[0], sig], node.output[0])
+
+
+def _embed_layer_norm(w: _Writer, node: onnx.NodeProto) -> None:
+    """word[ids] + position[positions] (+ segment[segment_ids]) -> LayerNorm; mask_index = tokens per row."""
+    a = _attrs(node)
+    if _opt(node, 9) or (len(node.output) > 2 and node.output[2]):
+        raise ModelError(f"EmbedLayerNormalization node {node.name!r}: embedding-sum output / extra inputs")
+    ids = w.op("Cast", [node.input[0]], to=onnx.TensorProto.INT64)
+    total = w.op("Gather", [node.input[2], ids], axis=0)
+    if _opt(node, 8):
+        positions = w.op("Cast", [node.input[8]], to=onnx.TensorProto.INT64)
+    else:  # 0 .. S-1
+        shape = w.op("Shape", [ids])
+        length = w.op("Gather", [shape, w.const("one", np.array(1, np.int64))], axis=0)
+        positions = w.op(
+            "Range", [w.const("zero", np.array(0, np.int64)), length, w.const("step", np.array(1, np.int64))]
+        )
+    total = w.op("Add", [total, w.op("Gather", [node.input[3], positions], axis=0)])
+    if _opt(node, 1) and _opt(node, 4):
+        segments = w.op("Cast", [node.input[1]], to=onnx.TensorProto.INT64)
+        total = w.op("Add", [total, w.op("Gather", [node.input[4], segments], axis=0)])
+    w.layer_norm(total, node.input[5], _opt(node, 6), a.get("epsilon", 1e-12), out=node.output[0])
+    if len(node.output) > 1 and node.output[1]:
+        if not _opt(node, 7):
+            raise ModelError(f"EmbedLayerNormalization node {node.name!r}: mask_index without a mask input")
+        ones = w.op(
+            "Cast",
+            [
+                w.op(
+                    "Equal",
+                    [
+                        w.op("Cast", [node.input[7]], to=onnx.TensorProto.INT64),
+                        w.const("one", np.array(1, np.int64)),
+                    ],
+                )
+            ],
+            to=onnx.TensorProto.INT32,
+        )
+        w.op("Identity", [w.reduce("ReduceSum", ones, [1], keepdims=0)], node.output[1])
+
+
+def _attention(w: _Writer, node: onnx.NodeProto) -> None:
+    """Multi-head self-attention with a fused QKV projection (no past state, no rotary)."""
+    a = _attrs(node)
+    name = f"Attention node {node.name!r}"
+    extra = [k for k in ("unidirectional", "do_rotary", "past_present_share_buffer") if a.get(k)]
+    if extra or any(_opt(node, i) for i in range(4, len(node.input))) or _used_outputs(node, 1):
+        raise ModelError(
+            f"{name}: past state / attention bias / {', '.join(extra) or 'present output'} is not expanded"
+        )
+    weight, bias = w.array(node.input[1]), w.array(_opt(node, 2)) if _opt(node, 2) else None
+    if weight is None:
+        raise ModelError(f"{name}: its QKV weight is not a constant")
+    heads = int(a["num_heads"])
+    sizes = list(a.get("qkv_hidden_sizes", [weight.shape[1] // 3] * 3))
+    if sizes[0] != sizes[1]:
+        raise ModelError(f"{name}: query and key sizes differ ({sizes[0]} vs {sizes[1]})")
+    bounds = np.cumsum([0, *sizes])
+    qkv = []
+    for k, hint in enumerate("qkv"):
+        y = w.op("MatMul", [node.input[0], w.const(f"{hint}_weight", weight[:, bounds[k] : bounds[k + 1]])])
+        if bias is not None:
+            y = w.op("Add", [y, w.const(f"{hint}_bias", bias[bounds[k] : bounds[k + 1]])])
+        heads_shape = w.const("heads_shape", np.array([0, 0, heads, sizes[k] // heads], np.int64))
+        qkv.append(w.op("Reshape", [y, heads_shape]))
+    q = w.op("Transpose", [qkv[0]], perm=[0, 2, 1, 3])
+    kt = w.op("Transpose", [qkv[1]], perm=[0, 2, 3, 1])
+    v = w.op("Transpose", [qkv[2]], perm=[0, 2, 1, 3])
+    scale = a.get("scale") or 1.0 / np.sqrt(sizes[0] // heads)
+    scores = w.op("Mul", [w.op("MatMul", [q, kt]), w.const("scale", np.array(scale, np.float32))])
+    if _opt(node, 3):
+        scores = w.op("Add", [scores, _mask_bias(w, node, a.get("mask_filter_value", MASK_FILTER))])
+    probs = w.op("Softmax", [scores], axis=-1 if w.opset >= 13 else 3)
+    ctx = w.op("Transpose", [w.op("MatMul", [probs, v])], perm=[0, 2, 1, 3])
+    w.op("Reshape", [ctx, w.const("merge_shape", np.array([0, 0, sizes[2]], np.int64))], node.output[0])
+
+
+def _mask_bias(w: _Writer, node: onnx.NodeProto, fill: float) -> str:
+    """The additive mask [B, 1, 1|S, T]: ``fill`` where a key is masked, 0 elsewhere."""
+    mask = node.input[3]
+    rank = _rank(w.graph, mask)
+    zero, masked = w.const("zero", np.array(0.0, np.float32)), w.const("fill", np.array(fill, np.float32))
+    if rank == 1:  # end position of the valid keys per batch row (right padding)
+        keys = w.op("Shape", [node.input[0]])
+        length = w.op("Gather", [keys, w.const("one", np.array(1, np.int64))], axis=0)
+        positions = w.op(
+            "Range", [w.const("zero", np.array(0, np.int64)), length, w.const("step", np.array(1, np.int64))]
+        )
+        ends = w.op(
+            "Reshape",
+            [
+                w.op("Cast", [mask], to=onnx.TensorProto.INT64),
+                w.const("shape", np.array([-1, 1, 1, 1], np.int64)),
+            ],
+        )
+        valid = w.op("Less", [positions, ends])
+    elif rank in (2, 3):  # raw 0/1 mask [B, T] or [B, S, T]
+        shape = [0, 1, 1, -1] if rank == 2 else [0, 1, 0, -1]
+        raw = w.op("Reshape", [mask, w.const("shape", np.array(shape, np.int64))])
+        valid = w.op(
+            "Equal", [w.op("Cast", [raw], to=onnx.TensorProto.INT64), w.const("one", np.array(1, np.int64))]
+        )
+    else:
+        raise ModelError(
+            f"Attention node {node.name!r}: a mask_index of rank {rank} is not expanded (1 to 3 are)"
+        )
+    return w.op("Where", [valid, zero, masked])
+
+
+def _rank(graph: onnx.GraphProto, name: str) -> int | None:
+    for v in [*graph.input, *graph.value_info, *graph.output]:
+        if v.name == name and v.type.tensor_type.HasField("shape"):
+            return len(v.type.tensor_type.shape.dim)
+    for n in graph.node:  # EmbedLayerNormalization's mask_index is 1-D
+        if n.op_type == "EmbedLayerNormalization" and len(n.output) > 1 and n.output[1] == name:
+            return 1
+        if n.op_type == "Cast" and n.output[0] == name:
+            return _rank(graph, n.input[0])
+    return None
+
+
+_EXPANSIONS: dict[str, Callable[[_Writer, onnx.NodeProto], None]] = {
+    "SkipLayerNormalization": _skip_layer_norm,
+    "SimplifiedLayerNormalization": _simplified_layer_norm,
+    "SkipSimplifiedLayerNormalization": _skip_simplified_layer_norm,
+    "BiasGelu": _bias_gelu,
+    "Gelu": _bias_gelu,
+    "FastGelu": _fast_gelu,
+    "QuickGelu": _quick_gelu,
+    "EmbedLayerNormalization": _embed_layer_norm,
+    "Attention": _attention,
+    "LayerNormalization": _layer_norm,
+}
+
+
+def expand(proto: onnx.ModelProto) -> list[str]:
+    """Rewrite the fused ops of ``proto`` in place; the op types rewritten (empty when there were none)."""
+    opset = next((i.version for i in proto.opset_import if i.domain in ("", "ai.onnx")), 0)
+    graph = proto.graph
+    done: list[str] = []
+    nodes: list[onnx.NodeProto] = []
+    fused_inputs: set[str] = set()
+    for index, node in enumerate(graph.node):
+        # onnxruntime also registers (Simplified)LayerNormalization in the default domain (below opset 17)
+        fused = node.domain == MS_DOMAIN or node.op_type == "SimplifiedLayerNormalization"
+        fused = fused or (node.op_type == "LayerNormalization" and opset < 17)
+        fn = _EXPANSIONS.get(node.op_type) if fused else None
+        if fn is None:
+            nodes.append(node)
+            continue
+        if opset < 11:
+            raise ModelError(
+                f"{node.op_type} node {node.name!r}: fused ops are expanded at opset 11 or later, the model has {opset}"
+            )
+        fused_inputs.update(node.input)
+        w = _Writer(graph, opset, node, index)
+        fn(w, node)
+        nodes.extend(w.nodes)
+        done.append(node.op_type)
+    if done:
+        del graph.node[:]
+        graph.node.extend(nodes)
+        used = {name for n in graph.node for name in n.input} | {o.name for o in graph.output}
+        dropped = [t for t in graph.initializer if t.name in fused_inputs and t.name not in used]
+        for t in dropped:  # the fused QKV weights, now split
+            graph.initializer.remove(t)
+        if not any(n.domain == MS_DOMAIN for n in graph.node):
+            kept = [i for i in proto.opset_import if i.domain != MS_DOMAIN]
+            del proto.opset_import[:]
+            proto.opset_import.extend(kept)
+    return sorted(set(done))

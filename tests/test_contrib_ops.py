@@ -1,0 +1,166 @@
+"""onnxruntime's fused transformer ops (optimum O2+ / ``onnxruntime.transformers.optimizer``) are written out as
+standard ONNX (``edgekit.core.contrib``) and deploy like the unfused export.
+
+The reference is onnxruntime running the fused file (its com.microsoft kernels), on token rows padded
+differently, so the attention mask is exercised. Before the expansion such a file was refused at load ("cannot
+upgrade the model from opset 14 to 19: ... No Adapter From Version $16 for LayerNormalization") or its ops were
+unsupported on every target.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from edgekit.cli.common import run_app
+from edgekit.cli.main import app
+from edgekit.core import contrib
+from edgekit.device_agents.bundle import read_bundle
+from onnx import TensorProto, helper, numpy_helper
+
+HIDDEN, HEADS, SEQ, VOCAB = 16, 2, 8, 50
+MS = "com.microsoft"
+
+
+def fused_encoder(opset: int = 14, attention: dict | None = None) -> onnx.ModelProto:
+    """EmbedLayerNormalization -> Attention (1-D mask_index) -> SkipLayerNormalization -> FastGelu FFN ->
+    SkipLayerNormalization (bias) -> Attention (raw 2-D mask) -> BiasGelu -> LayerNormalization (default domain,
+    below opset 17 as onnxruntime allows) -> QuickGelu -> T5's RMSNorms (SkipSimplifiedLayerNormalization,
+    SimplifiedLayerNormalization): what the optimizer writes for a BERT-style encoder."""
+    rng = np.random.default_rng(3)
+
+    def w(*shape: int, scale: float = 0.3) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    inits = {
+        "word": w(VOCAB, HIDDEN), "pos": w(SEQ, HIDDEN), "seg": w(2, HIDDEN),
+        "g0": 1 + w(HIDDEN), "b0": w(HIDDEN), "qkv0": w(HIDDEN, 3 * HIDDEN), "qkvb0": w(3 * HIDDEN),
+        "g1": 1 + w(HIDDEN), "b1": w(HIDDEN), "fc1": w(HIDDEN, 32), "fb1": w(32), "fc2": w(32, HIDDEN),
+        "g2": 1 + w(HIDDEN), "b2": w(HIDDEN), "sb2": w(HIDDEN), "qkv1": w(HIDDEN, 3 * HIDDEN),
+        "qkvb1": w(3 * HIDDEN), "gb": w(HIDDEN), "g3": 1 + w(HIDDEN), "b3": w(HIDDEN),
+        "g4": 1 + w(HIDDEN), "g5": 1 + w(HIDDEN),
+    }  # fmt: skip
+    nodes = [
+        helper.make_node("Cast", ["input_ids"], ["ids32"], to=TensorProto.INT32),
+        helper.make_node("Cast", ["token_type_ids"], ["seg32"], to=TensorProto.INT32),
+        helper.make_node("Cast", ["attention_mask"], ["mask32"], to=TensorProto.INT32),
+        helper.make_node(
+            "EmbedLayerNormalization",
+            ["ids32", "seg32", "word", "pos", "seg", "g0", "b0", "mask32"],
+            ["emb", "mask_index"], domain=MS, epsilon=1e-12,
+        ),
+        helper.make_node(
+            "Attention", ["emb", "qkv0", "qkvb0", "mask_index"], ["att0"], domain=MS, num_heads=HEADS,
+            **(attention or {}),
+        ),
+        helper.make_node("SkipLayerNormalization", ["att0", "emb", "g1", "b1"], ["h1"], domain=MS, epsilon=1e-12),
+        helper.make_node("MatMul", ["h1", "fc1"], ["f1"]),
+        helper.make_node("FastGelu", ["f1", "fb1"], ["a1"], domain=MS),
+        helper.make_node("MatMul", ["a1", "fc2"], ["f2"]),
+        helper.make_node(
+            "SkipLayerNormalization", ["f2", "h1", "g2", "b2", "sb2"], ["h2"], domain=MS, epsilon=1e-12
+        ),
+        helper.make_node("Attention", ["h2", "qkv1", "qkvb1", "mask32"], ["att1"], domain=MS, num_heads=HEADS),
+        helper.make_node("BiasGelu", ["att1", "gb"], ["a2"], domain=MS),
+        helper.make_node("LayerNormalization", ["a2", "g3", "b3"], ["h3"], epsilon=1e-5),
+        helper.make_node("QuickGelu", ["h3"], ["q"], domain=MS, alpha=1.702),
+        helper.make_node("SkipSimplifiedLayerNormalization", ["q", "h3", "g4"], ["r"], domain=MS, epsilon=1e-6),
+        helper.make_node("SimplifiedLayerNormalization", ["r", "g5"], ["y"], epsilon=1e-6),
+    ]  # fmt: skip
+    ids = [
+        helper.make_tensor_value_info(n, TensorProto.INT64, [1, SEQ]) for n in ("input_ids", "attention_mask")
+    ]
+    ids.append(helper.make_tensor_value_info("token_type_ids", TensorProto.INT64, [1, SEQ]))
+    graph = helper.make_graph(
+        nodes, "fused", ids, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, SEQ, HIDDEN])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )  # fmt: skip
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)]
+    )
+    model.ir_version = 8
+    return model
+
+
+def token_rows(count: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(3, VOCAB, (count, SEQ)).astype(np.int64)
+    mask = np.zeros((count, SEQ), np.int64)
+    for i in range(count):
+        mask[i, : int(rng.integers(3, SEQ + 1))] = 1  # right padding of every length
+    ids *= mask
+    return {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "token_type_ids": (rng.random((count, SEQ)) < 0.3) * mask,
+    }
+
+
+def run_ort(model: onnx.ModelProto, rows: dict[str, np.ndarray]) -> np.ndarray:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    count = len(rows["input_ids"])
+    return np.concatenate(
+        [session.run(None, {k: v[i : i + 1] for k, v in rows.items()})[0] for i in range(count)]
+    )
+
+
+@pytest.mark.parametrize("opset", [14, 17])
+def test_expansion_matches_onnxruntimes_fused_kernels(opset: int) -> None:
+    fused = fused_encoder(opset)
+    rows = token_rows(12, seed=1)
+    reference = run_ort(fused, rows)
+    expanded = onnx.ModelProto()
+    expanded.CopyFrom(fused)
+    done = contrib.expand(expanded)
+    assert set(done) == {
+        "Attention", "BiasGelu", "EmbedLayerNormalization", "FastGelu", "QuickGelu", "SkipLayerNormalization",
+        "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization",
+    } | ({"LayerNormalization"} if opset < 17 else set())  # fmt: skip
+    assert not any(n.domain == MS for n in expanded.graph.node)
+    assert MS not in {i.domain for i in expanded.opset_import}
+    onnx.checker.check_model(expanded, full_check=True)
+    got = run_ort(expanded, rows)
+    np.testing.assert_allclose(got, reference, atol=2e-5 * np.abs(reference).max())
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    try:
+        run_app(app, list(args))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+@pytest.mark.parametrize(
+    ("target", "precision"), [("arm-cpu", "fp32"), ("arm-cpu", "int8"), ("intel-vpu", "fp16")]
+)
+def test_fused_encoder_deploys(tmp_path: Path, capsys, target: str, precision: str) -> None:
+    model, calib = tmp_path / "fused.onnx", tmp_path / "calib.npz"
+    onnx.save(fused_encoder(14), model)
+    np.savez(calib, **token_rows(16, seed=2))
+    code, text = cli(
+        capsys, "deploy", str(model), "-t", target, "--precision", precision, "--calib", str(calib),
+        "-o", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert code == 0, text
+    assert "Traceback" not in text and "written out as standard ONNX" in text
+    verification = read_bundle(tmp_path / "out" / target).manifest.verification
+    assert verification["passed"], verification
+
+
+def test_unexpanded_variant_is_one_typed_line(tmp_path: Path, capsys) -> None:
+    """A causal (unidirectional) fused Attention is not expanded: one error line naming the node and why."""
+    model = tmp_path / "causal.onnx"
+    onnx.save(fused_encoder(14, attention={"unidirectional": 1}), model)
+    code, text = cli(
+        capsys, "deploy", str(model), "-t", "arm-cpu", "--precision", "fp32", "-o", str(tmp_path / "o")
+    )
+    assert code == 2, text
+    errors = [line for line in text.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Attention node" in errors[0] and "unidirectional" in errors[0], text
+    assert "Traceback" not in text and not (tmp_path / "o" / "arm-cpu").exists()
