@@ -180,6 +180,11 @@ def figure_cell(case: str, fig: dict[str, Any]) -> str:
                 for ref, label in (("onnxruntime", "float32 onnxruntime"), ("host", "float32 host runner"))
                 if f"vs_qdq_{ref}" in fig and f"qdq_floor_{ref}" in fig
             ]
+            beside += [
+                f"{label} could not run the QDQ file: {fig[f'vs_qdq_{ref}_error']}"
+                for ref, label in (("onnxruntime", "float32 onnxruntime"), ("host", "float32 host runner"))
+                if f"vs_qdq_{ref}_error" in fig
+            ]
             if beside:
                 parts.append("(" + "; ".join(beside) + ")")
     return ", ".join(parts)

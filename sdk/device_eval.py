@@ -159,6 +159,10 @@ def host_reference(
     return ref
 
 
+def _permuted(shape: Sequence[int], perm: Sequence[int]) -> tuple[int, ...]:
+    return tuple(int(shape[p]) for p in perm)
+
+
 def to_device(array: np.ndarray, spec: TensorSpec) -> np.ndarray:
     """An ONNX-layout float input as the packaged model takes it."""
     return to_device_batch(np.asarray(array)[None], spec)[0]
@@ -167,7 +171,8 @@ def to_device(array: np.ndarray, spec: TensorSpec) -> np.ndarray:
 def to_device_batch(arrays: np.ndarray, spec: TensorSpec) -> np.ndarray:
     """Samples stacked along a new first axis, each in the ONNX layout, as the packaged model takes them."""
     a = np.asarray(arrays)
-    if a.ndim == 5 and spec.layout == "NHWC" and tuple(spec.shape) != a.shape[1:]:
+    # NHWC on the device: move the channels last when that gives the device's shape (also when C == H == W)
+    if a.ndim == 5 and spec.layout == "NHWC" and _permuted(a.shape[1:], (0, 2, 3, 1)) == tuple(spec.shape):
         a = a.transpose(0, 1, 3, 4, 2)
     # an integer input without a scale (a uint8 image) goes as it is
     if spec.dtype in ("int8", "uint8") and spec.scale is not None:
@@ -189,7 +194,9 @@ def from_device_batch(arrays: np.ndarray, spec: TensorSpec, onnx_shape: Sequence
     if spec.dtype in ("int8", "uint8") and spec.scale is not None:
         a = (a.astype(np.float32) - (spec.zero_point or 0)) * np.float32(spec.scale)
     a = a.astype(np.float32)
-    if a.ndim == 5 and spec.layout == "NHWC" and tuple(onnx_shape) != a.shape[1:]:
+    # the device's NHWC back to NCHW whenever that gives the ONNX shape: a shape alone cannot tell the layouts
+    # apart when C == H == W (YOLOv8n-seg's mask prototypes at 128x128: [1, 32, 32, 32])
+    if a.ndim == 5 and spec.layout == "NHWC" and _permuted(a.shape[1:], (0, 3, 1, 2)) == tuple(onnx_shape):
         a = a.transpose(0, 1, 4, 2, 3)
     return a.reshape((len(a), *onnx_shape))
 

@@ -609,6 +609,17 @@ def compare_outputs(
     return {"samples": len(reference), "outputs": outputs}
 
 
+#: An fp32 artifact on a sample where the host's float32 run is itself beyond the bar of float64 stays within this
+#: factor of the host's distance (YOLO12's area attention, seeded, on a real photo: onnxruntime 1.46e-3 and the
+#: .tflite 1.49e-3 of the range off float64, 1.3e-7 apart on the other photos).
+FLOAT32_FLOOR_FACTOR = 2.0
+
+
+def _sample_errors(got: np.ndarray, exact: np.ndarray) -> np.ndarray:
+    """The max abs error of each sample (axis 0)."""
+    return np.abs(got - exact).reshape(len(got), -1).max(axis=1)
+
+
 def judge_outputs(
     figures: dict[str, Any],
     stick: Yardstick,
@@ -645,14 +656,31 @@ def judge_outputs(
             if not passed and noise is not None and stick.float64_fallback:
                 exact = _stack(noise_run(), name)
                 scale = entry["error_scale"] if entry["error_scale"] > 0 else 1.0
-                error = float(np.abs(_stack(actual, name) - exact).max()) / scale
+                per_sample = _sample_errors(_stack(actual, name), exact) / scale
+                host = _sample_errors(_stack(reference, name), exact) / scale
+                error = float(per_sample.max())
                 entry["float64_reference"] = {
                     "reference": "the source model in float64 (onnx reference evaluator)",
                     "max_rel_error": error,
-                    "host_max_rel_error": float(np.abs(_stack(reference, name) - exact).max()) / scale,
+                    "host_max_rel_error": float(host.max()),
                 }
                 passed = check("max_rel_error_vs_float64", error, stick.max_rel_error, at_most=True)
                 why += "; above that against the source model in float64 (the float32 host run is off itself)"
+                # A sample on which the host's own float32 run is beyond the bar of float64 is ill-conditioned
+                # for float32 (the network amplifies rounding there: seeded attention logits spanning
+                # hundreds): no float32 artifact can be nearer than float32 itself, so the artifact is held
+                # to FLOAT32_FLOOR_FACTOR times the host's distance there; the other samples keep the bar.
+                ill = host > stick.max_rel_error
+                if not passed and ill.any():
+                    bound = np.where(ill, FLOAT32_FLOOR_FACTOR * host, stick.max_rel_error)
+                    entry["float64_reference"]["ill_conditioned_samples"] = int(ill.sum())
+                    worst = float((per_sample / bound).max())
+                    checks.pop()  # judged per sample instead (the line above is kept in the figures)
+                    passed = check("max_rel_error_vs_float64_per_sample_bound", worst, 1.0, at_most=True)
+                    why += (
+                        f"; on {int(ill.sum())} sample(s) where float32 itself is off float64, within "
+                        f"{FLOAT32_FLOOR_FACTOR:g}x the host's own error"
+                    )
         elif check("max_rel_error", entry["max_rel_error"], stick.resolution, at_most=True):
             passed, why = True, f"{stick.precision}: every error within the precision's step of the scale"
         else:

@@ -128,3 +128,52 @@ def test_zoo_case(zoo_results, name: str, case: str):
     if got == "typed":
         errors = [line for line in log.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and "Traceback" not in log
+
+
+def test_a_side_reference_that_cannot_run_the_qdq_file_keeps_the_verdict_figure(tmp_path, monkeypatch):
+    """arm-cpu int8's verdict is the int8 TFLite against its QDQ model's exact semantics; the float32 runs of the
+    same file by onnxruntime and the host runner (OpenVINO) are printed beside it. OpenVINO's CPU plugin refuses
+    some QDQ files (BlazeFace's decode: "Shape inference input shapes {[1,896,896],[3]}"): that is recorded
+    beside the verdict, and the verdict's figure is still computed (it used to be lost with it)."""
+    import numpy as np
+    from edgekit.core.errors import ModelError
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
+        [numpy_helper.from_array(weight, "w")],
+    )
+    model_path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(model_path))
+    samples = [{"x": np.full((1, 4), i, np.float32)} for i in range(1, 4)]
+    ref = zoo_cases._stack([{"y": s["x"] @ weight} for s in samples])
+    real_runner = zoo_cases._onnx_runner
+
+    def runner(path: str, reference: str = "onnxruntime"):
+        if reference == "host":
+            raise ModelError(
+                "OpenVINO cannot compile the model: Shape inference input shapes {[1,896,896],[3]}\nmore"
+            )
+        return real_runner(path, reference)
+
+    def fake_quantize(
+        cmd, **kwargs
+    ):  # the "QDQ file": the float model itself (its exact semantics are its own)
+        Path(cmd[cmd.index("-o") + 1]).write_bytes(model_path.read_bytes())
+        return zoo_cases.subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(zoo_cases, "_onnx_runner", runner)
+    monkeypatch.setattr(zoo_cases, "_bundle_runner", lambda folder, shapes: real_runner(str(model_path))[0])
+    monkeypatch.setattr(zoo_cases.subprocess, "run", fake_quantize)
+    spec = {"model": str(model_path), "calib": "c.npz", "extra_args": [], "edgekit": ["edgekit"]}
+    figures = zoo_cases._case_figures("arm-cpu int8", tmp_path, spec, "detector", samples, ref, {"y": (1, 3)})
+    assert figures["vs_qdq"]["cosine"] > 0.999999
+    assert figures["vs_qdq_host_error"] == (
+        "ModelError: OpenVINO cannot compile the model: Shape inference input shapes {[1,896,896],[3]}"
+    )
+    assert "vs_qdq_host" not in figures and figures["vs_qdq_onnxruntime"]["cosine"] > 0.999999
+    assert zoo_cases.figure_problems("arm-cpu int8", figures) == []

@@ -1,4 +1,5 @@
-"""The face detectors of the model zoo: UltraFace (version-slim and version-RFB) and RetinaFace-MobileNet0.25.
+"""The face detectors of the model zoo: UltraFace (version-slim and version-RFB), RetinaFace-MobileNet0.25 and
+BlazeFace.
 
     python benchmarks/zoo/faces.py            # reduced sizes -> tests/zoo/models/ (committed) + zoo.json
     python benchmarks/zoo/faces.py --full     # full sizes    -> benchmarks/.zoo/ (git-ignored) + zoo.json
@@ -26,6 +27,14 @@ have them; no weights can be downloaded, so weights are seeded and BatchNorm sta
   ``landms``); ``retinaface_mnet025_decoded`` has the prior-box decode in the graph (boxes in corners,
   5 landmarks), as many public re-exports do (built with ``--full`` only).
 
+- **BlazeFace** (MediaPipe's front-camera model, after hollance/BlazeFace-PyTorch): BlazeBlocks (depthwise 3x3
+  with bias + 1x1; at stride 2 the depthwise input padded right/bottom by F.pad and the residual max-pooled;
+  a widening block zero-pads the residual's channels by F.pad: an ONNX Pad on axis 1), classifier/regressor
+  heads at 16x16 (2 anchors) and 8x8 (6 anchors) flattened to [1, 896, *], and the anchor decode in the graph
+  (Gather per coordinate, ``/ 128 * anchor_wh + anchor_xy`` with [896]-long anchor columns, corners and 6
+  keypoints; Sigmoid of the clamped scores). Input ``input`` [1, 3, 128, 128] RGB in [-1, 1]. No BatchNorm (the
+  public model has none). ``"ci": false``.
+
 Reduced sizes for CI: UltraFace 160x120 (same widths), RetinaFace 128x128 with FPN/SSH 32 wide (64 in full).
 """
 
@@ -49,6 +58,8 @@ SEED = 4242
 
 ULTRAFACE_DATA = {"type": "image", "color": "RGB", "scale": 1.0, "mean": [127.0] * 3, "std": [128.0] * 3}
 RETINAFACE_DATA = {"type": "image", "color": "BGR", "scale": 1.0, "mean": [104.0, 117.0, 123.0], "std": None}
+#: BlazeFace (MediaPipe): RGB in [-1, 1].
+BLAZEFACE_DATA = {"type": "image", "color": "RGB", "scale": 1 / 127.5, "mean": [1.0] * 3, "std": [1.0] * 3}
 
 
 # ------------------------------------------------------------------------------------------------ UltraFace
@@ -397,6 +408,91 @@ class RetinaFace(nn.Module):
 
 #: Built only with --full (the CI zoo keeps three face models: its six cases cost CPU time on every run).
 FULL_ONLY = frozenset({"retinaface_mnet025_decoded"})
+#: Run by benchmarks/zoo.py only ("ci": false in the manifest).
+NOT_IN_CI = frozenset({"blazeface"})
+
+
+# ------------------------------------------------------------------------------------------------ BlazeFace
+
+
+class BlazeBlock(nn.Module):
+    """MediaPipe's BlazeBlock as hollance/BlazeFace-PyTorch writes it: depthwise k x k (with bias) + 1x1, the
+    residual max-pooled at stride 2 (the depthwise input padded right/bottom by F.pad) and zero-padded on the
+    channel axis by F.pad when the block widens (an ONNX Pad on axis 1), ReLU after the sum."""
+
+    def __init__(self, cin: int, cout: int, k: int, stride: int = 1):
+        super().__init__()
+        self.stride, self.k, self.channel_pad = stride, k, cout - cin
+        self.max_pool = nn.MaxPool2d(stride, stride) if stride == 2 else None
+        pad = 0 if stride == 2 else (k - 1) // 2
+        self.convs = nn.Sequential(nn.Conv2d(cin, cin, k, stride, pad, groups=cin), nn.Conv2d(cin, cout, 1))
+        self.act = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.max_pool is not None:
+            h = F.pad(x, (0, self.k - 1, 0, self.k - 1) if self.k == 3 else (1, 2, 1, 2), "constant", 0)
+            x = self.max_pool(x)
+        else:
+            h = x
+        if self.channel_pad > 0:
+            x = F.pad(x, (0, 0, 0, 0, 0, self.channel_pad), "constant", 0)
+        return self.act(self.convs(h) + x)
+
+
+def blazeface_anchors() -> torch.Tensor:
+    """MediaPipe's front-camera SSD anchors: 2 per cell at 16x16, 6 per cell at 8x8 (fixed size 1): [896, 4]."""
+    rows = [
+        [(x + 0.5) / fm, (y + 0.5) / fm, 1.0, 1.0]
+        for fm, n in ((16, 2), (8, 6))
+        for y, x in product(range(fm), range(fm))
+        for _ in range(n)
+    ]
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+class BlazeFace(nn.Module):
+    """BlazeFace front model (MediaPipe blazeface.tflite, 128x128) after hollance/BlazeFace-PyTorch, with its
+    anchor decode in the graph: per-coordinate Gather of the [1, 896, 16] regressors, ``/ 128 * anchor_wh +
+    anchor_xy`` against [896]-long anchor columns, corners (ymin, xmin, ymax, xmax) and 6 keypoints, and the
+    clamped Sigmoid scores. Outputs ``boxes`` [1, 896, 16] and ``scores`` [1, 896, 1]."""
+
+    def __init__(self, k: int = 3):
+        super().__init__()
+
+        def block(a: int, b: int, stride: int = 1) -> BlazeBlock:
+            return BlazeBlock(a, b, k, stride)
+
+        widths = (24, 28, 32, 36, 42, 48, 56, 64, 72, 80, 88)
+        strides = {32: 2, 48: 2}
+        self.backbone1 = nn.Sequential(
+            nn.Conv2d(3, 24, 5, 2, 0),
+            nn.ReLU(inplace=True),
+            block(24, 24),
+            *[block(a, b, strides.get(b, 1)) for a, b in zip(widths, widths[1:], strict=False)],
+        )
+        self.backbone2 = nn.Sequential(block(88, 96, 2), *[block(96, 96) for _ in range(4)])
+        self.classifier_8, self.classifier_16 = nn.Conv2d(88, 2, 1), nn.Conv2d(96, 6, 1)
+        self.regressor_8, self.regressor_16 = nn.Conv2d(88, 32, 1), nn.Conv2d(96, 96, 1)
+        self.register_buffer("anchors", blazeface_anchors())
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b = x.shape[0]
+        x = self.backbone1(F.pad(x, (1, 2, 1, 2), "constant", 0))
+        h = self.backbone2(x)
+
+        def flat(t: torch.Tensor, width: int) -> torch.Tensor:
+            return t.permute(0, 2, 3, 1).reshape(b, -1, width)
+
+        c = torch.cat([flat(self.classifier_8(x), 1), flat(self.classifier_16(h), 1)], 1)
+        r = torch.cat([flat(self.regressor_8(x), 16), flat(self.regressor_16(h), 16)], 1)
+        a = self.anchors
+        xc = r[..., 0] / 128.0 * a[:, 2] + a[:, 0]
+        yc = r[..., 1] / 128.0 * a[:, 3] + a[:, 1]
+        w, hh = r[..., 2] / 128.0 * a[:, 2], r[..., 3] / 128.0 * a[:, 3]
+        boxes = torch.stack([yc - hh / 2, xc - w / 2, yc + hh / 2, xc + w / 2], -1)
+        keypoints = r[..., 4:].reshape(b, -1, 6, 2) / 128.0 * a[:, None, 2:4] + a[:, None, 0:2]
+        scores = torch.sigmoid(c.clamp(-100.0, 100.0))
+        return torch.cat([boxes, keypoints.reshape(b, -1, 12)], -1), scores
 
 
 def specs() -> list[zoo_export.Spec]:
@@ -469,12 +565,31 @@ def specs() -> list[zoo_export.Spec]:
             note="the same with the prior-box decode in the graph (Slice, Mul, Add, Exp, Sub, Concat) for boxes "
             "and 5 landmarks",
         ),
+        Spec(
+            "blazeface",
+            "BlazeFace (MediaPipe front)",
+            "detector",
+            13,
+            lambda full: BlazeFace(),
+            hw((128, 128), (128, 128), "input"),
+            ["boxes", "scores"],
+            data=dict(BLAZEFACE_DATA),
+            note="BlazeBlocks (depthwise + 1x1, MaxPool residual, channel Pad by F.pad), SSD heads at 16x16/8x8, "
+            "anchor decode in the graph (Gather per coordinate, Mul/Add with [896] anchor columns, Sub/Unsqueeze/"
+            "Concat corners, 6 keypoints), clamped Sigmoid scores; not in CI: OpenVINO's CPU plugin fails on its "
+            "QDQ model (shape inference [1, 896, 896] in the decode)",
+        ),
     ]
 
 
 def main(argv: list[str] | None = None) -> int:
     return zoo_export.build_main(
-        argv, __doc__, specs(), SEED, skip=lambda spec, full: spec.name in FULL_ONLY and not full
+        argv,
+        __doc__,
+        specs(),
+        SEED,
+        skip=lambda spec, full: spec.name in FULL_ONLY and not full,
+        finish=lambda spec, entry, full: entry.update(ci=False) if spec.name in NOT_IN_CI else None,
     )
 
 
