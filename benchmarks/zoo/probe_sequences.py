@@ -299,12 +299,12 @@ def modernbert():
     )
 
 
-def t5():
+def t5(name: str = "p_t5_encoder", d_kv: int = 16, note: str = "T5 encoder"):
     torch.manual_seed(SEED)
     cfg = t.T5Config(
         vocab_size=1000,
         d_model=64,
-        d_kv=16,
+        d_kv=d_kv,
         d_ff=128,
         num_layers=2,
         num_heads=4,
@@ -314,14 +314,14 @@ def t5():
     m = t.T5EncoderModel(cfg)
     spread(m)
     return export(
-        "p_t5_encoder",
+        name,
         Wrap(m, ["input_ids", "attention_mask"]),
         tokens(2),
         ["input_ids", "attention_mask"],
         ["last_hidden_state"],
         14,
         TOK(IDS_MASK),
-        "T5 encoder",
+        note,
     )
 
 
@@ -740,29 +740,7 @@ def bert_ort_sdpa():
 
 
 def t5b():
-    torch.manual_seed(SEED)
-    cfg = t.T5Config(
-        vocab_size=1000,
-        d_model=64,
-        d_kv=8,
-        d_ff=128,
-        num_layers=2,
-        num_heads=4,
-        relative_attention_num_buckets=32,
-        feed_forward_proj="gated-gelu",
-    )
-    m = t.T5EncoderModel(cfg)
-    spread(m)
-    return export(
-        "p_t5b",
-        Wrap(m, ["input_ids", "attention_mask"]),
-        tokens(2),
-        ["input_ids", "attention_mask"],
-        ["last_hidden_state"],
-        14,
-        TOK(IDS_MASK),
-        "T5 encoder dkv8",
-    )
+    return t5("p_t5b", 8, "T5 encoder dkv8")
 
 
 ALL += [
