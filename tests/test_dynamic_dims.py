@@ -59,14 +59,53 @@ def files(tmp_path_factory) -> dict[str, Path]:
     return paths
 
 
-def test_paddle_minus_one_dims_need_input_shape_and_say_so(files, capsys):
-    code, _, err = cli(
-        capsys, "quantize", str(files["paddle"]), "--calib", str(files["calib"]), "-o", "x.onnx"
-    )
+def test_paddle_minus_one_dims_need_input_shape_and_say_so(files, tmp_path, capsys):
+    """Without data that shows the sizes (an fp32 deploy takes none), a dynamic dim past the batch is asked for."""
+    code, _, err = cli(capsys, "deploy", str(files["paddle"]), "-t", "arm-cpu", "-o", str(tmp_path / "out"))
     assert code == 2
     assert err.strip().splitlines() == [
         "error: input 'x' has dynamic dimensions ['?', 3, '?', '?']; pass --input-shape x=N,3,N,N"
     ]
+    assert not (tmp_path / "out").exists()
+
+
+def test_dynamic_dims_take_the_calibration_data_sizes_and_say_so(files, tmp_path, capsys):
+    """An exported model's dynamic axes (here H and W, Paddle's -1) take the sizes of the .npy/.npz samples."""
+    out = tmp_path / "q.onnx"
+    code, _, err = cli(
+        capsys, "quantize", str(files["paddle"]), "--calib", str(files["calib"]), "-o", str(out)
+    )
+    assert code == 0, err
+    note = "note: input 'x': dynamic dimensions fixed to [1, 3, 8, 12] from calib.npy; pass --input-shape to choose"
+    assert note in err.splitlines(), err
+    quantized = onnx.load(out)
+    assert [d.dim_value for d in quantized.graph.input[0].type.tensor_type.shape.dim] == list(SHAPE)
+    x = np.load(files["calib"])[0]
+    ref = ort.InferenceSession(str(files["paddle"]), providers=["CPUExecutionProvider"]).run(None, {"x": x})[
+        0
+    ]
+    got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, ref, atol=0.1 * float(np.abs(ref).max()))
+    # A deploy reads them the same way (and its bundle verifies); samples stored without the batch dim too.
+    folder = tmp_path / "nobatch"
+    folder.mkdir()
+    np.savez(folder / "calib.npz", x=np.load(files["calib"])[:, 0])
+    code, _, err = cli(capsys, "deploy", str(files["paddle"]), "-t", "arm-cpu", "--calib",
+                       str(folder / "calib.npz"), "-o", str(tmp_path / "out"))  # fmt: skip
+    assert code == 0, err
+    assert "dynamic dimensions fixed to [1, 3, 8, 12] from calib.npz" in err
+    assert read_bundle(tmp_path / "out" / "arm-cpu").manifest.verification["passed"]
+
+
+def test_data_of_another_shape_leaves_the_question(files, tmp_path, capsys):
+    """Samples whose rank does not fit the input do not guess: the dims are still asked for."""
+    bad = tmp_path / "bad.npy"
+    np.save(bad, np.zeros((2, 8, 12), np.float32))
+    code, _, err = cli(
+        capsys, "quantize", str(files["paddle"]), "--calib", str(bad), "-o", str(tmp_path / "q.onnx")
+    )
+    assert code == 2
+    assert "pass --input-shape x=N,3,N,N" in err and "fixed to" not in err
 
 
 def test_paddle_minus_one_dims_quantize_with_input_shape(files, tmp_path, capsys):

@@ -193,6 +193,92 @@ def fix_input_shapes(
     return messages
 
 
+def _array_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    """The shapes of the arrays in a ``.npz`` (by key) or ``.npy`` (key ``""``), from their headers only."""
+    import zipfile
+
+    def shape_of(stream) -> tuple[int, ...]:
+        version = np.lib.format.read_magic(stream)
+        read = (
+            np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        )
+        return tuple(read(stream)[0])
+
+    try:
+        if path.suffix.lower() == ".npy":
+            with path.open("rb") as stream:
+                return {"": shape_of(stream)}
+        with zipfile.ZipFile(path) as archive:
+            return {
+                name[: -len(".npy")]: shape_of(archive.open(name))
+                for name in archive.namelist()
+                if name.endswith(".npy")
+            }
+    except (OSError, ValueError, zipfile.BadZipFile):
+        return {}  # the data loader names what is wrong with the file
+
+
+def shapes_from_data(
+    path: str | os.PathLike[str],
+    input_shapes: Mapping[str, tuple[int, ...]] | None,
+    data: str | os.PathLike[str] | None,
+) -> tuple[dict[str, tuple[int, ...]], list[str]]:
+    """``input_shapes`` completed from ``.npz`` / ``.npy`` sample arrays for the inputs whose dims after the first
+    are dynamic and not given: a model exported with dynamic axes (a transformer's sequence length, a detector's
+    H and W) takes the sizes its calibration or evaluation data has. A stored sample is the input's full shape or
+    its shape without the batch (which becomes 1). Returns the shapes and a note per input fixed so; inputs the
+    data does not describe are left to :func:`fix_input_shapes` (which asks for ``--input-shape``)."""
+    shapes = dict(input_shapes or {})
+    source = Path(data) if data is not None else None
+    if source is None or source.suffix.lower() not in (".npz", ".npy") or not source.is_file():
+        return shapes, []
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception:  # noqa: BLE001 - load_model reports an unreadable model in its own words
+        return shapes, []
+    inputs = [
+        v for v in _graph_inputs(proto) if v.name not in shapes and v.type.tensor_type.HasField("shape")
+    ]
+    dynamic = {
+        v.name: [d.dim_value if d.HasField("dim_value") else 0 for d in v.type.tensor_type.shape.dim]
+        for v in inputs
+        if any(
+            not d.HasField("dim_value") or d.dim_value <= 0 for d in list(v.type.tensor_type.shape.dim)[1:]
+        )
+    }
+    if not dynamic:
+        return shapes, []
+    arrays = _array_shapes(source)
+    if set(arrays) == {""} and len(_graph_inputs(proto)) == 1:
+        arrays = {next(iter(dynamic)): arrays[""]}
+    notes = []
+    for name, dims in dynamic.items():
+        stored = arrays.get(name)
+        if stored is None or len(stored) < 2:
+            continue
+        sample = stored[1:]
+        full = (
+            tuple(sample)
+            if len(sample) == len(dims)
+            else (1, *sample)
+            if len(sample) == len(dims) - 1
+            else None
+        )
+        if (
+            full is None
+            or full[0] != 1
+            and dims[0] <= 0
+            or any(0 < d != f for d, f in zip(dims, full, strict=True))
+        ):
+            continue  # not this input's layout: the data loader says so
+        shapes[name] = tuple(int(f) for f in full)
+        notes.append(
+            f"input {name!r}: dynamic dimensions fixed to {list(shapes[name])} from {source.name}; "
+            "pass --input-shape to choose"
+        )
+    return shapes, notes
+
+
 def _clear_stale_shapes(proto: onnx.ModelProto) -> None:
     """Drop intermediate shape annotations and dynamic output dims so inference recomputes them."""
     del proto.graph.value_info[:]

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from edgekit.deployment.package import file_sha256, image_preprocess
+from edgekit.deployment.package import file_sha256, image_preprocess, request_data
 from edgekit.deployment.request import DeployRequest, DeviceRun, Hooks, Packaged, _no_upload
 
 #: What the report compares the devices with, unless the model brings its own reference.
@@ -59,9 +59,10 @@ def evaluate_on_device(
     timings: dict[str, float] = {}
     start = time.perf_counter()
     if model is None:
-        from edgekit.core.model import load_model
+        from edgekit.core.model import load_model, shapes_from_data
 
-        model = load_model(request.model, request.input_shapes, messages=[])
+        shapes, _ = shapes_from_data(request.model, request.input_shapes, request_data(request))
+        model = load_model(request.model, shapes, messages=[])
     dataset = open_dataset(
         request.eval_data, input_specs(model), image_preprocess(request), limit=device_run.max_samples
     )

@@ -114,6 +114,11 @@ def image_preprocess(request: DeployRequest) -> Any:
     return ImagePreprocess.from_json(dict(request.preprocess)) if request.preprocess else None
 
 
+def request_data(request: DeployRequest) -> Path | None:
+    """The data a deploy's dynamic input dims are read from when ``--input-shape`` does not give them."""
+    return request.calib or request.eval_data or request.accuracy_data
+
+
 def prepare(
     request: DeployRequest,
     hooks: Hooks,
@@ -121,13 +126,13 @@ def prepare(
 ) -> _Prepared:
     """Load the model once, plan each target's recipe (``choose(targets, quantized)`` instead of
     :func:`choose_precision`: a sweep plans several per target), open the calibration data."""
-    from edgekit.core.model import is_quantized, load_model
+    from edgekit.core.model import is_quantized, load_model, shapes_from_data
     from edgekit.core.qoperator import quantization_source
     from edgekit.quantize.recipes import check_layer_names
 
     targets = validate(request)
-    notes: list[str] = []
-    model = load_model(request.model, request.input_shapes, messages=notes)
+    shapes, notes = shapes_from_data(request.model, request.input_shapes, request_data(request))
+    model = load_model(request.model, shapes, messages=notes)
     for note in notes:
         hooks.note(f"note: {note}")
     quantized = is_quantized(model)
