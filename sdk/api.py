@@ -16,7 +16,7 @@ import onnx
 import onnx_ir as ir
 from edgekit.core.data import Dataset, ImagePreprocess, input_specs, open_dataset
 from edgekit.core.errors import DataError, QuantizationError
-from edgekit.core.model import atomic_write_bytes, check_writable, load_model, save_model, shapes_from_data
+from edgekit.core.model import atomic_write_bytes, check_writable, load_model, save_model
 from edgekit.core.sanity import calibration_ranges, data_warnings
 from edgekit.quantize.calibrate import Statistics, Track, no_progress
 from edgekit.quantize.evaluation import evaluate, evaluate_outputs
@@ -99,12 +99,8 @@ def quantize_model(
             check_writable(path)
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    if loaded is None:
-        data = next((d for d in (calib, eval_data, accuracy_data) if isinstance(d, (str, os.PathLike))), None)
-        input_shapes, notes = shapes_from_data(model, input_shapes, data)
-        if messages is not None:
-            messages.extend(notes)
-    fp32 = loaded if loaded is not None else load_model(model, input_shapes, messages=messages)
+    data = next((d for d in (calib, eval_data, accuracy_data) if isinstance(d, (str, os.PathLike))), None)
+    fp32 = loaded if loaded is not None else load_model(model, input_shapes, messages=messages, data=data)
     check_layer_names((n.name for n in fp32.graph.all_nodes()), options.layer_precision)
     timings["load_s"] = time.perf_counter() - start
     if options.precision == "fp16":  # no calibration: every weight and activation becomes float16

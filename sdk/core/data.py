@@ -326,6 +326,27 @@ def _stream_samples(where: str, stream: BinaryIO) -> Iterator[np.ndarray]:
         yield np.frombuffer(chunk, dtype=header.dtype).reshape(header.shape[1:])
 
 
+def stored_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
+    """The shapes of the arrays of a ``.npz`` (by key) or a ``.npy`` (key ``""``) data file, read from their
+    headers only; empty when ``path`` is not such a readable file (opening it as data says what is wrong)."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".npy":
+            with path.open("rb") as stream:
+                return {"": _NpyHeader(str(path), stream).shape}
+        if suffix == ".npz":
+            with zipfile.ZipFile(path) as zf:
+                shapes = {}
+                for name in (n for n in zf.namelist() if n.endswith(".npy")):
+                    with zf.open(name) as stream:
+                        shapes[name.removesuffix(".npy")] = _NpyHeader(name, stream).shape
+                return shapes
+    except (DataError, zipfile.BadZipFile, zlib.error, OSError):
+        pass
+    return {}
+
+
 class _NpzSource(_Source):
     kind = "npz"
 

@@ -142,14 +142,36 @@ def float16_to_float32(proto: onnx.ModelProto) -> list[str]:
     return [note + (f"; input(s) {', '.join(inputs)} are float32" if inputs else "")]
 
 
+def _from_samples(dims: list[int], stored: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """An input's shape from its data's array shape ``stored`` (a leading sample axis, then the input's full shape
+    or its shape without the batch, which becomes 1), or None when the array does not fit ``dims`` (0: dynamic)."""
+    if stored is None or len(stored) < 2:
+        return None
+    sample = tuple(int(d) for d in stored[1:])
+    full = sample if len(sample) == len(dims) else (1, *sample) if len(sample) == len(dims) - 1 else None
+    if (
+        full is None
+        or (dims[0] <= 0 and full[0] != 1)
+        or any(0 < d != f for d, f in zip(dims, full, strict=True))
+    ):
+        return None
+    return full
+
+
 def fix_input_shapes(
-    proto: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]] | None = None
+    proto: onnx.ModelProto,
+    input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+    data: str | os.PathLike[str] | None = None,
 ) -> list[str]:
     """Give every graph input a static shape; returns messages about what was assumed.
 
-    A dynamic first dimension defaults to 1 (the batch); any other dynamic dimension needs ``input_shapes``.
+    A dynamic first dimension defaults to 1 (the batch); any other dynamic dimension is taken from
+    ``input_shapes``, else from the ``.npz`` / ``.npy`` ``data`` (the calibration or evaluation samples: a model
+    exported with dynamic axes takes its data's sequence length or image size, and says so), else asked for.
     A ``dim_value <= 0`` is dynamic (see :func:`forget_nonpositive_dims`).
     """
+    from edgekit.core.data import stored_shapes
+
     input_shapes = dict(input_shapes or {})
     inputs = _graph_inputs(proto)
     names = [i.name for i in inputs]
@@ -157,6 +179,7 @@ def fix_input_shapes(
     if unknown:
         raise ModelError(f"--input-shape names unknown input(s) {unknown}; the model's inputs are {names}")
     messages: list[str] = []
+    stored: dict[str, tuple[int, ...]] | None = None
     for value in inputs:
         tensor_type = value.type.tensor_type
         dims = tensor_type.shape.dim
@@ -185,98 +208,26 @@ def fix_input_shapes(
             dims[0].dim_value = 1
             messages.append(f"input {value.name!r}: batch fixed to 1; pass --input-shape to choose")
         elif dynamic:
+            if stored is None:  # read once, and only when a dim needs it
+                stored = stored_shapes(data) if data is not None else {}
+                if set(stored) == {""} and len(inputs) == 1:
+                    stored = {value.name: stored[""]}  # a .npy holds the one input's samples
+            full = _from_samples([d.dim_value for d in dims], stored.get(value.name))
+            if full is not None:
+                del dims[:]
+                for size in full:
+                    tensor_type.shape.dim.add().dim_value = size
+                messages.append(
+                    f"input {value.name!r}: dynamic dimensions fixed to {list(full)} from {Path(data).name}; "
+                    "pass --input-shape to choose"
+                )
+                continue
             raise ModelError(
                 f"input {value.name!r} has dynamic dimensions {current}; "
                 f"pass --input-shape {value.name}="
                 + ",".join("N" if i in dynamic else str(d) for i, d in enumerate(current))
             )
     return messages
-
-
-def _array_shapes(path: Path) -> dict[str, tuple[int, ...]]:
-    """The shapes of the arrays in a ``.npz`` (by key) or ``.npy`` (key ``""``), from their headers only."""
-    import zipfile
-
-    def shape_of(stream) -> tuple[int, ...]:
-        version = np.lib.format.read_magic(stream)
-        read = (
-            np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        )
-        return tuple(read(stream)[0])
-
-    try:
-        if path.suffix.lower() == ".npy":
-            with path.open("rb") as stream:
-                return {"": shape_of(stream)}
-        with zipfile.ZipFile(path) as archive:
-            return {
-                name[: -len(".npy")]: shape_of(archive.open(name))
-                for name in archive.namelist()
-                if name.endswith(".npy")
-            }
-    except (OSError, ValueError, zipfile.BadZipFile):
-        return {}  # the data loader names what is wrong with the file
-
-
-def shapes_from_data(
-    path: str | os.PathLike[str],
-    input_shapes: Mapping[str, tuple[int, ...]] | None,
-    data: str | os.PathLike[str] | None,
-) -> tuple[dict[str, tuple[int, ...]], list[str]]:
-    """``input_shapes`` completed from ``.npz`` / ``.npy`` sample arrays for the inputs whose dims after the first
-    are dynamic and not given: a model exported with dynamic axes (a transformer's sequence length, a detector's
-    H and W) takes the sizes its calibration or evaluation data has. A stored sample is the input's full shape or
-    its shape without the batch (which becomes 1). Returns the shapes and a note per input fixed so; inputs the
-    data does not describe are left to :func:`fix_input_shapes` (which asks for ``--input-shape``)."""
-    shapes = dict(input_shapes or {})
-    source = Path(data) if data is not None else None
-    if source is None or source.suffix.lower() not in (".npz", ".npy") or not source.is_file():
-        return shapes, []
-    try:
-        proto = onnx.load(str(path), load_external_data=False)
-    except Exception:  # noqa: BLE001 - load_model reports an unreadable model in its own words
-        return shapes, []
-    inputs = [
-        v for v in _graph_inputs(proto) if v.name not in shapes and v.type.tensor_type.HasField("shape")
-    ]
-    dynamic = {
-        v.name: [d.dim_value if d.HasField("dim_value") else 0 for d in v.type.tensor_type.shape.dim]
-        for v in inputs
-        if any(
-            not d.HasField("dim_value") or d.dim_value <= 0 for d in list(v.type.tensor_type.shape.dim)[1:]
-        )
-    }
-    if not dynamic:
-        return shapes, []
-    arrays = _array_shapes(source)
-    if set(arrays) == {""} and len(_graph_inputs(proto)) == 1:
-        arrays = {next(iter(dynamic)): arrays[""]}
-    notes = []
-    for name, dims in dynamic.items():
-        stored = arrays.get(name)
-        if stored is None or len(stored) < 2:
-            continue
-        sample = stored[1:]
-        full = (
-            tuple(sample)
-            if len(sample) == len(dims)
-            else (1, *sample)
-            if len(sample) == len(dims) - 1
-            else None
-        )
-        if (
-            full is None
-            or full[0] != 1
-            and dims[0] <= 0
-            or any(0 < d != f for d, f in zip(dims, full, strict=True))
-        ):
-            continue  # not this input's layout: the data loader says so
-        shapes[name] = tuple(int(f) for f in full)
-        notes.append(
-            f"input {name!r}: dynamic dimensions fixed to {list(shapes[name])} from {source.name}; "
-            "pass --input-shape to choose"
-        )
-    return shapes, notes
 
 
 def _clear_stale_shapes(proto: onnx.ModelProto) -> None:
@@ -301,14 +252,16 @@ def load_model(
     *,
     prepare: bool = True,
     messages: list[str] | None = None,
+    data: str | os.PathLike[str] | None = None,
 ) -> ir.Model:
     """Load an ONNX file as an ``onnx_ir.Model`` ready for quantization and conversion.
 
     Quantized (QDQ) models are loaded the same way; ``prepare`` runs the cleaning passes, which leave Q/DQ nodes
-    and their constant inputs alone.
+    and their constant inputs alone. ``data``: the samples dynamic dims may take their sizes from
+    (:func:`fix_input_shapes`).
     """
     proto = read_proto(path)
-    return load_proto(proto, input_shapes, prepare=prepare, messages=messages)
+    return load_proto(proto, input_shapes, prepare=prepare, messages=messages, data=data)
 
 
 def load_proto(
@@ -317,6 +270,7 @@ def load_proto(
     *,
     prepare: bool = True,
     messages: list[str] | None = None,
+    data: str | os.PathLike[str] | None = None,
 ) -> ir.Model:
     """:func:`load_model` for a model already in memory."""
     from edgekit.core import passes  # local import: passes imports this module's helpers
@@ -339,7 +293,7 @@ def load_proto(
     del proto.graph.input[:]
     proto.graph.input.extend(kept)
     forget_nonpositive_dims(proto)
-    notes = expanded + float16_to_float32(proto) + fix_input_shapes(proto, input_shapes)
+    notes = expanded + float16_to_float32(proto) + fix_input_shapes(proto, input_shapes, data)
     if messages is not None:
         messages.extend(notes)  # the caller announces them (once per command, not once per load)
     else:

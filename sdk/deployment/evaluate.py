@@ -59,10 +59,9 @@ def evaluate_on_device(
     timings: dict[str, float] = {}
     start = time.perf_counter()
     if model is None:
-        from edgekit.core.model import load_model, shapes_from_data
+        from edgekit.core.model import load_model
 
-        shapes, _ = shapes_from_data(request.model, request.input_shapes, request_data(request))
-        model = load_model(request.model, shapes, messages=[])
+        model = load_model(request.model, request.input_shapes, messages=[], data=request_data(request))
     dataset = open_dataset(
         request.eval_data, input_specs(model), image_preprocess(request), limit=device_run.max_samples
     )

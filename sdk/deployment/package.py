@@ -126,13 +126,13 @@ def prepare(
 ) -> _Prepared:
     """Load the model once, plan each target's recipe (``choose(targets, quantized)`` instead of
     :func:`choose_precision`: a sweep plans several per target), open the calibration data."""
-    from edgekit.core.model import is_quantized, load_model, shapes_from_data
+    from edgekit.core.model import is_quantized, load_model
     from edgekit.core.qoperator import quantization_source
     from edgekit.quantize.recipes import check_layer_names
 
     targets = validate(request)
-    shapes, notes = shapes_from_data(request.model, request.input_shapes, request_data(request))
-    model = load_model(request.model, shapes, messages=notes)
+    notes: list[str] = []
+    model = load_model(request.model, request.input_shapes, messages=notes, data=request_data(request))
     for note in notes:
         hooks.note(f"note: {note}")
     quantized = is_quantized(model)
