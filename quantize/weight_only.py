@@ -42,7 +42,7 @@ from edgekit.core.errors import QuantizationError
 from edgekit.core.irutil import NameScope, add_initializer, attr
 from edgekit.quantize import gptq
 from edgekit.quantize.options import QuantizeOptions
-from edgekit.quantize.qdq import quantize_weight, round_preserving_sums, weight_error_shift
+from edgekit.quantize.qdq import round_preserving_sums, weight_error_shift, weight_scales
 from edgekit.quantize.recipes import check_layer_names, get_recipe
 from onnx_ir.passes.common import DeduplicateInitializersPass, TopologicalSortPass
 
@@ -96,7 +96,7 @@ def quantize_int8_channels(weight: np.ndarray, axis: int, op_type: str) -> tuple
     """``w8``'s weights: symmetric int8 in [-127, 127], scale = absmax / 127 per channel along ``axis``, rounded by
     :func:`round_preserving_sums` over each convolution kernel's spatial taps (per output and input channel),
     else over the channel's whole row (its input dimension)."""
-    _, scales = quantize_weight(weight, axis)
+    scales = weight_scales(weight, axis)
     moved = np.moveaxis(weight.astype(np.float64), axis, 0)
     scaled = moved / scales.astype(np.float64).reshape((-1,) + (1,) * (moved.ndim - 1))
     if op_type == "Conv" and moved.ndim > 2 and int(np.prod(moved.shape[2:])) > 1:
