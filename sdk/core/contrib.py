@@ -117,17 +117,24 @@ def _layer_norm(w: _Writer, node: onnx.NodeProto) -> None:
     )
 
 
+def _skip_sum(w: _Writer, node: onnx.NodeProto, bias_index: int) -> str:
+    """The normalized sum of the Skip*LayerNormalization ops: input + skip (+ the optional bias at
+    ``bias_index``), also written to the optional fourth output."""
+    total = w.op("Add", [node.input[0], node.input[1]])
+    if _opt(node, bias_index):
+        total = w.op("Add", [total, node.input[bias_index]])
+    if len(node.output) > 3 and node.output[3]:
+        total = w.op("Identity", [total], node.output[3])
+    return total
+
+
 def _skip_layer_norm(w: _Writer, node: onnx.NodeProto) -> None:
     a = _attrs(node)
     if any(i in (1, 2) for i in _used_outputs(node, 1)):
         raise ModelError(
             f"SkipLayerNormalization node {node.name!r}: its mean / inverse std outputs are used"
         )
-    total = w.op("Add", [node.input[0], node.input[1]])
-    if _opt(node, 4):
-        total = w.op("Add", [total, node.input[4]])
-    if len(node.output) > 3 and node.output[3]:
-        total = w.op("Identity", [total], node.output[3])
+    total = _skip_sum(w, node, bias_index=4)
     w.layer_norm(total, node.input[2], _opt(node, 3), a.get("epsilon", 1e-12), out=node.output[0])
 
 
@@ -145,11 +152,7 @@ def _skip_simplified_layer_norm(w: _Writer, node: onnx.NodeProto) -> None:
         raise ModelError(
             f"SkipSimplifiedLayerNormalization node {node.name!r}: its inverse std output is used"
         )
-    total = w.op("Add", [node.input[0], node.input[1]])
-    if _opt(node, 3):
-        total = w.op("Add", [total, node.input[3]])
-    if len(node.output) > 3 and node.output[3]:
-        total = w.op("Identity", [total], node.output[3])
+    total = _skip_sum(w, node, bias_index=3)
     w.rms_norm(total, node.input[2], _attrs(node).get("epsilon", 1e-5), node.output[0])
 
 
