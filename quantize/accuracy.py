@@ -647,10 +647,15 @@ def _rank_and_restore(
         say(f"{target}: no restore of the first {measured_upto} candidates helps: re-ranking the next")
     # Layers not measured get the strongest restore (the last: float) on precision targets, else the first.
     default = per_layer[-1] if per_layer[-1] == "float" else per_layer[0]
+    #: Every restored layer float: each layer's own best restore (int16x8 where it did as well alone) left every
+    #: prefix short, and a cheaper restore that ties alone can fall short together (int8 weights stay int8).
+    strongest = False
     while True:
         ranked = sorted(gains, key=lambda n: (gains[n][0], cheap_score[n]), reverse=True)
         ranked += [n for n in order_cheap if n not in gains]
-        restore_of = {n: gains[n][1] if n in gains else default for n in order_cheap}
+        restore_of = {
+            n: "float" if strongest else gains[n][1] if n in gains else default for n in order_cheap
+        }
 
         def prefix(k: int, ranked: list[str] = ranked, restore_of: dict = restore_of) -> dict[str, str]:
             return {n: restore_of[n] for n in ranked[:k]}
@@ -670,6 +675,17 @@ def _rank_and_restore(
             if k2 is not None:
                 return True, _prune(s, with_restores, prefix(k2), s.everything), ranked
         if measured_upto >= len(order_cheap) or integer:  # int8 fixes only: the float-layer search decides
+            if (
+                not integer
+                and not strongest
+                and "float" in per_layer
+                and set(restore_of.values()) != {"float"}
+            ):
+                strongest = True
+                say(
+                    f"{target}: no prefix of each layer's own best restore meets it: every restored layer float"
+                )
+                continue
             return False, chosen if chosen is not None else prefix(len(ranked)), ranked
         # Re-rank: no prefix of the order measured so far meets the budget on the whole set, so measure the layers
         # not yet measured (a layer with a high output SQNR can still hold a sample that decides the budget).

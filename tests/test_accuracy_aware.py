@@ -470,3 +470,52 @@ def test_intel_vpu_candidates_run_on_openvinos_int8_kernels(fragile):
     runner = HostRunner(quantize(model, (), candidate, statistics=stats).proto(), exact_qdq=False)
     direct = measure(budget, reference, indices, [runner.run(i) for i in inputs])
     assert out.measurement.badness == direct.badness and out.measurement.metric == direct.metric
+
+
+class _OracleExecutor:
+    """Measures a candidate (a frozenset of ``layer -> restore``) by a hand-made rule instead of running a model."""
+
+    workers = 2
+
+    def __init__(self, rule):
+        self.rule = rule
+
+    def start(self, tasks):
+        from edgekit.quantize.budget import Measurement
+        from edgekit.quantize.executors import Outcome
+
+        outs = []
+        for task in tasks:
+            cos = self.rule(dict(task.options))
+            outs.append(Outcome(Measurement(cos, 100.0, 100.0, cos, len(task.indices)), 0, 0.0))
+        return lambda: outs
+
+
+def test_when_each_layers_cheaper_restore_falls_short_together_the_prefix_goes_float():
+    """Alone, int16x8 does as well as float on every layer (so it is each layer's choice), but two layers need
+    float weights together: no prefix of the cheaper choices meets the budget, the float prefix does, and the
+    pruned answer keeps exactly those two layers float."""
+    from edgekit.quantize.accuracy import _rank_and_restore, _Search
+
+    layers = ["a", "b", "c", "d", "e"]
+
+    def rule(restores):
+        cos = 0.9 + 0.015 * len(restores)
+        if restores.get("a") == "float" and restores.get("b") == "float":
+            cos += 0.06
+        return min(cos, 1.0)
+
+    budget = Budget("min_cosine", 0.99)
+    everything = tuple(range(8))
+    s = _Search(_OracleExecutor(rule), budget, everything[:4], everything)
+    said = []
+    base = s.run("int8", [(frozenset(), 0)])[0].measurement
+    met, chosen, ranked = _rank_and_restore(
+        s, lambda r: frozenset(r.items()), layers, {n: 1.0 for n in layers}, ["int16x8", "float"], base, 5,
+        said.append, "arm-cpu",
+    )  # fmt: skip
+    assert met and chosen == {"a": "float", "b": "float"}
+    assert any("every restored layer float" in line for line in said)
+    # Each layer alone chose int16x8, and every int16x8 prefix (all five: 0.975) fell short.
+    assert rule({n: "int16x8" for n in layers}) < 0.99
+    assert any(st.phase == "gallop" and st.restored == 5 and not st.met for st in s.steps)
