@@ -134,6 +134,9 @@ def _install(context: EvalContext | tuple[str, str]) -> None:
 
 
 def _pool_evaluate(key: str, task: Task) -> Outcome:
+    from edgekit.quantize.qdq import quiet_warnings
+
+    quiet_warnings()
     return evaluate(_WORKER[key], task)
 
 
@@ -218,6 +221,9 @@ class ProcessExecutor(Executor):
 
 
 def _ray_evaluate(context: EvalContext, task: Task) -> Outcome:
+    from edgekit.quantize.qdq import quiet_warnings
+
+    quiet_warnings()
     cached = _WORKER.setdefault(context.key, context)  # a Ray worker keeps its parsed model between tasks
     return evaluate(cached, task)
 

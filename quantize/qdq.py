@@ -37,8 +37,21 @@ def warnings_once() -> Iterator[None]:
         _SAID = outer
 
 
+#: In a search's worker process: the notes are the lead process's to give (it quantizes the base model and the
+#: answer itself), so a worker's candidates say none of them (spawned workers do not inherit ``_SAID``).
+_QUIET = False
+
+
+def quiet_warnings() -> None:
+    """This process (a search's pool or Ray worker) gives no quantization notes."""
+    global _QUIET
+    _QUIET = True
+
+
 def _warn_once(message: str) -> None:
-    if _SAID is None or message not in _SAID:
+    if _QUIET:
+        log.debug(message)
+    elif _SAID is None or message not in _SAID:
         if _SAID is not None:
             _SAID.add(message)
         log.warning(message)

@@ -184,3 +184,21 @@ def test_denormal_weights_under_a_tiny_input_scale_keep_a_normal_bias_scale():
     np.testing.assert_allclose(q.astype(np.float64) * bias_scales, bias, rtol=1e-6, atol=1e-30)
     untouched, raised_normal = fit_bias_scales(bias, 0.05, np.array([0.01, 0.02], np.float32))
     assert not raised_normal.any() and untouched.tolist() == np.float32([0.01, 0.02]).tolist()
+
+
+def test_the_search_on_its_process_pool_says_each_layers_note_once(tmp_path):
+    """The accuracy search quantizes every candidate in spawned pool workers: the notes are the lead process's,
+    each layer's once (the workers used to say them again for every candidate)."""
+    model, calib = tmp_path / "m.onnx", tmp_path / "calib.npy"
+    onnx.save(huge_bias_model(), model)
+    np.save(calib, tiny_inputs(8, 1).reshape(8, *SHAPE[1:]))
+    run = subprocess.run(
+        [sys.executable, "-m", "edgekit.cli.main", "quantize", model, "--calib", calib, "-o", tmp_path / "q.onnx",
+         "--min-cosine", "0.9999999", "--accuracy-data", calib, "--executor", "process"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert run.returncode in (0, 2), run.stderr
+    out = run.stdout + run.stderr
+    assert "Traceback" not in out
+    notes = [line for line in out.splitlines() if "raised to fit it" in line]
+    assert sorted(n.split("'")[1] for n in notes) == ["conv", "fc"], out
