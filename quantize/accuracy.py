@@ -674,18 +674,12 @@ def _rank_and_restore(
             k2, _ = _shortest_prefix(s, with_restores, prefix, len(ranked), confirm, s.everything, lo=k)
             if k2 is not None:
                 return True, _prune(s, with_restores, prefix(k2), s.everything), ranked
+        if not integer and not strongest and "float" in per_layer and set(restore_of.values()) != {"float"}:
+            # Before measuring more layers (two evaluations each): the same order with float restores (a few).
+            strongest = True
+            say(f"{target}: no prefix of each layer's own best restore meets it: every restored layer float")
+            continue
         if measured_upto >= len(order_cheap) or integer:  # int8 fixes only: the float-layer search decides
-            if (
-                not integer
-                and not strongest
-                and "float" in per_layer
-                and set(restore_of.values()) != {"float"}
-            ):
-                strongest = True
-                say(
-                    f"{target}: no prefix of each layer's own best restore meets it: every restored layer float"
-                )
-                continue
             return False, chosen if chosen is not None else prefix(len(ranked)), ranked
         # Re-rank: no prefix of the order measured so far meets the budget on the whole set, so measure the layers
         # not yet measured (a layer with a high output SQNR can still hold a sample that decides the budget).
