@@ -142,7 +142,7 @@ def test_zoo_case(zoo_results, name: str, case: str):
 def test_a_side_reference_that_cannot_run_the_qdq_file_keeps_the_verdict_figure(tmp_path, monkeypatch):
     """arm-cpu int8's verdict is the int8 TFLite against its QDQ model's exact semantics; the float32 runs of the
     same file by onnxruntime and the host runner (OpenVINO) are printed beside it. OpenVINO's CPU plugin refuses
-    some QDQ files (BlazeFace's decode: "Shape inference input shapes {[1,896,896],[3]}"): that is recorded
+    some QDQ files (BlazeFace's decode did: "Shape inference input shapes {[1,896,896],[3]}"): that is recorded
     beside the verdict, and the verdict's figure is still computed (it used to be lost with it)."""
     import numpy as np
     from edgekit.core.errors import ModelError
