@@ -389,3 +389,75 @@ def test_host_runner_runs_hardmax_whose_top_k_does_not_sort() -> None:
     model.ir_version = 8
     feeds = {"x": np.random.default_rng(0).normal(size=(2, 5, 3)).astype(np.float32)}
     np.testing.assert_array_equal(HostRunner(model).run(feeds)["y"], exact(model, feeds)[0])
+
+
+def concat_then_scalar_gather() -> onnx.ModelProto:
+    """Two quantized heads of other scales -> Concat on axis 1 -> ``t[..., 1]`` (Gather, 0-d index) -> Q/DQ ->
+    Unsqueeze: a detector's anchor decode (BlazeFace: ``r[..., 0] / 128 * anchor_w + anchor_x``)."""
+    inits = [
+        numpy_helper.from_array(np.array(0.04, np.float32), "sa"),
+        numpy_helper.from_array(np.array(0.05, np.float32), "sb"),
+        numpy_helper.from_array(np.array(128, np.uint8), "z"),
+        numpy_helper.from_array(np.array(1, np.int64), "i"),
+        numpy_helper.from_array(np.array([-1], np.int64), "last"),
+    ]
+    nodes = [  # (heads computed from the inputs: OpenVINO crashed on this Concat read from the inputs' Q/DQ)
+        helper.make_node("Relu", ["x"], ["a"]),
+        helper.make_node("Neg", ["y"], ["b"]),
+        helper.make_node("QuantizeLinear", ["a", "sa", "z"], ["aq"]),
+        helper.make_node("DequantizeLinear", ["aq", "sa", "z"], ["ad"]),
+        helper.make_node("QuantizeLinear", ["b", "sb", "z"], ["bq"]),
+        helper.make_node("DequantizeLinear", ["bq", "sb", "z"], ["bd"]),
+        helper.make_node("Concat", ["ad", "bd"], ["c"], axis=1),
+        helper.make_node("Gather", ["c", "i"], ["g"], axis=2),
+        helper.make_node("QuantizeLinear", ["g", "sb", "z"], ["gq"]),
+        helper.make_node("DequantizeLinear", ["gq", "sb", "z"], ["gd"]),
+        helper.make_node("Unsqueeze", ["gd", "last"], ["out"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "decode",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 4]),
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 4]),
+        ],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 96, 1])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def test_host_runner_runs_a_scalar_gather_of_a_quantized_concat(tmp_path) -> None:
+    """OpenVINO 2026.4 moves the Concat's per-position dequantization ([1, 96, 1]) below ``t[..., 1]`` unchanged
+    and the product broadcasts to [1, 96, 96] ("Shape inference input shapes {[1,96,96],[3]}"): the model as
+    written does not compile. Gathering [1] and squeezing the axis (scalar_gathers_squeezed) runs it exactly."""
+    import openvino as ov
+    from edgekit.core.runtime import for_openvino, scalar_gathers_squeezed
+
+    model = concat_then_scalar_gather()
+    onnx.save(model, tmp_path / "decode.onnx")
+    core = ov.Core()
+    with pytest.raises(RuntimeError, match=r"\[1,96,96\]"):  # if this compiles, the rewrite may go
+        core.compile_model(core.read_model(tmp_path / "decode.onnx"), "CPU")
+    rewritten = scalar_gathers_squeezed(model)
+    assert [n.op_type for n in for_openvino(model).graph.node].count("Squeeze") == 1
+    np.testing.assert_array_equal(  # the rewrite computes the same (onnx's reference evaluator)
+        ReferenceEvaluator(rewritten).run(None, _decode_feeds(0))[0],
+        ReferenceEvaluator(model).run(None, _decode_feeds(0))[0],
+    )
+    float_model = sliced_gather_then_top_k()
+    assert scalar_gathers_squeezed(float_model) is float_model  # no activation QuantizeLinear: left alone
+    runner = HostRunner(model)
+    for seed in range(3):
+        feeds = _decode_feeds(seed)
+        np.testing.assert_array_equal(runner.run(feeds)["out"], exact(model, feeds)[0])
+
+
+def _decode_feeds(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "x": rng.normal(0, 2, (1, 64, 4)).astype(np.float32),
+        "y": rng.normal(0, 2, (1, 32, 4)).astype(np.float32),
+    }

@@ -11,7 +11,8 @@ at cosine >= 0.999 to fp32.
 ``tests/zoo/expected.json`` records today's honest outcome of each model x case (``pass`` | ``typed`` |
 ``figures``: passes but misses a figure | ``crash``). A case that does worse than recorded fails, and so does
 one that does better (keep the table up to date: ``EDGEKIT_ZOO_RECORD=tests/zoo/expected.json python -m
-pytest tests/test_zoo.py`` rewrites it from the run).
+pytest tests/test_zoo.py`` rewrites it from the run; with ``-k NAME`` only that model runs and only its row is
+rewritten).
 Cases recorded as ``crash`` or ``figures`` are xfailed while they still do exactly that. A model without a
 recorded expectation is held to "no crash" and, if it passes, to the figures.
 """
@@ -39,10 +40,18 @@ pytestmark = pytest.mark.timeout(1200)
 
 
 @pytest.fixture(scope="session")
-def zoo_results(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], zoo_cases.CaseResult]:
+def zoo_results(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[tuple[str, str], zoo_cases.CaseResult]:
     work = tmp_path_factory.mktemp("zoo")
+    # only the models whose cases were selected (``-k blazeface`` runs and records blazeface alone)
+    selected = {
+        item.callspec.params["name"]
+        for item in request.session.items
+        if getattr(item, "callspec", None) is not None and "name" in item.callspec.params
+    }
     models = []
-    for entry in ENTRIES:
+    for entry in (e for e in ENTRIES if e["name"] in selected):
         calib, evaluation = zoo_data.write_data(
             entry, work / "data", calib=zoo_cases.TEST_CALIB, evaluation=zoo_cases.TEST_EVAL
         )
@@ -60,7 +69,7 @@ def zoo_results(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str
     results = zoo_cases.run_all(models, zoo_cases.CASES, work, workers=2, timeout=300)
     record = os.environ.get("EDGEKIT_ZOO_RECORD")
     if record:  # opt-in: write today's outcomes as the expectations table
-        run = {e["name"] for e in ENTRIES}  # the rows of models the suite does not run stay as recorded
+        run = {m.name for m in models}  # the rows of models not run here stay as recorded
         table: dict[str, dict[str, str]] = {n: v for n, v in EXPECTED.items() if n not in run}
         for r in results:
             table.setdefault(r.model, {})[r.case] = zoo_cases.verdict(r)
@@ -133,7 +142,7 @@ def test_zoo_case(zoo_results, name: str, case: str):
 def test_a_side_reference_that_cannot_run_the_qdq_file_keeps_the_verdict_figure(tmp_path, monkeypatch):
     """arm-cpu int8's verdict is the int8 TFLite against its QDQ model's exact semantics; the float32 runs of the
     same file by onnxruntime and the host runner (OpenVINO) are printed beside it. OpenVINO's CPU plugin refuses
-    some QDQ files (BlazeFace's decode: "Shape inference input shapes {[1,896,896],[3]}"): that is recorded
+    some QDQ files (BlazeFace's decode did: "Shape inference input shapes {[1,896,896],[3]}"): that is recorded
     beside the verdict, and the verdict's figure is still computed (it used to be lost with it)."""
     import numpy as np
     from edgekit.core.errors import ModelError

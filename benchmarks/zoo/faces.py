@@ -576,8 +576,9 @@ def specs() -> list[zoo_export.Spec]:
             data=dict(BLAZEFACE_DATA),
             note="BlazeBlocks (depthwise + 1x1, MaxPool residual, channel Pad by F.pad), SSD heads at 16x16/8x8, "
             "anchor decode in the graph (Gather per coordinate, Mul/Add with [896] anchor columns, Sub/Unsqueeze/"
-            "Concat corners, 6 keypoints), clamped Sigmoid scores; not in CI: OpenVINO's CPU plugin fails on its "
-            "QDQ model (shape inference [1, 896, 896] in the decode)",
+            "Concat corners, 6 keypoints), clamped Sigmoid scores; not in CI (the suite's time budget: its six cases "
+            "take 27 s of CPU); its int8 decode pattern is tests/targets/test_openvino_target.py::"
+            "test_int8_ir_of_an_anchor_decode_tail",
         ),
     ]
 

@@ -289,9 +289,11 @@ def float16_rounded(proto: onnx.ModelProto, min_elements: int = 0) -> onnx.Model
 
 def for_openvino(proto: onnx.ModelProto) -> onnx.ModelProto:
     """``proto`` as edgekit hands models to OpenVINO: :func:`pad_before_dequantize`,
-    :func:`drop_concat_identity_qdq` and :func:`sliced_gather_elements_apart` (the same values, around
-    three OpenVINO 2026.4 problems)."""
-    return sliced_gather_elements_apart(drop_concat_identity_qdq(pad_before_dequantize(proto)))
+    :func:`drop_concat_identity_qdq`, :func:`sliced_gather_elements_apart` and :func:`scalar_gathers_squeezed`
+    (the same values, around four OpenVINO 2026.4 problems)."""
+    return scalar_gathers_squeezed(
+        sliced_gather_elements_apart(drop_concat_identity_qdq(pad_before_dequantize(proto)))
+    )
 
 
 def stable_top_k(ov_model):  # noqa: ANN001, ANN201 - an openvino.Model (openvino is imported lazily)
@@ -340,6 +342,67 @@ def sliced_gather_elements_apart(proto: onnx.ModelProto) -> onnx.ModelProto:
         apart = gather.output[0] + "/data"
         nodes.insert(i, helper.make_node("Max", [gather.input[0], gather.input[0]], [apart], name=apart))
         gather.input[0] = apart
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    return out
+
+
+def scalar_gathers_squeezed(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of a quantized ``proto`` where each Gather with a constant 0-d index (``t[..., i]``: it removes
+    the axis) gathers ``[i]`` instead and squeezes that axis: the same values.
+
+    OpenVINO 2026.4's low-precision transformations move a dequantization below a Gather
+    (``low_precision/gather.cpp``, ``gatherDeqConstant``) and keep its constant as it is when the constant is
+    1 on the gathered axis, whatever the Gather does to the rank: a Concat of two quantized tensors is dequantized
+    per position along the Concat's axis ([1, 896, 1]), and ``t[..., 0]`` of it ([1, 896]) multiplied by that
+    constant broadcast to [1, 896, 896] (BlazeFace's anchor decode: "Shape inference input shapes
+    {[1,896,896],[3]}" in ``compile_model`` and ``query_model``). Gathering ``[i]`` keeps the rank, and the
+    dequantization moves through the Squeeze correctly (``tests/test_runtime.py``). ``proto`` itself when it has
+    no activation QuantizeLinear or no such Gather.
+    """
+    from onnx import helper
+
+    if not any(n.op_type == "QuantizeLinear" for n in proto.graph.node):
+        return proto
+    producers = {o: n.op_type for n in proto.graph.node for o in n.output}
+    scalars = {t.name: t for t in proto.graph.initializer if not t.dims}
+    for n in proto.graph.node:
+        if (
+            n.op_type == "Constant"
+            and n.attribute
+            and n.attribute[0].name == "value"
+            and not n.attribute[0].t.dims
+        ):
+            scalars[n.output[0]] = n.attribute[0].t
+    found = [
+        i
+        for i, n in enumerate(proto.graph.node)
+        if n.op_type == "Gather"
+        and n.domain in ("", "ai.onnx")
+        and n.input[1] in scalars
+        and producers.get(n.input[0]) != "Shape"  # shape arithmetic: never dequantized
+    ]
+    if not found:
+        return proto
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 13)
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    nodes = list(out.graph.node)
+    for i in reversed(found):
+        gather = nodes[i]
+        axis = next((helper.get_attribute_value(a) for a in gather.attribute if a.name == "axis"), 0)
+        base = f"{gather.output[0]}/kept_rank"
+        index = onnx.numpy_helper.to_array(scalars[gather.input[1]]).reshape(1)
+        out.graph.initializer.append(onnx.numpy_helper.from_array(index, f"{base}_index"))
+        squeezed = gather.output[0]
+        gather.input[1], gather.output[0] = f"{base}_index", base
+        if opset >= 13:
+            axes = onnx.numpy_helper.from_array(np.array([axis], np.int64), f"{base}_axes")
+            out.graph.initializer.append(axes)
+            squeeze = helper.make_node("Squeeze", [base, axes.name], [squeezed], name=base)
+        else:
+            squeeze = helper.make_node("Squeeze", [base], [squeezed], name=base, axes=[axis])
+        nodes.insert(i + 1, squeeze)
     del out.graph.node[:]
     out.graph.node.extend(nodes)
     return out
@@ -588,7 +651,9 @@ class HostRunner:
 
             model = ir.to_proto(model)
         proto = model
-        proto = sliced_gather_elements_apart(drop_concat_identity_qdq(proto, keep=extra_outputs))
+        proto = scalar_gathers_squeezed(
+            sliced_gather_elements_apart(drop_concat_identity_qdq(proto, keep=extra_outputs))
+        )
         if exact_qdq:
             proto = exact_input_quantize(
                 tabulate_elementwise(fold_constant_dequantize(proto), keep=extra_outputs)

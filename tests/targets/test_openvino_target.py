@@ -498,3 +498,101 @@ def test_an_openvino_crash_while_checking_is_a_typed_error() -> None:
     assert message.startswith("intel-vpu: OpenVINO aborted (SIGSEGV) while checking which ops"), (
         f"{message}: if OpenVINO no longer crashes here, drop_concat_identity_qdq may go"
     )
+
+
+def anchor_decode_detector() -> onnx.ModelProto:
+    """Two convolution heads flattened to [1, anchors, 4] and concatenated, then the anchor decode as BlazeFace and
+    SSD exports write it: ``r[..., k]`` (Gather, 0-d index) / 128 * anchor_wh + anchor_xy, corners by Sub/Add,
+    Unsqueeze + Concat; scores are Sigmoid(r[..., 1])."""
+    h, rng = onnx.helper, np.random.default_rng(7)
+    n = 16 * 16 * 2 + 8 * 8 * 2  # anchors: 2 per cell at 16x16 and 8x8
+    consts = {
+        "w16": rng.normal(0, 8, (8, 4, 1, 1)),
+        "w8": rng.normal(0, 4, (8, 4, 3, 3)),
+        "b": rng.normal(0, 4, 8),
+        "flat": np.array([1, -1, 4]),
+        "k0": np.array(0),
+        "k1": np.array(1),
+        "k2": np.array(2),
+        "d": np.array(128.0),
+        "half": np.array(2.0),
+        "aw": rng.uniform(0.05, 0.5, n),
+        "ax": rng.uniform(0.0, 1.0, n),
+        "last": np.array([-1]),
+    }
+    inits = [
+        onnx.numpy_helper.from_array(v.astype(np.int64 if v.dtype.kind == "i" else np.float32), k)
+        for k, v in consts.items()
+    ]
+    nodes = [
+        h.make_node("Conv", ["x", "w16", "b"], ["c16"]),
+        h.make_node("Conv", ["x", "w8", "b"], ["c8"], strides=[2, 2], pads=[1, 1, 1, 1]),
+        h.make_node("Transpose", ["c16"], ["t16"], perm=[0, 2, 3, 1]),
+        h.make_node("Transpose", ["c8"], ["t8"], perm=[0, 2, 3, 1]),
+        h.make_node("Reshape", ["t16", "flat"], ["r16"]),
+        h.make_node("Reshape", ["t8", "flat"], ["r8"]),
+        h.make_node("Concat", ["r16", "r8"], ["r"], axis=1),
+    ]
+    for k in ("k0", "k1", "k2"):
+        nodes.append(h.make_node("Gather", ["r", k], [f"g{k}"], axis=2))
+    nodes += [
+        h.make_node("Div", ["gk0", "d"], ["x0"]),
+        h.make_node("Mul", ["x0", "aw"], ["x1"]),
+        h.make_node("Add", ["x1", "ax"], ["xc"]),
+        h.make_node("Div", ["gk2", "d"], ["w0"]),
+        h.make_node("Mul", ["w0", "aw"], ["w1"]),
+        h.make_node("Div", ["w1", "half"], ["hw"]),
+        h.make_node("Sub", ["xc", "hw"], ["left"]),
+        h.make_node("Add", ["xc", "hw"], ["right"]),
+        h.make_node("Unsqueeze", ["left", "last"], ["l1"]),
+        h.make_node("Unsqueeze", ["right", "last"], ["r1"]),
+        h.make_node("Concat", ["l1", "r1"], ["boxes"], axis=-1),
+        h.make_node("Sigmoid", ["gk1"], ["scores"]),
+    ]
+    graph = h.make_graph(
+        nodes,
+        "anchor_decode",
+        [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 16, 16])],
+        [
+            h.make_tensor_value_info("boxes", onnx.TensorProto.FLOAT, [1, n, 2]),
+            h.make_tensor_value_info("scores", onnx.TensorProto.FLOAT, [1, n]),
+        ],
+        inits,
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def test_int8_ir_of_an_anchor_decode_tail(tmp_path: Path) -> None:
+    """A detector's decode ``r[..., k] / 128 * anchor_wh + anchor_xy`` after a Concat of its heads: OpenVINO's
+    CPU plugin refused the QDQ model ("Shape inference input shapes {[1,640,640],[3]}": its dequantization moved
+    below the 0-d-index Gather unchanged, edgekit.core.runtime.scalar_gathers_squeezed). The int8 deploy packages
+    it, the CPU runs the convolutions in u8, and the IR gives the QDQ model's exact values (onnxruntime node by
+    node): cosine >= 0.999 per output."""
+    from edgekit import QuantizeOptions, quantize_model
+
+    model = anchor_decode_detector()
+    onnx.save(model, tmp_path / "decode.onnx")
+    rng = np.random.default_rng(0)
+    samples = rng.standard_normal((24, 1, 4, 16, 16)).astype(np.float32)
+    np.savez(tmp_path / "calib.npz", x=samples[:16, 0])
+    options = QuantizeOptions(activations="uint8")
+    qdq = quantize_model(tmp_path / "decode.onnx", tmp_path / "calib.npz", options=options).model
+    qdq = qdq if isinstance(qdq, onnx.ModelProto) else ir.to_proto(qdq)
+    bundle = get_target("intel-vpu").package(prepared(qdq), tmp_path / "int8", PackageOptions())
+    verification = read_bundle(bundle).manifest.verification
+    assert verification["passed"] is True and verification["precision"] == "int8"
+    assert verification["int8"]["int8_compute_layers"] == verification["int8"]["compute_layers"] == 2
+    compiled, exact = ov_compile(bundle), node_by_node(qdq)
+    got: dict[str, list[np.ndarray]] = {"boxes": [], "scores": []}
+    want: dict[str, list[np.ndarray]] = {"boxes": [], "scores": []}
+    for x in samples[16:]:
+        out = compiled({"x": x})
+        for name, ref in zip(("boxes", "scores"), exact.run(["boxes", "scores"], {"x": x}), strict=True):
+            got[name].append(out[compiled.output(name)].ravel())
+            want[name].append(ref.ravel())
+    for name in got:
+        a, b = np.concatenate(got[name]), np.concatenate(want[name])
+        cosine = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+        assert cosine >= 0.999, (name, cosine)
