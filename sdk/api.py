@@ -139,7 +139,9 @@ def quantize_model(
 
     start = time.perf_counter()
     quantized = quantize(fp32, calib_set, options, track, statistics)
-    proto = quantized.proto()
+    from edgekit.core.runtime import portable_qdq
+
+    proto = portable_qdq(quantized.proto())  # the same values; OpenVINO compiles the file as written
     timings["quantize_s"] = time.perf_counter() - start
 
     report: dict = {

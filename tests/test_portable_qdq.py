@@ -114,3 +114,89 @@ def test_default_qdq_squeezenet_runs_right_on_both_runtimes(tmp_path: Path) -> N
     print("top-1 accuracy:", accuracy)
     assert accuracy["exact"] >= 0.66
     check_agreement(tops, 0.99)
+
+
+def ssh_tail() -> onnx.ModelProto:
+    """RetinaFace's SSH module end, in float: three convolution branches, Concat, Relu, a 1x1 head."""
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    inits, nodes, branches = [], [], []
+    for i, c in enumerate((16, 8, 8)):
+        inits += [
+            numpy_helper.from_array(rng.normal(0, 0.3, (c, 8, 3, 3)).astype(np.float32), f"w{i}"),
+            numpy_helper.from_array(rng.normal(0, 0.1, c).astype(np.float32), f"b{i}"),
+        ]
+        nodes.append(helper.make_node("Conv", ["x", f"w{i}", f"b{i}"], [f"c{i}"], pads=[1, 1, 1, 1]))
+        branches.append(f"c{i}")
+    inits.append(numpy_helper.from_array(rng.normal(0, 0.2, (4, 32, 1, 1)).astype(np.float32), "wh"))
+    nodes += [
+        helper.make_node("Concat", branches, ["cat"], axis=1),
+        helper.make_node("Relu", ["cat"], ["r"]),
+        helper.make_node("Conv", ["r", "wh"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "ssh",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 8, 12, 12])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 12, 12])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+_RAW_OPENVINO = """
+import sys, numpy as np, openvino as ov
+core = ov.Core()
+compiled = core.compile_model(core.read_model(sys.argv[1]), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+x = np.load(sys.argv[2])
+np.save(sys.argv[3], np.stack([compiled({"x": s[None]})[compiled.outputs[0]][0] for s in x]))
+"""
+
+
+def test_the_written_file_compiles_in_openvino_as_given_and_converts_to_integer_again(tmp_path: Path) -> None:
+    """A Concat's identity Q/DQ pair before a Relu crashed OpenVINO's CPU plugin (SIGSEGV in compile_model) on the
+    file as written (RetinaFace's SSH modules): the file leaves it out (the same values), OpenVINO runs the file as
+    given equal to onnxruntime, and loading the file puts the pair back, so nnapi's Concat stays integer."""
+    import subprocess
+    import sys
+
+    from edgekit.core.model import load_model
+    from edgekit.core.runtime import concat_pairs_restored, portable_qdq
+
+    source, out = tmp_path / "ssh.onnx", tmp_path / "ssh.qdq.onnx"
+    onnx.save(ssh_tail(), source)
+    x = np.random.default_rng(0).normal(0, 1, (8, 8, 12, 12)).astype(np.float32)
+    np.save(tmp_path / "calib.npy", x)
+    quantize_model(source, tmp_path / "calib.npy", output=out)
+    written = onnx.load(out)
+    cat = next(n for n in written.graph.node if n.op_type == "Concat")
+    assert [n.op_type for n in written.graph.node if cat.output[0] in n.input] == ["Relu"]
+    run = subprocess.run(
+        [sys.executable, "-c", _RAW_OPENVINO, str(out), str(tmp_path / "calib.npy"), str(tmp_path / "ov.npy")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    ours = np.stack([session.run(None, {"x": s[None]})[0][0] for s in x])
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in written.graph.initializer}
+    (head_dq,) = [n for n in written.graph.node if n.op_type == "DequantizeLinear" and n.output[0] == "y"]
+    step = float(inits[head_dq.input[1]])
+    assert (
+        np.abs(np.load(tmp_path / "ov.npy") - ours).max() <= step * 1.001
+    )  # within a step of the output grid
+    # The writer's form undone: the pair back after the Concat, the same values (onnxruntime).
+    restored = concat_pairs_restored(written)
+    assert portable_qdq(restored).SerializeToString() == written.SerializeToString()
+    readers = [n.op_type for n in restored.graph.node if cat.output[0] in n.input]
+    assert readers == ["QuantizeLinear"]
+    again = ort.InferenceSession(restored.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(np.stack([again.run(None, {"x": s[None]})[0][0] for s in x]), ours)
+    loaded = load_model(out)  # the loader restores it too
+    assert any(n.op_type == "QuantizeLinear" and n.inputs[0].name == cat.output[0] for n in loaded.graph)
+    deployed = subprocess.run(
+        [sys.executable, "-m", "edgekit.cli.main", "deploy", str(out), "--target", "nnapi", "-o", str(tmp_path / "b")],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert deployed.returncode == 0, deployed.stderr[-2000:]
+    assert "left in float" not in deployed.stdout + deployed.stderr

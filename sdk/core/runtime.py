@@ -184,7 +184,9 @@ def pad_before_dequantize(proto: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def drop_concat_identity_qdq(proto: onnx.ModelProto, keep: Iterable[str] = ()) -> onnx.ModelProto:
+def drop_concat_identity_qdq(
+    proto: onnx.ModelProto, keep: Iterable[str] = (), readers: frozenset[str] | None = None
+) -> onnx.ModelProto:
     """A copy of ``proto`` without the QuantizeLinear/DequantizeLinear pair on the output of a Concat whose every
     input is a DequantizeLinear with the same (per-tensor) scale and zero point as the pair: the pair is then an
     identity (each value is already on that grid), so the model computes exactly the same.
@@ -193,14 +195,19 @@ def drop_concat_identity_qdq(proto: onnx.ModelProto, keep: Iterable[str] = ()) -
     output FakeQuantize feeds a second FakeQuantize of another range, e.g. Concat -> Q/DQ (zero point 129) -> Relu
     -> Q/DQ (zero point 0): RetinaFace's SSH modules end that way (``tests/test_runtime.py``). The quantizer gives
     a Concat's inputs its output's scale, so on such models the pair is that identity. ``proto`` itself when there
-    is nothing to drop. A pair whose tensors are graph outputs or in ``keep`` (outputs a caller will ask for) stays.
+    is nothing to drop. A pair whose tensors are graph outputs or in ``keep`` (outputs a caller will ask for) stays;
+    with ``readers``, so does a pair whose DequantizeLinear is read by an op not of those types.
     """
     inits = {t.name: t for t in proto.graph.initializer}
     producers = {name: n for n in proto.graph.node for name in n.output}
-    readers: dict[str, list[onnx.NodeProto]] = {}
+    reading: dict[str, list[onnx.NodeProto]] = {}
     for n in proto.graph.node:
         for name in n.input:
-            readers.setdefault(name, []).append(n)
+            reading.setdefault(name, []).append(n)
+
+    def readers_of(name: str) -> list[onnx.NodeProto]:
+        return reading.get(name, [])
+
     outputs = {o.name for o in proto.graph.output} | set(keep)
 
     def params(node: onnx.NodeProto) -> tuple[str, bytes, int, bytes] | None:
@@ -220,12 +227,14 @@ def drop_concat_identity_qdq(proto: onnx.ModelProto, keep: Iterable[str] = ()) -
     for n in proto.graph.node:
         if n.op_type != "Concat" or n.domain not in ("", "ai.onnx") or n.output[0] in outputs:
             continue
-        users = readers.get(n.output[0], [])
+        users = readers_of(n.output[0])
         if len(users) != 1 or users[0].op_type != "QuantizeLinear":
             continue
         q = users[0]
-        dqs = readers.get(q.output[0], [])
+        dqs = readers_of(q.output[0])
         if len(dqs) != 1 or dqs[0].op_type != "DequantizeLinear" or dqs[0].output[0] in outputs:
+            continue
+        if readers is not None and any(r.op_type not in readers for r in readers_of(dqs[0].output[0])):
             continue
         own = params(q)
         if own is None or params(dqs[0]) != own or q.output[0] in outputs:
@@ -294,6 +303,87 @@ def for_openvino(proto: onnx.ModelProto) -> onnx.ModelProto:
     return scalar_gathers_squeezed(
         sliced_gather_elements_apart(drop_concat_identity_qdq(pad_before_dequantize(proto)))
     )
+
+
+#: The readers of a Concat's identity Q/DQ pair that :func:`portable_qdq` drops the pair for: OpenVINO 2026.4's
+#: CPU plugin crashes on Concat -> FakeQuantize -> Relu/Clip -> FakeQuantize of another range (RetinaFace's SSH
+#: modules, BlazeFace's clamped scores); before a Conv, MatMul, ... the pair stays (onnxruntime's int8 kernels
+#: need it there).
+PORTABLE_DROP_READERS = frozenset({"Relu", "Clip"})
+
+
+def portable_qdq(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The QDQ file ``edgekit quantize`` writes: ``proto`` with the rewrites OpenVINO needs where onnxruntime loses
+    nothing by them (the same values): a Concat's identity pair dropped before a Relu/Clip
+    (:data:`PORTABLE_DROP_READERS`) and 0-d-index Gathers as Gather + Squeeze (:func:`scalar_gathers_squeezed`).
+    The file as given then compiles in OpenVINO instead of crashing it (tests/test_portable_qdq.py);
+    :func:`concat_pairs_restored` undoes the first when the file is loaded again."""
+    return scalar_gathers_squeezed(drop_concat_identity_qdq(proto, readers=PORTABLE_DROP_READERS))
+
+
+def concat_pairs_restored(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``proto`` where a Concat whose inputs are all DequantizeLinear of one per-tensor grid and whose
+    output has no QuantizeLinear of its own gets the identity Q/DQ pair on that grid (each value already lies on
+    it): the converse of :func:`drop_concat_identity_qdq`, so that a file written by :func:`portable_qdq` converts
+    to an integer CONCATENATION again. ``proto`` itself when there is nothing to restore."""
+    inits = {t.name: t for t in proto.graph.initializer}
+    producers = {name: n for n in proto.graph.node for name in n.output}
+    reading: dict[str, list[onnx.NodeProto]] = {}
+    for n in proto.graph.node:
+        for name in n.input:
+            reading.setdefault(name, []).append(n)
+    outputs = {o.name for o in proto.graph.output}
+
+    def grid(name: str) -> tuple[str, str, bytes, bytes] | None:
+        dq = producers.get(name)
+        if dq is None or dq.op_type != "DequantizeLinear" or len(dq.input) < 3 or dq.attribute:
+            return None
+        scale, zero = inits.get(dq.input[1]), inits.get(dq.input[2])
+        if scale is None or zero is None or int(np.prod(scale.dims)) != 1 or int(np.prod(zero.dims)) != 1:
+            return None
+        s_, z_ = onnx.numpy_helper.to_array(scale), onnx.numpy_helper.to_array(zero)
+        return dq.input[1], dq.input[2], s_.astype(np.float32).tobytes(), z_.dtype.str.encode() + z_.tobytes()
+
+    restore: dict[str, tuple[str, str]] = {}  # Concat output -> (scale, zero point) names
+    for n in proto.graph.node:
+        if n.op_type != "Concat" or n.domain not in ("", "ai.onnx") or n.output[0] in outputs:
+            continue
+        users = reading.get(n.output[0], [])
+        if not users or any(u.op_type == "QuantizeLinear" for u in users):
+            continue
+        grids = [grid(name) for name in n.input]
+        if grids[0] is None or any(g is None or g[2:] != grids[0][2:] for g in grids):
+            continue
+        restore[n.output[0]] = grids[0][:2]
+    if not restore:
+        return proto
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    del out.graph.node[:]
+    renamed = {name: f"{name}/requantized" for name in restore}
+    for n in proto.graph.node:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(n)
+        for i, name in enumerate(copy.input):
+            copy.input[i] = renamed.get(name, name)
+        out.graph.node.append(copy)
+        if n.op_type == "Concat" and n.output[0] in restore:
+            scale, zero = restore[n.output[0]]
+            quantized = f"{n.output[0]}/quantized"
+            out.graph.node.append(
+                onnx.helper.make_node(
+                    "QuantizeLinear", [n.output[0], scale, zero], [quantized], name=quantized
+                )
+            )
+            out.graph.node.append(
+                onnx.helper.make_node(
+                    "DequantizeLinear",
+                    [quantized, scale, zero],
+                    [renamed[n.output[0]]],
+                    name=renamed[n.output[0]],
+                )
+            )
+    return out
 
 
 def stable_top_k(ov_model):  # noqa: ANN001, ANN201 - an openvino.Model (openvino is imported lazily)
