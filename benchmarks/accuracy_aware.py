@@ -228,9 +228,10 @@ def main() -> None:
     parser.add_argument("--cases", default="mobilenetv2,nnapi,nncf,zoo,rec")
     parser.add_argument(
         "--rec-data",
-        choices=("text", "photos"),
-        default="text",
-        help="PP-OCRv4 rec's samples: rendered text lines (default) or crops of the shared photos",
+        choices=("words", "text", "photos"),
+        default="words",
+        help="PP-OCRv4 rec's samples: rendered lines of words (default), of random letters, or crops of the shared "
+        "photos",
     )
     parser.add_argument("--rec-lines", type=int, default=48, help="rec samples per half (search / held out)")
     args = parser.parse_args()
@@ -286,11 +287,15 @@ def main() -> None:
         from zoo import SHARED_MODELS
 
         entry = next(e for e in SHARED_MODELS if e["name"] == "ppocrv4_rec")
-        if args.rec_data == "text":  # rendered text lines: what a recogniser reads (compression.text_lines)
-            from compression import text_lines
+        if args.rec_data in (
+            "text",
+            "words",
+        ):  # rendered lines: what a recogniser reads (benchmarks/compression.py)
+            import compression
 
-            calib = [Sample(x, None) for x in text_lines(args.rec_lines, seed=1)]
-            held = [Sample(x, None) for x in text_lines(args.rec_lines, seed=2)]
+            lines = compression.word_lines if args.rec_data == "words" else compression.text_lines
+            calib = [Sample(x, None) for x in lines(args.rec_lines, seed=1)]
+            held = [Sample(x, None) for x in lines(args.rec_lines, seed=2)]
         else:  # crops of the shared photos (no text: near-tie sequences)
             calib, held = zoo_samples(entry, args.rec_lines, 1), zoo_samples(entry, args.rec_lines, 2)
         for target in ("arm-cpu", "intel-vpu"):
