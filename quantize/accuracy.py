@@ -260,7 +260,7 @@ def cheap_ranking(
 
 
 #: Samples the cheap per-layer SQNR ranking runs on (the first of the ranking subset).
-SQNR_SAMPLES = 16
+SQNR_SAMPLES = 8
 #: The curve is measured after each restored layer up to this many, else at this many points.
 CURVE_POINTS = 16
 
@@ -437,6 +437,12 @@ def search(
         fixes = whole_model_fixes(scheme, bool(stats.histograms))
         whole_started = s.start("int8", [(scheme, 0)], s.everything)
         fixes_started = s.start("int8-fixes", [(o, 0) for _, o in fixes], s.everything)
+        # The one combination measured when both kinds of fix help (below), started in the same round when it can
+        # only be this one (bias correction and a single other estimator): not a round of its own after the
+        # others. Collected only when wanted (a measurement not collected is not a step of the search).
+        single_estimator = len(fixes) == 2 and fixes[0][0] == ("bias-correction",)
+        ahead = _combination(fixes, [1]) if single_estimator else None
+        ahead_started = s.start("int8-fixes", [(ahead[1], 0)], s.everything) if ahead else None
         whole = whole_started()[0]
         if budget.met(whole.measurement.metric):
             return _result(
@@ -457,10 +463,13 @@ def search(
             if len(better) > 1 and fixes[better[0]][0] == ("bias-correction",) and not met_already:
                 # Bias correction and a range estimator both helped (neither met): the best estimator with bias
                 # correction too.
-                method = max(better[1:], key=lambda i: outs[i].measurement.key(budget))
-                both = (fixes[method][0] + fixes[0][0], replace(fixes[method][1], bias_correction=True))
+                both = _combination(fixes, better[1:], lambda i: outs[i].measurement.key(budget))
+                outs += (
+                    ahead_started()
+                    if ahead_started and ahead == both
+                    else s.run("int8-fixes", [(both[1], 0)], s.everything)
+                )
                 fixes.append(both)
-                outs += s.run("int8-fixes", [(both[1], 0)], s.everything)
                 say(
                     f"{target.name}: int8 with {' + '.join(both[0])} {budget.format(outs[-1].measurement.metric)} on the whole set"
                 )
@@ -479,6 +488,12 @@ def search(
         # base model runs there in the executor (building its cached activations) while this process ranks.
         s.ranking = informative(whole.measurement.badness, options.ranking_samples)
         base_started = s.start("int8", [(scheme, 0)])
+        preferred = [r for r in choices if not r.fallback] or list(choices)
+        if s.base is not None:
+            # Every worker builds its cached base activations on the ranking subset now, in the runtime of the first
+            # restore each layer is measured with (arm-cpu's int16x8 runs in onnxruntime, the base in OpenVINO),
+            # not in its first candidate: a candidate restoring the last layer shares every cut with the base.
+            executor.warm(Task(with_restores({layers[-1].name: preferred[0].name}), tuple(s.ranking), s.base))
         # Step 3 (on the chosen base): the per-layer SQNR ranking.
         # (On the first SQNR_SAMPLES ranking samples: a layer's noise power over thousands of values per sample
         # is stable after a few; the base model already ran exactly in the executor, so no compile check in a
@@ -495,7 +510,6 @@ def search(
             f"{budget.format(base_out.metric)} on {len(s.ranking)} ranking sample(s)"
         )
         # Steps 4-5: rank by the measured effect, then the shortest prefix meeting the budget.
-        preferred = [r for r in choices if not r.fallback] or list(choices)
         # Every choice is measured per layer; on a tie the earlier (cheaper: int16x8 before float) is kept.
         per_layer = preferred
         order_cheap = [n for n, _ in cheap]
@@ -556,6 +570,13 @@ def whole_model_fixes(
     if not scheme.bias_correction:
         variants.insert(0, (("bias-correction",), replace(scheme, bias_correction=True)))
     return variants
+
+
+def _combination(fixes, among: list[int], key=None) -> tuple[tuple[str, ...], QuantizeOptions]:
+    """The best of the range estimators ``among`` (indices into ``fixes``, by ``key``) with bias correction too
+    (``fixes[0]``)."""
+    method = max(among, key=key) if key is not None else among[0]
+    return fixes[method][0] + fixes[0][0], replace(fixes[method][1], bias_correction=True)
 
 
 def _result(target, budget, final_options, chosen, ordered, op_types, curve_out, s, layers, choices, start, options,
@@ -630,10 +651,13 @@ def _rank_and_restore(
             )
             single = [(n, gains[n][1]) for n in chunk
                       if (n, gains[n][1]) not in confirmed and _meets(s, with_restores({n: gains[n][1]}))]  # fmt: skip
-            for n, r in sorted(single, key=lambda nr: gains[nr[0]][0], reverse=True):
-                confirmed.add((n, r))
-                whole = s.run("confirm", [(with_restores({n: r}), 1)], s.everything)[0].measurement
-                if budget.met(whole.metric):
+            # Those that meet it on the ranking subset are confirmed on the whole set together (one round of the
+            # pool, not one after the other); the best ranked that meets it there is the answer, as in turn.
+            single.sort(key=lambda nr: gains[nr[0]][0], reverse=True)
+            confirmed.update(single)
+            wholes = s.run("confirm", [(with_restores({n: r}), 1) for n, r in single], s.everything)
+            for (n, r), whole in zip(single, wholes, strict=True):
+                if budget.met(whole.measurement.metric):
                     return True, {n: r}, [n] + [m for m in order_cheap if m != n]
         if integer and not moved:
             # Int8 fixes only (nnapi): when none of the layers most worth fixing moves the budget's metric at all,

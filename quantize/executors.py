@@ -150,6 +150,11 @@ class Executor:
         """``map`` begun now, its outcomes collected by the function returned (here: run when collected)."""
         return lambda: self.map(tasks)
 
+    def warm(self, task: Task) -> None:
+        """Run ``task`` on every worker for what it leaves behind (each worker's cached base activations in the
+        candidate's runtime), its outcome dropped: every worker's next candidates start from the cache. (Here:
+        nothing; this process's context builds its cache in the first candidate.)"""
+
     def close(self) -> None:
         pass
 
@@ -210,6 +215,14 @@ class ProcessExecutor(Executor):
                 raise QuantizationError(WORKER_DIED) from None
 
         return collect
+
+    def warm(self, task: Task) -> None:
+        # One copy per worker: idle workers take one each (a worker taking two only runs the cached suffix again).
+        try:
+            for _ in range(self.workers):
+                self.pool.submit(_pool_evaluate, self.key, task)
+        except BrokenProcessPool:
+            raise QuantizationError(WORKER_DIED) from None
 
     def close(self) -> None:
         self.pool.shutdown(cancel_futures=True)
