@@ -41,7 +41,7 @@ import numpy as np
 import onnx_ir as ir
 from edgekit.core.errors import DataError, QuantizationError
 from edgekit.quantize import rules
-from edgekit.quantize.budget import Budget, Measurement, Reference
+from edgekit.quantize.budget import Budget, Measurement, Reference, measure
 from edgekit.quantize.calibrate import Track, no_progress
 from edgekit.quantize.executors import (
     KERNEL_RUNNER_TARGETS,
@@ -259,6 +259,10 @@ def cheap_ranking(
     return scores
 
 
+#: Candidates' outputs are kept per sample (measured on more samples later, they run only the others) up to this
+#: many values a sample, and this many bytes in all.
+KEEP_VALUES = 1 << 14
+KEEP_BYTES = 256 << 20
 #: Samples the cheap per-layer SQNR ranking runs on (the first of the ranking subset).
 SQNR_SAMPLES = 8
 #: The curve is measured after each restored layer up to this many, else at this many points.
@@ -307,6 +311,13 @@ class _Search:
         #: The base int8 options once chosen: candidates run from its cached activations.
         self.base: QuantizeOptions | None = None
         self.known: dict[tuple[QuantizeOptions, tuple[int, ...]], Outcome] = {}
+        #: The fp32 answers, and the outputs a candidate's measurement reads (none: outputs too large to keep).
+        self.reference: Reference | None = None
+        self.keep: tuple[str, ...] = ()
+        #: Per candidate, its outputs on each accuracy sample it ran (with ``keep``): measured on more samples
+        #: later (the ranking subset, then the whole set), it runs only the others.
+        self.outputs: dict[QuantizeOptions, dict[int, dict[str, np.ndarray]]] = {}
+        self.kept_bytes = 0
 
     def run(
         self, phase: str, candidates: Sequence[tuple[QuantizeOptions, int]], indices=None
@@ -319,19 +330,42 @@ class _Search:
         """:meth:`run`, the evaluations started now and collected by the function returned (the caller works in
         the meantime)."""
         indices = tuple(self.ranking if indices is None else indices)
-        # A candidate measured before on the same samples is not run again (the curve's ends, a confirmed prefix).
+        # A candidate measured before on the same samples is not run again (the curve's ends, a confirmed prefix),
+        # and one that ran some of them (on the ranking subset, confirmed on the whole set) runs only the others.
         todo = list(dict.fromkeys((o, indices) for o, _ in candidates if (o, indices) not in self.known))
         counts = {(o, indices): c for o, c in candidates}
-        pending = self.executor.start([Task(o, i, self.base) for o, i in todo])
+        missing = {key: tuple(i for i in indices if i not in self.outputs.get(key[0], {})) for key in todo}
+        runs = [key for key in todo if missing[key]]
+        pending = self.executor.start([Task(o, missing[(o, i)], self.base, self.keep) for o, i in runs])
 
         def collect() -> list[Outcome]:
-            for key, out in zip(todo, pending(), strict=True):
+            ran = dict(zip(runs, pending(), strict=True))
+            for key in todo:
+                out = ran.get(key)
+                if out is not None and out.outputs is not None:
+                    self.outputs.setdefault(key[0], {}).update(zip(missing[key], out.outputs, strict=True))
+                    self.kept_bytes += sum(a.nbytes for o in out.outputs for a in o.values())
+                    if self.kept_bytes > KEEP_BYTES:
+                        self.keep = ()  # the next candidates run every sample asked for
+                if out is None or (out.outputs is not None and len(missing[key]) < len(indices)):
+                    # Measured here on every sample asked for, from the outputs kept and those just run.
+                    kept = self.outputs[key[0]]
+                    assert self.reference is not None
+                    m = measure(self.budget, self.reference, indices, [kept[i] for i in indices])
+                    size = out.size_bytes if out is not None else self._size(key[0])
+                    out = Outcome(
+                        m, size, out.seconds if out is not None else 0.0, out.cut if out is not None else None
+                    )
                 self.known[key] = out
-                met = self.budget.met(out.measurement.metric)
-                self.steps.append(Step(phase, counts[key], out.measurement, met, out.seconds, out.cut))
+                if key in ran:  # an evaluation (not one measured from kept outputs alone)
+                    met = self.budget.met(out.measurement.metric)
+                    self.steps.append(Step(phase, counts[key], out.measurement, met, out.seconds, out.cut))
             return [self.known[(o, indices)] for o, _ in candidates]
 
         return collect
+
+    def _size(self, options: QuantizeOptions) -> int:
+        return next(out.size_bytes for (o, _), out in self.known.items() if o == options)
 
 
 def search(
@@ -422,6 +456,12 @@ def search(
         context.threads = max(1, (os.cpu_count() or 1) // max(executor.workers, 1))
         s = _Search(executor, budget, ranking, everything)
         s.stats = stats
+        s.reference = reference
+        # The outputs a measurement reads, kept per candidate and sample when small (a classifier's scores; not a
+        # recogniser's [T, C] sequences on a large set).
+        read = output_names if budget.kind == "min_cosine" else output_names[:1]
+        if sum(np.size(answers[0][n]) for n in read) <= KEEP_VALUES:
+            s.keep = tuple(read)
 
         def with_restores(restores: dict[str, str]) -> QuantizeOptions:
             options_ = apply_restores(scheme, restores, followers)

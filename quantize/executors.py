@@ -81,6 +81,9 @@ class Task:
     #: The search's base int8 options: the candidate runs only from the last cached activation of that base
     #: model it shares (:mod:`edgekit.quantize.suffix`). None: the whole model.
     base: Any = None
+    #: Outputs returned per sample (``Outcome.outputs``), for the search to measure the candidate later on more
+    #: samples without running these again.
+    keep: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,8 @@ class Outcome:
     seconds: float
     #: The cached activation the candidate ran from (None: the whole model ran).
     cut: str | None = None
+    #: Per sample of the task, its ``Task.keep`` outputs (None: not asked for).
+    outputs: tuple[dict[str, np.ndarray], ...] | None = None
 
 
 def evaluate(context: EvalContext, task: Task) -> Outcome:
@@ -115,7 +120,8 @@ def evaluate(context: EvalContext, task: Task) -> Outcome:
         runner = HostRunner(proto, threads=context.threads, exact_qdq=context.exact_qdq)
         results = [runner.run({k: context.inputs[i][k] for k in runner.input_names}) for i in task.indices]
     measurement = measure(context.budget, context.reference, task.indices, results)
-    return Outcome(measurement, proto.ByteSize(), time.perf_counter() - start, cut)
+    kept = tuple({n: np.array(r[n]) for n in task.keep} for r in results) if task.keep else None
+    return Outcome(measurement, proto.ByteSize(), time.perf_counter() - start, cut, kept)
 
 
 _WORKER: dict[str, EvalContext] = {}
