@@ -538,7 +538,9 @@ def search(
         # (On the first SQNR_SAMPLES ranking samples: a layer's noise power over thousands of values per sample
         # is stable after a few; the base model already ran exactly in the executor, so no compile check in a
         # child; it ran there on the int8 kernels instead (intel-vpu): the exact form is compiled apart first.)
-        _, rows = per_layer_sqnr(model, base, _Samples(), limit=SQNR_SAMPLES, isolate=not context.exact_qdq)
+        _, rows = per_layer_sqnr(
+            model, base, _Samples(), limit=SQNR_SAMPLES, isolate=not context.exact_qdq, sqnr_only=True
+        )
         cheap = cheap_ranking(model, plan, layers, rows)
         say(
             f"{target.name}: {len(layers)} quantizable layers; worst by SQNR: "
