@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -44,6 +44,11 @@ class EvalContext:
     #: False: candidates run on OpenVINO's int8 kernels, as the intel-vpu IR runs (:data:`KERNEL_RUNNER_TARGETS`);
     #: True: the QDQ model's exact semantics (float, the answers the other targets' integer kernels reproduce).
     exact_qdq: bool = True
+    #: A directory the workers of this machine share their cached base activations through (None: each its own).
+    store: str | None = None
+    #: This worker's number among ``workers`` (where in the samples it starts building its cache).
+    worker: int = 0
+    workers: int = 1
     _model: Any = field(default=None, repr=False, compare=False)
     #: (base options, its :class:`~edgekit.quantize.suffix.SuffixCache`): built in each worker, never pickled.
     _suffix: Any = field(default=None, repr=False, compare=False)
@@ -62,7 +67,8 @@ class EvalContext:
         if self._suffix is None or self._suffix[0] != base:
             self._suffix = None  # free the previous base's values first
             proto = quantize(self.fp32(), (), base, statistics=self.stats).proto()
-            self._suffix = (base, SuffixCache(proto, self.inputs, self.threads))
+            shared = (self.store, self.worker, self.workers) if self.store is not None else None
+            self._suffix = (base, SuffixCache(proto, self.inputs, self.threads, shared))
         return self._suffix[1]
 
     def fp32(self) -> Any:
@@ -134,7 +140,15 @@ def _install(context: EvalContext | tuple[str, str]) -> None:
 
         key, path = context
         with open(path, "rb") as f:
-            _WORKER[key] = pickle.load(f)
+            _WORKER[key] = loaded = pickle.load(f)
+        if loaded.store is not None:  # this worker's number: the first free of the store's claims
+            for number in range(loaded.workers):
+                try:
+                    os.close(os.open(os.path.join(loaded.store, f"worker-{number}"), os.O_CREAT | os.O_EXCL))
+                except FileExistsError:
+                    continue
+                loaded.worker = number
+                break
         return
     _WORKER[context.key] = context
 
@@ -196,8 +210,12 @@ class ProcessExecutor(Executor):
         # The context (the accuracy inputs: tens of MB) goes through a file each worker reads as it starts: handed
         # through the spawn pipe, it blocked this process until each worker in turn had started and read it.
         handle, self.path = tempfile.mkstemp(prefix="edgekit-search-", suffix=".pkl")
+        # The workers share the base model's cached activations through a directory: each sample runs once.
+        self.store = tempfile.mkdtemp(prefix="edgekit-search-cache-")
         with os.fdopen(handle, "wb") as f:
-            pickle.dump(context, f, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump(
+                replace(context, store=self.store, workers=self.workers), f, protocol=pickle.HIGHEST_PROTOCOL
+            )
         self.pool = ProcessPoolExecutor(
             self.workers,
             mp_context=multiprocessing.get_context("spawn"),
@@ -231,9 +249,12 @@ class ProcessExecutor(Executor):
             raise QuantizationError(WORKER_DIED) from None
 
     def close(self) -> None:
+        import shutil
+
         self.pool.shutdown(cancel_futures=True)
         if os.path.exists(self.path):
             os.unlink(self.path)
+        shutil.rmtree(self.store, ignore_errors=True)
 
 
 def _ray_evaluate(context: EvalContext, task: Task) -> Outcome:

@@ -632,3 +632,36 @@ def test_the_search_s_sqnr_rows_are_the_report_s_sqnr(fragile):
         assert a["sqnr_db"] is None or a["sqnr_db"] == pytest.approx(b["sqnr_db"], abs=1e-9)
     # The fragile layer's noise is seen.
     assert any(r["sqnr_db"] is not None and r["sqnr_db"] < 30 for r in full)
+
+
+def test_workers_share_the_cached_base_activations_through_the_store(fragile, tmp_path):
+    """Two workers' caches of one base model with a shared store: the second reads every sample the first ran
+    (it never runs the base), and a candidate run from those values gives the whole candidate model's answers; a
+    sample another worker claimed but never wrote is run."""
+    from edgekit.core.runtime import HostRunner
+    from edgekit.quantize.suffix import SuffixCache
+
+    path, data, _ = fragile
+    model = load_model(path)
+    x = np.load(data)["x"][:8]
+    inputs = [{"x": s[None]} for s in x]
+    base = QuantizeOptions(activations="int8")
+    stats = quantize(model, dataset(model, data), base).stats
+    base_proto = quantize(model, (), base, statistics=stats).proto()
+    candidate = quantize(model, (), apply_restores(base, {"fc": "float"}), statistics=stats).proto()
+    indices = tuple(range(len(x)))
+    first = SuffixCache(base_proto, inputs, 1, (str(tmp_path), 0, 2))
+    first.cached("openvino").ensure(indices)
+    second = SuffixCache(base_proto, inputs, 1, (str(tmp_path), 1, 2))
+    results, cut = second.run(candidate, indices)
+    assert cut == "flat_dequantized" and second.cached("openvino")._runner is None  # every sample read
+    whole = HostRunner(candidate)
+    for got, sample in zip(results, inputs, strict=True):
+        assert np.array_equal(got["logits"], whole.run(sample)["logits"])
+    # A sample claimed by a worker that never wrote it: run by the one that needs it.
+    third = SuffixCache(base_proto, inputs, 1, (str(tmp_path / "other"), 0, 2))
+    (tmp_path / "other").mkdir()
+    third_cache = third.cached("openvino")
+    open(third_cache._path(3) + ".claim", "w").close()
+    third_cache.ensure((3, 4))
+    assert sorted(third_cache.values["flat_dequantized"]) == [3, 4] and third_cache._runner is not None
