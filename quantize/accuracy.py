@@ -50,6 +50,7 @@ from edgekit.quantize.executors import (
     Outcome,
     Task,
     make_executor,
+    prestart,
 )
 from edgekit.quantize.options import HISTOGRAM_METHODS, QuantizeOptions
 from edgekit.quantize.pipeline import calibrate, observing_options, quantize
@@ -410,6 +411,8 @@ def search(
         raise DataError(
             f"{budget.flag} needs labels and the accuracy data has none; use --min-agreement or --min-cosine"
         )
+    # The pool's workers start (interpreters, imports) while this process calibrates.
+    prestart(options.executor, options.workers)
     stats = statistics
     # The accuracy set is the calibration set: calibration's first pass (the fp32 model itself, when depthwise
     # inputs are equalized) gives the fp32 answers too, without a pass of their own.

@@ -153,8 +153,43 @@ def _install(context: EvalContext | tuple[str, str]) -> None:
     _WORKER[context.key] = context
 
 
-def _pool_evaluate(key: str, task: Task) -> Outcome:
+def _pool_evaluate(key: str, path: str, task: Task) -> Outcome:
+    if key not in _WORKER:  # the first task of this search in this worker: its context, from the file
+        _install((key, path))
     return evaluate(_WORKER[key], task)
+
+
+def _preload() -> None:
+    """What every candidate needs imported (a worker started before the search's context exists)."""
+    import edgekit.core.runtime  # noqa: F401
+    import edgekit.quantize.pipeline  # noqa: F401
+    import edgekit.quantize.suffix  # noqa: F401
+    import openvino  # noqa: F401
+
+
+#: Local pools started ahead (:func:`prestart`), by size: the next ProcessExecutor of that size takes one.
+_SPARE: dict[int, ProcessPoolExecutor] = {}
+
+
+def _pool_size(workers: int | None) -> int:
+    return max(1, workers or min(os.cpu_count() or 1, 4))
+
+
+def _new_pool(size: int) -> ProcessPoolExecutor:
+    import multiprocessing
+
+    return ProcessPoolExecutor(size, mp_context=multiprocessing.get_context("spawn"), initializer=_preload)
+
+
+def prestart(spec: str, workers: int | None = None) -> None:
+    """Start the local pool's workers now (their interpreters and imports, ~1-2 s each) while the caller
+    calibrates: the next ``make_executor(spec, ...)`` of that size takes them. Other executors: nothing."""
+    size = _pool_size(workers)
+    if spec != "process" or size in _SPARE:
+        return
+    pool = _SPARE[size] = _new_pool(size)
+    for _ in range(size):  # a pool starts a worker per task submitted while none is idle
+        pool.submit(_preload)
 
 
 class Executor:
@@ -201,11 +236,10 @@ class ProcessExecutor(Executor):
     name = "process"
 
     def __init__(self, context: EvalContext, workers: int | None = None):
-        import multiprocessing
         import pickle
         import tempfile
 
-        self.workers = max(1, workers or min(os.cpu_count() or 1, 4))
+        self.workers = _pool_size(workers)
         self.key = context.key
         # The context (the accuracy inputs: tens of MB) goes through a file each worker reads as it starts: handed
         # through the spawn pipe, it blocked this process until each worker in turn had started and read it.
@@ -216,19 +250,15 @@ class ProcessExecutor(Executor):
             pickle.dump(
                 replace(context, store=self.store, workers=self.workers), f, protocol=pickle.HIGHEST_PROTOCOL
             )
-        self.pool = ProcessPoolExecutor(
-            self.workers,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_install,
-            initargs=((context.key, self.path),),
-        )
+        # Workers started ahead (prestart) or now; each reads the context with its first task.
+        self.pool = _SPARE.pop(self.workers, None) or _new_pool(self.workers)
 
     def map(self, tasks: Sequence[Task]) -> list[Outcome]:
         return self.start(tasks)()
 
     def start(self, tasks: Sequence[Task]) -> Callable[[], list[Outcome]]:
         try:
-            futures = [self.pool.submit(_pool_evaluate, self.key, t) for t in tasks]
+            futures = [self.pool.submit(_pool_evaluate, self.key, self.path, t) for t in tasks]
         except BrokenProcessPool:
             raise QuantizationError(WORKER_DIED) from None
 
@@ -244,7 +274,7 @@ class ProcessExecutor(Executor):
         # One copy per worker: idle workers take one each (a worker taking two only runs the cached suffix again).
         try:
             for _ in range(self.workers):
-                self.pool.submit(_pool_evaluate, self.key, task)
+                self.pool.submit(_pool_evaluate, self.key, self.path, task)
         except BrokenProcessPool:
             raise QuantizationError(WORKER_DIED) from None
 
