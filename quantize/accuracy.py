@@ -13,7 +13,7 @@
 4. Rank, measured: each of the top candidates restored alone (its choices in the target's order, a later one only
    when the earlier ones do not meet the budget), its effect on the budget's metric over the ranking subset, in
    parallel, one layer per worker at a time: a single restore that meets the budget there and on the whole set
-   ends the search. When none helps, the next ones are measured (re-rank); int8-only targets stop instead when
+   ends the search (those meeting it on the ranking subset are confirmed on the whole set in one round). When none helps, the next ones are measured (re-rank); int8-only targets stop instead when
    no single fix moves the budget's metric at all.
 5. Restore in that order: a galloping then parallel (k-ary) bisection over the ranked list finds the shortest
    prefix meeting the budget, confirmed on the whole accuracy set (the search goes on there when it fails);
@@ -25,7 +25,9 @@
 
 Candidates run on an :mod:`~edgekit.quantize.executors` executor: a local process pool or a Ray cluster; once
 the base is chosen, each runs only from the last cached activation of the base model it shares
-(:mod:`~edgekit.quantize.suffix`). A candidate measured before on the same samples is not run again.
+(:mod:`~edgekit.quantize.suffix`; the workers build that cache while step 3 runs, and share it). A candidate
+measured before on the same samples is not run again, and one measured on some of them (the ranking subset, then
+the whole set) runs only the others: its outputs are kept per sample.
 """
 
 from __future__ import annotations
@@ -41,13 +43,12 @@ import numpy as np
 import onnx_ir as ir
 from edgekit.core.errors import DataError, QuantizationError
 from edgekit.quantize import rules
-from edgekit.quantize.budget import Budget, Measurement, Reference, measure
+from edgekit.quantize.budget import Budget, Measurement, Reference
 from edgekit.quantize.calibrate import Track, no_progress
+from edgekit.quantize.candidates import KEEP_VALUES, Search, Step
 from edgekit.quantize.executors import (
     KERNEL_RUNNER_TARGETS,
     EvalContext,
-    Executor,
-    Outcome,
     Task,
     make_executor,
     prestart,
@@ -75,23 +76,6 @@ class SearchOptions:
     allow_cpu_fallback: bool = False
     #: Candidates run from the base model's cached activations (only what they change; same answers).
     cached_suffix: bool = True
-
-
-@dataclass
-class Step:
-    """One evaluation of the search: which layers were restored, on how many samples, what it measured."""
-
-    phase: str
-    restored: int
-    measurement: Measurement
-    met: bool
-    #: Seconds the evaluation took, and the cached activation it ran from (None: the whole model).
-    seconds: float = 0.0
-    cut: str | None = None
-
-    def to_json(self) -> dict:
-        return {"phase": self.phase, "restored": self.restored, "met": self.met, **self.measurement.to_json(),
-                "seconds": self.seconds, "ran_from": self.cut}  # fmt: skip
 
 
 @dataclass
@@ -260,10 +244,6 @@ def cheap_ranking(
     return scores
 
 
-#: Candidates' outputs are kept per sample (measured on more samples later, they run only the others) up to this
-#: many values a sample, and this many bytes in all.
-KEEP_VALUES = 1 << 14
-KEEP_BYTES = 256 << 20
 #: Samples the cheap per-layer SQNR ranking runs on (the first of the ranking subset).
 SQNR_SAMPLES = 8
 #: The curve is measured after each restored layer up to this many, else at this many points.
@@ -298,75 +278,6 @@ def _load_samples(
     if not inputs:
         raise DataError("the accuracy data set is empty")
     return inputs, labels
-
-
-class _Search:
-    """One target's search (the module docstring's steps 3-6)."""
-
-    def __init__(
-        self, executor: Executor, budget: Budget, ranking: tuple[int, ...], everything: tuple[int, ...]
-    ):
-        self.executor, self.budget = executor, budget
-        self.ranking, self.everything = ranking, everything
-        self.steps: list[Step] = []
-        #: The base int8 options once chosen: candidates run from its cached activations.
-        self.base: QuantizeOptions | None = None
-        self.known: dict[tuple[QuantizeOptions, tuple[int, ...]], Outcome] = {}
-        #: The fp32 answers, and the outputs a candidate's measurement reads (none: outputs too large to keep).
-        self.reference: Reference | None = None
-        self.keep: tuple[str, ...] = ()
-        #: Per candidate, its outputs on each accuracy sample it ran (with ``keep``): measured on more samples
-        #: later (the ranking subset, then the whole set), it runs only the others.
-        self.outputs: dict[QuantizeOptions, dict[int, dict[str, np.ndarray]]] = {}
-        self.kept_bytes = 0
-
-    def run(
-        self, phase: str, candidates: Sequence[tuple[QuantizeOptions, int]], indices=None
-    ) -> list[Outcome]:
-        return self.start(phase, candidates, indices)()
-
-    def start(
-        self, phase: str, candidates: Sequence[tuple[QuantizeOptions, int]], indices=None
-    ) -> Callable[[], list[Outcome]]:
-        """:meth:`run`, the evaluations started now and collected by the function returned (the caller works in
-        the meantime)."""
-        indices = tuple(self.ranking if indices is None else indices)
-        # A candidate measured before on the same samples is not run again (the curve's ends, a confirmed prefix),
-        # and one that ran some of them (on the ranking subset, confirmed on the whole set) runs only the others.
-        todo = list(dict.fromkeys((o, indices) for o, _ in candidates if (o, indices) not in self.known))
-        counts = {(o, indices): c for o, c in candidates}
-        missing = {key: tuple(i for i in indices if i not in self.outputs.get(key[0], {})) for key in todo}
-        runs = [key for key in todo if missing[key]]
-        pending = self.executor.start([Task(o, missing[(o, i)], self.base, self.keep) for o, i in runs])
-
-        def collect() -> list[Outcome]:
-            ran = dict(zip(runs, pending(), strict=True))
-            for key in todo:
-                out = ran.get(key)
-                if out is not None and out.outputs is not None:
-                    self.outputs.setdefault(key[0], {}).update(zip(missing[key], out.outputs, strict=True))
-                    self.kept_bytes += sum(a.nbytes for o in out.outputs for a in o.values())
-                    if self.kept_bytes > KEEP_BYTES:
-                        self.keep = ()  # the next candidates run every sample asked for
-                if out is None or (out.outputs is not None and len(missing[key]) < len(indices)):
-                    # Measured here on every sample asked for, from the outputs kept and those just run.
-                    kept = self.outputs[key[0]]
-                    assert self.reference is not None
-                    m = measure(self.budget, self.reference, indices, [kept[i] for i in indices])
-                    size = out.size_bytes if out is not None else self._size(key[0])
-                    out = Outcome(
-                        m, size, out.seconds if out is not None else 0.0, out.cut if out is not None else None
-                    )
-                self.known[key] = out
-                if key in ran:  # an evaluation (not one measured from kept outputs alone)
-                    met = self.budget.met(out.measurement.metric)
-                    self.steps.append(Step(phase, counts[key], out.measurement, met, out.seconds, out.cut))
-            return [self.known[(o, indices)] for o, _ in candidates]
-
-        return collect
-
-    def _size(self, options: QuantizeOptions) -> int:
-        return next(out.size_bytes for (o, _), out in self.known.items() if o == options)
 
 
 def search(
@@ -457,7 +368,7 @@ def search(
         import os
 
         context.threads = max(1, (os.cpu_count() or 1) // max(executor.workers, 1))
-        s = _Search(executor, budget, ranking, everything)
+        s = Search(executor, budget, ranking, everything)
         s.stats = stats
         s.reference = reference
         # The outputs a measurement reads, kept per candidate and sample when small (a classifier's scores; not a
@@ -669,7 +580,7 @@ def _gain(m: Measurement, base: Measurement, budget: Budget) -> tuple:
 
 
 def _rank_and_restore(
-    s: _Search, with_restores, order_cheap: list[str], cheap_score: dict[str, float], per_layer: list[str],
+    s: Search, with_restores, order_cheap: list[str], cheap_score: dict[str, float], per_layer: list[str],
     base_out: Measurement, top_k: int, say, target: str,
 ) -> tuple[bool, dict[str, str], list[str]]:  # fmt: skip
     """Rank the layers by the measured effect of restoring each alone (each restore of ``per_layer``, the best
@@ -767,7 +678,7 @@ def _rank_and_restore(
 
 
 def _measure_choices(
-    s: _Search, with_restores, chunk: list[str], per_layer: list[str], base_out: Measurement, gains: dict
+    s: Search, with_restores, chunk: list[str], per_layer: list[str], base_out: Measurement, gains: dict
 ) -> list[Measurement]:
     """Each layer of ``chunk`` restored alone with each choice of ``per_layer`` on the ranking subset, the best
     kept in ``gains`` (layer -> (gain, choice); on a tie the earlier, cheaper choice). A layer whose earlier choice
@@ -789,13 +700,13 @@ def _measure_choices(
     return measured
 
 
-def _meets(s: _Search, options: QuantizeOptions) -> bool:
+def _meets(s: Search, options: QuantizeOptions) -> bool:
     """The candidate, already measured on the ranking subset, meets the budget there."""
     out = s.known.get((options, tuple(s.ranking)))
     return out is not None and s.budget.met(out.measurement.metric)
 
 
-def _shortest_prefix(s: _Search, with_restores, prefix, n: int, base: Measurement, indices, lo: int = 0):
+def _shortest_prefix(s: Search, with_restores, prefix, n: int, base: Measurement, indices, lo: int = 0):
     """The smallest k in (lo, n] whose prefix meets the budget: galloping (1, 2, 4, ...) then a k-ary
     bisection, ``executor.workers`` evaluations at a time. (None, best measurement) when even n fails."""
     budget = s.budget

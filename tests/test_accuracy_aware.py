@@ -372,10 +372,10 @@ def test_the_search_calibrates_once_and_nnapi_falls_back_to_the_float_search(fra
 
 
 def _fragile_search(model, data, budget, count=40):
-    """A :class:`_Search` over the fragile model's samples on the inline executor (int8 base, exact runner)."""
+    """A :class:`~edgekit.quantize.candidates.Search` over the fragile model's samples on the inline executor (int8 base, exact runner)."""
     import onnx_ir as ir
-    from edgekit.quantize.accuracy import _Search
     from edgekit.quantize.budget import Reference
+    from edgekit.quantize.candidates import Search as _Search
     from edgekit.quantize.executors import EvalContext, InlineExecutor
 
     x = np.load(data)["x"][:count]
@@ -495,7 +495,8 @@ def test_when_each_layers_cheaper_restore_falls_short_together_the_prefix_goes_f
     """Alone, int16x8 does as well as float on every layer (so it is each layer's choice), but two layers need
     float weights together: no prefix of the cheaper choices meets the budget, the float prefix does, and the
     pruned answer keeps exactly those two layers float."""
-    from edgekit.quantize.accuracy import _rank_and_restore, _Search
+    from edgekit.quantize.accuracy import _rank_and_restore
+    from edgekit.quantize.candidates import Search as _Search
 
     layers = ["a", "b", "c", "d", "e"]
 
@@ -527,8 +528,8 @@ def test_a_candidate_confirmed_on_more_samples_runs_only_the_others(fragile):
     `--max-drop` and `--min-cosine`), and a candidate measured on the whole set is measured on a subset without
     running at all."""
     import onnx_ir as ir
-    from edgekit.quantize.accuracy import _Search
     from edgekit.quantize.budget import Reference
+    from edgekit.quantize.candidates import Search as _Search
     from edgekit.quantize.executors import EvalContext, InlineExecutor, Task, evaluate
 
     path, data, _ = fragile
@@ -591,7 +592,8 @@ class _RecordingOracle(_OracleExecutor):
 def test_single_restores_meeting_the_ranking_subset_are_confirmed_in_one_round():
     """Two layers each meet the budget alone on the ranking subset; only the second ranked meets it on the whole
     set. Both are confirmed in one batch (one round of the pool), and the answer is the one that meets it there."""
-    from edgekit.quantize.accuracy import _rank_and_restore, _Search
+    from edgekit.quantize.accuracy import _rank_and_restore
+    from edgekit.quantize.candidates import Search as _Search
 
     layers = ["a", "b", "c", "d"]
 
