@@ -251,8 +251,8 @@ def main() -> None:
         "--strict-agreement",
         type=float,
         default=100.0,
-        help="the strict case's --min-agreement (top-1 agreement with fp32 on the accuracy half): a budget the "
-        "int8 bases miss by a few photos, so layers must be restored",
+        help="the strict case's --min-agreement (top-1 agreement with fp32 on the accuracy half): a budget "
+        "the int8 bases miss by a few photos, so layers must be restored",
     )
     parser.add_argument("--rec-lines", type=int, default=48, help="rec samples per half (search / held out)")
     args = parser.parse_args()
@@ -287,8 +287,8 @@ def main() -> None:
                   f"top-1 {row['top1']:.1f} (fp32 {row['fp32_top1']:.1f}), agreement {row['agreement']:.1f}; reverted: {row['reverted']}", flush=True)  # fmt: skip
             save()
         if "strict" in cases:
-            # A budget the int8 bases miss by a few photos (layers must be restored), NNCF with the same budget in
-            # the same run.
+            # A budget the int8 bases miss by a few photos (layers must be restored), NNCF with the same
+            # budget in the same run.
             strict = Budget("min_agreement", args.strict_agreement)
             for target in ("arm-cpu", "intel-vpu"):
                 print(f"mobilenetv2 {target} {strict.describe()} ...", flush=True)

@@ -13,8 +13,9 @@
 4. Rank, measured: each of the top candidates restored alone (its choices in the target's order, a later one only
    when the earlier ones do not meet the budget), its effect on the budget's metric over the ranking subset, in
    parallel, one layer per worker at a time: a single restore that meets the budget there and on the whole set
-   ends the search (those meeting it on the ranking subset are confirmed on the whole set in one round). When none helps, the next ones are measured (re-rank); int8-only targets stop instead when
-   no single fix moves the budget's metric at all.
+   ends the search (those meeting it on the ranking subset are confirmed on the whole set in one round). When
+   none helps, the next ones are measured (re-rank); int8-only targets stop instead when no single fix moves the
+   budget's metric at all.
 5. Restore in that order: a galloping then parallel (k-ary) bisection over the ranked list finds the shortest
    prefix meeting the budget, confirmed on the whole accuracy set (the search goes on there when it fails);
    layers whose removal keeps the budget on the whole set are dropped (a restore that did not help): one by
