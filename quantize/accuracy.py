@@ -13,8 +13,9 @@
 4. Rank, measured: each of the top candidates restored alone (its choices in the target's order, a later one only
    when the earlier ones do not meet the budget), its effect on the budget's metric over the ranking subset, in
    parallel, one layer per worker at a time: a single restore that meets the budget there and on the whole set
-   ends the search. When none helps, the next ones are measured (re-rank); int8-only targets stop instead when
-   no single fix moves the budget's metric at all.
+   ends the search (those meeting it on the ranking subset are confirmed on the whole set in one round). When
+   none helps, the next ones are measured (re-rank); int8-only targets stop instead when no single fix moves the
+   budget's metric at all.
 5. Restore in that order: a galloping then parallel (k-ary) bisection over the ranked list finds the shortest
    prefix meeting the budget, confirmed on the whole accuracy set (the search goes on there when it fails);
    layers whose removal keeps the budget on the whole set are dropped (a restore that did not help): one by
@@ -25,7 +26,9 @@
 
 Candidates run on an :mod:`~edgekit.quantize.executors` executor: a local process pool or a Ray cluster; once
 the base is chosen, each runs only from the last cached activation of the base model it shares
-(:mod:`~edgekit.quantize.suffix`). A candidate measured before on the same samples is not run again.
+(:mod:`~edgekit.quantize.suffix`; the workers build that cache while step 3 runs, and share it). A candidate
+measured before on the same samples is not run again, and one measured on some of them (the ranking subset, then
+the whole set) runs only the others: its outputs are kept per sample.
 """
 
 from __future__ import annotations
@@ -43,13 +46,13 @@ from edgekit.core.errors import DataError, QuantizationError
 from edgekit.quantize import rules
 from edgekit.quantize.budget import Budget, Measurement, Reference
 from edgekit.quantize.calibrate import Track, no_progress
+from edgekit.quantize.candidates import KEEP_VALUES, Search, Step
 from edgekit.quantize.executors import (
     KERNEL_RUNNER_TARGETS,
     EvalContext,
-    Executor,
-    Outcome,
     Task,
     make_executor,
+    prestart,
 )
 from edgekit.quantize.options import HISTOGRAM_METHODS, QuantizeOptions
 from edgekit.quantize.pipeline import calibrate, observing_options, quantize
@@ -74,23 +77,6 @@ class SearchOptions:
     allow_cpu_fallback: bool = False
     #: Candidates run from the base model's cached activations (only what they change; same answers).
     cached_suffix: bool = True
-
-
-@dataclass
-class Step:
-    """One evaluation of the search: which layers were restored, on how many samples, what it measured."""
-
-    phase: str
-    restored: int
-    measurement: Measurement
-    met: bool
-    #: Seconds the evaluation took, and the cached activation it ran from (None: the whole model).
-    seconds: float = 0.0
-    cut: str | None = None
-
-    def to_json(self) -> dict:
-        return {"phase": self.phase, "restored": self.restored, "met": self.met, **self.measurement.to_json(),
-                "seconds": self.seconds, "ran_from": self.cut}  # fmt: skip
 
 
 @dataclass
@@ -260,7 +246,7 @@ def cheap_ranking(
 
 
 #: Samples the cheap per-layer SQNR ranking runs on (the first of the ranking subset).
-SQNR_SAMPLES = 16
+SQNR_SAMPLES = 8
 #: The curve is measured after each restored layer up to this many, else at this many points.
 CURVE_POINTS = 16
 
@@ -293,45 +279,6 @@ def _load_samples(
     if not inputs:
         raise DataError("the accuracy data set is empty")
     return inputs, labels
-
-
-class _Search:
-    """One target's search (the module docstring's steps 3-6)."""
-
-    def __init__(
-        self, executor: Executor, budget: Budget, ranking: tuple[int, ...], everything: tuple[int, ...]
-    ):
-        self.executor, self.budget = executor, budget
-        self.ranking, self.everything = ranking, everything
-        self.steps: list[Step] = []
-        #: The base int8 options once chosen: candidates run from its cached activations.
-        self.base: QuantizeOptions | None = None
-        self.known: dict[tuple[QuantizeOptions, tuple[int, ...]], Outcome] = {}
-
-    def run(
-        self, phase: str, candidates: Sequence[tuple[QuantizeOptions, int]], indices=None
-    ) -> list[Outcome]:
-        return self.start(phase, candidates, indices)()
-
-    def start(
-        self, phase: str, candidates: Sequence[tuple[QuantizeOptions, int]], indices=None
-    ) -> Callable[[], list[Outcome]]:
-        """:meth:`run`, the evaluations started now and collected by the function returned (the caller works in
-        the meantime)."""
-        indices = tuple(self.ranking if indices is None else indices)
-        # A candidate measured before on the same samples is not run again (the curve's ends, a confirmed prefix).
-        todo = list(dict.fromkeys((o, indices) for o, _ in candidates if (o, indices) not in self.known))
-        counts = {(o, indices): c for o, c in candidates}
-        pending = self.executor.start([Task(o, i, self.base) for o, i in todo])
-
-        def collect() -> list[Outcome]:
-            for key, out in zip(todo, pending(), strict=True):
-                self.known[key] = out
-                met = self.budget.met(out.measurement.metric)
-                self.steps.append(Step(phase, counts[key], out.measurement, met, out.seconds, out.cut))
-            return [self.known[(o, indices)] for o, _ in candidates]
-
-        return collect
 
 
 def search(
@@ -376,6 +323,8 @@ def search(
         raise DataError(
             f"{budget.flag} needs labels and the accuracy data has none; use --min-agreement or --min-cosine"
         )
+    # The pool's workers start (interpreters, imports) while this process calibrates.
+    prestart(options.executor, options.workers)
     stats = statistics
     # The accuracy set is the calibration set: calibration's first pass (the fp32 model itself, when depthwise
     # inputs are equalized) gives the fp32 answers too, without a pass of their own.
@@ -420,8 +369,14 @@ def search(
         import os
 
         context.threads = max(1, (os.cpu_count() or 1) // max(executor.workers, 1))
-        s = _Search(executor, budget, ranking, everything)
+        s = Search(executor, budget, ranking, everything)
         s.stats = stats
+        s.reference = reference
+        # The outputs a measurement reads, kept per candidate and sample when small (a classifier's scores; not a
+        # recogniser's [T, C] sequences on a large set).
+        read = output_names if budget.kind == "min_cosine" else output_names[:1]
+        if sum(np.size(answers[0][n]) for n in read) <= KEEP_VALUES:
+            s.keep = tuple(read)
 
         def with_restores(restores: dict[str, str]) -> QuantizeOptions:
             options_ = apply_restores(scheme, restores, followers)
@@ -437,6 +392,12 @@ def search(
         fixes = whole_model_fixes(scheme, bool(stats.histograms))
         whole_started = s.start("int8", [(scheme, 0)], s.everything)
         fixes_started = s.start("int8-fixes", [(o, 0) for _, o in fixes], s.everything)
+        # The one combination measured when both kinds of fix help (below), started in the same round when it can
+        # only be this one (bias correction and a single other estimator): not a round of its own after the
+        # others. Collected only when wanted (a measurement not collected is not a step of the search).
+        single_estimator = len(fixes) == 2 and fixes[0][0] == ("bias-correction",)
+        ahead = _combination(fixes, [1]) if single_estimator else None
+        ahead_started = s.start("int8-fixes", [(ahead[1], 0)], s.everything) if ahead else None
         whole = whole_started()[0]
         if budget.met(whole.measurement.metric):
             return _result(
@@ -457,10 +418,13 @@ def search(
             if len(better) > 1 and fixes[better[0]][0] == ("bias-correction",) and not met_already:
                 # Bias correction and a range estimator both helped (neither met): the best estimator with bias
                 # correction too.
-                method = max(better[1:], key=lambda i: outs[i].measurement.key(budget))
-                both = (fixes[method][0] + fixes[0][0], replace(fixes[method][1], bias_correction=True))
+                both = _combination(fixes, better[1:], lambda i: outs[i].measurement.key(budget))
+                outs += (
+                    ahead_started()
+                    if ahead_started and ahead == both
+                    else s.run("int8-fixes", [(both[1], 0)], s.everything)
+                )
                 fixes.append(both)
-                outs += s.run("int8-fixes", [(both[1], 0)], s.everything)
                 say(
                     f"{target.name}: int8 with {' + '.join(both[0])} {budget.format(outs[-1].measurement.metric)} on the whole set"
                 )
@@ -479,11 +443,19 @@ def search(
         # base model runs there in the executor (building its cached activations) while this process ranks.
         s.ranking = informative(whole.measurement.badness, options.ranking_samples)
         base_started = s.start("int8", [(scheme, 0)])
+        preferred = [r for r in choices if not r.fallback] or list(choices)
+        if s.base is not None:
+            # Every worker builds its cached base activations on the ranking subset now, in the runtime of the first
+            # restore each layer is measured with (arm-cpu's int16x8 runs in onnxruntime, the base in OpenVINO),
+            # not in its first candidate: a candidate restoring the last layer shares every cut with the base.
+            executor.warm(Task(with_restores({layers[-1].name: preferred[0].name}), tuple(s.ranking), s.base))
         # Step 3 (on the chosen base): the per-layer SQNR ranking.
         # (On the first SQNR_SAMPLES ranking samples: a layer's noise power over thousands of values per sample
         # is stable after a few; the base model already ran exactly in the executor, so no compile check in a
         # child; it ran there on the int8 kernels instead (intel-vpu): the exact form is compiled apart first.)
-        _, rows = per_layer_sqnr(model, base, _Samples(), limit=SQNR_SAMPLES, isolate=not context.exact_qdq)
+        _, rows = per_layer_sqnr(
+            model, base, _Samples(), limit=SQNR_SAMPLES, isolate=not context.exact_qdq, sqnr_only=True
+        )
         cheap = cheap_ranking(model, plan, layers, rows)
         say(
             f"{target.name}: {len(layers)} quantizable layers; worst by SQNR: "
@@ -495,7 +467,6 @@ def search(
             f"{budget.format(base_out.metric)} on {len(s.ranking)} ranking sample(s)"
         )
         # Steps 4-5: rank by the measured effect, then the shortest prefix meeting the budget.
-        preferred = [r for r in choices if not r.fallback] or list(choices)
         # Every choice is measured per layer; on a tie the earlier (cheaper: int16x8 before float) is kept.
         per_layer = preferred
         order_cheap = [n for n, _ in cheap]
@@ -558,6 +529,13 @@ def whole_model_fixes(
     return variants
 
 
+def _combination(fixes, among: list[int], key=None) -> tuple[tuple[str, ...], QuantizeOptions]:
+    """The best of the range estimators ``among`` (indices into ``fixes``, by ``key``) with bias correction too
+    (``fixes[0]``)."""
+    method = max(among, key=key) if key is not None else among[0]
+    return fixes[method][0] + fixes[0][0], replace(fixes[method][1], bias_correction=True)
+
+
 def _result(target, budget, final_options, chosen, ordered, op_types, curve_out, s, layers, choices, start, options,
             float_needed=(), base_fixes=()) -> SearchResult:  # fmt: skip
     curve = [o.measurement for o in curve_out]
@@ -603,7 +581,7 @@ def _gain(m: Measurement, base: Measurement, budget: Budget) -> tuple:
 
 
 def _rank_and_restore(
-    s: _Search, with_restores, order_cheap: list[str], cheap_score: dict[str, float], per_layer: list[str],
+    s: Search, with_restores, order_cheap: list[str], cheap_score: dict[str, float], per_layer: list[str],
     base_out: Measurement, top_k: int, say, target: str,
 ) -> tuple[bool, dict[str, str], list[str]]:  # fmt: skip
     """Rank the layers by the measured effect of restoring each alone (each restore of ``per_layer``, the best
@@ -630,10 +608,13 @@ def _rank_and_restore(
             )
             single = [(n, gains[n][1]) for n in chunk
                       if (n, gains[n][1]) not in confirmed and _meets(s, with_restores({n: gains[n][1]}))]  # fmt: skip
-            for n, r in sorted(single, key=lambda nr: gains[nr[0]][0], reverse=True):
-                confirmed.add((n, r))
-                whole = s.run("confirm", [(with_restores({n: r}), 1)], s.everything)[0].measurement
-                if budget.met(whole.metric):
+            # Those that meet it on the ranking subset are confirmed on the whole set together (one round of the
+            # pool, not one after the other); the best ranked that meets it there is the answer, as in turn.
+            single.sort(key=lambda nr: gains[nr[0]][0], reverse=True)
+            confirmed.update(single)
+            wholes = s.run("confirm", [(with_restores({n: r}), 1) for n, r in single], s.everything)
+            for (n, r), whole in zip(single, wholes, strict=True):
+                if budget.met(whole.measurement.metric):
                     return True, {n: r}, [n] + [m for m in order_cheap if m != n]
         if integer and not moved:
             # Int8 fixes only (nnapi): when none of the layers most worth fixing moves the budget's metric at all,
@@ -692,7 +673,7 @@ def _rank_and_restore(
 
 
 def _measure_choices(
-    s: _Search, with_restores, chunk: list[str], per_layer: list[str], base_out: Measurement, gains: dict
+    s: Search, with_restores, chunk: list[str], per_layer: list[str], base_out: Measurement, gains: dict
 ) -> list[Measurement]:
     """Each layer of ``chunk`` restored alone with each choice of ``per_layer`` on the ranking subset, the best
     kept in ``gains`` (layer -> (gain, choice); on a tie the earlier, cheaper choice). A layer whose earlier choice
@@ -714,13 +695,13 @@ def _measure_choices(
     return measured
 
 
-def _meets(s: _Search, options: QuantizeOptions) -> bool:
+def _meets(s: Search, options: QuantizeOptions) -> bool:
     """The candidate, already measured on the ranking subset, meets the budget there."""
     out = s.known.get((options, tuple(s.ranking)))
     return out is not None and s.budget.met(out.measurement.metric)
 
 
-def _shortest_prefix(s: _Search, with_restores, prefix, n: int, base: Measurement, indices, lo: int = 0):
+def _shortest_prefix(s: Search, with_restores, prefix, n: int, base: Measurement, indices, lo: int = 0):
     """The smallest k in (lo, n] whose prefix meets the budget: galloping (1, 2, 4, ...) then a k-ary
     bisection, ``executor.workers`` evaluations at a time. (None, best measurement) when even n fails."""
     budget = s.budget

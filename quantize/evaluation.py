@@ -3,6 +3,7 @@ per-layer SQNR, the statistics the report and the accuracy-aware search read (st
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from itertools import islice
 
@@ -11,7 +12,7 @@ import onnx
 import onnx_ir as ir
 from edgekit.core.data import prefetched
 from edgekit.core.errors import DataError
-from edgekit.core.metrics import Comparison, TensorError
+from edgekit.core.metrics import Comparison, TensorError, sqnr_db
 from edgekit.core.sanity import InputRanges
 from edgekit.quantize.calibrate import Track, dataset_length, no_progress
 from edgekit.quantize.pipeline import Quantized
@@ -24,12 +25,14 @@ def evaluate(
     track: Track = no_progress,
     limit: int | None = None,
     isolate: bool = True,
+    sqnr_only: bool = False,
 ) -> tuple[dict, list[dict]]:
     """Run the fp32 and the QDQ model on the host (OpenVINO, f32) over ``dataset``.
 
     Returns the output comparison (accuracy, agreement, errors per output) and the per-layer SQNR of every quantized
     activation against fp32 (worst first). ``isolate=False``: the QDQ model is not first compiled in a child
-    process (the caller has already run it: the accuracy-aware search's base model).
+    process (the caller has already run it: the accuracy-aware search's base model). ``sqnr_only``: the layer rows
+    hold the SQNR alone (the same sums; the other error figures not computed: the search's ranking).
     """
     from edgekit.core.runtime import HostRunner
 
@@ -43,7 +46,7 @@ def evaluate(
     )
     output_names = [v.name for v in fp32.graph.outputs]
     comparison = Comparison()
-    per_layer = {n: TensorError() for n in layers}
+    per_layer = {n: _NoisePower() if sqnr_only else TensorError() for n in layers}
     ranges = InputRanges()
     total = dataset_length(dataset, limit)
     for sample in track(prefetched(islice(iter(dataset), limit)), "evaluating fp32 vs int8", total):
@@ -65,6 +68,25 @@ def evaluate(
     layer_rows = [{"tensor": n, **per_layer[n].to_json()} for n in layers]
     layer_rows.sort(key=lambda r: (r["sqnr_db"] is None, r["sqnr_db"] if r["sqnr_db"] is not None else 0.0))
     return {**comparison.to_json(), "input_ranges": ranges.to_json()}, layer_rows
+
+
+class _NoisePower:
+    """:class:`TensorError`'s SQNR alone: the sums of the reference's and of the error's squares (float64)."""
+
+    def __init__(self) -> None:
+        self.signal = self.noise = 0.0
+        self.samples = 0
+
+    def update(self, ref: np.ndarray, cand: np.ndarray) -> None:
+        r = np.asarray(ref, np.float64).reshape(-1)
+        d = r - np.asarray(cand, np.float32).reshape(-1)
+        self.signal += float(r @ r)
+        self.noise += float(d @ d)
+        self.samples += 1
+
+    def to_json(self) -> dict:
+        sqnr = sqnr_db(self.signal, self.noise)
+        return {"samples": self.samples, "sqnr_db": sqnr if math.isfinite(sqnr) else None}
 
 
 def _unscaled(quantized: Quantized, name: str, array: np.ndarray) -> np.ndarray:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -44,6 +44,11 @@ class EvalContext:
     #: False: candidates run on OpenVINO's int8 kernels, as the intel-vpu IR runs (:data:`KERNEL_RUNNER_TARGETS`);
     #: True: the QDQ model's exact semantics (float, the answers the other targets' integer kernels reproduce).
     exact_qdq: bool = True
+    #: A directory the workers of this machine share their cached base activations through (None: each its own).
+    store: str | None = None
+    #: This worker's number among ``workers`` (where in the samples it starts building its cache).
+    worker: int = 0
+    workers: int = 1
     _model: Any = field(default=None, repr=False, compare=False)
     #: (base options, its :class:`~edgekit.quantize.suffix.SuffixCache`): built in each worker, never pickled.
     _suffix: Any = field(default=None, repr=False, compare=False)
@@ -62,7 +67,8 @@ class EvalContext:
         if self._suffix is None or self._suffix[0] != base:
             self._suffix = None  # free the previous base's values first
             proto = quantize(self.fp32(), (), base, statistics=self.stats).proto()
-            self._suffix = (base, SuffixCache(proto, self.inputs, self.threads))
+            shared = (self.store, self.worker, self.workers) if self.store is not None else None
+            self._suffix = (base, SuffixCache(proto, self.inputs, self.threads, shared))
         return self._suffix[1]
 
     def fp32(self) -> Any:
@@ -81,6 +87,9 @@ class Task:
     #: The search's base int8 options: the candidate runs only from the last cached activation of that base
     #: model it shares (:mod:`edgekit.quantize.suffix`). None: the whole model.
     base: Any = None
+    #: Outputs returned per sample (``Outcome.outputs``), for the search to measure the candidate later on more
+    #: samples without running these again.
+    keep: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,8 @@ class Outcome:
     seconds: float
     #: The cached activation the candidate ran from (None: the whole model ran).
     cut: str | None = None
+    #: Per sample of the task, its ``Task.keep`` outputs (None: not asked for).
+    outputs: tuple[dict[str, np.ndarray], ...] | None = None
 
 
 def evaluate(context: EvalContext, task: Task) -> Outcome:
@@ -115,7 +126,8 @@ def evaluate(context: EvalContext, task: Task) -> Outcome:
         runner = HostRunner(proto, threads=context.threads, exact_qdq=context.exact_qdq)
         results = [runner.run({k: context.inputs[i][k] for k in runner.input_names}) for i in task.indices]
     measurement = measure(context.budget, context.reference, task.indices, results)
-    return Outcome(measurement, proto.ByteSize(), time.perf_counter() - start, cut)
+    kept = tuple({n: np.array(r[n]) for n in task.keep} for r in results) if task.keep else None
+    return Outcome(measurement, proto.ByteSize(), time.perf_counter() - start, cut, kept)
 
 
 _WORKER: dict[str, EvalContext] = {}
@@ -128,16 +140,59 @@ def _install(context: EvalContext | tuple[str, str]) -> None:
 
         key, path = context
         with open(path, "rb") as f:
-            _WORKER[key] = pickle.load(f)
+            _WORKER[key] = loaded = pickle.load(f)
+        if loaded.store is not None:  # this worker's number: the first free of the store's claims
+            for number in range(loaded.workers):
+                try:
+                    os.close(os.open(os.path.join(loaded.store, f"worker-{number}"), os.O_CREAT | os.O_EXCL))
+                except FileExistsError:
+                    continue
+                loaded.worker = number
+                break
         return
     _WORKER[context.key] = context
 
 
-def _pool_evaluate(key: str, task: Task) -> Outcome:
+def _pool_evaluate(key: str, path: str, task: Task) -> Outcome:
     from edgekit.quantize.qdq import quiet_warnings
 
     quiet_warnings()
+    if key not in _WORKER:  # the first task of this search in this worker: its context, from the file
+        _install((key, path))
     return evaluate(_WORKER[key], task)
+
+
+def _preload() -> None:
+    """What every candidate needs imported (a worker started before the search's context exists)."""
+    import edgekit.core.runtime  # noqa: F401
+    import edgekit.quantize.pipeline  # noqa: F401
+    import edgekit.quantize.suffix  # noqa: F401
+    import openvino  # noqa: F401
+
+
+#: Local pools started ahead (:func:`prestart`), by size: the next ProcessExecutor of that size takes one.
+_SPARE: dict[int, ProcessPoolExecutor] = {}
+
+
+def _pool_size(workers: int | None) -> int:
+    return max(1, workers or min(os.cpu_count() or 1, 4))
+
+
+def _new_pool(size: int) -> ProcessPoolExecutor:
+    import multiprocessing
+
+    return ProcessPoolExecutor(size, mp_context=multiprocessing.get_context("spawn"), initializer=_preload)
+
+
+def prestart(spec: str, workers: int | None = None) -> None:
+    """Start the local pool's workers now (their interpreters and imports, ~1-2 s each) while the caller
+    calibrates: the next ``make_executor(spec, ...)`` of that size takes them. Other executors: nothing."""
+    size = _pool_size(workers)
+    if spec != "process" or size in _SPARE:
+        return
+    pool = _SPARE[size] = _new_pool(size)
+    for _ in range(size):  # a pool starts a worker per task submitted while none is idle
+        pool.submit(_preload)
 
 
 class Executor:
@@ -152,6 +207,11 @@ class Executor:
     def start(self, tasks: Sequence[Task]) -> Callable[[], list[Outcome]]:
         """``map`` begun now, its outcomes collected by the function returned (here: run when collected)."""
         return lambda: self.map(tasks)
+
+    def warm(self, task: Task) -> None:
+        """Run ``task`` on every worker for what it leaves behind (each worker's cached base activations in the
+        candidate's runtime), its outcome dropped: every worker's next candidates start from the cache. (Here:
+        nothing; this process's context builds its cache in the first candidate.)"""
 
     def close(self) -> None:
         pass
@@ -179,30 +239,29 @@ class ProcessExecutor(Executor):
     name = "process"
 
     def __init__(self, context: EvalContext, workers: int | None = None):
-        import multiprocessing
         import pickle
         import tempfile
 
-        self.workers = max(1, workers or min(os.cpu_count() or 1, 4))
+        self.workers = _pool_size(workers)
         self.key = context.key
         # The context (the accuracy inputs: tens of MB) goes through a file each worker reads as it starts: handed
         # through the spawn pipe, it blocked this process until each worker in turn had started and read it.
         handle, self.path = tempfile.mkstemp(prefix="edgekit-search-", suffix=".pkl")
+        # The workers share the base model's cached activations through a directory: each sample runs once.
+        self.store = tempfile.mkdtemp(prefix="edgekit-search-cache-")
         with os.fdopen(handle, "wb") as f:
-            pickle.dump(context, f, protocol=pickle.HIGHEST_PROTOCOL)
-        self.pool = ProcessPoolExecutor(
-            self.workers,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_install,
-            initargs=((context.key, self.path),),
-        )
+            pickle.dump(
+                replace(context, store=self.store, workers=self.workers), f, protocol=pickle.HIGHEST_PROTOCOL
+            )
+        # Workers started ahead (prestart) or now; each reads the context with its first task.
+        self.pool = _SPARE.pop(self.workers, None) or _new_pool(self.workers)
 
     def map(self, tasks: Sequence[Task]) -> list[Outcome]:
         return self.start(tasks)()
 
     def start(self, tasks: Sequence[Task]) -> Callable[[], list[Outcome]]:
         try:
-            futures = [self.pool.submit(_pool_evaluate, self.key, t) for t in tasks]
+            futures = [self.pool.submit(_pool_evaluate, self.key, self.path, t) for t in tasks]
         except BrokenProcessPool:
             raise QuantizationError(WORKER_DIED) from None
 
@@ -214,10 +273,21 @@ class ProcessExecutor(Executor):
 
         return collect
 
+    def warm(self, task: Task) -> None:
+        # One copy per worker: idle workers take one each (a worker taking two only runs the cached suffix again).
+        try:
+            for _ in range(self.workers):
+                self.pool.submit(_pool_evaluate, self.key, self.path, task)
+        except BrokenProcessPool:
+            raise QuantizationError(WORKER_DIED) from None
+
     def close(self) -> None:
+        import shutil
+
         self.pool.shutdown(cancel_futures=True)
         if os.path.exists(self.path):
             os.unlink(self.path)
+        shutil.rmtree(self.store, ignore_errors=True)
 
 
 def _ray_evaluate(context: EvalContext, task: Task) -> Outcome:

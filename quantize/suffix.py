@@ -13,6 +13,7 @@ samples before it is used), at the cost of the changed suffix.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -129,9 +130,12 @@ def runtime_of(proto: onnx.ModelProto) -> str:
 class _Cached:
     """The base model's values at its cuts, in one runtime, per accuracy sample as candidates first ask for it
     (a worker that only ever runs the ranking subset never runs the base on the rest); 8-bit where the value is
-    exactly its dequantized integer (4x less memory), else float."""
+    exactly its dequantized integer (4x less memory), else float. With a ``store`` (a directory the workers of one
+    machine share), a sample another worker ran is read from there instead of run again."""
 
-    def __init__(self, base: onnx.ModelProto, inputs, threads: int, runtime: str):
+    def __init__(
+        self, base: onnx.ModelProto, inputs, threads: int, runtime: str, shared: tuple | None = None
+    ):
         self.base, self.inputs, self.threads, self.runtime = base, inputs, threads, runtime
         sizes = _sizes(base)
         cuts = [(i, c) for i, c in find_cuts(base) if c in sizes]
@@ -148,14 +152,40 @@ class _Cached:
         self.cuts = chosen  # the latest first
         self.checked: dict[str, bool] = {}
         self._runner = None
+        #: (directory, this worker's number, workers): where the workers share the samples they ran.
+        self.store: str | None = None
+        self.worker, self.workers = 0, 1
+        if shared is not None and self.cuts:
+            store, self.worker, self.workers = shared
+            h = hashlib.sha1(b"".join(node_signatures(base)))
+            h.update(f"{runtime}|{'|'.join(c for _, c in self.cuts)}".encode())
+            self.store = os.path.join(store, h.hexdigest()[:16])
 
     def ensure(self, indices: Sequence[int]) -> None:
-        """Run the base model on the samples of ``indices`` not cached yet."""
+        """Run the base model on the samples of ``indices`` not cached yet (read those in the store)."""
+        missing = [i for i in dict.fromkeys(indices) if self.cuts and i not in self.values[self.cuts[0][1]]]
+        if self.store is None:
+            for i in missing:
+                self._run(i)
+            return
+        # Workers asking for the same samples at once start at different places (worker k of n at k/n of the list),
+        # each running the samples no other worker has claimed and reading the others, then those still missing.
+        at = self.worker * len(missing) // max(self.workers, 1)
+        later = []
+        for i in missing[at:] + missing[:at]:
+            if not self._read(i):
+                if self._claim(i):
+                    self._run(i)
+                else:
+                    later.append(i)
+        for i in later:
+            if not self._read(i):
+                self._run(i)
+
+    def _run(self, i: int) -> None:
+        """The base model on sample ``i``: its values at the cuts (and its outputs, for the first samples' check)."""
         from edgekit.core.runtime import HostRunner
 
-        missing = [i for i in dict.fromkeys(indices) if self.cuts and i not in self.values[self.cuts[0][1]]]
-        if not missing:
-            return
         if self._runner is None:
             self._runner = HostRunner(
                 self.base,
@@ -164,14 +194,53 @@ class _Cached:
                 onnxruntime=self.runtime == "onnxruntime",
             )
         runner = self._runner
+        keep = len(self.outputs) < CHECK_SAMPLES or self.store is not None
+        result = runner.run({k: self.inputs[i][k] for k in runner.input_names}, copy=keep)
+        outputs = {o.name: result[o.name] for o in self.base.graph.output}
+        if len(self.outputs) < CHECK_SAMPLES:
+            self.outputs[i] = outputs
+        for _, cut in self.cuts:
+            self.values[cut][i] = _pack(result[cut], self.grids.get(cut))
+        if self.store is not None:
+            self._write(i, outputs)
+
+    def _claim(self, index: int) -> bool:
+        """Sample ``index`` is this worker's to run (no other worker claimed it first)."""
+        try:
+            os.close(os.open(f"{self._path(index)}.claim", os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            return False
+        return True
+
+    def _path(self, index: int) -> str:
+        assert self.store is not None
+        return f"{self.store}-{index}.npz"
+
+    def _write(self, index: int, outputs: dict[str, np.ndarray]) -> None:
+        """Sample ``index``'s cut values (packed) and the base's outputs, for the other workers (written whole,
+        then renamed: a reader sees all of it or nothing)."""
+        arrays = {f"o{k}": v for k, v in enumerate(outputs.values())}
+        for k, (_, cut) in enumerate(self.cuts):
+            arrays.update({f"c{k}_{j}": a for j, a in enumerate(self.values[cut][index])})
+        partial = f"{self._path(index)}.{os.getpid()}.npz"
+        np.savez(partial, **arrays)
+        os.replace(partial, self._path(index))
+
+    def _read(self, index: int) -> bool:
+        try:
+            with np.load(self._path(index)) as f:
+                arrays = {k: f[k] for k in f.files}
+        except OSError:
+            return False
         names = [o.name for o in self.base.graph.output]
-        for i in missing:
-            keep = len(self.outputs) < CHECK_SAMPLES
-            result = runner.run({k: self.inputs[i][k] for k in runner.input_names}, copy=keep)
-            if keep:
-                self.outputs[i] = {n: result[n] for n in names}
-            for _, cut in self.cuts:
-                self.values[cut][i] = _pack(result[cut], self.grids.get(cut))
+        if len(self.outputs) < CHECK_SAMPLES:
+            self.outputs[index] = {n: arrays[f"o{k}"] for k, n in enumerate(names)}
+        for k, (_, cut) in enumerate(self.cuts):
+            parts = sorted(
+                (key for key in arrays if key.startswith(f"c{k}_")), key=lambda key: int(key.split("_")[1])
+            )
+            self.values[cut][index] = tuple(arrays[key] for key in parts)
+        return True
 
     def value(self, cut: str, index: int) -> np.ndarray:
         return _unpack(self.values[cut][index])
@@ -198,14 +267,20 @@ class _Cached:
 class SuffixCache:
     """Candidates of one base model run from its cached values: :meth:`run`."""
 
-    def __init__(self, base: onnx.ModelProto, inputs: Sequence[dict[str, np.ndarray]], threads: int = 1):
-        self.base, self.inputs, self.threads = base, inputs, threads
+    def __init__(
+        self,
+        base: onnx.ModelProto,
+        inputs: Sequence[dict[str, np.ndarray]],
+        threads: int = 1,
+        shared: tuple | None = None,
+    ):
+        self.base, self.inputs, self.threads, self.shared = base, inputs, threads, shared
         self.signatures = node_signatures(base)
         self._cached: dict[str, _Cached] = {}
 
     def cached(self, runtime: str) -> _Cached:
         if runtime not in self._cached:
-            self._cached[runtime] = _Cached(self.base, self.inputs, self.threads, runtime)
+            self._cached[runtime] = _Cached(self.base, self.inputs, self.threads, runtime, self.shared)
         return self._cached[runtime]
 
     def shared_prefix(self, proto: onnx.ModelProto) -> int:

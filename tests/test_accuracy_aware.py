@@ -372,10 +372,10 @@ def test_the_search_calibrates_once_and_nnapi_falls_back_to_the_float_search(fra
 
 
 def _fragile_search(model, data, budget, count=40):
-    """A :class:`_Search` over the fragile model's samples on the inline executor (int8 base, exact runner)."""
+    """A :class:`~edgekit.quantize.candidates.Search` over the fragile model's samples on the inline executor (int8 base, exact runner)."""
     import onnx_ir as ir
-    from edgekit.quantize.accuracy import _Search
     from edgekit.quantize.budget import Reference
+    from edgekit.quantize.candidates import Search as _Search
     from edgekit.quantize.executors import EvalContext, InlineExecutor
 
     x = np.load(data)["x"][:count]
@@ -495,7 +495,8 @@ def test_when_each_layers_cheaper_restore_falls_short_together_the_prefix_goes_f
     """Alone, int16x8 does as well as float on every layer (so it is each layer's choice), but two layers need
     float weights together: no prefix of the cheaper choices meets the budget, the float prefix does, and the
     pruned answer keeps exactly those two layers float."""
-    from edgekit.quantize.accuracy import _rank_and_restore, _Search
+    from edgekit.quantize.accuracy import _rank_and_restore
+    from edgekit.quantize.candidates import Search as _Search
 
     layers = ["a", "b", "c", "d", "e"]
 
@@ -519,3 +520,150 @@ def test_when_each_layers_cheaper_restore_falls_short_together_the_prefix_goes_f
     # Each layer alone chose int16x8, and every int16x8 prefix (all five: 0.975) fell short.
     assert rule({n: "int16x8" for n in layers}) < 0.99
     assert any(st.phase == "gallop" and st.restored == 5 and not st.met for st in s.steps)
+
+
+def test_a_candidate_confirmed_on_more_samples_runs_only_the_others(fragile):
+    """With its outputs kept per sample, a candidate measured on the ranking subset and then on the whole set runs
+    only the samples it has not run (the whole set's measurement is the whole model's, sample for sample, with
+    `--max-drop` and `--min-cosine`), and a candidate measured on the whole set is measured on a subset without
+    running at all."""
+    import onnx_ir as ir
+    from edgekit.quantize.budget import Reference
+    from edgekit.quantize.candidates import Search as _Search
+    from edgekit.quantize.executors import EvalContext, InlineExecutor, Task, evaluate
+
+    path, data, _ = fragile
+    model = load_model(path)
+    arrays = np.load(data)
+    x, labels = arrays["x"][:16], [int(v) for v in arrays["labels"][:16]]
+    base = QuantizeOptions(activations="int8")
+    stats = quantize(model, dataset(model, data), base).stats
+    inputs = [{"x": s[None]} for s in x]
+    ref = ort_outputs(path, x)
+    everything, ranking = tuple(range(len(x))), (1, 4, 6, 9, 12, 13)
+    for budget in (Budget("max_drop", 0), Budget("min_cosine", 0.99)):
+        reference = Reference.build(["logits"], [{"logits": r[None]} for r in ref], labels, budget)
+        context = EvalContext("k", ir.to_proto(model).SerializeToString(), stats, inputs, reference, budget)
+        asked: list[tuple[int, ...]] = []
+        executor = InlineExecutor(context)
+        real = executor.map
+        executor.map = lambda tasks, real=real, asked=asked: (
+            asked.extend(t.indices for t in tasks) or real(tasks)
+        )
+        s = _Search(executor, budget, ranking, everything)
+        s.reference, s.keep, s.base = reference, ("logits",), base
+        candidate, other = apply_restores(base, {"conv2": "float"}), apply_restores(base, {"conv3": "float"})
+        on_ranking = s.run("rank", [(candidate, 1)])[0].measurement
+        confirmed = s.run("confirm", [(candidate, 1)], everything)[0].measurement
+        assert asked == [ranking, tuple(i for i in everything if i not in ranking)]
+        for indices, got in ((ranking, on_ranking), (everything, confirmed)):
+            want = evaluate(context, Task(candidate, indices)).measurement  # the whole model, every sample
+            assert (got.metric, got.badness, got.agreement, got.cosine) == (
+                want.metric, want.badness, want.agreement, want.cosine
+            )  # fmt: skip
+        asked.clear()
+        whole = s.run("curve", [(other, 1)], everything)[0]
+        subset = s.run("rank", [(other, 1)])[0]
+        assert asked == [everything]  # the subset was measured from the outputs kept
+        assert subset.measurement.badness == tuple(whole.measurement.badness[i] for i in ranking)
+        assert subset.size_bytes == whole.size_bytes
+        assert [st.phase for st in s.steps] == ["rank", "confirm", "curve"]  # evaluations that ran
+
+
+class _RecordingOracle(_OracleExecutor):
+    """The oracle, its rule also told how many samples a candidate runs on; each batch of tasks recorded."""
+
+    def __init__(self, rule):
+        super().__init__(rule)
+        self.batches: list[list[tuple[frozenset, int]]] = []
+
+    def start(self, tasks):
+        from edgekit.quantize.budget import Measurement
+        from edgekit.quantize.executors import Outcome
+
+        self.batches.append([(t.options, len(t.indices)) for t in tasks])
+        outs = []
+        for task in tasks:
+            cos = self.rule(dict(task.options), len(task.indices))
+            outs.append(Outcome(Measurement(cos, 100.0, 100.0, cos, len(task.indices)), 0, 0.0))
+        return lambda: outs
+
+
+def test_single_restores_meeting_the_ranking_subset_are_confirmed_in_one_round():
+    """Two layers each meet the budget alone on the ranking subset; only the second ranked meets it on the whole
+    set. Both are confirmed in one batch (one round of the pool), and the answer is the one that meets it there."""
+    from edgekit.quantize.accuracy import _rank_and_restore
+    from edgekit.quantize.candidates import Search as _Search
+
+    layers = ["a", "b", "c", "d"]
+
+    def rule(restores, samples):
+        if restores == {"a": "float"}:
+            return 0.995 if samples == 4 else 0.98  # meets on the ranking subset only
+        if restores == {"b": "float"}:
+            return 0.993
+        return 0.9 + 0.01 * len(restores)
+
+    budget = Budget("min_cosine", 0.99)
+    everything = tuple(range(8))
+    executor = _RecordingOracle(rule)
+    s = _Search(executor, budget, everything[:4], everything)
+    base = s.run("int8", [(frozenset(), 0)])[0].measurement
+    met, chosen, ranked = _rank_and_restore(
+        s, lambda r: frozenset(r.items()), layers, {n: 1.0 for n in layers}, ["float"], base, 4, lambda _: None,
+        "intel-vpu",
+    )  # fmt: skip
+    assert met and chosen == {"b": "float"} and ranked[0] == "b"
+    confirms = [b for b in executor.batches if b and all(n == len(everything) for _, n in b)]
+    assert confirms == [[(frozenset({("a", "float")}), 8), (frozenset({("b", "float")}), 8)]]
+    assert [st.phase for st in s.steps].count("confirm") == 2
+
+
+def test_the_search_s_sqnr_rows_are_the_report_s_sqnr(fragile):
+    """The search's per-layer SQNR (``sqnr_only``: the two sums alone) is the SQNR of the report's full rows."""
+    from edgekit.quantize.evaluation import evaluate as per_layer_sqnr
+
+    path, data, _ = fragile
+    model = load_model(path)
+    quantized = quantize(model, dataset(model, data), QuantizeOptions(activations="int8"))
+    _, full = per_layer_sqnr(model, quantized, dataset(model, data), limit=6, isolate=False)
+    _, light = per_layer_sqnr(model, quantized, dataset(model, data), limit=6, isolate=False, sqnr_only=True)
+    assert [r["tensor"] for r in light] == [r["tensor"] for r in full] and len(full) >= 5
+    for a, b in zip(light, full, strict=True):
+        assert (a["sqnr_db"] is None) == (b["sqnr_db"] is None)
+        assert a["sqnr_db"] is None or a["sqnr_db"] == pytest.approx(b["sqnr_db"], abs=1e-9)
+    # The fragile layer's noise is seen.
+    assert any(r["sqnr_db"] is not None and r["sqnr_db"] < 30 for r in full)
+
+
+def test_workers_share_the_cached_base_activations_through_the_store(fragile, tmp_path):
+    """Two workers' caches of one base model with a shared store: the second reads every sample the first ran
+    (it never runs the base), and a candidate run from those values gives the whole candidate model's answers; a
+    sample another worker claimed but never wrote is run."""
+    from edgekit.core.runtime import HostRunner
+    from edgekit.quantize.suffix import SuffixCache
+
+    path, data, _ = fragile
+    model = load_model(path)
+    x = np.load(data)["x"][:8]
+    inputs = [{"x": s[None]} for s in x]
+    base = QuantizeOptions(activations="int8")
+    stats = quantize(model, dataset(model, data), base).stats
+    base_proto = quantize(model, (), base, statistics=stats).proto()
+    candidate = quantize(model, (), apply_restores(base, {"fc": "float"}), statistics=stats).proto()
+    indices = tuple(range(len(x)))
+    first = SuffixCache(base_proto, inputs, 1, (str(tmp_path), 0, 2))
+    first.cached("openvino").ensure(indices)
+    second = SuffixCache(base_proto, inputs, 1, (str(tmp_path), 1, 2))
+    results, cut = second.run(candidate, indices)
+    assert cut == "flat_dequantized" and second.cached("openvino")._runner is None  # every sample read
+    whole = HostRunner(candidate)
+    for got, sample in zip(results, inputs, strict=True):
+        assert np.array_equal(got["logits"], whole.run(sample)["logits"])
+    # A sample claimed by a worker that never wrote it: run by the one that needs it.
+    third = SuffixCache(base_proto, inputs, 1, (str(tmp_path / "other"), 0, 2))
+    (tmp_path / "other").mkdir()
+    third_cache = third.cached("openvino")
+    open(third_cache._path(3) + ".claim", "w").close()
+    third_cache.ensure((3, 4))
+    assert sorted(third_cache.values["flat_dequantized"]) == [3, 4] and third_cache._runner is not None
