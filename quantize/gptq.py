@@ -68,6 +68,17 @@ def takes_gptq(node: ir.Node, grouped: bool = False) -> bool:
     return False
 
 
+def on_grid(node: ir.Node) -> bool:
+    """Whether ``node``'s weight is (within float32 rounding) on its symmetric per-output-channel int8 grid,
+    ``absmax / 127``: a model dequantized from int8 (the ONNX zoo's MobileNetV2), where nearest rounding is
+    exact and the rows have nothing to gain."""
+    weight = node.inputs[1].const_value.numpy().astype(np.float64)
+    rows = as_rows(node, weight)
+    scales = np.abs(rows).max(axis=1, keepdims=True) / 127.0
+    steps = rows / np.where(scales > 0, scales, 1.0)
+    return bool(np.all(np.abs(steps - np.round(steps)) < 1e-3))
+
+
 def _patches(x: np.ndarray, node: ir.Node, kernel: tuple[int, ...]) -> np.ndarray:
     """A convolution's input vectors: [positions, C * prod(kernel)] in the weight's [O, C, *kernel] order."""
     from numpy.lib.stride_tricks import sliding_window_view

@@ -198,15 +198,21 @@ def layer_hessians(
     """``E[x x^T]`` of the input vectors of ``plan``'s weighted layers that GPTQ rounds (Conv, grouped and
     depthwise included, MatMul, Gemm: :func:`gptq.takes_gptq`), on the fp32 model rewritten with the depthwise-
     input ``equalization`` (the weights the weight pass rounds are those of the rewritten model, and so are
-    the inputs of the depthwise convolutions it rescales). A pass over the data of its own: the inputs leave
+    the inputs of the depthwise convolutions it rescales). A weight already on its int8 grid (a model
+    dequantized from int8: nearest rounding is exact) needs none. A pass over the data of its own: the inputs leave
     the runtime whole (im2col patches in numpy), where range statistics are reduced inside the graph."""
     if iter(calibration) is calibration:  # type: ignore[comparison-overlap]
-        raise DataError("--weight-rounding gptq reads the calibration data twice; it can be read only once")
+        log.warning("GPTQ weight rounding skipped (nearest kept): the calibration data can be read only once")
+        return {}
     if equalization:
         model = ir.from_proto(ir.to_proto(model))  # a copy: the caller keeps its fp32 model
         EqualizePass(equalization)(model)
     weighted = {w.node for w in plan.weights}
-    nodes = [n for n in model.graph if n.name in weighted and gptq.takes_gptq(n, grouped=True)]
+    nodes = [
+        n
+        for n in model.graph
+        if n.name in weighted and gptq.takes_gptq(n, grouped=True) and not gptq.on_grid(n)
+    ]
     return gptq.input_hessians(model, nodes, calibration, options.samples) if nodes else {}
 
 

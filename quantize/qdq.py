@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -46,6 +47,13 @@ def _warn_once(message: str) -> None:
 
 
 _INT32 = np.iinfo(np.int32)
+
+#: GPTQ integers already computed in this process, by (layer, its moments' id, weight and scales digest), each
+#: with the moments it came from (held, so that their id is not reused): the accuracy-aware search quantizes the
+#: same model with the same statistics for every candidate, and rounds each layer once per worker, not once per
+#: candidate (PP-OCRv4 rec: ~10 s a model).
+_GPTQ_ROWS: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+_GPTQ_KEPT = 1024
 
 
 def weight_scales(weight: np.ndarray, axis: int | None) -> np.ndarray:
@@ -327,7 +335,13 @@ class QuantizeWeightsPass(ir.passes.InPlacePass):
         hessian = self.hessians.get(node.name)
         if hessian is None:
             return q
-        return gptq.second_order(node, weight, q, scales, hessian)
+        key = (node.name, id(hessian), hashlib.blake2b(weight.tobytes() + scales.tobytes()).digest())
+        kept = _GPTQ_ROWS.get(key)
+        if kept is None or kept[0] is not hessian:
+            if len(_GPTQ_ROWS) >= _GPTQ_KEPT:
+                _GPTQ_ROWS.clear()
+            kept = _GPTQ_ROWS[key] = (hessian, gptq.second_order(node, weight, q, scales, hessian))
+        return kept[1].copy()
 
     @staticmethod
     def _dq(graph, names, node, base, q, scale, zero_point, axis) -> ir.Value:

@@ -270,3 +270,41 @@ def test_cli_weight_rounding(tmp_path: Path):
     ).proto()
     for layer, (q, _) in _weights(api).items():
         np.testing.assert_array_equal(_weights(onnx.load(out))[layer][0], q)
+
+
+def test_weights_already_on_their_int8_grid_need_no_moments():
+    """A model dequantized from int8 (the ONNX zoo's MobileNetV2): nearest rounding is exact, so no layer's
+    moments are collected and the integers are nearest's."""
+    source = small_cnn()
+    for init in source.graph.initializer:
+        if init.name.startswith("w_"):
+            w = numpy_helper.to_array(init).astype(np.float64)
+            rows = w.reshape(w.shape[0], -1)
+            scale = (np.abs(rows).max(axis=1) / 127.0).reshape((-1,) + (1,) * (w.ndim - 1))
+            init.CopyFrom(
+                numpy_helper.from_array((np.round(w / scale) * scale).astype(np.float32), init.name)
+            )
+    calib = _samples(smooth_inputs(4, 0))
+    result = quantize(
+        load_proto(source), calib, QuantizeOptions(samples=4, weight_rounding="gptq", equalize=False)
+    )
+    assert result.stats.hessians == {}
+    nearest = quantize(load_proto(source), calib, QuantizeOptions(samples=4, equalize=False))
+    for layer, (q, _) in _weights(result.proto()).items():
+        np.testing.assert_array_equal(q, _weights(nearest.proto())[layer][0])
+
+
+def test_the_search_tries_gptq_rounding_as_a_whole_model_fix():
+    """With the layers' input moments the accuracy-aware search measures GPTQ rounding among its whole-model
+    int8 fixes (the fragile model of tests/test_accuracy_aware.py: cosine 0.957 -> 0.973 with it)."""
+    from dataclasses import replace
+
+    from edgekit.quantize.accuracy import whole_model_fixes
+
+    scheme = QuantizeOptions()
+    fixes = dict(whole_model_fixes(scheme, False, True))
+    assert fixes[("gptq rounding",)] == replace(scheme, weight_rounding="gptq")
+    assert ("gptq rounding",) not in dict(whole_model_fixes(scheme, False, False))
+    assert ("gptq rounding",) not in dict(
+        whole_model_fixes(replace(scheme, weight_rounding="gptq"), False, True)
+    )
