@@ -55,7 +55,7 @@ from edgekit.quantize.executors import (
     prestart,
 )
 from edgekit.quantize.options import HISTOGRAM_METHODS, QuantizeOptions
-from edgekit.quantize.pipeline import calibrate, observing_options, quantize
+from edgekit.quantize.pipeline import calibrate, layer_hessians, observing_options, quantize
 from edgekit.quantize.plan import QuantPlan, make_plan
 from edgekit.quantize.prune import prune as _prune
 from edgekit.quantize.restores import Restore, apply_restores, available_restores, fused_followers
@@ -320,9 +320,10 @@ def search(
         observe_options = QuantizeOptions(**{**_fields(scheme), "method": "mse"})
     else:
         observe_options = scheme
-    # Channel means always: bias correction of the whole model is the first int8 fix tried, on every target.
+    # Channel means always: bias correction of the whole model is the first int8 fix tried, on every target;
+    # the layers' input moments too: GPTQ rounding of the weights is another (whole_model_fixes).
     observe_options = observing_options(
-        QuantizeOptions(**{**_fields(observe_options), "bias_correction": True})
+        QuantizeOptions(**{**_fields(observe_options), "bias_correction": True, "weight_rounding": "gptq"})
     )
 
     inputs, labels = _load_samples(accuracy, accuracy_limit)
@@ -338,6 +339,10 @@ def search(
     answers: list | None = [] if accuracy is calibration else None
     if stats is None or (observe_options.method in HISTOGRAM_METHODS and not stats.histograms):
         stats = calibrate(model, _observe_all(model, scheme), calibration, observe_options, track, answers)
+    if stats.hessians is None:  # statistics given, collected without the moments
+        stats.hessians = layer_hessians(
+            model, _observe_all(model, scheme), calibration, scheme, stats.equalization
+        )
 
     output_names = [v.name for v in model.graph.outputs]
     if not answers or len(answers) < len(inputs):
@@ -396,7 +401,7 @@ def search(
         # bias correction of every layer and the other range estimators (no method wins on every model: see
         # docs/quantization.md); the best, if better than plain int8, is the search's starting point. They start
         # with plain int8 (one round of the pool, not two); plain int8 meeting the budget ends the search.
-        fixes = whole_model_fixes(scheme, bool(stats.histograms))
+        fixes = whole_model_fixes(scheme, bool(stats.histograms), bool(stats.hessians))
         whole_started = s.start("int8", [(scheme, 0)], s.everything)
         fixes_started = s.start("int8-fixes", [(o, 0) for _, o in fixes], s.everything)
         # The one combination measured when both kinds of fix help (below), started in the same round when it can
@@ -525,12 +530,15 @@ BASE_HISTOGRAM_METHODS = ("percentile", "mse")
 
 
 def whole_model_fixes(
-    scheme: QuantizeOptions, histograms: bool
+    scheme: QuantizeOptions, histograms: bool, moments: bool = False
 ) -> list[tuple[tuple[str, ...], QuantizeOptions]]:
     """The whole-model int8 variants of ``scheme`` the search measures before restoring layers, named as the
-    report lists them: bias correction, and each other range estimator."""
+    report lists them: bias correction, each other range estimator, and with the layers' input ``moments``
+    GPTQ rounding of the weights (docs/benchmarks.md, "GPTQ rounding of the static weights")."""
     methods = [m for m in BASE_METHODS + (BASE_HISTOGRAM_METHODS if histograms else ()) if m != scheme.method]
     variants = [((f"{m} ranges",), replace(scheme, method=m)) for m in methods]
+    if moments and scheme.weight_rounding != "gptq":
+        variants.append((("gptq rounding",), replace(scheme, weight_rounding="gptq")))
     if not scheme.bias_correction:
         variants.insert(0, (("bias-correction",), replace(scheme, bias_correction=True)))
     return variants

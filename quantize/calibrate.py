@@ -58,6 +58,9 @@ class Statistics:
     #: Depthwise input -> per-channel ratios (``edgekit.quantize.equalize``): the statistics were collected on
     #: the model rewritten with them, and every model quantized with these statistics carries the rewrite.
     equalization: dict[str, np.ndarray] = field(default_factory=dict)
+    #: Layer -> ``E[x x^T]`` of its input vectors (``weight_rounding="gptq"``; :func:`edgekit.quantize.gptq.
+    #: input_hessians`), on the model rewritten with ``equalization``: the weights GPTQ rounds. None: not collected.
+    hessians: dict[str, np.ndarray] | None = None
 
 
 def channel_sum(array: np.ndarray) -> np.ndarray:

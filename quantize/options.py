@@ -10,6 +10,8 @@ METHODS = ("minmax", "mean_minmax", "percentile", "entropy", "mse")
 #: The methods that need histograms of the activations (the others reduce min/max inside the graph).
 HISTOGRAM_METHODS = ("percentile", "entropy", "mse")
 ACTIVATION_DTYPES = ("int8", "uint8")
+#: How the static recipes round their int8 weights (:mod:`edgekit.quantize.gptq`).
+WEIGHT_ROUNDINGS = ("nearest", "gptq")
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,11 @@ class QuantizeOptions:
     #: Depthwise-input equalization (``edgekit.quantize.equalize``): each depthwise Conv input computed by a Conv
     #: and homogeneous activations is rescaled per channel so that every channel spans its per-tensor grid.
     equalize: bool = True
+    #: Rounding of the static recipes' (int8, int16x8) int8 weights at their per-channel scales: ``nearest`` (a
+    #: convolution kernel's tap sum kept within half a step), or ``gptq``: each Conv / MatMul / Gemm weight
+    #: row rounded to minimise the layer's output error on the calibration inputs (their second moments are
+    #: collected during calibration; rows where that does not beat nearest keep nearest).
+    weight_rounding: str = "nearest"
 
     def __post_init__(self) -> None:
         if self.activations not in ACTIVATION_DTYPES:
@@ -79,6 +86,10 @@ class QuantizeOptions:
             raise QuantizationError(
                 f"--block-size must be one of {', '.join(map(str, W4_BLOCK_SIZES))}, got {self.block_size}"
             )
+        if self.weight_rounding not in WEIGHT_ROUNDINGS:
+            raise QuantizationError(
+                f"--weight-rounding must be one of {', '.join(WEIGHT_ROUNDINGS)}, got {self.weight_rounding!r}"
+            )
         if self.bins < 256:
             raise QuantizationError(f"histogram bins must be at least 256, got {self.bins}")
 
@@ -99,4 +110,5 @@ class QuantizeOptions:
             "layer_method": dict(self.layer_method),
             "layer_bias_correction": sorted(self.layer_bias_correction),
             "equalize": self.equalize,
+            "weight_rounding": self.weight_rounding,
         }

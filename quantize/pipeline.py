@@ -4,7 +4,8 @@
 2. calibrate  run the fp32 model on calibration data and observe every planned tensor (statistics only)
 3. params     choose scales and zero points per scale group (method: minmax / mean_minmax / percentile /
               entropy / mse)
-4. weights    int8 per-channel weights, int32 biases (a weight scale is raised where the bias would overflow
+4. weights    int8 per-channel weights (rounded to nearest, or by GPTQ from the input moments calibration
+              collected: ``weight_rounding``), int32 biases (a weight scale is raised where the bias would overflow
               int32, never clipped; an int16x8 layer's bias that overflows stays float), int8 constants
               (QuantizeWeightsPass)
 5. activations QuantizeLinear -> DequantizeLinear after every planned tensor (InsertActivationQDQPass)
@@ -25,6 +26,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 from edgekit.core.errors import DataError, QuantizationError
+from edgekit.quantize import gptq
 from edgekit.quantize.calibrate import (
     MinMax,
     QParams,
@@ -131,6 +133,8 @@ def quantize(
     if stats is None:
         stats = calibrate(model, _observation_plan(model, plan, options), calibration, options, track)
         _warn_degenerate_inputs(model, stats)
+    if options.weight_rounding == "gptq" and stats.hessians is None:  # statistics collected without them
+        stats.hessians = layer_hessians(model, plan, calibration, options, stats.equalization)
     params = choose_params(model, plan, stats, options)
 
     opset = 21 if plan.int16 else 19
@@ -138,7 +142,11 @@ def quantize(
     EqualizePass(stats.equalization)(qmodel)  # the rewrite the statistics were collected on
     activations = InsertActivationQDQPass(plan, params)
     weights = QuantizeWeightsPass(
-        plan, params, _corrected_means(plan, stats, options), options.dense_per_channel
+        plan,
+        params,
+        _corrected_means(plan, stats, options),
+        options.dense_per_channel,
+        stats.hessians if options.weight_rounding == "gptq" else None,
     )
     passes = ir.passes.PassManager(
         [
@@ -169,6 +177,48 @@ def quantize(
 
 
 def calibrate(
+    model: ir.Model,
+    observe: QuantPlan,
+    calibration: Iterable,
+    options: QuantizeOptions,
+    track: Track = no_progress,
+    model_outputs: list | None = None,
+) -> Statistics:
+    """The statistics of ``observe``'s tensors (:func:`_ranges`); with ``weight_rounding="gptq"``, the input
+    moments of the layers whose weights GPTQ rounds too (:func:`layer_hessians`)."""
+    stats = _ranges(model, observe, calibration, options, track, model_outputs)
+    if options.weight_rounding == "gptq":
+        stats.hessians = layer_hessians(model, observe, calibration, options, stats.equalization)
+    return stats
+
+
+def layer_hessians(
+    model: ir.Model, plan: QuantPlan, calibration: Iterable, options: QuantizeOptions, equalization: dict
+) -> dict[str, np.ndarray]:
+    """``E[x x^T]`` of the input vectors of ``plan``'s weighted layers that GPTQ rounds (Conv, grouped and
+    depthwise included, MatMul, Gemm: :func:`gptq.takes_gptq`), on the fp32 model rewritten with the depthwise-
+    input ``equalization`` (the weights the weight pass rounds are those of the rewritten model, and so are
+    the inputs of the depthwise convolutions it rescales). A weight already on its int8 grid (a model
+    dequantized from int8: nearest rounding is exact) needs none. A pass over the data of its own: the inputs leave
+    the runtime whole (im2col patches in numpy), where range statistics are reduced inside the graph."""
+    if iter(calibration) is calibration:  # type: ignore[comparison-overlap]
+        log.warning("GPTQ weight rounding skipped (nearest kept): the calibration data can be read only once")
+        return {}
+    if equalization:
+        model = ir.from_proto(ir.to_proto(model))  # a copy: the caller keeps its fp32 model
+        EqualizePass(equalization)(model)
+    weighted = {w.node for w in plan.weights}
+    nodes = [
+        n
+        for n in model.graph
+        if n.name in weighted and gptq.takes_gptq(n, grouped=True) and not gptq.on_grid(n)
+    ]
+    moments = gptq.input_hessians(model, nodes, calibration, options.samples) if nodes else {}
+    # Kept as float32 (the rounding computes in float64): half the size in a search's context (rec: 55 MB).
+    return {name: m.astype(np.float32) for name, m in moments.items()}
+
+
+def _ranges(
     model: ir.Model,
     observe: QuantPlan,
     calibration: Iterable,

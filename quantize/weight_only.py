@@ -414,7 +414,7 @@ def _dequantized(
         else:
             q, scales = quantize_int8_channels(weight, axis, node.op_type)
         if hessian is not None:
-            q = _second_order(node, weight, q, scales, hessian)
+            q = gptq.second_order(node, weight, q, scales, hessian)
         attributes = {"axis": axis} if scales.ndim else {}
     q_init = add_initializer(graph, names, f"{base}_quantized", q)
     s_init = add_initializer(graph, names, f"{base}_scale", scales)
@@ -428,19 +428,6 @@ def _dequantized(
     out.dtype = ir.DataType.FLOAT
     out.shape = ir.Shape(weight.shape)
     return out
-
-
-def _second_order(
-    node: ir.Node, weight: np.ndarray, q: np.ndarray, scales: np.ndarray, hessian: np.ndarray
-) -> np.ndarray:
-    """GPTQ's integers for ``weight`` when they lower the output error on the calibration data, else ``q``."""
-    rows = gptq.as_rows(node, weight)
-    s = scales.astype(np.float64)[:, None]
-    first = gptq.as_rows(node, q).astype(np.float64)
-    second = gptq.gptq_round(rows, hessian, scales, -127, 127)
-    if gptq.output_error(rows, second * s, hessian) >= gptq.output_error(rows, first * s, hessian):
-        return q
-    return gptq.from_rows(node, second, weight.shape).astype(np.int8)
 
 
 #: Elementwise ops whose constant input may be stored with a broadcast axis (the output shape is unchanged).

@@ -77,8 +77,8 @@ def test_the_search_restores_the_fragile_layer_first(fragile):
     # The curve starts at plain int8 (below the budget) and ends at the answer; onnxruntime agrees on both.
     x = np.load(data)["x"]
     ref = ort_outputs(path, x)
-    # The search's starting point: int8, with bias correction and another range estimator when they brought it
-    # closer.
+    # The search's starting point: int8, with bias correction, another range estimator and GPTQ rounding when
+    # they brought it closer.
     methods = [f.split()[0] for f in result.base_fixes if f.endswith(" ranges")]
     plain = quantize(
         model,
@@ -87,6 +87,7 @@ def test_the_search_restores_the_fragile_layer_first(fragile):
             activations="int8",
             bias_correction="bias-correction" in result.base_fixes,
             method=methods[0] if methods else "minmax",
+            weight_rounding="gptq" if "gptq rounding" in result.base_fixes else "nearest",
         ),
     )
     restored = quantize(model, dataset(model, data), result.options)

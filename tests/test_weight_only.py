@@ -584,9 +584,15 @@ def test_w8_calibration_rounds_dense_weights_by_their_input_hessian(cnn_path):
     hessian = patches.T @ patches / len(patches)
     expected = _gptq_by_inverse(w1, hessian, scale) * scale[:, None]
     got = _dequantized_weights(with_data)["conv1"].reshape(8, -1)
-    assert np.mean(np.isclose(got, expected, rtol=0, atol=1e-7)) > 0.99  # ties may round the other way
     free = _dequantized_weights(data_free)["conv1"].reshape(8, -1)
     np.testing.assert_array_equal(np.abs(got).max(1), np.abs(free).max(1))  # the same grid and scales
+    # Each output channel's row is GPTQ's or the data-free one, whichever has the lower output error on the
+    # data (the error is a sum over rows); most are GPTQ's.
+    row_error = lambda w: np.einsum("oi,ij,oj->o", w1 - w, hessian, w1 - w)  # noqa: E731
+    is_gptq = np.mean(np.isclose(got, expected, rtol=0, atol=1e-7), axis=1) > 0.95  # ties may round apart
+    is_free = np.all(np.isclose(got, free, rtol=0, atol=1e-7), axis=1)
+    assert np.all(is_gptq | is_free) and np.mean(is_gptq) >= 0.5, (is_gptq, is_free)
+    assert np.all(row_error(got) <= np.minimum(row_error(expected), row_error(free)) * (1 + 1e-4))
 
     def conv1_error(model: onnx.ModelProto) -> float:
         probe = onnx.ModelProto()

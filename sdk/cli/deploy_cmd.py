@@ -38,6 +38,7 @@ from edgekit.cli.quantize_cmd import (
     Scale,
     Size,
     Std,
+    WeightRounding,
     Workers,
 )
 from edgekit.core.errors import DataError
@@ -101,6 +102,7 @@ def deploy(
         100, "--calib-samples", help="Calibration samples used when quantizing."
     ),
     method: str = typer.Option("minmax", "--method", help="Calibration method when quantizing."),
+    weight_rounding: WeightRounding = "nearest",
     integer_head: bool = typer.Option(False, "--integer-head", help=INTEGER_HEAD_HELP),
     preprocess: str = typer.Option(
         None, "--preprocess", help="Image preprocessing as JSON (or a .json file) for image-folder data."
@@ -192,6 +194,7 @@ def deploy(
         archive=archive,
         calib_samples=calib_samples,
         method=method,
+        weight_rounding=weight_rounding,
         integer_head=integer_head,
         preprocess=pre,
         eval_data=eval_data,

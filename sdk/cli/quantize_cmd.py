@@ -22,6 +22,14 @@ INTEGER_HEAD_HELP = (
 )
 
 # Options shared with `edgekit deploy` (image preprocessing for image-folder data).
+WeightRounding = Annotated[
+    str,
+    typer.Option(
+        "--weight-rounding",
+        help="int8 / int16x8 weights: nearest (default) or gptq (each Conv/MatMul/Gemm weight row rounded to "
+        "minimise the layer's output error on the calibration inputs; same scales; slower calibration).",
+    ),
+]
 Size = Annotated[
     str | None, typer.Option("--size", help="Resize images to H,W (default: the model input's).")
 ]
@@ -148,6 +156,7 @@ def quantize(
     bias_correction: Annotated[
         bool, typer.Option("--bias-correction", help="Biases absorb the mean shift of weight rounding.")
     ] = False,
+    weight_rounding: WeightRounding = "nearest",
     exclude: Annotated[list[str] | None, typer.Option("--exclude", help="Keep this node in float.")] = None,
     layer_precision: Annotated[
         list[str] | None,
@@ -206,6 +215,7 @@ def quantize(
         samples=samples,
         percentile=percentile,
         bias_correction=bias_correction,
+        weight_rounding=weight_rounding,
         float_output_heads=not integer_head,
         exclude=frozenset(exclude or ()),
         precision=precision,

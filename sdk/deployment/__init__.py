@@ -118,6 +118,7 @@ def deploy(
     archive: bool = False,
     calib_samples: int = 100,
     method: str = "minmax",
+    weight_rounding: str = "nearest",
     integer_head: bool = False,
     preprocess: Any = None,
     target_settings: Mapping[str, Any] | None = None,
@@ -132,7 +133,8 @@ def deploy(
     ``eval``: evaluation data; ``devices``: the agent URL (default ``local``), several (the evaluation is
     sharded over them) or a ``fleet.toml`` (:mod:`edgekit.fleet`). ``report``: the HTML report
     path (``.json`` and ``.md`` beside it). ``precision``: ``auto`` or a recipe (fp32, fp16, int8, int16x8,
-    w8, w4); ``layer_precision``: ``{node: recipe}`` for the quantizer. ``preprocess``: an
+    w8, w4); ``layer_precision``: ``{node: recipe}`` for the quantizer; ``weight_rounding``: ``nearest`` or
+    ``gptq`` for the static recipes' int8 weights (``QuantizeOptions.weight_rounding``). ``preprocess``: an
     :class:`edgekit.ImagePreprocess` or its JSON form, for image-folder data. ``sweep``: package every recipe each
     target runs and run each on the device (the report gains the trade-off section; :mod:`.sweep`); ``pick``: a
     budget (``"max-drop=0.5"``, ``"min-agreement=99"``, ``"min-cosine=0.999"``; implies ``sweep``): each target's
@@ -163,6 +165,7 @@ def deploy(
         archive=archive,
         calib_samples=calib_samples,
         method=method,
+        weight_rounding=weight_rounding,
         integer_head=integer_head,
         preprocess=preprocess,
         eval_data=Path(eval) if eval is not None else None,

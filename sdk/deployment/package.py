@@ -205,7 +205,13 @@ def package_all(
                 if key not in quantized_models:
                     hooks.say(f"quantizing for {target.name} ({_scheme_summary(scheme)}) on "
                               f"{len(dataset)} calibration sample(s)")  # fmt: skip
-                    stats_key = (scheme.method, scheme.samples, scheme.bias_correction, scheme.exclude)
+                    stats_key = (
+                        scheme.method,
+                        scheme.samples,
+                        scheme.bias_correction,
+                        scheme.exclude,
+                        scheme.weight_rounding,
+                    )
                     quantized_models[key] = _quantize(
                         request,
                         prepared.model,
@@ -302,6 +308,7 @@ def _base_quantize_options(request: DeployRequest) -> Any:
 
     return QuantizeOptions(
         method=request.method,
+        weight_rounding=request.weight_rounding,
         samples=request.calib_samples,
         float_output_heads=not request.integer_head,
         layer_precision=request.layer_precision,

@@ -75,6 +75,8 @@ class DeployRequest:
     archive: bool = False
     calib_samples: int = 100
     method: str = "minmax"
+    #: Rounding of the static recipes' int8 weights (``QuantizeOptions.weight_rounding``): nearest | gptq.
+    weight_rounding: str = "nearest"
     #: Quantize the output head (Softmax and the pooling before it) too, on targets with float outputs.
     integer_head: bool = False
     preprocess: Mapping[str, Any] | None = None
