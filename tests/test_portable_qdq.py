@@ -346,3 +346,80 @@ def test_each_recipe_file_runs_as_reported_on_onnxruntime_and_raw_openvino(
         floats = np.stack([stripped.run(None, {"x": s[None]})[0][0] for s in x])
         no_dynamic = raw_openvino({"DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"})
         assert np.abs(no_dynamic - floats).max() <= 1e-5 * span
+
+
+def unet_merge() -> onnx.ModelProto:
+    """A U-Net merge in float: Conv-Relu (the skip), a stride-2 Conv-Relu, ConvTranspose back up, Concat of the
+    two, Conv-Relu."""
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits: list[onnx.TensorProto] = []
+
+    def const(*shape: int, spread: float = 0.3) -> str:
+        inits.append(
+            numpy_helper.from_array(rng.normal(0, spread, shape).astype(np.float32), f"w{len(inits)}")
+        )
+        return inits[-1].name
+
+    nodes = [
+        helper.make_node("Conv", ["x", const(8, 4, 3, 3), const(8, spread=0.1)], ["a0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["a0"], ["a"]),
+        helper.make_node(
+            "Conv", ["a", const(8, 8, 3, 3), const(8, spread=0.1)], ["d0"], pads=[1, 1, 1, 1], strides=[2, 2]
+        ),
+        helper.make_node("Relu", ["d0"], ["d"]),
+        helper.make_node(
+            "ConvTranspose", ["d", const(8, 8, 2, 2), const(8, spread=0.1)], ["u"], strides=[2, 2]
+        ),
+        helper.make_node("Concat", ["u", "a"], ["c"], axis=1),
+        helper.make_node("Conv", ["c", const(8, 16, 3, 3), const(8, spread=0.1)], ["y0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["y0"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "unet_merge",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 16, 16])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 8, 16, 16])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_int8_activations_file_is_off_in_openvino_at_a_concat_and_says_so(tmp_path: Path) -> None:
+    """``--activations int8``: OpenVINO (the file as given) computes a Concat of asymmetric int8 activations off
+    the file's values (the zoo U-Net: cosine 0.62), which the report's note says; the uint8 file of the same model
+    runs within a step of onnxruntime there."""
+    import subprocess
+    import sys
+
+    source = tmp_path / "merge.onnx"
+    onnx.save(unet_merge(), source)
+    x = np.random.default_rng(0).normal(0, 1, (8, 4, 16, 16)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    off = {}
+    for activations in ("uint8", "int8"):
+        out = tmp_path / f"merge.{activations}.onnx"
+        options = QuantizeOptions(activations=activations)
+        result = quantize_model(source, tmp_path / "x.npy", options=options, output=out)
+        assert ("OpenVINO" in result.report["runs_on"]["runtimes"]) == (activations == "uint8")
+        assert ("OpenVINO" in result.report["runs_on"]["note"]) == (activations == "int8")
+        run = subprocess.run(
+            [sys.executable, "-c", _RAW_OPENVINO_OUTPUTS, str(out), str(tmp_path / "x.npy"), str(tmp_path / "ov.npy"),
+             "{}"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr[-2000:]
+        session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+        ours = np.stack([session.run(None, {"x": s[None]})[0][0] for s in x])
+        written = onnx.load(out)
+        (last,) = [n for n in written.graph.node if n.op_type == "DequantizeLinear" and n.output[0] == "y"]
+        step = float(
+            next(onnx.numpy_helper.to_array(t) for t in written.graph.initializer if t.name == last.input[1])
+        )
+        off[activations] = float(np.abs(np.load(tmp_path / "ov.npy") - ours).max()) / step
+    print("OpenVINO vs onnxruntime, output steps:", off)
+    assert off["uint8"] <= 1.001
+    x86 = platform.machine().lower() in ("x86_64", "amd64")
+    if x86 and cpu_without_vnni() is None:  # measured on x86 with VNNI (63 steps); other CPUs: not measured
+        assert off["int8"] > 4
