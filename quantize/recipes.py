@@ -60,7 +60,7 @@ class FileRuntimes:
 
 WEIGHT_ONLY_NOTE = (
     "onnxruntime (default session) and OpenVINO (CPU) run this file's MatMul/Gemm on int8 inputs quantized on the "
-    "fly (~1e-3 of the output range off its float activations); for its exact values use "
+    "fly (1e-3 to 4e-3 of the output range off its float activations); for its exact values use "
     "ORT_DISABLE_ALL / DYNAMIC_QUANTIZATION_GROUP_SIZE=0"
 )
 
