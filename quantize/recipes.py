@@ -48,6 +48,55 @@ RECIPES: dict[str, Recipe] = {
     )
 }
 
+
+@dataclass(frozen=True)
+class FileRuntimes:
+    """Where the ONNX file ``edgekit quantize`` writes for a recipe runs right as given: ``runs_on``; ``note``: one
+    line on what a runtime computes otherwise and what to use instead ("" when both compute the file's values)."""
+
+    runs_on: tuple[str, ...]
+    note: str = ""
+
+
+WEIGHT_ONLY_NOTE = (
+    "onnxruntime (default session) and OpenVINO (CPU) run this file's MatMul/Gemm on int8 inputs quantized on the "
+    "fly (1e-3 to 4e-3 of the output range off its float activations); for its exact values use "
+    "ORT_DISABLE_ALL / DYNAMIC_QUANTIZATION_GROUP_SIZE=0"
+)
+
+#: The written file on onnxruntime (default session) and on OpenVINO (CPU plugin, f32 hint, the file as given),
+#: each against the recipe's exact numerics, measured on the zoo (docs/benchmarks.md, "The other recipes' files
+#: on onnxruntime and OpenVINO"). Keyed by recipe; ``int8/int8`` is int8 with ``--activations int8``.
+FILE_RUNTIMES: dict[str, FileRuntimes] = {
+    "fp16": FileRuntimes(("onnxruntime", "OpenVINO")),
+    "int8": FileRuntimes(("onnxruntime", "OpenVINO")),
+    "int8/int8": FileRuntimes(
+        ("onnxruntime",),
+        "this file runs right on onnxruntime; OpenVINO computes signed 8-bit activations off its values (zoo "
+        "U-Net: cosine 0.62 to the exact model, a Concat of int8 inputs; 0.9995 with uint8): for OpenVINO "
+        "quantize with the default --activations uint8, or deploy --target intel-vpu --precision int8",
+    ),
+    "int16x8": FileRuntimes(
+        ("onnxruntime",),
+        "this file runs right on onnxruntime; OpenVINO strips 16-bit QuantizeLinear/DequantizeLinear "
+        "(FQStrippingTransformation): those activations compute in float, not on the int16 grid: for "
+        "OpenVINO deploy --target intel-vpu --precision int8 or fp16",
+    ),
+    "w8": FileRuntimes(("onnxruntime", "OpenVINO"), WEIGHT_ONLY_NOTE),
+    "w4": FileRuntimes(("onnxruntime", "OpenVINO"), WEIGHT_ONLY_NOTE),
+}
+
+
+def file_runtimes(precision: str, activations: str = "uint8", int16: bool = False) -> FileRuntimes:
+    """:data:`FILE_RUNTIMES` of a written file: its recipe ``precision``, its 8-bit ``activations`` type, and
+    whether some layers have int16 activations (``--layer-precision NAME=int16x8``: the int16x8 entry)."""
+    if int16 or precision == "int16x8":
+        return FILE_RUNTIMES["int16x8"]
+    if precision == "int8" and activations == "int8":
+        return FILE_RUNTIMES["int8/int8"]
+    return FILE_RUNTIMES[precision]
+
+
 #: Block sizes of the blockwise int4 recipe (``w4``); the default is the first.
 W4_BLOCK_SIZES = (32, 64, 128)
 

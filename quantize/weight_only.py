@@ -349,11 +349,14 @@ def _correct_biases(fp32: ir.Model, qmodel: ir.Model, calibration, samples: int)
         weight = node.inputs[1].const_value.numpy()
         quantized = dq.inputs[0].const_value.numpy().astype(np.float64)
         scales = dq.inputs[1].const_value.numpy().astype(np.float64)
-        shape = [1] * weight.ndim
-        shape[attr(dq, "axis", 1)] = -1
-        shift = weight_error_shift(
-            node, weight, quantized * scales.reshape(shape), means[node.inputs[0].name] / count
-        )
+        axis, block = attr(dq, "axis", 1), attr(dq, "block_size", 0)
+        if block:  # w4: one scale per block along the input dim (a Gemm's int4 weight)
+            dequantized = quantized * np.repeat(scales, block, axis=axis)
+        else:
+            shape = [1] * weight.ndim
+            shape[axis] = -1
+            dequantized = quantized * scales.reshape(shape)
+        shift = weight_error_shift(node, weight, dequantized, means[node.inputs[0].name] / count)
         if shift is None:
             continue
         bias = q.inputs[2]

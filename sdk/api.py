@@ -158,6 +158,11 @@ def quantize_model(
             "int16_activations": len(quantized.plan.int16 & set(quantized.plan.activations)),
             "float_biases": list(quantized.float_biases),
         },
+        "runs_on": _runs_on(
+            options.precision,
+            options.activations,
+            bool(quantized.plan.int16 & set(quantized.plan.activations)),
+        ),
         "calibration": {
             **(calib_set.describe() if isinstance(calib_set, Dataset) else {"kind": "iterable"}),
             "samples_used": quantized.stats.samples,
@@ -274,6 +279,7 @@ def _weight_only_model(
             else "int8 symmetric per-channel",
             **result.to_json(),
         },
+        "runs_on": _runs_on(options.precision),
     }
     if eval_set is not None:
         start = time.perf_counter()
@@ -284,6 +290,15 @@ def _weight_only_model(
             "data": eval_set.describe() if isinstance(eval_set, Dataset) else {"kind": "iterable"},
         }
     return QuantizeResult(proto, report, result, _finish(report, proto, output, report_path, timings))
+
+
+def _runs_on(precision: str, activations: str = "uint8", int16: bool = False) -> dict:
+    """The report's ``runs_on``: the runtimes that compute the written file's values as given, and a note on
+    one that does not (:data:`edgekit.quantize.recipes.FILE_RUNTIMES`)."""
+    from edgekit.quantize.recipes import file_runtimes
+
+    runtimes = file_runtimes(precision, activations, int16)
+    return {"runtimes": list(runtimes.runs_on), "note": runtimes.note}
 
 
 def _report_head(model: str | os.PathLike[str]) -> dict:
@@ -369,6 +384,7 @@ def _fp16_model(
     report: dict = {
         **_report_head(path),
         "quantization": {**options.to_json(), **half.to_json()},
+        "runs_on": _runs_on("fp16"),
         "verification": {
             "reference": "the fp32 model on the host (OpenVINO CPU, f32)",
             "runtime": "OpenVINO CPU, f32 compute on the fp16 model",

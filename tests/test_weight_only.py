@@ -498,6 +498,34 @@ def test_w8_calibration_data_corrects_biases(cnn_path):
     assert not np.allclose(bias, fp32["b1"])
 
 
+def test_w4_calibration_data_corrects_a_blockwise_gemm_bias(tmp_path):
+    """w4 with --calib: a Gemm (transB=1) whose int4 weight has one scale per block of 32 inputs gets its bias
+    corrected by (W - W_int4) E[x] like w8's (the blocked scales once failed to broadcast: an internal error)."""
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(7)
+    w = rng.normal(0, 0.2, (8, 64)).astype(np.float32)
+    b = rng.normal(0, 0.1, 8).astype(np.float32)
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Gemm", ["x", "w", "b"], ["y"], name="fc", transB=1)],
+        "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 64])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 8])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
+    path = tmp_path / "gemm.onnx"
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]), path)
+    samples = [rng.normal(0.5, 1.0, (1, 64)).astype(np.float32) for _ in range(4)]
+    calib = [SimpleNamespace(inputs={"x": x}, label=None) for x in samples]
+    result = quantize_model(path, calib, options=QuantizeOptions(precision="w4", samples=4))
+    assert result.report["quantization"]["bias_correction"] == {"samples": 4, "corrected_biases": 1}
+    dequantized = _numpy_int4(w.T, 32).T  # the recipe's int4 weight in numpy
+    np.testing.assert_allclose(_dequantized_weights(result.model)["fc"], dequantized, rtol=0, atol=0)
+    expected = b + (w.astype(np.float64) - dequantized) @ np.mean(samples, axis=0)[0]
+    bias = next(numpy_helper.to_array(t) for t in result.model.graph.initializer if t.name == "b")
+    np.testing.assert_allclose(bias, expected, rtol=1e-5, atol=1e-6)
+
+
 def _patches_by_loops(
     x: np.ndarray, kernel: tuple[int, int], pads: list[int], strides: list[int]
 ) -> np.ndarray:

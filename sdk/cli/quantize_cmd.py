@@ -280,6 +280,10 @@ def quantize(
         print_fp16_summary(result.report)
     else:
         print_summary(result.report)
+    # what onnxruntime / OpenVINO compute of the written file when not its values (quantize/recipes.FILE_RUNTIMES)
+    note = result.report["runs_on"]["note"]
+    if note:
+        err_console.print(f"[yellow]note:[/] {note}", soft_wrap=True, highlight=False)
 
 
 def _fmt(value, digits: int = 2, unit: str = "") -> str:
