@@ -10,17 +10,22 @@ from onnx import TensorProto, helper, numpy_helper
 
 
 def tiny_cnn(
-    seed: int = 0, shape: tuple[int, ...] = (1, 3, 16, 16), batch: int | str = 1, softmax: bool = True
+    seed: int = 0,
+    shape: tuple[int, ...] = (1, 3, 16, 16),
+    batch: int | str = 1,
+    softmax: bool = True,
+    channels: tuple[int, int] = (8, 16),
 ) -> onnx.ModelProto:
-    """Conv-Relu-MaxPool-Conv-Relu-GAP-Flatten-Gemm(-Softmax), opset 19, 10 classes."""
+    """Conv-Relu-MaxPool-Conv-Relu-GAP-Flatten-Gemm(-Softmax), opset 19, 10 classes; ``channels``: the two
+    convolutions' outputs (the second is the Gemm's input dim)."""
     rng = np.random.default_rng(seed)
-    c = shape[1]
+    c, (c1, c2) = shape[1], channels
     weights = {
-        "w1": rng.standard_normal((8, c, 3, 3)).astype(np.float32) * 0.3,
-        "b1": rng.standard_normal(8).astype(np.float32) * 0.1,
-        "w2": rng.standard_normal((16, 8, 3, 3)).astype(np.float32) * 0.2,
-        "b2": rng.standard_normal(16).astype(np.float32) * 0.1,
-        "wf": rng.standard_normal((10, 16)).astype(np.float32) * 0.5,
+        "w1": rng.standard_normal((c1, c, 3, 3)).astype(np.float32) * 0.3,
+        "b1": rng.standard_normal(c1).astype(np.float32) * 0.1,
+        "w2": rng.standard_normal((c2, c1, 3, 3)).astype(np.float32) * 0.2,
+        "b2": rng.standard_normal(c2).astype(np.float32) * 0.1,
+        "wf": rng.standard_normal((10, c2)).astype(np.float32) * 0.5,
         "bf": rng.standard_normal(10).astype(np.float32) * 0.1,
     }
     last = "y" if not softmax else "logits"

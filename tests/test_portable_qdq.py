@@ -238,35 +238,9 @@ def _without_16bit_pairs(proto: onnx.ModelProto) -> onnx.ModelProto:
 def conv_gemm() -> onnx.ModelProto:
     """Conv (3 -> 32) - Relu - MaxPool - Conv (32 -> 32) - Relu - GlobalAveragePool - Flatten - Gemm (32 -> 10): the
     Gemm's input dim, 32, takes w4's int4 blocks."""
-    from onnx import helper, numpy_helper
+    from cnn_models import tiny_cnn
 
-    rng = np.random.default_rng(3)
-    weights = {
-        "w1": rng.normal(0, 0.3, (32, 3, 3, 3)),
-        "b1": rng.normal(0, 0.1, 32),
-        "w2": rng.normal(0, 0.1, (32, 32, 3, 3)),
-        "b2": rng.normal(0, 0.1, 32),
-        "wf": rng.normal(0, 0.3, (10, 32)),
-        "bf": rng.normal(0, 0.1, 10),
-    }
-    nodes = [
-        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
-        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-        helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2], name="pool1"),
-        helper.make_node("Conv", ["p1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
-        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
-        helper.make_node("GlobalAveragePool", ["r2"], ["g"], name="gap"),
-        helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
-        helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], transB=1, name="fc"),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "conv_gemm",
-        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 16, 16])],
-        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 10])],
-        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return tiny_cnn(seed=3, softmax=False, channels=(32, 32))
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:

@@ -184,6 +184,33 @@ def pad_before_dequantize(proto: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
+def _graph_index(
+    proto: onnx.ModelProto,
+) -> tuple[dict[str, onnx.TensorProto], dict[str, onnx.NodeProto], dict[str, list[onnx.NodeProto]]]:
+    """(initializers, producer of each tensor, readers of each tensor) of ``proto``'s graph."""
+    inits = {t.name: t for t in proto.graph.initializer}
+    producers = {name: n for n in proto.graph.node for name in n.output}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for n in proto.graph.node:
+        for name in n.input:
+            readers.setdefault(name, []).append(n)
+    return inits, producers, readers
+
+
+def _per_tensor_grid(
+    node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto]
+) -> tuple[str, bytes, int, bytes] | None:
+    """(scale dtype, scale bytes, zero point type, zero point bytes) of a per-tensor Q or DQ with constant
+    parameters; None for any other."""
+    if len(node.input) < 3 or any(a.name in ("axis", "block_size", "output_dtype") for a in node.attribute):
+        return None
+    scale, zero = inits.get(node.input[1]), inits.get(node.input[2])
+    if scale is None or zero is None or int(np.prod(scale.dims)) != 1 or int(np.prod(zero.dims)) != 1:
+        return None
+    s, z = onnx.numpy_helper.to_array(scale), onnx.numpy_helper.to_array(zero)
+    return s.dtype.str, s.tobytes(), zero.data_type, z.tobytes()
+
+
 def drop_concat_identity_qdq(
     proto: onnx.ModelProto, keep: Iterable[str] = (), readers: frozenset[str] | None = None
 ) -> onnx.ModelProto:
@@ -198,12 +225,7 @@ def drop_concat_identity_qdq(
     is nothing to drop. A pair whose tensors are graph outputs or in ``keep`` (outputs a caller will ask for) stays;
     with ``readers``, so does a pair whose DequantizeLinear is read by an op not of those types.
     """
-    inits = {t.name: t for t in proto.graph.initializer}
-    producers = {name: n for n in proto.graph.node for name in n.output}
-    reading: dict[str, list[onnx.NodeProto]] = {}
-    for n in proto.graph.node:
-        for name in n.input:
-            reading.setdefault(name, []).append(n)
+    inits, producers, reading = _graph_index(proto)
 
     def readers_of(name: str) -> list[onnx.NodeProto]:
         return reading.get(name, [])
@@ -211,16 +233,7 @@ def drop_concat_identity_qdq(
     outputs = {o.name for o in proto.graph.output} | set(keep)
 
     def params(node: onnx.NodeProto) -> tuple[str, bytes, int, bytes] | None:
-        """(scale dtype/bytes, zero point dtype/bytes) of a per-tensor Q or DQ with constant parameters."""
-        if len(node.input) < 3 or any(
-            a.name in ("axis", "block_size", "output_dtype") for a in node.attribute
-        ):
-            return None
-        scale, zero = inits.get(node.input[1]), inits.get(node.input[2])
-        if scale is None or zero is None or int(np.prod(scale.dims)) != 1 or int(np.prod(zero.dims)) != 1:
-            return None
-        s, z = onnx.numpy_helper.to_array(scale), onnx.numpy_helper.to_array(zero)
-        return s.dtype.str, s.tobytes(), zero.data_type, z.tobytes()
+        return _per_tensor_grid(node, inits)
 
     dropped: dict[str, str] = {}  # the pair's DequantizeLinear output -> the Concat's output
     pairs: set[int] = set()
@@ -326,23 +339,14 @@ def concat_pairs_restored(proto: onnx.ModelProto) -> onnx.ModelProto:
     output has no QuantizeLinear of its own gets the identity Q/DQ pair on that grid (each value already lies on
     it): the converse of :func:`drop_concat_identity_qdq`, so that a file written by :func:`portable_qdq` converts
     to an integer CONCATENATION again. ``proto`` itself when there is nothing to restore."""
-    inits = {t.name: t for t in proto.graph.initializer}
-    producers = {name: n for n in proto.graph.node for name in n.output}
-    reading: dict[str, list[onnx.NodeProto]] = {}
-    for n in proto.graph.node:
-        for name in n.input:
-            reading.setdefault(name, []).append(n)
+    inits, producers, reading = _graph_index(proto)
     outputs = {o.name for o in proto.graph.output}
 
-    def grid(name: str) -> tuple[str, str, bytes, bytes] | None:
+    def grid(name: str) -> tuple[str, str, tuple] | None:
+        """(scale name, zero point name, the grid) of the per-tensor DequantizeLinear writing ``name``."""
         dq = producers.get(name)
-        if dq is None or dq.op_type != "DequantizeLinear" or len(dq.input) < 3 or dq.attribute:
-            return None
-        scale, zero = inits.get(dq.input[1]), inits.get(dq.input[2])
-        if scale is None or zero is None or int(np.prod(scale.dims)) != 1 or int(np.prod(zero.dims)) != 1:
-            return None
-        s_, z_ = onnx.numpy_helper.to_array(scale), onnx.numpy_helper.to_array(zero)
-        return dq.input[1], dq.input[2], s_.astype(np.float32).tobytes(), z_.dtype.str.encode() + z_.tobytes()
+        own = _per_tensor_grid(dq, inits) if dq is not None and dq.op_type == "DequantizeLinear" else None
+        return None if own is None else (dq.input[1], dq.input[2], own)
 
     restore: dict[str, tuple[str, str]] = {}  # Concat output -> (scale, zero point) names
     for n in proto.graph.node:
@@ -352,7 +356,7 @@ def concat_pairs_restored(proto: onnx.ModelProto) -> onnx.ModelProto:
         if not users or any(u.op_type == "QuantizeLinear" for u in users):
             continue
         grids = [grid(name) for name in n.input]
-        if grids[0] is None or any(g is None or g[2:] != grids[0][2:] for g in grids):
+        if grids[0] is None or any(g is None or g[2] != grids[0][2] for g in grids):
             continue
         restore[n.output[0]] = grids[0][:2]
     if not restore:
