@@ -57,6 +57,7 @@ from edgekit.quantize.executors import (
 from edgekit.quantize.options import HISTOGRAM_METHODS, QuantizeOptions
 from edgekit.quantize.pipeline import calibrate, layer_hessians, observing_options, quantize
 from edgekit.quantize.plan import QuantPlan, make_plan
+from edgekit.quantize.prune import minimise as _minimise
 from edgekit.quantize.prune import prune as _prune
 from edgekit.quantize.restores import Restore, apply_restores, available_restores, fused_followers
 
@@ -488,7 +489,9 @@ def search(
         )  # fmt: skip
         float_needed: list[str] = []
         if not met:
-            best_m = max((st.measurement for st in s.steps), key=lambda m: m.key(budget))
+            # The best on the whole accuracy set (what the budget is confirmed on), else on the ranking subset.
+            whole_set = [st.measurement for st in s.steps if st.measurement.samples == len(s.everything)]
+            best_m = max(whole_set or [st.measurement for st in s.steps], key=lambda m: m.key(budget))
             if integer_only:
                 say(f"{target.name}: int8 fixes fall short; searching the layers that would need float")
                 found, floats, ranked = _rank_and_restore(
@@ -656,7 +659,7 @@ def _rank_and_restore(
         def prefix(k: int, ranked: list[str] = ranked, restore_of: dict = restore_of) -> dict[str, str]:
             return {n: restore_of[n] for n in ranked[:k]}
 
-        chosen = None
+        chosen, k2 = None, None
         k, _ = _shortest_prefix(s, with_restores, prefix, len(ranked), base_out, s.ranking)
         if k is not None:
             chosen = prefix(k)
@@ -675,6 +678,21 @@ def _rank_and_restore(
             strongest = True
             say(f"{target}: no prefix of each layer's own best restore meets it: every restored layer float")
             continue
+        all_float = set(restore_of.values()) == {"float"}
+        if (
+            not integer
+            and all_float
+            and (measured_upto >= len(order_cheap) or (k is not None and k2 is None))
+        ):
+            # The float model meets any budget: from it, delta debugging quantizes back what the whole set allows.
+            # Also before measuring more layers when every float prefix but the float model failed on the whole
+            # set: the last layer of the order holds a sample (a near tie) that no single restore moves.
+            say(f"{target}: no prefix meets it: from the float model, back to int8 what the budget allows")
+            every = {n: "float" for n in order_cheap}
+            kept = _minimise(s, with_restores, every, s.everything)
+            if len(kept) < len(every):
+                return True, kept, [n for n in ranked if n in kept] + [n for n in ranked if n not in kept]
+            return False, chosen if chosen is not None else prefix(len(ranked)), ranked
         if measured_upto >= len(order_cheap) or integer:  # int8 fixes only: the float-layer search decides
             return False, chosen if chosen is not None else prefix(len(ranked)), ranked
         # Re-rank: no prefix of the order measured so far meets the budget on the whole set, so measure the layers

@@ -715,3 +715,32 @@ def test_a_chain_of_reshapes_between_float_layers_goes_float_with_them():
     one = quantize(model, (), QuantizeOptions(exclude=frozenset({"c1"})), statistics=base.stats).proto()
     assert any(n.op_type == "QuantizeLinear" for n in one.graph.node)
     assert isinstance(ir.from_proto(one), ir.Model)
+
+
+def test_when_no_ranked_prefix_meets_the_float_model_is_pruned_back_to_int8():
+    """The budget needs two layers float together, one of them the last in every ranked order (a near-tie sample
+    on a high-SQNR layer): no prefix but the whole list meets it, and the whole list is the float model (no int8
+    left: it meets no budget). Delta debugging from the float model finds the two."""
+    from edgekit.quantize.accuracy import _rank_and_restore
+    from edgekit.quantize.candidates import Search as _Search
+
+    layers = ["a", "b", "c", "d", "e"]
+
+    def rule(restores):
+        if len(restores) == len(layers) and set(restores.values()) == {"float"}:
+            return float("nan")  # every layer float: nothing to quantize
+        cos = 0.9 + 0.001 * len(restores)
+        return cos + 0.09 if restores.get("a") == "float" and restores.get("e") == "float" else cos
+
+    budget = Budget("min_cosine", 0.99)
+    everything = tuple(range(8))
+    s = _Search(_OracleExecutor(rule), budget, everything[:4], everything)
+    said = []
+    base = s.run("int8", [(frozenset(), 0)])[0].measurement
+    met, chosen, ranked = _rank_and_restore(
+        s, lambda r: frozenset(r.items()), layers, {n: 5.0 - i for i, n in enumerate(layers)},
+        ["int16x8", "float"], base, 5, said.append, "arm-cpu",
+    )  # fmt: skip
+    assert met and chosen == {"a": "float", "e": "float"}, said
+    assert any("from the float model" in line for line in said)
+    assert ranked[:2] == ["a", "e"] and sorted(ranked) == layers
