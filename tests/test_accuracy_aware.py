@@ -492,13 +492,34 @@ class _OracleExecutor:
         return lambda: outs
 
 
+def _oracle_rank_and_restore(rule, layers, cheap_score):
+    """``_rank_and_restore`` over ``layers`` (arm-cpu's restores: int16x8, float) measured by ``rule``: (met, chosen,
+    ranked, the lines it said, the search)."""
+    from edgekit.quantize.accuracy import _rank_and_restore
+    from edgekit.quantize.candidates import Search
+
+    everything = tuple(range(8))
+    s = Search(_OracleExecutor(rule), Budget("min_cosine", 0.99), everything[:4], everything)
+    said: list[str] = []
+    base = s.run("int8", [(frozenset(), 0)])[0].measurement
+    met, chosen, ranked = _rank_and_restore(
+        s,
+        lambda r: frozenset(r.items()),
+        layers,
+        cheap_score,
+        ["int16x8", "float"],
+        base,
+        5,
+        said.append,
+        "arm-cpu",
+    )
+    return met, chosen, ranked, said, s
+
+
 def test_when_each_layers_cheaper_restore_falls_short_together_the_prefix_goes_float():
     """Alone, int16x8 does as well as float on every layer (so it is each layer's choice), but two layers need
     float weights together: no prefix of the cheaper choices meets the budget, the float prefix does, and the
     pruned answer keeps exactly those two layers float."""
-    from edgekit.quantize.accuracy import _rank_and_restore
-    from edgekit.quantize.candidates import Search as _Search
-
     layers = ["a", "b", "c", "d", "e"]
 
     def rule(restores):
@@ -507,15 +528,7 @@ def test_when_each_layers_cheaper_restore_falls_short_together_the_prefix_goes_f
             cos += 0.06
         return min(cos, 1.0)
 
-    budget = Budget("min_cosine", 0.99)
-    everything = tuple(range(8))
-    s = _Search(_OracleExecutor(rule), budget, everything[:4], everything)
-    said = []
-    base = s.run("int8", [(frozenset(), 0)])[0].measurement
-    met, chosen, ranked = _rank_and_restore(
-        s, lambda r: frozenset(r.items()), layers, {n: 1.0 for n in layers}, ["int16x8", "float"], base, 5,
-        said.append, "arm-cpu",
-    )  # fmt: skip
+    met, chosen, _, said, s = _oracle_rank_and_restore(rule, layers, {n: 1.0 for n in layers})
     assert met and chosen == {"a": "float", "b": "float"}
     assert any("every restored layer float" in line for line in said)
     # Each layer alone chose int16x8, and every int16x8 prefix (all five: 0.975) fell short.
@@ -721,9 +734,6 @@ def test_when_no_ranked_prefix_meets_the_float_model_is_pruned_back_to_int8():
     """The budget needs two layers float together, one of them the last in every ranked order (a near-tie sample
     on a high-SQNR layer): no prefix but the whole list meets it, and the whole list is the float model (no int8
     left: it meets no budget). Delta debugging from the float model finds the two."""
-    from edgekit.quantize.accuracy import _rank_and_restore
-    from edgekit.quantize.candidates import Search as _Search
-
     layers = ["a", "b", "c", "d", "e"]
 
     def rule(restores):
@@ -732,15 +742,9 @@ def test_when_no_ranked_prefix_meets_the_float_model_is_pruned_back_to_int8():
         cos = 0.9 + 0.001 * len(restores)
         return cos + 0.09 if restores.get("a") == "float" and restores.get("e") == "float" else cos
 
-    budget = Budget("min_cosine", 0.99)
-    everything = tuple(range(8))
-    s = _Search(_OracleExecutor(rule), budget, everything[:4], everything)
-    said = []
-    base = s.run("int8", [(frozenset(), 0)])[0].measurement
-    met, chosen, ranked = _rank_and_restore(
-        s, lambda r: frozenset(r.items()), layers, {n: 5.0 - i for i, n in enumerate(layers)},
-        ["int16x8", "float"], base, 5, said.append, "arm-cpu",
-    )  # fmt: skip
+    met, chosen, ranked, said, _ = _oracle_rank_and_restore(
+        rule, layers, {n: 5.0 - i for i, n in enumerate(layers)}
+    )
     assert met and chosen == {"a": "float", "e": "float"}, said
     assert any("from the float model" in line for line in said)
     assert ranked[:2] == ["a", "e"] and sorted(ranked) == layers

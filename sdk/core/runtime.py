@@ -514,12 +514,7 @@ def tabulate_elementwise(proto: onnx.ModelProto, keep: Iterable[str] = ()) -> on
     """
     from edgekit.core import lut
 
-    inits = {t.name: t for t in proto.graph.initializer}
-    producers = {name: n for n in proto.graph.node for name in n.output}
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for n in proto.graph.node:
-        for name in n.input:
-            readers.setdefault(name, []).append(n)
+    inits, producers, readers = _graph_index(proto)
     outputs = {o.name for o in proto.graph.output} | set(keep)
 
     def scalar(name: str) -> np.ndarray | None:
