@@ -143,6 +143,7 @@ def quantize_model(
 
     proto = portable_qdq(quantized.proto())  # the same values; OpenVINO compiles the file as written
     timings["quantize_s"] = time.perf_counter() - start
+    int16_activations = quantized.plan.int16 & set(quantized.plan.activations)
 
     report: dict = {
         **_report_head(model),
@@ -155,14 +156,10 @@ def quantize_model(
                 {"node": f.node, "op_type": f.op_type, "reason": f.reason} for f in quantized.plan.float_ops
             ],
             "raised_weight_scales": [r.to_json() for r in quantized.raised_weight_scales],
-            "int16_activations": len(quantized.plan.int16 & set(quantized.plan.activations)),
+            "int16_activations": len(int16_activations),
             "float_biases": list(quantized.float_biases),
         },
-        "runs_on": _runs_on(
-            options.precision,
-            options.activations,
-            bool(quantized.plan.int16 & set(quantized.plan.activations)),
-        ),
+        "runs_on": _runs_on(options.precision, options.activations, bool(int16_activations)),
         "calibration": {
             **(calib_set.describe() if isinstance(calib_set, Dataset) else {"kind": "iterable"}),
             "samples_used": quantized.stats.samples,

@@ -339,6 +339,8 @@ def concat_pairs_restored(proto: onnx.ModelProto) -> onnx.ModelProto:
     output has no QuantizeLinear of its own gets the identity Q/DQ pair on that grid (each value already lies on
     it): the converse of :func:`drop_concat_identity_qdq`, so that a file written by :func:`portable_qdq` converts
     to an integer CONCATENATION again. ``proto`` itself when there is nothing to restore."""
+    if not any(n.op_type == "DequantizeLinear" for n in proto.graph.node):  # every float model loaded
+        return proto
     inits, producers, reading = _graph_index(proto)
     outputs = {o.name for o in proto.graph.output}
 
