@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -271,6 +272,12 @@ def test_deploy_restores_per_target_and_the_tflite_keeps_the_float_layer(fragile
         # Verified against its QDQ model: the restored conv runs float in the artifact too (LiteRT, OpenVINO).
         assert min(o["cosine"] for o in manifest.verification["outputs"].values()) > 0.999
     assert "ops left in float: CONV_2D (conv_fragile)" in run.stdout
+    # Each target's outcome in one line: the metric reached, the layers restored and to what.
+    for target in ("arm-cpu", "intel-vpu"):
+        line = next(x for x in run.stdout.splitlines() if x.startswith(f"{target}: --max-drop 0 met on"))
+        assert re.search(r"\b1 of \d+ layers restored \(1 float\): conv_fragile; \d+ evaluations in", line), (
+            line
+        )
     run = edgekit("deploy", path, "-t", "arm-cpu", "--max-drop", "0", "-o", tmp_path / "x", "-q")
     assert run.returncode == 2 and "--max-drop needs --calib DATA" in run.stderr
 
