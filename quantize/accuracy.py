@@ -499,11 +499,11 @@ def search(
                 )  # fmt: skip
                 float_needed = [n for n in ranked if n in floats] if found else []
             if integer_only and options.allow_cpu_fallback and float_needed:
-                say(f"{target.name}: left float on the CPU: {', '.join(float_needed)}")
+                say(f"{target.name}: left float on the CPU: {_named(float_needed, len(layers))}")
                 chosen, met = floats, True
             elif integer_only:
                 where = (
-                    f"; layers that would need float: {', '.join(float_needed)} "
+                    f"; layers that would need float: {_named(float_needed, len(layers))} "
                     "(--allow-cpu-fallback keeps them on the CPU)"
                     if float_needed
                     else "; not even float layers would meet it"
@@ -525,6 +525,18 @@ def search(
     s.curve_at = points
     return _result(target, budget, with_restores(chosen), chosen, ordered, op_types, curve_out, s, layers, choices,
                    start, options, float_needed, base_fixes)  # fmt: skip
+
+
+#: A one-line message names at most this many layers (the others counted).
+NAMED_LAYERS = 8
+
+
+def _named(names: Sequence[str], total: int) -> str:
+    """``names`` for a one-line message: all of a few, else the first NAMED_LAYERS and how many more (of
+    ``total`` quantizable layers)."""
+    if len(names) <= NAMED_LAYERS:
+        return ", ".join(names)
+    return f"{len(names)} of {total}: {', '.join(names[:NAMED_LAYERS])} and {len(names) - NAMED_LAYERS} more"
 
 
 #: The range estimators tried for the whole model (step 3b), beside the scheme's own; with histograms, these too.
