@@ -56,7 +56,7 @@ RESTORES: Mapping[str, tuple[Restore, ...]] = {
         _INT16,
         Restore("float", "float kernel between DEQUANTIZE/QUANTIZE", "precision", recipe="fp32"),
     ),
-    "intel-vpu": (Restore("float", "FP16 weights, float compute (OpenVINO mixed precision)", "precision"),),
+    "intel-vpu": (Restore("float", "float32 weights and compute (OpenVINO mixed precision)", "precision"),),
     # `edgekit quantize` without --target: the QDQ file's own choice.
     "onnx": (Restore("float", "the layer left float in the QDQ model", "precision"),),
     "nnapi": (
