@@ -766,3 +766,25 @@ def test_a_refusal_names_a_few_layers_and_counts_the_rest():
     assert _named(few, 108) == ", ".join(few)
     many = [f"Conv.{i}" for i in range(96)]
     assert _named(many, 108) == f"96 of 108: {', '.join(many[:NAMED_LAYERS])} and {96 - NAMED_LAYERS} more"
+
+
+def test_the_deploy_line_suggests_fp16_when_most_layers_left_int8():
+    """When the search restores over half the layers (a fragile seeded MobileNetV3 at --min-agreement 98: 107 of
+    108), the deploy's outcome line says the int8 bundle is barely int8 and names the float recipe."""
+    from edgekit.deployment.package import search_outcome
+
+    def section(restored: int) -> dict:
+        rows = [{"node": f"Conv.{i}", "restore": "float" if i % 2 else "int16x8"} for i in range(restored)]
+        metric = {"metric": 98.4}
+        return {"target": "arm-cpu", "budget": {"kind": "min_agreement", "value": 98.0}, "restored": rows,
+                "accuracy_samples": 64, "final": metric, "base": {"metric": 78.1}, "quantizable_layers": 108,
+                "evaluations": 99, "wall_s": 50.0}  # fmt: skip
+
+    line = search_outcome(section(107))
+    assert "107 of 108 layers restored (54 int16x8, 53 float): Conv.0, Conv.1" in line
+    assert line.endswith(
+        "; over half the layers restored: consider --precision fp16 (float compute, half the size)"
+    )
+    assert "fp16" not in search_outcome(section(3)) and "3 of 108 layers restored" in search_outcome(
+        section(3)
+    )

@@ -389,6 +389,11 @@ def search_outcome(section: dict) -> str:
         f"{budget.format(section['final']['metric'])} (int8: {budget.format(section['base']['metric'])}); "
         f"{len(restored)} of {section['quantizable_layers']} layers restored{how}{': ' + names if names else ''}; "
         f"{section['evaluations']} evaluations in {section['wall_s']:.1f} s"
+        + (
+            "; over half the layers restored: consider --precision fp16 (float compute, half the size)"
+            if 2 * len(restored) > section["quantizable_layers"]
+            else ""
+        )
     )
 
 
