@@ -38,6 +38,10 @@ def evaluate(
 
     graph_inputs = {v.name for v in fp32.graph.inputs}
     layers = [n for n in quantized.plan.activations if n not in graph_inputs]
+    if sqnr_only:
+        summed = _sqnr_in_graph(fp32, quantized, layers, dataset, track, limit, isolate)
+        if summed is not None:
+            return summed
     ref_runner = HostRunner(
         ir.to_proto(fp32), extra_outputs=list(dict.fromkeys(layers + list(quantized.plan.saturated.values())))
     )
@@ -68,6 +72,140 @@ def evaluate(
     layer_rows = [{"tensor": n, **per_layer[n].to_json()} for n in layers]
     layer_rows.sort(key=lambda r: (r["sqnr_db"] is None, r["sqnr_db"] if r["sqnr_db"] is not None else 0.0))
     return {**comparison.to_json(), "input_ranges": ranges.to_json()}, layer_rows
+
+
+#: OpenVINO properties of the graph computing the per-layer SQNR sums.
+SQNR_PROPERTIES = {"SNIPPETS_MODE": "DISABLE"}
+#: Prefix of the fp32 model's tensors in the graph that computes the per-layer SQNR sums (:func:`_sqnr_in_graph`).
+REF = "sqnr_ref/"
+
+
+def _sqnr_in_graph(
+    fp32: ir.Model,
+    quantized: Quantized,
+    layers: list[str],
+    dataset: Iterable,
+    track: Track,
+    limit: int | None,
+    isolate: bool,
+) -> tuple[dict, list[dict]] | None:
+    """:func:`evaluate`'s ``sqnr_only`` figures from one graph holding the fp32 model beside the QDQ model (in the
+    exact form :class:`~edgekit.core.runtime.HostRunner` runs), each layer's two sums (``ReduceSumSquare`` of
+    the reference and of the difference, float32) computed inside it: only scalars leave the runtime, where a
+    hundred full-size extra outputs made each QDQ inference ten times slower and their float64 sums in numpy
+    cost as much again. None when the two graphs cannot be joined (the caller runs them apart)."""
+    from edgekit.core.runtime import HostRunner, runner_form
+    from onnx import TensorProto, helper, numpy_helper
+
+    qproto = quantized.proto()
+    ref = ir.to_proto(fp32)
+    read = [quantized.dequantized[n] for n in layers]
+    opset = {i.domain: i.version for i in qproto.opset_import}.get("", 0)
+    if (
+        any(n.domain not in ("", "ai.onnx") for n in ref.graph.node)
+        or {i.name for i in ref.graph.input} != {i.name for i in qproto.graph.input}
+        or {i.domain: i.version for i in ref.opset_import}.get("", 0) < 21 <= opset  # converted for int16
+    ):
+        return None
+    joined = runner_form(qproto, True, keep=read)
+    inputs = {i.name for i in ref.graph.input}
+
+    def renamed(name: str) -> str:
+        return name if not name or name in inputs else REF + name
+
+    for t in ref.graph.initializer:
+        t.name = renamed(t.name)
+    for node in ref.graph.node:
+        if any(a.type == onnx.AttributeProto.GRAPH for a in node.attribute):
+            return None  # subgraphs read outer names: not renamed here
+        node.name = REF + node.name
+        node.input[:] = [renamed(x) for x in node.input]
+        node.output[:] = [renamed(x) for x in node.output]
+    graph = joined.graph
+    graph.initializer.extend(ref.graph.initializer)
+    graph.node.extend(ref.graph.node)
+    known = {o for node in graph.node for o in node.output} | inputs | {t.name for t in graph.initializer}
+    ranks = {v.name: len(v.shape) for node in fp32.graph for v in node.outputs if v.shape is not None}
+    sums: list[tuple[str, str, str]] = []
+    for i, name in enumerate(layers):
+        r, c = renamed(quantized.plan.saturated.get(name, name)), quantized.dequantized[name]
+        if r not in known or c not in known:
+            return None
+        scale = quantized.channel_scales.get(name)
+        if scale is not None:  # the equalized tensor in the fp32 model's units
+            factor = f"sqnr_scale_{i}"
+            rank = ranks.get(name)
+            if rank is None:
+                return None
+            shaped = np.asarray(scale, np.float32).reshape((1, -1) + (1,) * (rank - 2))
+            graph.initializer.append(numpy_helper.from_array(shaped, factor))
+            graph.node.append(helper.make_node("Mul", [c, factor], [f"sqnr_c{i}"]))
+            c = f"sqnr_c{i}"
+        bounds = quantized.plan.saturation.get(name)
+        if bounds is not None:  # read only by ops that saturate there: compare what they see
+            lo, hi = f"sqnr_lo_{i}", f"sqnr_hi_{i}"
+            graph.initializer.extend(
+                [
+                    numpy_helper.from_array(np.array(b, np.float32), n)
+                    for b, n in zip(bounds, (lo, hi), strict=True)
+                ]
+            )
+            graph.node.extend(
+                [
+                    helper.make_node("Clip", [r, lo, hi], [f"sqnr_rc{i}"]),
+                    helper.make_node("Clip", [c, lo, hi], [f"sqnr_cc{i}"]),
+                ]
+            )
+            r, c = f"sqnr_rc{i}", f"sqnr_cc{i}"
+        signal, noise = f"sqnr_signal_{i}", f"sqnr_noise_{i}"
+        graph.node.extend([
+            helper.make_node("Sub", [r, c], [f"sqnr_d{i}"]),
+            helper.make_node("ReduceSumSquare", [r], [signal], keepdims=0),
+            helper.make_node("ReduceSumSquare", [f"sqnr_d{i}"], [noise], keepdims=0),
+        ])  # fmt: skip
+        sums.append((name, signal, noise))
+    own = [o.name for o in qproto.graph.output]
+    outputs = [onnx.ValueInfoProto() for _ in range(2 * len(own))]
+    for i, o in enumerate(qproto.graph.output):
+        outputs[i].CopyFrom(o)
+        outputs[len(own) + i].CopyFrom(o)
+        outputs[len(own) + i].name = renamed(o.name)
+    del graph.output[:]
+    graph.output.extend(outputs)
+    for _, signal, noise in sums:
+        graph.output.extend(helper.make_tensor_value_info(x, TensorProto.FLOAT, []) for x in (signal, noise))
+    del graph.value_info[:]
+    try:
+        # Without snippets: their JIT compiled ~200 Sub/ReduceSumSquare subgraphs slower than it ran them
+        # (MobileNetV2: compile 2.3 -> 1.4 s, each inference 15 % faster).
+        runner = HostRunner(joined, isolate=isolate, prepared=True, properties=SQNR_PROPERTIES)
+    except Exception:  # noqa: BLE001 - a joined graph OpenVINO refuses: the two models run apart
+        return None
+    comparison = Comparison()
+    ranges = InputRanges()
+    power = {name: [0.0, 0.0, 0] for name in layers}
+    for sample in track(
+        prefetched(islice(iter(dataset), limit)), "evaluating fp32 vs int8", dataset_length(dataset, limit)
+    ):
+        ranges.update(sample.inputs)
+        out = runner.run(sample.inputs, copy=False)
+        comparison.update(
+            {n: np.array(out[REF + n]) for n in own}, {n: np.array(out[n]) for n in own}, sample.label
+        )
+        for name, signal, noise in sums:
+            acc = power[name]
+            acc[0] += float(out[signal])
+            acc[1] += float(out[noise])
+            acc[2] += 1
+    if comparison.samples == 0:
+        raise DataError("the evaluation data set is empty")
+    rows = []
+    for name in layers:
+        signal, noise, samples = power[name]
+        sqnr = sqnr_db(signal, noise)
+        rows.append({"tensor": name, "samples": samples, "sqnr_db": sqnr if math.isfinite(sqnr) else None})
+    rows.sort(key=lambda r: (r["sqnr_db"] is None, r["sqnr_db"] if r["sqnr_db"] is not None else 0.0))
+    return {**comparison.to_json(), "input_ranges": ranges.to_json()}, rows
 
 
 class _NoisePower:

@@ -691,6 +691,16 @@ def has_16bit_qdq(proto: onnx.ModelProto) -> bool:
     return False
 
 
+def runner_form(proto: onnx.ModelProto, exact_qdq: bool, keep: Sequence[str] = ()) -> onnx.ModelProto:
+    """``proto`` as :class:`HostRunner` compiles it (the same values): with ``exact_qdq`` the QDQ model's exact
+    semantics (constant dequantizations folded, 8-bit element-wise ops tabulated, graph-input quantization
+    written out), else as the intel-vpu target converts it; the tensors ``keep`` stay in the graph."""
+    proto = scalar_gathers_squeezed(sliced_gather_elements_apart(drop_concat_identity_qdq(proto, keep=keep)))
+    if exact_qdq:
+        return exact_input_quantize(tabulate_elementwise(fold_constant_dequantize(proto), keep=keep))
+    return pad_before_dequantize(proto)  # as the intel-vpu target converts it (targets/openvino_ir.py)
+
+
 class _OrtSession:
     """onnxruntime in place of a compiled OpenVINO model (16-bit QDQ models, see the module docstring)."""
 
@@ -728,6 +738,8 @@ class HostRunner:
         exact_qdq: bool = True,
         isolate: bool = False,
         onnxruntime: bool = False,
+        prepared: bool = False,
+        properties: Mapping[str, str] | None = None,
     ):
         """``exact_qdq=False`` runs a QDQ model as OpenVINO would deploy it, on its int8 kernels.
 
@@ -736,21 +748,15 @@ class HostRunner:
 
         ``isolate=True`` first compiles the model in a child process (:mod:`edgekit.core.isolated`), so that an
         OpenVINO crash on a model edgekit wrote is a ModelError rather than the end of the process.
+
+        ``prepared=True``: ``model`` is already in the form this runner gives it (:func:`runner_form`).
+        ``properties``: more OpenVINO compile properties (over the f32 ones).
         """
         if not isinstance(model, onnx.ModelProto):
             import onnx_ir as ir
 
             model = ir.to_proto(model)
-        proto = model
-        proto = scalar_gathers_squeezed(
-            sliced_gather_elements_apart(drop_concat_identity_qdq(proto, keep=extra_outputs))
-        )
-        if exact_qdq:
-            proto = exact_input_quantize(
-                tabulate_elementwise(fold_constant_dequantize(proto), keep=extra_outputs)
-            )
-        else:  # as the intel-vpu target converts it (targets/openvino_ir.py)
-            proto = pad_before_dequantize(proto)
+        proto = model if prepared else runner_form(model, exact_qdq, extra_outputs)
         proto = with_outputs(proto, list(extra_outputs))
         initializers = {t.name for t in proto.graph.initializer}
         self.output_names = [o.name for o in proto.graph.output]
@@ -765,7 +771,7 @@ class HostRunner:
             self.streams = 1
             self.input_names = list(self._input_info)
             return
-        config = dict(F32_CONFIG)
+        config = {**F32_CONFIG, **(properties or {})}
         if streams > 1:
             # Several requests in flight (see run_stream): one stream each, the cores shared between them.
             config["PERFORMANCE_HINT"] = "THROUGHPUT"
