@@ -70,8 +70,13 @@ def evaluate(
     if comparison.samples == 0:
         raise DataError("the evaluation data set is empty")
     layer_rows = [{"tensor": n, **per_layer[n].to_json()} for n in layers]
-    layer_rows.sort(key=lambda r: (r["sqnr_db"] is None, r["sqnr_db"] if r["sqnr_db"] is not None else 0.0))
+    layer_rows.sort(key=_worst_first)
     return {**comparison.to_json(), "input_ranges": ranges.to_json()}, layer_rows
+
+
+def _worst_first(row: dict) -> tuple:
+    """Sort key of the per-layer rows: the lowest SQNR first, rows without one last."""
+    return (row["sqnr_db"] is None, row["sqnr_db"] if row["sqnr_db"] is not None else 0.0)
 
 
 #: OpenVINO properties of the graph computing the per-layer SQNR sums.
@@ -94,7 +99,49 @@ def _sqnr_in_graph(
     the reference and of the difference, float32) computed inside it: only scalars leave the runtime, where a
     hundred full-size extra outputs made each QDQ inference ten times slower and their float64 sums in numpy
     cost as much again. None when the two graphs cannot be joined (the caller runs them apart)."""
-    from edgekit.core.runtime import HostRunner, runner_form
+    from edgekit.core.runtime import HostRunner
+
+    built = _sqnr_graph(fp32, quantized, layers)
+    if built is None:
+        return None
+    joined, own, sums, ref_name = built
+    try:
+        # Without snippets: their JIT compiled ~200 Sub/ReduceSumSquare subgraphs slower than it ran them
+        # (MobileNetV2: compile 2.3 -> 1.4 s, each inference 15 % faster).
+        runner = HostRunner(joined, isolate=isolate, prepared=True, properties=SQNR_PROPERTIES)
+    except Exception:  # noqa: BLE001 - a joined graph OpenVINO refuses: the two models run apart
+        return None
+    comparison = Comparison()
+    ranges = InputRanges()
+    power = {name: [0.0, 0.0, 0] for name in layers}
+    for sample in track(
+        prefetched(islice(iter(dataset), limit)), "evaluating fp32 vs int8", dataset_length(dataset, limit)
+    ):
+        ranges.update(sample.inputs)
+        out = runner.run(sample.inputs, copy=False)
+        comparison.update(
+            {n: np.array(out[ref_name(n)]) for n in own}, {n: np.array(out[n]) for n in own}, sample.label
+        )
+        for name, signal, noise in sums:
+            acc = power[name]
+            acc[0] += float(out[signal])
+            acc[1] += float(out[noise])
+            acc[2] += 1
+    if comparison.samples == 0:
+        raise DataError("the evaluation data set is empty")
+    rows = []
+    for name in layers:
+        signal, noise, samples = power[name]
+        sqnr = sqnr_db(signal, noise)
+        rows.append({"tensor": name, "samples": samples, "sqnr_db": sqnr if math.isfinite(sqnr) else None})
+    rows.sort(key=_worst_first)
+    return {**comparison.to_json(), "input_ranges": ranges.to_json()}, rows
+
+
+def _sqnr_graph(fp32: ir.Model, quantized: Quantized, layers: list[str]):
+    """(the joined graph, the model's outputs, (layer, signal sum, noise sum) per layer, the fp32 copy's name
+    of a tensor) for :func:`_sqnr_in_graph`, or None when the two models cannot share one graph."""
+    from edgekit.core.runtime import runner_form
     from onnx import TensorProto, helper, numpy_helper
 
     qproto = quantized.proto()
@@ -175,37 +222,7 @@ def _sqnr_in_graph(
     for _, signal, noise in sums:
         graph.output.extend(helper.make_tensor_value_info(x, TensorProto.FLOAT, []) for x in (signal, noise))
     del graph.value_info[:]
-    try:
-        # Without snippets: their JIT compiled ~200 Sub/ReduceSumSquare subgraphs slower than it ran them
-        # (MobileNetV2: compile 2.3 -> 1.4 s, each inference 15 % faster).
-        runner = HostRunner(joined, isolate=isolate, prepared=True, properties=SQNR_PROPERTIES)
-    except Exception:  # noqa: BLE001 - a joined graph OpenVINO refuses: the two models run apart
-        return None
-    comparison = Comparison()
-    ranges = InputRanges()
-    power = {name: [0.0, 0.0, 0] for name in layers}
-    for sample in track(
-        prefetched(islice(iter(dataset), limit)), "evaluating fp32 vs int8", dataset_length(dataset, limit)
-    ):
-        ranges.update(sample.inputs)
-        out = runner.run(sample.inputs, copy=False)
-        comparison.update(
-            {n: np.array(out[REF + n]) for n in own}, {n: np.array(out[n]) for n in own}, sample.label
-        )
-        for name, signal, noise in sums:
-            acc = power[name]
-            acc[0] += float(out[signal])
-            acc[1] += float(out[noise])
-            acc[2] += 1
-    if comparison.samples == 0:
-        raise DataError("the evaluation data set is empty")
-    rows = []
-    for name in layers:
-        signal, noise, samples = power[name]
-        sqnr = sqnr_db(signal, noise)
-        rows.append({"tensor": name, "samples": samples, "sqnr_db": sqnr if math.isfinite(sqnr) else None})
-    rows.sort(key=lambda r: (r["sqnr_db"] is None, r["sqnr_db"] if r["sqnr_db"] is not None else 0.0))
-    return {**comparison.to_json(), "input_ranges": ranges.to_json()}, rows
+    return joined, own, sums, renamed
 
 
 class _NoisePower:
