@@ -506,7 +506,7 @@ def search(
                     f"; layers that would need float: {_named(float_needed, len(layers))} "
                     "(--allow-cpu-fallback keeps them on the CPU)"
                     if float_needed
-                    else "; not even float layers would meet it"
+                    else "; no set of float layers short of the whole float model meets it"
                 )
                 raise QuantizationError(
                     f"{target.name}: {budget.describe()} cannot be met in int8: best reached "
