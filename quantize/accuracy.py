@@ -506,7 +506,7 @@ def search(
                     f"; layers that would need float: {_named(float_needed, len(layers))} "
                     "(--allow-cpu-fallback keeps them on the CPU)"
                     if float_needed
-                    else "; no set of float layers short of the whole float model meets it"
+                    else "; the search found no set of float layers short of the whole float model"
                 )
                 raise QuantizationError(
                     f"{target.name}: {budget.describe()} cannot be met in int8: best reached "
