@@ -491,12 +491,14 @@ def _float_transposed_pointwise(proto: onnx.ModelProto) -> list[str]:
             shape[axis] = scale.size
         weight = (q.astype(np.float32) - np.asarray(zero, np.float32).reshape(shape)) * scale.reshape(shape)
         name = f"{dq.output[0]}_float"
-        proto.graph.initializer.append(numpy_helper.from_array(weight.astype(np.float32), name))
+        if name not in inits:  # a weight two such Convs share is folded once
+            inits[name] = numpy_helper.from_array(weight.astype(np.float32), name)
+            proto.graph.initializer.append(inits[name])
         node.input[1] = name
         folded.append(dq)
         names.append(node.name)
     used = {i for n in proto.graph.node for i in n.input} | {o.name for o in proto.graph.output}
-    for dq in folded:
+    for dq in {d.output[0]: d for d in folded}.values():
         if dq.output[0] not in used:
             proto.graph.node.remove(dq)
     return names
