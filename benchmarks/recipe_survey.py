@@ -253,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--only", help="comma-separated model names (default: every zoo model and ../shared)")
+    parser.add_argument(
+        "--manifest", type=Path, default=zoo_data.MANIFEST, help="a zoo.json (default: the reduced zoo)"
+    )
     parser.add_argument("--no-shared", action="store_true", help="skip the models of ../shared")
     parser.add_argument(
         "--cases", help=f"comma-separated cases (default: the recipe cases); of {list(CASES)}"
@@ -287,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         work = args.work or Path(tmp)
         data = work / "data"
         models = zoo_models(
-            zoo_data.MANIFEST, data, photos if photos.is_dir() else None, args.calib, args.eval, only
+            args.manifest, data, photos if photos.is_dir() else None, args.calib, args.eval, only
         )
         if not args.no_shared and (shared / "models").is_dir():
             models += shared_models(shared, data, args.calib, args.eval, only)
