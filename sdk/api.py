@@ -97,6 +97,12 @@ def quantize_model(
     for path in (output, report_path):
         if path is not None:
             check_writable(path)
+    if budget is not None and not get_recipe(options.precision).calibrated:
+        # The search restores layers of a calibrated model: any other recipe would write its file unsearched.
+        raise DataError(
+            f"{budget.flag} restores layers of a model quantized with calibration data; --precision "
+            f"{options.precision} is not (give int8 or int16x8)"
+        )
     timings: dict[str, float] = {}
     start = time.perf_counter()
     data = next((d for d in (calib, eval_data, accuracy_data) if isinstance(d, (str, os.PathLike))), None)

@@ -156,6 +156,7 @@ class IntelVpuTarget(Target):
         weight_only = precision if precision in ("w8", "w4") else None
         quantized = is_quantized(model) and weight_only is None
         proto = to_proto(model)
+        kept_float = _float_transposed_pointwise(proto) if weight_only else []
         samples = tuple(options.verify_samples) or default_verify_samples(model)
         ov = _ov()
         core = ov.Core()
@@ -183,7 +184,17 @@ class IntelVpuTarget(Target):
                     rewritten, converted.source, converted.ov_model, compiled, signed
                 )
             if weight_only:
-                report["compressed_weights"] = _check_compressed(weight_only, converted.ov_model, compiled)
+                compressed = any(n.op_type == "DequantizeLinear" for n in proto.graph.node)
+                report["compressed_weights"] = (
+                    _check_compressed(weight_only, converted.ov_model, compiled)
+                    if compressed
+                    else {"weight_constants": {}}
+                )
+                if kept_float:
+                    report["compressed_weights"]["kept_float"] = {
+                        "nodes": kept_float,
+                        "reason": _TRANSPOSED_1X1,
+                    }
             kinds = output_kinds(model)
             report.update(_verify(proto, compiled, samples, yardstick(report["precision"]), kinds))
             files: dict[str, bytes | Path] = {"model.xml": converted.xml, "model.bin": converted.bin}
@@ -445,6 +456,52 @@ def _check_compressed(precision: str, ov_model: Any, compiled: Any) -> dict[str,
 
 # ---------------------------------------------------------------------------------------------------
 # conversion, compilation, verification
+
+
+_TRANSPOSED_1X1 = (
+    "a 1x1 Conv with compressed weights fed by a Transpose: OpenVINO's CPU plugin computes it transposed "
+    "(YOLOv8n's DFL: boxes 63 px off); its weights stay float"
+)
+
+
+def _float_transposed_pointwise(proto: onnx.ModelProto) -> list[str]:
+    """Fold, in place, the DequantizeLinear of each 1x1 Conv weight whose Conv input is a Transpose's output into
+    a float constant (the same values); the Conv names. OpenVINO 2026.4's CPU plugin runs such a Conv with
+    compressed (i8/i4) weights with its output's spatial axes swapped (``tests/targets/test_openvino_target.py``);
+    with float weights it runs it right."""
+    from onnx import numpy_helper
+
+    producers = {o: n for n in proto.graph.node for o in n.output}
+    inits = {t.name: t for t in proto.graph.initializer}
+    folded, names = [], []
+    for node in proto.graph.node:
+        source = producers.get(node.input[0]) if node.op_type == "Conv" else None
+        dq = producers.get(node.input[1]) if source is not None and source.op_type == "Transpose" else None
+        if dq is None or dq.op_type != "DequantizeLinear" or not all(i in inits for i in dq.input if i):
+            continue
+        q = numpy_helper.to_array(inits[dq.input[0]])
+        blocked = any(a.name == "block_size" and a.i for a in dq.attribute)
+        if blocked or q.ndim < 3 or any(d != 1 for d in q.shape[2:]):
+            continue
+        scale = numpy_helper.to_array(inits[dq.input[1]]).astype(np.float32)
+        zero = numpy_helper.to_array(inits[dq.input[2]]) if len(dq.input) > 2 and dq.input[2] else 0
+        axis = next((a.i for a in dq.attribute if a.name == "axis"), 1)
+        shape = [1] * q.ndim
+        if scale.ndim == 1 and scale.size > 1:
+            shape[axis] = scale.size
+        weight = (q.astype(np.float32) - np.asarray(zero, np.float32).reshape(shape)) * scale.reshape(shape)
+        name = f"{dq.output[0]}_float"
+        if name not in inits:  # a weight two such Convs share is folded once
+            inits[name] = numpy_helper.from_array(weight.astype(np.float32), name)
+            proto.graph.initializer.append(inits[name])
+        node.input[1] = name
+        folded.append(dq)
+        names.append(node.name)
+    used = {i for n in proto.graph.node for i in n.input} | {o.name for o in proto.graph.output}
+    for dq in {d.output[0]: d for d in folded}.values():
+        if dq.output[0] not in used:
+            proto.graph.node.remove(dq)
+    return names
 
 
 def _write_onnx(model: ir.Model | onnx.ModelProto, folder: Path) -> Path:

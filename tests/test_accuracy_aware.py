@@ -203,6 +203,39 @@ def test_labels_absent_and_bad_budgets(fragile, tmp_path):
         Budget("min_agreement", 120)
 
 
+@pytest.mark.parametrize("precision", ["w8", "fp16"])
+def test_a_budget_with_a_recipe_the_search_does_not_quantize_is_refused_not_ignored(
+    fragile, tmp_path, precision
+):
+    """Found by benchmarks/recipe_survey.py: `--precision w8|w4|fp16|fp32 --min-cosine C` wrote the file or the
+    bundle with the budget never measured (exit 0 with --min-cosine 0.999999999), and so did a deploy of an
+    already-quantized model. Each is one typed line now, and nothing is written."""
+    path, data, _ = fragile
+    budget = ("--calib", data, "--accuracy-data", data, "--min-cosine", "0.999999999", "-q")
+    out = tmp_path / "x.onnx"
+    run = edgekit("quantize", path, "--precision", precision, *budget, "-o", out)
+    assert run.returncode == 2 and not out.exists(), run.stdout + run.stderr
+    assert run.stderr.strip() == (
+        f"error: --min-cosine restores layers of a model quantized with calibration data; --precision "
+        f"{precision} is not (give int8 or int16x8)"
+    )
+    run = edgekit(
+        "deploy", path, "--target", "arm-cpu", "--precision", precision, *budget, "-o", tmp_path / "b"
+    )
+    assert run.returncode == 2 and not (tmp_path / "b").exists(), run.stdout + run.stderr
+    assert run.stderr.strip() == (
+        f"error: --min-cosine restores layers of the int8 model the deploy quantizes; --precision {precision} "
+        "is not quantized with --calib (give --precision auto, int8 or int16x8)"
+    )
+    qdq = tmp_path / "qdq.onnx"
+    assert edgekit("quantize", path, "--calib", data, "-o", qdq, "-q").returncode == 0
+    run = edgekit("deploy", qdq, "--target", "intel-vpu", *budget, "-o", tmp_path / "c")
+    assert run.returncode == 2 and not (tmp_path / "c").exists(), run.stdout + run.stderr
+    assert run.stderr.strip() == (
+        "error: --min-cosine chooses what to restore while quantizing a float model; qdq.onnx is already quantized"
+    )
+
+
 def test_a_missing_ray_names_the_extra(fragile, monkeypatch):
     from edgekit.quantize import executors
 

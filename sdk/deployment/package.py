@@ -147,6 +147,20 @@ def prepare(
                 "(--calib DATA with --precision auto, int8 or int16x8)"
             )
         check_layer_names((n.name for n in model.graph.all_nodes()), request.layer_precision)
+    if request.accuracy is not None:
+        # The budget is met by the search while quantizing; a deploy that does not quantize would ignore it.
+        flag = request.accuracy.budget.flag
+        if quantized:
+            raise DataError(
+                f"{flag} chooses what to restore while quantizing a float model; "
+                f"{request.model.name} is already quantized"
+            )
+        searched = [p for _, p in plan if not _needs_quantization(p)]
+        if searched:
+            raise DataError(
+                f"{flag} restores layers of the int8 model the deploy quantizes; --precision {searched[0]} "
+                "is not quantized with --calib (give --precision auto, int8 or int16x8)"
+            )
     dataset = _open_calibration(request, model) if request.calib is not None else None
     verify = _verify_samples(dataset) if dataset is not None else ()
     preprocessing = dict(request.preprocess or {})
