@@ -162,8 +162,28 @@ def _pool_evaluate(key: str, path: str, task: Task) -> Outcome:
     return evaluate(_WORKER[key], task)
 
 
+def _exit_with_parent() -> None:
+    """End this worker when the process that started it ends: a search killed from outside (SIGTERM, SIGKILL)
+    never shuts its pool down, and its workers went on evaluating the candidates queued for minutes."""
+    import multiprocessing
+    import threading
+    from multiprocessing.connection import wait
+
+    parent = multiprocessing.parent_process()
+    if parent is None or any(t.name == "edgekit-exit-with-parent" for t in threading.enumerate()):
+        return
+
+    def watch() -> None:
+        wait([parent.sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="edgekit-exit-with-parent", daemon=True).start()
+
+
 def _preload() -> None:
-    """What every candidate needs imported (a worker started before the search's context exists)."""
+    """What every candidate needs imported (a worker started before the search's context exists); the worker
+    ends with its parent."""
+    _exit_with_parent()
     import edgekit.core.runtime  # noqa: F401
     import edgekit.quantize.pipeline  # noqa: F401
     import edgekit.quantize.suffix  # noqa: F401
