@@ -469,7 +469,7 @@ def _float_transposed_pointwise(proto: onnx.ModelProto) -> list[str]:
     a float constant (the same values); the Conv names. OpenVINO 2026.4's CPU plugin runs such a Conv with
     compressed (i8/i4) weights with its output's spatial axes swapped (``tests/targets/test_openvino_target.py``);
     with float weights it runs it right."""
-    from onnx import numpy_helper
+    from edgekit.core.runtime import dequantized_constant
 
     producers = {o: n for n in proto.graph.node for o in n.output}
     inits = {t.name: t for t in proto.graph.initializer}
@@ -479,20 +479,14 @@ def _float_transposed_pointwise(proto: onnx.ModelProto) -> list[str]:
         dq = producers.get(node.input[1]) if source is not None and source.op_type == "Transpose" else None
         if dq is None or dq.op_type != "DequantizeLinear" or not all(i in inits for i in dq.input if i):
             continue
-        q = numpy_helper.to_array(inits[dq.input[0]])
+        dims = inits[dq.input[0]].dims
         blocked = any(a.name == "block_size" and a.i for a in dq.attribute)
-        if blocked or q.ndim < 3 or any(d != 1 for d in q.shape[2:]):
+        if blocked or len(dims) < 3 or any(d != 1 for d in dims[2:]):
             continue
-        scale = numpy_helper.to_array(inits[dq.input[1]]).astype(np.float32)
-        zero = numpy_helper.to_array(inits[dq.input[2]]) if len(dq.input) > 2 and dq.input[2] else 0
-        axis = next((a.i for a in dq.attribute if a.name == "axis"), 1)
-        shape = [1] * q.ndim
-        if scale.ndim == 1 and scale.size > 1:
-            shape[axis] = scale.size
-        weight = (q.astype(np.float32) - np.asarray(zero, np.float32).reshape(shape)) * scale.reshape(shape)
         name = f"{dq.output[0]}_float"
         if name not in inits:  # a weight two such Convs share is folded once
-            inits[name] = numpy_helper.from_array(weight.astype(np.float32), name)
+            inits[name] = dequantized_constant(dq, inits)  # the DequantizeLinear's own values
+            inits[name].name = name
             proto.graph.initializer.append(inits[name])
         node.input[1] = name
         folded.append(dq)

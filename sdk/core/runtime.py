@@ -104,7 +104,7 @@ def fold_constant_dequantize(proto: onnx.ModelProto) -> onnx.ModelProto:
     out.CopyFrom(proto)
     folded = {id(n) for n in foldable}
     keep = [n for n in proto.graph.node if id(n) not in folded]
-    new_inits = [_dequantized(n, inits) for n in foldable]
+    new_inits = [dequantized_constant(n, inits) for n in foldable]
     del out.graph.node[:]
     out.graph.node.extend(keep)
     used = {name for n in keep for name in n.input} | outputs
@@ -630,7 +630,9 @@ def exact_input_quantize(proto: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def _dequantized(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto]) -> onnx.TensorProto:
+def dequantized_constant(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto]) -> onnx.TensorProto:
+    """The values of a DequantizeLinear ``node`` of constant inputs (``inits``): a float32 tensor named after its
+    output (per tensor or along ``axis``; not blockwise)."""
     x = onnx.numpy_helper.to_array(inits[node.input[0]]).astype(np.float64)
     scale = onnx.numpy_helper.to_array(inits[node.input[1]]).astype(np.float64)
     zero = (

@@ -155,10 +155,10 @@ def prepare(
                 f"{flag} chooses what to restore while quantizing a float model; "
                 f"{request.model.name} is already quantized"
             )
-        searched = [p for _, p in plan if not _needs_quantization(p)]
-        if searched:
+        unsearched = [p for _, p in plan if not _needs_quantization(p)]
+        if unsearched:
             raise DataError(
-                f"{flag} restores layers of the int8 model the deploy quantizes; --precision {searched[0]} "
+                f"{flag} restores layers of the int8 model the deploy quantizes; --precision {unsearched[0]} "
                 "is not quantized with --calib (give --precision auto, int8 or int16x8)"
             )
     dataset = _open_calibration(request, model) if request.calib is not None else None
