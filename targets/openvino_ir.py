@@ -30,7 +30,7 @@ import onnx_ir as ir
 from edgekit.core import isolated
 from edgekit.core.errors import TargetError
 from edgekit.core.model import qdq_precision
-from edgekit.core.runtime import for_openvino, preflight_ir, stable_top_k
+from edgekit.core.runtime import dequantized_constant, for_openvino, graph_index, preflight_ir, stable_top_k
 from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, write_bundle
 from edgekit.targets.base import (
     PackageOptions,
@@ -469,10 +469,7 @@ def _float_transposed_pointwise(proto: onnx.ModelProto) -> list[str]:
     a float constant (the same values); the Conv names. OpenVINO 2026.4's CPU plugin runs such a Conv with
     compressed (i8/i4) weights with its output's spatial axes swapped (``tests/targets/test_openvino_target.py``);
     with float weights it runs it right."""
-    from edgekit.core.runtime import dequantized_constant
-
-    producers = {o: n for n in proto.graph.node for o in n.output}
-    inits = {t.name: t for t in proto.graph.initializer}
+    inits, producers, _ = graph_index(proto)
     folded, names = [], []
     for node in proto.graph.node:
         source = producers.get(node.input[0]) if node.op_type == "Conv" else None

@@ -184,7 +184,7 @@ def pad_before_dequantize(proto: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def _graph_index(
+def graph_index(
     proto: onnx.ModelProto,
 ) -> tuple[dict[str, onnx.TensorProto], dict[str, onnx.NodeProto], dict[str, list[onnx.NodeProto]]]:
     """(initializers, producer of each tensor, readers of each tensor) of ``proto``'s graph."""
@@ -225,7 +225,7 @@ def drop_concat_identity_qdq(
     is nothing to drop. A pair whose tensors are graph outputs or in ``keep`` (outputs a caller will ask for) stays;
     with ``readers``, so does a pair whose DequantizeLinear is read by an op not of those types.
     """
-    inits, producers, reading = _graph_index(proto)
+    inits, producers, reading = graph_index(proto)
 
     def readers_of(name: str) -> list[onnx.NodeProto]:
         return reading.get(name, [])
@@ -341,7 +341,7 @@ def concat_pairs_restored(proto: onnx.ModelProto) -> onnx.ModelProto:
     to an integer CONCATENATION again. ``proto`` itself when there is nothing to restore."""
     if not any(n.op_type == "DequantizeLinear" for n in proto.graph.node):  # every float model loaded
         return proto
-    inits, producers, reading = _graph_index(proto)
+    inits, producers, reading = graph_index(proto)
     outputs = {o.name for o in proto.graph.output}
 
     def grid(name: str) -> tuple[str, str, tuple] | None:
@@ -516,7 +516,7 @@ def tabulate_elementwise(proto: onnx.ModelProto, keep: Iterable[str] = ()) -> on
     """
     from edgekit.core import lut
 
-    inits, producers, readers = _graph_index(proto)
+    inits, producers, readers = graph_index(proto)
     outputs = {o.name for o in proto.graph.output} | set(keep)
 
     def scalar(name: str) -> np.ndarray | None:
