@@ -148,14 +148,14 @@ def _sqnr_graph(fp32: ir.Model, quantized: Quantized, layers: list[str]):
     ref = ir.to_proto(fp32)
     read = [quantized.dequantized[n] for n in layers]
     opset = {i.domain: i.version for i in qproto.opset_import}.get("", 0)
+    inputs = {i.name for i in ref.graph.input}
     if (
         any(n.domain not in ("", "ai.onnx") for n in ref.graph.node)
-        or {i.name for i in ref.graph.input} != {i.name for i in qproto.graph.input}
+        or inputs != {i.name for i in qproto.graph.input}
         or {i.domain: i.version for i in ref.opset_import}.get("", 0) < 21 <= opset  # converted for int16
     ):
         return None
     joined = runner_form(qproto, True, keep=read)
-    inputs = {i.name for i in ref.graph.input}
 
     def renamed(name: str) -> str:
         return name if not name or name in inputs else REF + name
@@ -184,7 +184,7 @@ def _sqnr_graph(fp32: ir.Model, quantized: Quantized, layers: list[str]):
             rank = ranks.get(name)
             if rank is None:
                 return None
-            shaped = np.asarray(scale, np.float32).reshape((1, -1) + (1,) * (rank - 2))
+            shaped = _per_channel(np.asarray(scale, np.float32), rank)
             graph.initializer.append(numpy_helper.from_array(shaped, factor))
             graph.node.append(helper.make_node("Mul", [c, factor], [f"sqnr_c{i}"]))
             c = f"sqnr_c{i}"
@@ -211,14 +211,10 @@ def _sqnr_graph(fp32: ir.Model, quantized: Quantized, layers: list[str]):
             helper.make_node("ReduceSumSquare", [f"sqnr_d{i}"], [noise], keepdims=0),
         ])  # fmt: skip
         sums.append((name, signal, noise))
-    own = [o.name for o in qproto.graph.output]
-    outputs = [onnx.ValueInfoProto() for _ in range(2 * len(own))]
-    for i, o in enumerate(qproto.graph.output):
-        outputs[i].CopyFrom(o)
-        outputs[len(own) + i].CopyFrom(o)
-        outputs[len(own) + i].name = renamed(o.name)
-    del graph.output[:]
-    graph.output.extend(outputs)
+    own = [o.name for o in graph.output]
+    for o in list(graph.output):  # the fp32 copy's outputs beside the QDQ model's
+        graph.output.add().CopyFrom(o)
+        graph.output[-1].name = renamed(o.name)
     for _, signal, noise in sums:
         graph.output.extend(helper.make_tensor_value_info(x, TensorProto.FLOAT, []) for x in (signal, noise))
     del graph.value_info[:]
@@ -250,7 +246,12 @@ def _unscaled(quantized: Quantized, name: str, array: np.ndarray) -> np.ndarray:
     scale = quantized.channel_scales.get(name)
     if scale is None:
         return array
-    return array * scale.reshape((1, -1) + (1,) * (array.ndim - 2))
+    return array * _per_channel(scale, array.ndim)
+
+
+def _per_channel(scale: np.ndarray, rank: int) -> np.ndarray:
+    """Per-channel factors shaped to multiply a rank-``rank`` tensor along axis 1."""
+    return scale.reshape((1, -1) + (1,) * (rank - 2))
 
 
 def evaluate_outputs(
