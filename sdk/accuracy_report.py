@@ -8,6 +8,7 @@ Reads the ``accuracy_aware`` JSON that :meth:`edgekit.quantize.accuracy.SearchRe
 from __future__ import annotations
 
 import html
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,6 +30,26 @@ def headline(section: Mapping[str, Any]) -> str:
         f"{budget.format(section['base']['metric'])}); "
         f"{len(section['restored'])} of {section['quantizable_layers']} quantizable layers restored; "
         f"{section['evaluations']} candidate evaluations in {section['wall_s']:.1f} s ({section['executor']})."
+    )
+
+
+def outcome_line(section: Mapping[str, Any]) -> str:
+    """One line: what the accuracy search of a target reached, and the layers it restored (by restore)."""
+    budget = _budget(section)
+    restored = section["restored"]
+    kinds = Counter(r["restore"] for r in restored)
+    how = f" ({', '.join(f'{n} {k}' for k, n in kinds.most_common())})" if kinds else ""
+    names = ", ".join(r["node"] for r in restored[:6]) + (", ..." if len(restored) > 6 else "")
+    return (
+        f"{section['target']}: {budget.describe()} met on {section['accuracy_samples']} samples: "
+        f"{budget.format(section['final']['metric'])} (int8: {budget.format(section['base']['metric'])}); "
+        f"{len(restored)} of {section['quantizable_layers']} layers restored{how}{': ' + names if names else ''}; "
+        f"{section['evaluations']} evaluations in {section['wall_s']:.1f} s"
+        + (
+            "; over half the layers restored: consider --precision fp16 (float compute, half the size)"
+            if 2 * len(restored) > section["quantizable_layers"]
+            else ""
+        )
     )
 
 

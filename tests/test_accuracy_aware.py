@@ -815,7 +815,7 @@ def test_a_refusal_names_a_few_layers_and_counts_the_rest():
 def test_the_deploy_line_suggests_fp16_when_most_layers_left_int8():
     """When the search restores over half the layers (a fragile seeded MobileNetV3 at --min-agreement 98: 107 of
     108), the deploy's outcome line says the int8 bundle is barely int8 and names the float recipe."""
-    from edgekit.deployment.package import search_outcome
+    from edgekit.accuracy_report import outcome_line
 
     def section(restored: int) -> dict:
         rows = [{"node": f"Conv.{i}", "restore": "float" if i % 2 else "int16x8"} for i in range(restored)]
@@ -824,11 +824,9 @@ def test_the_deploy_line_suggests_fp16_when_most_layers_left_int8():
                 "accuracy_samples": 64, "final": metric, "base": {"metric": 78.1}, "quantizable_layers": 108,
                 "evaluations": 99, "wall_s": 50.0}  # fmt: skip
 
-    line = search_outcome(section(107))
+    line = outcome_line(section(107))
     assert "107 of 108 layers restored (54 int16x8, 53 float): Conv.0, Conv.1" in line
     assert line.endswith(
         "; over half the layers restored: consider --precision fp16 (float compute, half the size)"
     )
-    assert "fp16" not in search_outcome(section(3)) and "3 of 108 layers restored" in search_outcome(
-        section(3)
-    )
+    assert "fp16" not in outcome_line(section(3)) and "3 of 108 layers restored" in outcome_line(section(3))

@@ -239,7 +239,9 @@ def package_all(
                     statistics[stats_key] = quantized_models[key][3]
                     searched = quantized_models[key][2].get("accuracy_aware")
                     if searched is not None:
-                        hooks.say(search_outcome(searched))
+                        from edgekit.accuracy_report import outcome_line
+
+                        hooks.say(outcome_line(searched))
                 source, extra, quant_report, _ = quantized_models[key]
                 provenance.update(extra)
             for problem in target.check(source):
@@ -384,31 +386,6 @@ def _quantize(
     quantization = result.report["quantization"] if target is not None else options.to_json()
     extra = {"quantization": quantization, "calibration_samples": used}
     return load_proto(result.model, prepare=False), extra, result.report, result.quantized.stats
-
-
-def search_outcome(section: dict) -> str:
-    """One line: what the accuracy search of a target reached, and the layers it restored (by restore)."""
-    from collections import Counter
-
-    from edgekit.quantize.budget import Budget
-
-    b = section["budget"]
-    budget = Budget(b["kind"], b["value"])
-    restored = section["restored"]
-    kinds = Counter(r["restore"] for r in restored)
-    how = f" ({', '.join(f'{n} {k}' for k, n in kinds.most_common())})" if kinds else ""
-    names = ", ".join(r["node"] for r in restored[:6]) + (", ..." if len(restored) > 6 else "")
-    return (
-        f"{section['target']}: {budget.describe()} met on {section['accuracy_samples']} samples: "
-        f"{budget.format(section['final']['metric'])} (int8: {budget.format(section['base']['metric'])}); "
-        f"{len(restored)} of {section['quantizable_layers']} layers restored{how}{': ' + names if names else ''}; "
-        f"{section['evaluations']} evaluations in {section['wall_s']:.1f} s"
-        + (
-            "; over half the layers restored: consider --precision fp16 (float compute, half the size)"
-            if 2 * len(restored) > section["quantizable_layers"]
-            else ""
-        )
-    )
 
 
 def manifest_verification(path: Path) -> dict[str, Any]:
