@@ -145,7 +145,7 @@ def quantize_model(
 
     start = time.perf_counter()
     quantized = quantize(fp32, calib_set, options, track, statistics)
-    from edgekit.core.runtime import portable_qdq
+    from edgekit.core.qdq_forms import portable_qdq
 
     proto = portable_qdq(quantized.proto())  # the same values; OpenVINO compiles the file as written
     timings["quantize_s"] = time.perf_counter() - start

@@ -30,7 +30,8 @@ import onnx_ir as ir
 from edgekit.core import isolated
 from edgekit.core.errors import TargetError
 from edgekit.core.model import qdq_precision
-from edgekit.core.runtime import dequantized_constant, for_openvino, graph_index, preflight_ir, stable_top_k
+from edgekit.core.qdq_forms import dequantized_constant, for_openvino, graph_index
+from edgekit.core.runtime import preflight_ir, stable_top_k
 from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, write_bundle
 from edgekit.targets.base import (
     PackageOptions,
@@ -263,7 +264,7 @@ def _openvino_problems(model: ir.Model, path: Path) -> list[Problem]:
 
     In a child process (:mod:`edgekit.core.isolated`): ``query_model`` runs the CPU plugin's transformations, which
     can crash on a model (a SIGSEGV on RetinaFace's QDQ SSH modules, before
-    :func:`edgekit.core.runtime.drop_concat_identity_qdq`); that must be an error line, not the end of the CLI.
+    :func:`edgekit.core.qdq_forms.drop_concat_identity_qdq`); that must be an error line, not the end of the CLI.
     """
     return isolated.call(
         _frontend_problems,
@@ -496,7 +497,7 @@ def _float_transposed_pointwise(proto: onnx.ModelProto) -> list[str]:
 
 
 def _write_onnx(model: ir.Model | onnx.ModelProto, folder: Path) -> Path:
-    """``model`` as OpenVINO gets it (:func:`edgekit.core.runtime.for_openvino`: the same values) in a file."""
+    """``model`` as OpenVINO gets it (:func:`edgekit.core.qdq_forms.for_openvino`: the same values) in a file."""
     proto = model if isinstance(model, onnx.ModelProto) else ir.to_proto(model)
     path = folder / "source.onnx"
     path.write_bytes(for_openvino(proto).SerializeToString())
@@ -513,9 +514,9 @@ def _convert(proto: onnx.ModelProto, folder: Path, compress: bool) -> _Converted
     as separate ops, exactly as OpenVINO runs the ONNX file.
 
     An AveragePool counting its padding pads the integer tensor with its zero point first
-    (:func:`edgekit.core.runtime.pad_before_dequantize`): OpenVINO pads the dequantized tensor with the integer 0, which
+    (:func:`edgekit.core.qdq_forms.pad_before_dequantize`): OpenVINO pads the dequantized tensor with the integer 0, which
     put the border values of a uint8 pool 56 steps off (``tests/targets/test_openvino_target.py``). An identity
-    Q/DQ pair on a Concat's output goes (:func:`edgekit.core.runtime.drop_concat_identity_qdq`: OpenVINO crashed).
+    Q/DQ pair on a Concat's output goes (:func:`edgekit.core.qdq_forms.drop_concat_identity_qdq`: OpenVINO crashed).
     """
     ov = _ov()
     path = _write_onnx(proto, folder)
@@ -589,7 +590,7 @@ def _verify(
         actual.append({n: got[n] for n in host.output_names})
 
     def fp16_weights() -> list[dict[str, np.ndarray]]:  # the source with the IR's FP16-compressed weights
-        from edgekit.core.runtime import float16_rounded
+        from edgekit.core.qdq_forms import float16_rounded
 
         rounded = HostRunner(float16_rounded(proto))
         return [rounded.run(s) for s in samples]

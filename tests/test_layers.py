@@ -30,6 +30,7 @@ FLOORS: dict[str, int] = {
             "model",
             "passes",
             "runtime",
+            "qdq_forms",
             "data",
             "metrics",
             "isolated",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from edgekit.core import lut, runtime
+from edgekit.core import lut, qdq_forms, runtime
 from edgekit.core.runtime import HostRunner
 from onnx import TensorProto, helper, numpy_helper
 from ort_reference import run_node_by_node as exact
@@ -93,12 +93,12 @@ def test_host_runner_tables_only_per_tensor_qdq_between_two_quantizers() -> None
     """A HardSwish whose float output is also a graph output keeps its node (the table gives only the quantized
     value); the QDQ one is a Gather."""
     model = qdq_op("HardSwish", {}, (0.05, 3), (0.03, -100))
-    tabled = runtime.tabulate_elementwise(model)
+    tabled = qdq_forms.tabulate_elementwise(model)
     assert [n.op_type for n in tabled.graph.node].count("Gather") == 1
     assert "HardSwish" not in [n.op_type for n in tabled.graph.node]
-    assert runtime.tabulate_elementwise(model, keep=["f"]) is model  # a caller asks for the float output
+    assert qdq_forms.tabulate_elementwise(model, keep=["f"]) is model  # a caller asks for the float output
     model.graph.output.append(helper.make_tensor_value_info("f", TensorProto.FLOAT, [1, 256]))
-    assert runtime.tabulate_elementwise(model) is model
+    assert qdq_forms.tabulate_elementwise(model) is model
     feeds = {"x": every_level((0.05, 3))}
     y, f = exact(model, feeds)
     got = HostRunner(model).run(feeds)  # OpenVINO's own HardSwish here: within one step of onnxruntime's

@@ -163,7 +163,7 @@ def test_the_written_file_compiles_in_openvino_as_given_and_converts_to_integer_
     import sys
 
     from edgekit.core.model import load_model
-    from edgekit.core.runtime import concat_pairs_restored, portable_qdq
+    from edgekit.core.qdq_forms import concat_pairs_restored, portable_qdq
 
     source, out = tmp_path / "ssh.onnx", tmp_path / "ssh.qdq.onnx"
     onnx.save(ssh_tail(), source)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from edgekit.core.runtime import HostRunner, drop_concat_identity_qdq, fold_constant_dequantize
+from edgekit.core.qdq_forms import drop_concat_identity_qdq, fold_constant_dequantize
+from edgekit.core.runtime import HostRunner
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from ort_reference import run_node_by_node as exact
@@ -359,7 +360,7 @@ def test_host_runner_gathers_from_a_slice_and_orders_top_k_ties_as_onnx() -> Non
     """OpenVINO 2026.4 failed to compile GatherElements right after a Slice ("Shapes [1,96,7] and [1,10,4] are not
     consistent"): it reads it through Max(t, t); its ONNX TopK is unstable (stable=False), so equal scores came
     out in another order than onnxruntime's: the runner makes it stable. Both as onnxruntime, exactly."""
-    from edgekit.core.runtime import for_openvino, sliced_gather_elements_apart
+    from edgekit.core.qdq_forms import for_openvino, sliced_gather_elements_apart
 
     model = sliced_gather_then_top_k()
     assert [n.op_type for n in for_openvino(model).graph.node].count("Max") == 1
@@ -434,7 +435,7 @@ def test_host_runner_runs_a_scalar_gather_of_a_quantized_concat(tmp_path) -> Non
     and the product broadcasts to [1, 96, 96] ("Shape inference input shapes {[1,96,96],[3]}"): the model as
     written does not compile. Gathering [1] and squeezing the axis (scalar_gathers_squeezed) runs it exactly."""
     import openvino as ov
-    from edgekit.core.runtime import for_openvino, scalar_gathers_squeezed
+    from edgekit.core.qdq_forms import for_openvino, scalar_gathers_squeezed
 
     model = concat_then_scalar_gather()
     onnx.save(model, tmp_path / "decode.onnx")

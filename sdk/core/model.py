@@ -299,7 +299,7 @@ def load_proto(
     else:
         for note in notes:
             log.warning(note)
-    from edgekit.core.runtime import concat_pairs_restored
+    from edgekit.core.qdq_forms import concat_pairs_restored
 
     proto = concat_pairs_restored(proto)  # a portable QDQ file's Concats integer again (runtime.portable_qdq)
     _clear_stale_shapes(proto)

@@ -180,7 +180,7 @@ def verify(
 
     def fp16_weights() -> list[dict[str, np.ndarray]]:
         """The source model with the weights the .tflite stores in float16 rounded to float16."""
-        from edgekit.core.runtime import float16_rounded
+        from edgekit.core.qdq_forms import float16_rounded
         from edgekit.targets.tflite.fp16 import FP16_MIN_ELEMENTS
 
         rounded = float16_rounded(ir.to_proto(model), FP16_MIN_ELEMENTS).SerializeToString()

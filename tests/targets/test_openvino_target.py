@@ -16,7 +16,7 @@ import pytest
 from cnn_models import qdq_with_onnxruntime, tiny_cnn, with_unsupported_op
 from edgekit.core.errors import TargetError
 from edgekit.core.model import load_proto
-from edgekit.core.runtime import drop_concat_identity_qdq
+from edgekit.core.qdq_forms import drop_concat_identity_qdq
 from edgekit.device_agents.bundle import read_bundle
 from edgekit.targets import base
 from edgekit.targets.base import PackageOptions, Problem, Target, get_target, register_target, target_names
@@ -409,7 +409,7 @@ def test_shared_squeezenet_fp16_and_int8(tmp_path: Path) -> None:
     assert agree >= len(images) - 1
     report = read_bundle(int8).manifest.verification["int8"]
     # every Q/DQ pair becomes a FakeQuantize, but the identity pairs after the fire modules' Concats, which the
-    # IR drops (edgekit.core.runtime.drop_concat_identity_qdq: OpenVINO crashes on some of them)
+    # IR drops (edgekit.core.qdq_forms.drop_concat_identity_qdq: OpenVINO crashes on some of them)
     given = drop_concat_identity_qdq(qdq)
     q_outputs = {n.output[0] for n in given.graph.node if n.op_type == "QuantizeLinear"}
     pairs = [n for n in given.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in q_outputs]
@@ -567,7 +567,7 @@ def anchor_decode_detector() -> onnx.ModelProto:
 def test_int8_ir_of_an_anchor_decode_tail(tmp_path: Path) -> None:
     """A detector's decode ``r[..., k] / 128 * anchor_wh + anchor_xy`` after a Concat of its heads: OpenVINO's
     CPU plugin refused the QDQ model ("Shape inference input shapes {[1,640,640],[3]}": its dequantization moved
-    below the 0-d-index Gather unchanged, edgekit.core.runtime.scalar_gathers_squeezed). The int8 deploy packages
+    below the 0-d-index Gather unchanged, edgekit.core.qdq_forms.scalar_gathers_squeezed). The int8 deploy packages
     it, the CPU runs the convolutions in u8, and the IR gives the QDQ model's exact values (onnxruntime node by
     node): cosine >= 0.999 per output."""
     from edgekit import QuantizeOptions, quantize_model
