@@ -30,11 +30,11 @@ import onnxruntime as ort
 import openvino as ov
 from edgekit.core.data import ImagePreprocess, input_specs, open_dataset
 from edgekit.core.model import load_model, load_proto
+from edgekit.core.runtime import F32_CONFIG
 from edgekit.targets.base import PackageOptions, get_target
 from shared_data import default_shared, mnist_npz
 
 CALIB_SAMPLES = 100
-CPU_F32 = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ def _ort(model: onnx.ModelProto | Path, optimize: bool = True) -> ort.InferenceS
 
 def _ov(bundle: Path):
     core = ov.Core()
-    return core.compile_model(core.read_model(str(bundle / "model.xml")), "CPU", CPU_F32)
+    return core.compile_model(core.read_model(str(bundle / "model.xml")), "CPU", F32_CONFIG)
 
 
 def measure(built: Built) -> dict[str, Any]:

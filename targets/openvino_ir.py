@@ -31,7 +31,7 @@ from edgekit.core import isolated
 from edgekit.core.errors import TargetError
 from edgekit.core.model import qdq_precision
 from edgekit.core.qdq_forms import dequantized_constant, for_openvino, graph_index
-from edgekit.core.runtime import preflight_ir, stable_top_k
+from edgekit.core.runtime import F32_CONFIG, preflight_ir, stable_top_k
 from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, write_bundle
 from edgekit.targets.base import (
     PackageOptions,
@@ -52,8 +52,6 @@ from edgekit.targets.runtime_versions import openvino_requirements
 
 log = logging.getLogger("edgekit")
 
-#: The CPU plugin computes in bf16 on capable CPUs unless told otherwise (~1e-3 drift).
-CPU_F32 = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
 #: Runtime-model layer types that do arithmetic worth reporting (not data movement or constants).
 _BOOKKEEPING_LAYERS = frozenset(
     {"Input", "Output", "Const", "Reorder", "Reshape", "Transpose", "Concatenation"}
@@ -542,7 +540,7 @@ def _convert(proto: onnx.ModelProto, folder: Path, compress: bool) -> _Converted
 
 def _compile_cpu(core: Any, ov_model: Any) -> Any:
     try:
-        return core.compile_model(ov_model, "CPU", CPU_F32)
+        return core.compile_model(ov_model, "CPU", F32_CONFIG)
     except Exception as exc:
         raise TargetError(
             f"intel-vpu: the OpenVINO CPU plugin cannot compile the IR: {_first_line(exc)}"
