@@ -464,8 +464,9 @@ def search(
             executor.warm(Task(with_restores({layers[-1].name: preferred[0].name}), tuple(s.ranking), s.base))
         # Step 3 (on the chosen base): the per-layer SQNR ranking.
         # (On the first SQNR_SAMPLES ranking samples: a layer's noise power over thousands of values per sample
-        # is stable after a few; the base model already ran exactly in the executor, so no compile check in a
-        # child; it ran there on the int8 kernels instead (intel-vpu): the exact form is compiled apart first.)
+        # is stable after a few. One graph on onnxruntime; should it refuse the graph, OpenVINO runs it in the exact
+        # form, which the base model already ran in the executor (no compile check in a child), except on intel-vpu
+        # (it ran there on the int8 kernels): compiled apart first.)
         _, rows = per_layer_sqnr(
             model, base, _Samples(), limit=SQNR_SAMPLES, isolate=not context.exact_qdq, sqnr_only=True
         )

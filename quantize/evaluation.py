@@ -1,5 +1,6 @@
-"""fp32 against a quantized candidate on the host (OpenVINO f32, exact QDQ): the output comparison and the
-per-layer SQNR, the statistics the report and the accuracy-aware search read (statistics apart from rewriting)."""
+"""fp32 against a quantized candidate on the host (OpenVINO f32, exact QDQ; the search's per-layer sums on
+onnxruntime): the output comparison and the per-layer SQNR, the statistics the report and the accuracy-aware
+search read (statistics apart from rewriting)."""
 
 from __future__ import annotations
 
@@ -94,22 +95,37 @@ def _sqnr_in_graph(
     limit: int | None,
     isolate: bool,
 ) -> tuple[dict, list[dict]] | None:
-    """:func:`evaluate`'s ``sqnr_only`` figures from one graph holding the fp32 model beside the QDQ model (in the
-    exact form :class:`~edgekit.core.runtime.HostRunner` runs), each layer's two sums (``ReduceSumSquare`` of
-    the reference and of the difference, float32) computed inside it: only scalars leave the runtime, where a
-    hundred full-size extra outputs made each QDQ inference ten times slower and their float64 sums in numpy
-    cost as much again. None when the two graphs cannot be joined (the caller runs them apart)."""
+    """:func:`evaluate`'s ``sqnr_only`` figures from one graph holding the fp32 model beside the QDQ model, each
+    layer's two sums (``ReduceSumSquare`` of the reference and of the difference, float32) computed inside it:
+    only scalars leave the runtime, where a hundred full-size extra outputs made each QDQ inference ten times
+    slower and their float64 sums in numpy cost as much again. None when the two graphs cannot be joined (the
+    caller runs them apart).
+
+    The graph runs on onnxruntime, graph optimizations off (the QDQ nodes computed as the standard defines them,
+    :class:`~edgekit.core.runtime.HostRunner`'s 16-bit runtime): no compile step, where OpenVINO took 1.1-1.9 s to
+    compile the joined MobileNetV2 (700 nodes) for 8 samples (the accuracy search's ranking step: 2.6 -> 0.7 s,
+    and no compile check in a child for intel-vpu). A graph onnxruntime refuses runs on OpenVINO, in the exact
+    form the host runner gives a QDQ model (compiled in a child first with ``isolate``)."""
     from edgekit.core.runtime import HostRunner
 
-    built = _sqnr_graph(fp32, quantized, layers)
-    if built is None:
-        return None
-    joined, own, sums, ref_name = built
-    try:
-        # Without snippets: their JIT compiled ~200 Sub/ReduceSumSquare subgraphs slower than it ran them
-        # (MobileNetV2: compile 2.3 -> 1.4 s, each inference 15 % faster).
-        runner = HostRunner(joined, isolate=isolate, prepared=True, properties=SQNR_PROPERTIES)
-    except Exception:  # noqa: BLE001 - a joined graph OpenVINO refuses: the two models run apart
+    runner = None
+    for on_ort in (True, False):
+        built = _sqnr_graph(fp32, quantized, layers, runner_form=not on_ort)
+        if built is None:
+            return None
+        joined, own, sums, ref_name = built
+        try:
+            # OpenVINO without snippets: their JIT compiled ~200 Sub/ReduceSumSquare subgraphs slower than it ran
+            # them (MobileNetV2: compile 2.3 -> 1.4 s, each inference 15 % faster).
+            runner = (
+                HostRunner(joined, prepared=True, onnxruntime=True)
+                if on_ort
+                else HostRunner(joined, isolate=isolate, prepared=True, properties=SQNR_PROPERTIES)
+            )
+            break
+        except Exception:  # noqa: BLE001 - a joined graph the runtime refuses: the next, else the two models apart
+            continue
+    if runner is None:
         return None
     comparison = Comparison()
     ranges = InputRanges()
@@ -138,10 +154,12 @@ def _sqnr_in_graph(
     return {**comparison.to_json(), "input_ranges": ranges.to_json()}, rows
 
 
-def _sqnr_graph(fp32: ir.Model, quantized: Quantized, layers: list[str]):
+def _sqnr_graph(fp32: ir.Model, quantized: Quantized, layers: list[str], runner_form: bool = True):
     """(the joined graph, the model's outputs, (layer, signal sum, noise sum) per layer, the fp32 copy's name
-    of a tensor) for :func:`_sqnr_in_graph`, or None when the two models cannot share one graph."""
-    from edgekit.core.runtime import runner_form
+    of a tensor) for :func:`_sqnr_in_graph`, or None when the two models cannot share one graph. ``runner_form``:
+    the QDQ model in the form OpenVINO runs exactly (:func:`edgekit.core.runtime.runner_form`), else as written
+    (onnxruntime)."""
+    from edgekit.core.runtime import runner_form as exact_form
     from onnx import TensorProto, helper, numpy_helper
 
     qproto = quantized.proto()
@@ -155,7 +173,11 @@ def _sqnr_graph(fp32: ir.Model, quantized: Quantized, layers: list[str]):
         or {i.domain: i.version for i in ref.opset_import}.get("", 0) < 21 <= opset  # converted for int16
     ):
         return None
-    joined = runner_form(qproto, True, keep=read)
+    if runner_form:
+        joined = exact_form(qproto, True, keep=read)
+    else:
+        joined = onnx.ModelProto()
+        joined.CopyFrom(qproto)
 
     def renamed(name: str) -> str:
         return name if not name or name in inputs else REF + name

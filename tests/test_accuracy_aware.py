@@ -675,7 +675,9 @@ def test_single_restores_meeting_the_ranking_subset_are_confirmed_in_one_round()
 
 def test_the_search_s_sqnr_rows_are_the_report_s_sqnr(fragile):
     """The search's per-layer SQNR (``sqnr_only``: the two sums alone, computed in one graph holding the fp32
-    and the QDQ model, in float32) is the SQNR of the report's full rows (two runs, float64 sums in numpy)."""
+    and the QDQ model, in float32, on onnxruntime: no compile step) is the SQNR of the report's full rows (two
+    OpenVINO runs, float64 sums in numpy)."""
+    from edgekit.core import runtime
     from edgekit.quantize import evaluation
     from edgekit.quantize.evaluation import evaluate as per_layer_sqnr
 
@@ -686,8 +688,14 @@ def test_the_search_s_sqnr_rows_are_the_report_s_sqnr(fragile):
     layers = [r["tensor"] for r in full]
     from edgekit.quantize.calibrate import no_progress
 
-    joined = evaluation._sqnr_in_graph(model, quantized, layers, dataset(model, data), no_progress, 6, False)
+    sessions = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(runtime._OrtSession, "__init__", _counted(runtime._OrtSession.__init__, sessions))
+        joined = evaluation._sqnr_in_graph(
+            model, quantized, layers, dataset(model, data), no_progress, 6, False
+        )
     assert joined is not None  # the one-graph form, not the two runs it falls back to
+    assert len(sessions) == 1  # on onnxruntime (not compiled by OpenVINO)
     _, light = per_layer_sqnr(model, quantized, dataset(model, data), limit=6, isolate=False, sqnr_only=True)
     assert light == joined[1]
     # The same rows (equal SQNRs, a reshape's and its input's, may sort either way in float32).
@@ -830,3 +838,11 @@ def test_the_deploy_line_suggests_fp16_when_most_layers_left_int8():
         "; over half the layers restored: consider --precision fp16 (float compute, half the size)"
     )
     assert "fp16" not in outcome_line(section(3)) and "3 of 108 layers restored" in outcome_line(section(3))
+
+
+def _counted(function, calls: list):
+    def wrapper(*args, **kwargs):
+        calls.append(args[1:])
+        return function(*args, **kwargs)
+
+    return wrapper
