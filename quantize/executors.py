@@ -110,6 +110,7 @@ def evaluate(context: EvalContext, task: Task) -> Outcome:
     part after the last cached activation it shares with the base model runs (same outputs)."""
     from edgekit.core.runtime import HostRunner
     from edgekit.quantize.pipeline import NothingToQuantizeError, quantize
+    from edgekit.quantize.suffix import CANDIDATE_PROPERTIES
 
     start = time.perf_counter()
     try:
@@ -123,7 +124,12 @@ def evaluate(context: EvalContext, task: Task) -> Outcome:
         else ([], None)
     )
     if cut is None:
-        runner = HostRunner(proto, threads=context.threads, exact_qdq=context.exact_qdq)
+        runner = HostRunner(
+            proto,
+            threads=context.threads,
+            exact_qdq=context.exact_qdq,
+            properties=CANDIDATE_PROPERTIES if context.exact_qdq else None,
+        )
         results = [runner.run({k: context.inputs[i][k] for k in runner.input_names}) for i in task.indices]
     measurement = measure(context.budget, context.reference, task.indices, results)
     kept = tuple({n: np.array(r[n]) for n in task.keep} for r in results) if task.keep else None

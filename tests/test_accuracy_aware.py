@@ -714,7 +714,7 @@ def test_workers_share_the_cached_base_activations_through_the_store(fragile, tm
     (it never runs the base), and a candidate run from those values gives the whole candidate model's answers; a
     sample another worker claimed but never wrote is run."""
     from edgekit.core.runtime import HostRunner
-    from edgekit.quantize.suffix import SuffixCache
+    from edgekit.quantize.suffix import CANDIDATE_PROPERTIES, SuffixCache
 
     path, data, _ = fragile
     model = load_model(path)
@@ -730,7 +730,7 @@ def test_workers_share_the_cached_base_activations_through_the_store(fragile, tm
     second = SuffixCache(base_proto, inputs, 1, (str(tmp_path), 1, 2))
     results, cut = second.run(candidate, indices)
     assert cut == "flat_dequantized" and second.cached("openvino")._runner is None  # every sample read
-    whole = HostRunner(candidate)
+    whole = HostRunner(candidate, properties=CANDIDATE_PROPERTIES)  # as the search's workers run it
     for got, sample in zip(results, inputs, strict=True):
         assert np.array_equal(got["logits"], whole.run(sample)["logits"])
     # A sample claimed by a worker that never wrote it: run by the one that needs it.
