@@ -75,12 +75,17 @@ def available_restores(target: Any, allow_cpu_fallback: bool = False) -> tuple[R
     choices = RESTORES.get(target.name)
     if choices is None:
         raise QuantizationError(f"target {target.name!r} has no accuracy restores")
+    from edgekit.core.runtime import onnxruntime_available
+
     precisions = getattr(target, "precisions", {})
+    # The host measures an int16x8 layer in onnxruntime (a dev extra): without it, the next choice (float).
+    host_16bit = any(r.recipe == "int16x8" for r in choices) and onnxruntime_available()
     return tuple(
         r
         for r in choices
         if (r.recipe is None or precisions.get(r.recipe, None) is None)
         and (allow_cpu_fallback or not r.fallback)
+        and (r.recipe != "int16x8" or host_16bit)
     )
 
 

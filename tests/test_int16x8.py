@@ -5,6 +5,7 @@ intel-vpu, because OpenVINO strips 16-bit QDQ: shown here on OpenVINO itself).""
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import onnx
@@ -185,3 +186,17 @@ def test_one_calibration_serves_every_recipe_and_per_layer_mix(options):
     opts = QuantizeOptions(samples=8, **options)
     shared = quantize(model, calib, opts, statistics=base.stats).proto()
     assert shared.SerializeToString() == quantize(model, calib, opts).proto().SerializeToString()
+
+
+def test_without_onnxruntime_the_host_says_so_and_the_search_restores_float(int16_model, monkeypatch):
+    """onnxruntime is a dev extra, and the host runs 16-bit QDQ models in it: without it, running one is a typed
+    error naming the package (it was an internal ModuleNotFoundError), and arm-cpu's search offers float where it
+    offered int16x8 (it failed on its first int16x8 candidate)."""
+    from edgekit.core.errors import ModelError
+    from edgekit.quantize.restores import available_restores
+
+    assert [r.name for r in available_restores(get_target("arm-cpu"))] == ["int16x8", "float"]
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # an import of it fails
+    with pytest.raises(ModelError, match="pip install onnxruntime"):
+        HostRunner(int16_model)
+    assert [r.name for r in available_restores(get_target("arm-cpu"))] == ["float"]

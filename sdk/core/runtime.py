@@ -125,11 +125,27 @@ def runner_form(proto: onnx.ModelProto, exact_qdq: bool, keep: Sequence[str] = (
     return pad_before_dequantize(proto)  # as the intel-vpu target converts it (targets/openvino_ir.py)
 
 
+#: What a 16-bit QDQ model needs on the host (onnxruntime is a dev extra: ``pip install -e ".[dev]"``).
+ORT_NEEDED = "16-bit activations (int16x8) run on the host in onnxruntime, which is not installed: pip install onnxruntime"
+
+
+def onnxruntime_available() -> bool:
+    """onnxruntime imports here (the host runs 16-bit QDQ models there)."""
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 class _OrtSession:
     """onnxruntime in place of a compiled OpenVINO model (16-bit QDQ models, see the module docstring)."""
 
     def __init__(self, proto: onnx.ModelProto, threads: int | None):
-        import onnxruntime as ort
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            raise ModelError(ORT_NEEDED) from None
 
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
