@@ -118,7 +118,7 @@ def _sqnr_in_graph(
             # OpenVINO without snippets: their JIT compiled ~200 Sub/ReduceSumSquare subgraphs slower than it ran
             # them (MobileNetV2: compile 2.3 -> 1.4 s, each inference 15 % faster).
             runner = (
-                HostRunner(joined, prepared=True, onnxruntime=True)
+                HostRunner(joined, prepared=True, onnxruntime=True, threads=1)
                 if on_ort
                 else HostRunner(joined, isolate=isolate, prepared=True, properties=SQNR_PROPERTIES)
             )
