@@ -32,6 +32,7 @@ FLOORS: dict[str, int] = {
             "runtime",
             "qdq_forms",
             "data",
+            "array_sources",
             "metrics",
             "isolated",
             "litert_run",

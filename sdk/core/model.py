@@ -170,7 +170,7 @@ def fix_input_shapes(
     exported with dynamic axes takes its data's sequence length or image size, and says so), else asked for.
     A ``dim_value <= 0`` is dynamic (see :func:`forget_nonpositive_dims`).
     """
-    from edgekit.core.data import stored_shapes
+    from edgekit.core.array_sources import stored_shapes
 
     input_shapes = dict(input_shapes or {})
     inputs = _graph_inputs(proto)
