@@ -103,7 +103,7 @@ def _sqnr_in_graph(
 
     The graph runs on onnxruntime, graph optimizations off (the QDQ nodes computed as the standard defines them,
     :class:`~edgekit.core.runtime.HostRunner`'s 16-bit runtime): no compile step, where OpenVINO took 1.1-1.9 s to
-    compile the joined MobileNetV2 (700 nodes) for 8 samples (the accuracy search's ranking step: 2.6 -> 0.7 s,
+    compile the joined MobileNetV2 (700 nodes) for 8 samples (the accuracy search's ranking step: 2.6 -> 1.1-1.3 s,
     and no compile check in a child for intel-vpu). A graph onnxruntime refuses runs on OpenVINO, in the exact
     form the host runner gives a QDQ model (compiled in a child first with ``isolate``)."""
     from edgekit.core.runtime import HostRunner

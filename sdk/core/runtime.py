@@ -45,8 +45,8 @@ T = TypeVar("T")
 
 #: OpenVINO's CPU plugin runs bf16 on capable CPUs unless told otherwise (results drift by ~1e-3). It also pins
 #: its threads to cores by default, each process alike: two processes (the accuracy search's pool workers, a
-#: compile beside them) then share one core at half speed each (benchmarks/accuracy_aware.py, MobileNetV2, two
-#: one-thread processes on two cores: 11.1 ms an inference pinned, 5.6 unpinned, 5.4 alone).
+#: compile beside them) then share one core at half speed each (MobileNetV2 fp32, two one-thread processes on two
+#: cores: 11.1 ms an inference pinned, 5.6 unpinned, 5.4 alone; docs/benchmarks.md, stop 25).
 F32_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY", "ENABLE_CPU_PINNING": False}
 
 
