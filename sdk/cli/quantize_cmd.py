@@ -378,34 +378,24 @@ def _print_nodes(title: str, rows: list[dict]) -> None:
 
 
 def print_accuracy_summary(section: dict) -> None:
-    """The accuracy-aware search's outcome: the budget, the data it was measured on, the layers restored."""
-    from edgekit.quantize.budget import Budget
+    """The accuracy-aware search's outcome in the deploy's words (:func:`edgekit.accuracy_report.outcome_line`),
+    the data it was measured on, and the metric on the accuracy set after each layer restored."""
+    from edgekit.accuracy_report import STEP_HEADER, outcome_line, step_rows
 
-    b = section["budget"]
-    budget = Budget(b["kind"], b["value"])
     data = section["data"]
     console.print(
-        f"[bold]{section['target']}[/]: {budget.describe()} met on {section['accuracy_samples']} samples of "
-        f"{data.get('path', 'the data')} ({data['flag']}): {budget.format(section['final']['metric'])} "
-        f"(int8: {budget.format(section['base']['metric'])}), {len(section['restored'])} of "
-        f"{section['quantizable_layers']} layers restored, {section['evaluations']} evaluations in "
-        f"{section['wall_s']:.1f} s ({section['executor']})",
+        f"{outcome_line(section)} (measured on {data.get('path', 'the data')}, {data['flag']}; "
+        f"{section['executor']} executor)",
         soft_wrap=True,
+        markup=False,
+        highlight=False,
     )
     if section["restored"]:
         table = Table(title="layers restored (metric on the accuracy set after each)")
-        table.add_column("#", justify="right")
-        table.add_column("layer")
-        table.add_column("op")
-        table.add_column("restore")
-        table.add_column(budget.flag, justify="right")
-        from edgekit.accuracy_report import curve_metrics
-
-        at = curve_metrics(section)
-        for i, row in enumerate(section["restored"], 1):
-            table.add_row(
-                str(i), row["node"], row["op_type"], row["what"], budget.format(at[i]) if i in at else "-"
-            )
+        for i, title in enumerate(STEP_HEADER):
+            table.add_column(title, justify="right" if i in (0, len(STEP_HEADER) - 1) else "left")
+        for row in step_rows(section):
+            table.add_row(*row)
         console.print(table)
 
 
