@@ -379,6 +379,32 @@ def test_bert_fp16_ir_passes_and_a_corrupted_one_is_refused(bert_qdq, tmp_path, 
         package_ir(fp32, tmp_path / "b")
 
 
+CENTERNET = Path(__file__).resolve().parents[1] / "zoo" / "models" / "centernet_style.onnx"
+
+
+def test_centernet_fp16_ir_on_near_tied_peaks_passes_and_a_corrupted_one_is_refused(
+    tmp_path, monkeypatch
+) -> None:
+    """The committed CenterNet (benchmarks/zoo/probe_detectors.py): on the seeded samples of a deploy without data
+    its boxes at the TopK peaks were refused for fp16's own cost (cosine 0.958 from fp32, the IR equal to the
+    rounded-weights source at 1.0); they pass as a TopK selection, the peak scores keep every gate, and an IR with
+    one output channel of a convolution negated is still refused."""
+    model = load_proto(onnx.load(str(CENTERNET)))
+    v = package_ir(model, tmp_path / "a")
+    boxes, scores = v["outputs"]["boxes"], v["outputs"]["scores"]
+    assert v["yardstick"] == "fp16" and boxes["passed"] and scores["passed"]
+    assert boxes["selection"] == "TopK" and "selection" not in scores
+    assert boxes["cosine"] < 0.99 and boxes["fp16_weights_reference"]["cosine"] >= 0.999
+    convert = openvino_ir._convert
+
+    def bad_channel(proto, folder, compress):
+        return convert(corrupt_weight(proto, which=-1), folder, compress)
+
+    monkeypatch.setattr(openvino_ir, "_convert", bad_channel)
+    with pytest.raises(TargetError, match="verification failed"):
+        package_ir(model, tmp_path / "b")
+
+
 # --------------------------------------------------------------------------------------- PP-OCRv4 (shared)
 
 
