@@ -153,6 +153,30 @@ class YOLOX(nn.Module):
         )
 
 
+class YOLOXDynamic(YOLOX):
+    """YOLOX's own ``decode_outputs``: the grids and strides built in forward from each level's runtime H/W
+    (meshgrid of aranges: Shape, Range, Expand in the graph), exported with a dynamic batch and H/W."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        outs, grids, strides = [], [], []
+        for i, f in enumerate(self.neck(self.backbone(x))):
+            h, w = f.shape[2:]
+            f = self.stems[i](f)
+            cf, rf = self.cls_convs[i](f), self.reg_convs[i](f)
+            out = torch.cat(
+                [self.reg_preds[i](rf), self.obj_preds[i](rf).sigmoid(), self.cls_preds[i](cf).sigmoid()], 1
+            )
+            outs.append(out.flatten(start_dim=2))
+            yv, xv = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+            grid = torch.stack((xv, yv), 2).view(1, -1, 2)
+            grids.append(grid)
+            strides.append(torch.full((*grid.shape[:2], 1), x.shape[-1] // w))
+        o = torch.cat(outs, dim=2).permute(0, 2, 1)
+        g = torch.cat(grids, dim=1).type(o.dtype)
+        s = torch.cat(strides, dim=1).type(o.dtype)
+        return torch.cat([(o[..., 0:2] + g) * s, torch.exp(o[..., 2:4]) * s, o[..., 4:]], -1)
+
+
 class FCOS(nn.Module):
     def __init__(self, size: int = 160, classes: int = 8, c: int = 32):
         super().__init__()
@@ -373,6 +397,17 @@ def specs() -> list[Spec]:
             lambda f: Styles(),
             img(128),
             ["boxes", "scores", "best"],
+            yolo,
+            dynamic_axes={"images": {0: "batch", 2: "height", 3: "width"}},
+        ),
+        Spec(
+            "yolox_nano_dynamic",
+            "YOLOX-nano style (runtime grids)",
+            "detector",
+            13,
+            lambda f: YOLOXDynamic(),
+            img(160),
+            ["output"],
             yolo,
             dynamic_axes={"images": {0: "batch", 2: "height", 3: "width"}},
         ),
