@@ -123,6 +123,67 @@ def test_output_kinds_follow_the_head() -> None:
         assert (got.kind, got.class_axis) == (kind, axis), label
 
 
+def test_outputs_computed_from_a_topk_choice_are_selections() -> None:
+    """CenterNet's tail: boxes gathered at the TopK peaks (and the classes cast from the indices) depend on the
+    choice; the TopK values (the peak scores) and the heatmap itself do not."""
+    k = numpy_helper.from_array(np.array([3], np.int64), "k")
+    nodes = [
+        helper.make_node("Reshape", ["x", "flat"], ["h"]),
+        helper.make_node("Sigmoid", ["h"], ["heat"]),
+        helper.make_node("TopK", ["heat", "k"], ["scores", "idx"]),
+        helper.make_node("Gather", ["wh", "idx"], ["boxes"], axis=0),
+        helper.make_node("Cast", ["idx"], ["classes"], to=TensorProto.FLOAT),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "centernet_tail",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6])],
+        [
+            helper.make_tensor_value_info("heat", TensorProto.FLOAT, [24]),
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [3]),
+            helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [3, 4]),
+            helper.make_tensor_value_info("classes", TensorProto.FLOAT, [3]),
+        ],
+        [
+            k,
+            numpy_helper.from_array(np.array([24], np.int64), "flat"),
+            numpy_helper.from_array(np.ones((24, 4), np.float32), "wh"),
+        ],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    kinds = base.output_kinds(load_proto(proto))
+    assert {n: kinds[n].selection for n in kinds} == {
+        "heat": None,
+        "scores": None,
+        "boxes": "TopK",
+        "classes": "TopK",
+    }
+
+
+def test_fp16_cost_of_a_selection_is_reported_not_gated_but_the_ir_must_equal_the_rounded_weights() -> None:
+    """Two near-tied peaks swapped by float16 weights swap whole box rows (cosine 0.77 from fp32): a selection
+    passes when the IR equals the source with float16-rounded weights, is refused when it does not, and the same
+    swap on an output that is not a choice is refused as fp16's cost beyond 0.99."""
+    rows = np.array([[10.0, 10.0, 40.0, 40.0], [80.0, 5.0, 90.0, 30.0], [3.0, 60.0, 20.0, 100.0]])
+    ref = [{"boxes": rows}]
+    swapped = [{"boxes": rows[[1, 0, 2]]}]  # the IR: the first two peaks reordered by the rounded weights
+    stick = base.yardstick("fp16")
+    for selection, rounded, passes in [("TopK", swapped, True), ("TopK", ref, False), (None, swapped, False)]:
+        kinds = {"boxes": base.OutputKind(selection=selection)}
+        figures = base.compare_outputs(ref, swapped, kinds)
+        assert figures["outputs"]["boxes"]["cosine"] == pytest.approx(0.7708, abs=1e-4)
+        failures = base.judge_outputs(figures, stick, ref, swapped, lambda rounded=rounded: rounded)
+        assert (failures == []) is passes, (selection, failures)
+        entry = figures["outputs"]["boxes"]
+        expected = 1.0 if rounded is swapped else entry["cosine"]
+        assert entry["fp16_weights_reference"]["cosine"] == pytest.approx(expected)
+        metrics = [c["metric"] for c in entry["checks"] if not c["passed"]]
+        if selection is None:
+            assert "cosine_fp16_cost" in metrics and not [m for m in metrics if m.endswith("vs_fp16_weights")]
+        elif not passes:
+            assert "cosine_vs_fp16_weights" in metrics and "cosine_fp16_cost" not in metrics
+
+
 def test_top1_is_counted_per_position_and_ties_count() -> None:
     ref = [{"y": np.array([[[0.0, 1.0, 0.5], [0.2, 0.0, 0.9], [0.5, 0.5 + 1e-6, 0.0]]])}]
     got = [{"y": np.array([[[0.0, 1.0, 0.5], [0.9, 0.0, 0.2], [0.5 + 1e-6, 0.5, 0.0]]])}]
@@ -316,6 +377,32 @@ def test_bert_fp16_ir_passes_and_a_corrupted_one_is_refused(bert_qdq, tmp_path, 
     monkeypatch.setattr(openvino_ir, "_convert", bad_embedding)
     with pytest.raises(TargetError, match="verification failed"):
         package_ir(fp32, tmp_path / "b")
+
+
+CENTERNET = Path(__file__).resolve().parents[1] / "zoo" / "models" / "centernet_style.onnx"
+
+
+def test_centernet_fp16_ir_on_near_tied_peaks_passes_and_a_corrupted_one_is_refused(
+    tmp_path, monkeypatch
+) -> None:
+    """The committed CenterNet (benchmarks/zoo/probe_detectors.py): on the seeded samples of a deploy without data
+    its boxes at the TopK peaks were refused for fp16's own cost (cosine 0.958 from fp32, the IR equal to the
+    rounded-weights source at 1.0); they pass as a TopK selection, the peak scores keep every gate, and an IR with
+    one output channel of a convolution negated is still refused."""
+    model = load_proto(onnx.load(str(CENTERNET)))
+    v = package_ir(model, tmp_path / "a")
+    boxes, scores = v["outputs"]["boxes"], v["outputs"]["scores"]
+    assert v["yardstick"] == "fp16" and boxes["passed"] and scores["passed"]
+    assert boxes["selection"] == "TopK" and "selection" not in scores
+    assert boxes["cosine"] < 0.99 and boxes["fp16_weights_reference"]["cosine"] >= 0.999
+    convert = openvino_ir._convert
+
+    def bad_channel(proto, folder, compress):
+        return convert(corrupt_weight(proto, which=-1), folder, compress)
+
+    monkeypatch.setattr(openvino_ir, "_convert", bad_channel)
+    with pytest.raises(TargetError, match="verification failed"):
+        package_ir(model, tmp_path / "b")
 
 
 # --------------------------------------------------------------------------------------- PP-OCRv4 (shared)
