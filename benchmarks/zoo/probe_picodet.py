@@ -30,13 +30,7 @@ SIZE = 160
 CLASSES = 8
 REG_MAX = 7
 STRIDES = (8, 16, 32, 64)
-DATA = {
-    "type": "image",
-    "color": "RGB",
-    "scale": 1 / 255,
-    "mean": [0.485, 0.456, 0.406],
-    "std": [0.229, 0.224, 0.225],
-}
+DATA = pe.IMAGENET  # the photos' preprocessing of the zoo's Paddle classifiers
 
 
 def build(decode: bool):
