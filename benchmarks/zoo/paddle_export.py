@@ -241,14 +241,14 @@ def _randomize_affine(model, seed: int) -> None:
             m.bias.set_value((0.1 * rng.standard_normal(m.bias.shape)).astype(np.float32))
 
 
-def paddle_to_onnx(model, path: Path, opset: int) -> None:
-    """paddle.jit.save with a [-1, 3, -1, -1] InputSpec named ``x``, then paddle2onnx at ``opset``."""
+def paddle_to_onnx(model, path: Path, opset: int, shape=(None, 3, None, None), name: str = "x") -> None:
+    """paddle.jit.save with an InputSpec of ``shape`` (None: dynamic) named ``name``, then paddle2onnx at ``opset``."""
     import paddle
     import paddle2onnx
 
     with tempfile.TemporaryDirectory(prefix="paddle-export-") as tmp:
         prefix = str(Path(tmp, "inference"))
-        spec = paddle.static.InputSpec([None, 3, None, None], "float32", "x")
+        spec = paddle.static.InputSpec(list(shape), "float32", name)
         paddle.jit.save(model, prefix, input_spec=[spec])
         program = prefix + (".json" if Path(prefix + ".json").exists() else ".pdmodel")
         data = paddle2onnx.export(

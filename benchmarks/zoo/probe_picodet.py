@@ -154,7 +154,6 @@ def export(name: str, decode: bool, opset: int, out: Path, photos) -> dict:
     import onnx
     import onnxruntime as ort
     import paddle
-    import paddle2onnx
 
     paddle.seed(pe.SEED)
     model = build(decode)
@@ -162,17 +161,7 @@ def export(name: str, decode: bool, opset: int, out: Path, photos) -> dict:
     spec = pe.Spec(name, "PicoDet", opset, None, lambda full: (SIZE, SIZE), DATA, "")
     n_bn = pe.set_bn_statistics(model, pe._images(spec, False, 32, 1000, photos))
     path = out / f"{name}.onnx"
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        prefix = str(Path(tmp, "inference"))
-        ispec = paddle.static.InputSpec([None, 3, SIZE, SIZE], "float32", "image")
-        paddle.jit.save(model, prefix, input_spec=[ispec])
-        program = prefix + (".json" if Path(prefix + ".json").exists() else ".pdmodel")
-        data = paddle2onnx.export(
-            program, prefix + ".pdiparams", opset_version=opset, auto_upgrade_opset=False
-        )
-    path.write_bytes(data)
+    pe.paddle_to_onnx(model, path, opset, shape=(None, 3, SIZE, SIZE), name="image")
     proto = onnx.load(str(path))
     onnx.checker.check_model(proto)
     x = pe._images(spec, False, 2, 7, photos)
