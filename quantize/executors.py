@@ -110,7 +110,7 @@ def evaluate(context: EvalContext, task: Task) -> Outcome:
     part after the last cached activation it shares with the base model runs (same outputs)."""
     from edgekit.core.runtime import HostRunner
     from edgekit.quantize.pipeline import NothingToQuantizeError, quantize
-    from edgekit.quantize.suffix import CANDIDATE_PROPERTIES
+    from edgekit.quantize.suffix import candidate_runner
 
     start = time.perf_counter()
     try:
@@ -124,11 +124,10 @@ def evaluate(context: EvalContext, task: Task) -> Outcome:
         else ([], None)
     )
     if cut is None:
-        runner = HostRunner(
-            proto,
-            threads=context.threads,
-            exact_qdq=context.exact_qdq,
-            properties=CANDIDATE_PROPERTIES if context.exact_qdq else None,
+        runner = (
+            candidate_runner(proto, context.threads)
+            if context.exact_qdq
+            else HostRunner(proto, threads=context.threads, exact_qdq=False)
         )
         results = [runner.run({k: context.inputs[i][k] for k in runner.input_names}) for i in task.indices]
     measurement = measure(context.budget, context.reference, task.indices, results)

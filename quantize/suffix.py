@@ -36,6 +36,18 @@ CHECK_SAMPLES = 2
 CANDIDATE_PROPERTIES = {"LP_TRANSFORMS_MODE": False}
 
 
+def candidate_runner(
+    proto: onnx.ModelProto, threads: int | None, extra_outputs=(), onnxruntime: bool = False
+):  # noqa: ANN001, ANN201
+    """The host runner of the search's exact runs (:data:`CANDIDATE_PROPERTIES`): every candidate, cached base and
+    suffix compiles alike, so a suffix fed cached values gives the whole model's answers."""
+    from edgekit.core.runtime import HostRunner
+
+    return HostRunner(
+        proto, extra_outputs, threads=threads, onnxruntime=onnxruntime, properties=CANDIDATE_PROPERTIES
+    )
+
+
 def node_signatures(proto: onnx.ModelProto) -> list[bytes]:
     """A digest per node: op, attributes, input and output names, and the contents of its constant inputs."""
     constants = {t.name: hashlib.sha1(t.SerializeToString()).digest() for t in proto.graph.initializer}
@@ -192,15 +204,9 @@ class _Cached:
 
     def _run(self, i: int) -> None:
         """The base model on sample ``i``: its values at the cuts (and its outputs, for the first samples' check)."""
-        from edgekit.core.runtime import HostRunner
-
         if self._runner is None:
-            self._runner = HostRunner(
-                self.base,
-                extra_outputs=[c for _, c in self.cuts],
-                threads=self.threads,
-                onnxruntime=self.runtime == "onnxruntime",
-                properties=CANDIDATE_PROPERTIES,
+            self._runner = candidate_runner(
+                self.base, self.threads, [c for _, c in self.cuts], self.runtime == "onnxruntime"
             )
         runner = self._runner
         keep = len(self.outputs) < CHECK_SAMPLES or self.store is not None
@@ -257,18 +263,11 @@ class _Cached:
     def usable(self, cut: str) -> bool:
         """The base model's subgraph from ``cut`` fed the cached values reproduces the whole base model (checked
         once, on the first samples cached)."""
-        from edgekit.core.runtime import HostRunner
-
         if cut not in self.checked:
             model = _suffix(self.base, cut)
             ok = model is not None and bool(self.outputs)
             if ok:
-                runner = HostRunner(
-                    model,
-                    threads=self.threads,
-                    onnxruntime=self.runtime == "onnxruntime",
-                    properties=CANDIDATE_PROPERTIES,
-                )
+                runner = candidate_runner(model, self.threads, onnxruntime=self.runtime == "onnxruntime")
                 ok = all(
                     all(np.array_equal(got[n], want[n]) for n in want)
                     for i, want in self.outputs.items()
@@ -308,8 +307,6 @@ class SuffixCache:
     def run(self, proto: onnx.ModelProto, indices: Sequence[int]) -> tuple[list[dict], str | None]:
         """``proto``'s outputs on the accuracy samples ``indices`` from the latest usable cut inside the prefix it
         shares with the base model, and that cut; ``([], None)`` when none fits (run the whole model)."""
-        from edgekit.core.runtime import HostRunner
-
         runtime = runtime_of(proto)
         shared = self.shared_prefix(proto)
         cached = self.cached(runtime)
@@ -321,12 +318,7 @@ class SuffixCache:
             model = _suffix(proto, cut)
             if model is None:
                 continue
-            runner = HostRunner(
-                model,
-                threads=self.threads,
-                onnxruntime=runtime == "onnxruntime",
-                properties=CANDIDATE_PROPERTIES,
-            )
+            runner = candidate_runner(model, self.threads, onnxruntime=runtime == "onnxruntime")
             return [runner.run({cut: cached.value(cut, i)}) for i in indices], cut
         return [], None
 
