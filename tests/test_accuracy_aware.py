@@ -388,13 +388,7 @@ def test_the_search_calibrates_once_and_nnapi_falls_back_to_the_float_search(fra
     from edgekit.quantize import accuracy
 
     calls = []
-    real = accuracy.calibrate
-
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(accuracy, "calibrate", counted)
+    monkeypatch.setattr(accuracy, "calibrate", _counted(accuracy.calibrate, calls))
     path, data, _ = fragile
     model = load_model(path)
     lines: list[str] = []
@@ -841,8 +835,10 @@ def test_the_deploy_line_suggests_fp16_when_most_layers_left_int8():
 
 
 def _counted(function, calls: list):
+    """``function``, each call's arguments appended to ``calls``."""
+
     def wrapper(*args, **kwargs):
-        calls.append(args[1:])
+        calls.append(args)
         return function(*args, **kwargs)
 
     return wrapper
