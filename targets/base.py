@@ -738,10 +738,9 @@ def judge_outputs(
                     "sqnr_db": sqnr,
                 }
                 # a choice among near-ties flips under any rounding: the cost is reported, not gated
-                cost = "selection" in entry or check(
+                close = "selection" in entry or check(
                     "cosine_fp16_cost", entry["cosine"], stick.rounded_weights_min_cosine
                 )
-                close = cost
                 close = check("cosine_vs_fp16_weights", cosine, stick.min_cosine) and close
                 close = check("sqnr_db_vs_fp16_weights", sqnr, stick.min_sqnr_db) and close
                 if "class_axis" in entry:
