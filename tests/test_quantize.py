@@ -560,3 +560,32 @@ def test_entropy_range_of_a_relu_output_keeps_its_body():
     positive = x[x > 0]
     _, hi = choose_range("entropy", mm, hist)
     assert np.percentile(positive, 99) < hi < np.percentile(positive, 99.999), hi
+
+
+def _types(proto: onnx.ModelProto) -> dict[str, bytes]:
+    """Each node output's type and shape, as the model records it."""
+    computed = {name for n in proto.graph.node for name in n.output}
+    values = [*proto.graph.value_info, *proto.graph.output]
+    return {v.name: v.type.SerializeToString() for v in values if v.name in computed}
+
+
+@pytest.mark.parametrize("int16", [False, True])
+def test_the_qdq_model_carries_the_types_shape_inference_gives(int16):
+    """The passes type every value they add, so quantize runs ONNX shape inference only when the fp32 model left
+    a value untyped: either way each value's type and shape are what onnx.shape_inference infers."""
+    source = rename_input(squeezenet_like(opset=7), "x")
+    options = {"layer_precision": (("squeeze", "int16x8"),)} if int16 else {}
+    model = load_proto(source)
+    q = quantize(model, samples((1, 3, 33, 33), n=4), QuantizeOptions(float_output_heads=False, **options))
+    proto = q.proto()
+    bare = onnx.ModelProto()
+    bare.CopyFrom(proto)
+    del bare.graph.value_info[:]
+    inferred = _types(onnx.shape_inference.infer_shapes(bare, strict_mode=True))
+    assert _types(proto) == inferred and len(inferred) == len(proto.graph.node)
+    # A value the fp32 model left untyped: inferred in the QDQ model all the same.
+    untyped = load_proto(source)
+    value = next(v for n in untyped.graph for v in n.outputs if v.name == "rs")
+    value.shape, value.type = None, None
+    again = quantize(untyped, (), QuantizeOptions(float_output_heads=False, **options), statistics=q.stats)
+    assert _types(again.proto()) == _types(proto)
