@@ -592,10 +592,15 @@ def exact_input_quantize(proto: onnx.ModelProto) -> onnx.ModelProto:
 def dequantized_constant(node: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto]) -> onnx.TensorProto:
     """The values of a DequantizeLinear ``node`` of constant inputs (``inits``): a float32 tensor named after its
     output (per tensor or along ``axis``; not blockwise)."""
-    x = onnx.numpy_helper.to_array(inits[node.input[0]]).astype(np.float64)
-    scale = onnx.numpy_helper.to_array(inits[node.input[1]]).astype(np.float64)
+    x = onnx.numpy_helper.to_array(inits[node.input[0]])
+    # Integers of up to 16 bits minus their zero point are exact in float32, and one float32 product of two exact
+    # operands rounds as its float64 product then rounded does: the same values, 3x faster (every candidate of the
+    # accuracy search folds its weights). Wider integers (int32 biases) go through float64.
+    wide = np.float32 if x.dtype.itemsize <= 2 else np.float64
+    x = x.astype(wide)
+    scale = onnx.numpy_helper.to_array(inits[node.input[1]]).astype(wide)
     zero = (
-        onnx.numpy_helper.to_array(inits[node.input[2]]).astype(np.float64)
+        onnx.numpy_helper.to_array(inits[node.input[2]]).astype(wide)
         if len(node.input) > 2 and node.input[2]
         else np.zeros_like(scale)
     )
