@@ -501,3 +501,41 @@ def _decode_feeds(seed: int) -> dict[str, np.ndarray]:
         "x": rng.normal(0, 2, (1, 64, 4)).astype(np.float32),
         "y": rng.normal(0, 2, (1, 32, 4)).astype(np.float32),
     }
+
+
+@pytest.mark.parametrize("options", [{"streams": 2}, {"threads": 1}])
+def test_a_runner_compiled_in_a_child_imports_what_it_compiled(options, monkeypatch) -> None:
+    """``isolate=True``: the child's compiled model, exported and imported here (no second compile), runs with the
+    same properties and gives the same values bit for bit as compiling here."""
+    from pathlib import Path
+
+    from edgekit.core import runtime
+
+    core, compiles = runtime._core(), []
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(core, name)
+
+        def compile_model(self, *args, **kwargs):
+            compiles.append(args[0])
+            return core.compile_model(*args, **kwargs)
+
+    monkeypatch.setattr(runtime, "_core", Spy)
+    model = onnx.load(Path(__file__).parent / "zoo" / "models" / "mobilenet_v2.onnx")
+    name = model.graph.input[0].name
+    extra = [n.output[0] for n in model.graph.node if n.op_type == "Conv"][::5]
+    imported = HostRunner(model, extra_outputs=extra, isolate=True, **options)
+    assert compiles == []
+    compiled = HostRunner(model, extra_outputs=extra, **options)
+    assert len(compiles) == 1
+    for key in ("NUM_STREAMS", "INFERENCE_NUM_THREADS", "ENABLE_CPU_PINNING", "INFERENCE_PRECISION_HINT"):
+        assert str(imported._compiled.get_property(key)) == str(compiled._compiled.get_property(key))
+    rng = np.random.default_rng(3)
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    for _ in range(3):
+        x = {name: rng.standard_normal(shape).astype(np.float32)}
+        a, b = imported.run(x), compiled.run(x)
+        assert set(a) == set(b) and len(a) == len(extra) + 1
+        for key in b:
+            np.testing.assert_array_equal(a[key], b[key])

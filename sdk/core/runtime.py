@@ -84,6 +84,15 @@ def compile_check(
         compiled.create_infer_request().infer(dict(sample))
 
 
+def compile_export(path: str, config: Mapping[str, str]) -> bytes:
+    """(Run in a child.) :func:`compile_check`'s compile, the compiled model exported: the caller imports it
+    (MobileNetV2's calibration graph: import 0.15 s where a second read and compile took 0.5 s)."""
+    core = _core()
+    compiled = core.compile_model(stable_top_k(core.read_model(path)), "CPU", dict(config))
+    blob = compiled.export_model()
+    return blob if isinstance(blob, bytes) else blob.getvalue()
+
+
 def preflight_ir(
     xml: str, source: bytes, samples: Sequence[Mapping[str, np.ndarray]], exact_qdq: Sequence[bool]
 ) -> None:
@@ -223,11 +232,12 @@ class HostRunner:
         with tempfile.TemporaryDirectory(prefix="edgekit-ov-") as tmp:
             path = Path(tmp, "model.onnx")
             path.write_bytes(proto.SerializeToString())
-            if isolate:
+            blob = None
+            if isolate:  # compiled in a child first; this process imports what the child compiled
                 from edgekit.core import isolated
 
-                isolated.call(
-                    compile_check,
+                blob = isolated.call(
+                    compile_export,
                     str(path),
                     config,
                     what="OpenVINO",
@@ -235,8 +245,11 @@ class HostRunner:
                     error=ModelError,
                 )
             try:
-                ov_model = stable_top_k(core.read_model(str(path)))
-                self._compiled = core.compile_model(ov_model, "CPU", config)
+                if blob is not None:
+                    self._compiled = core.import_model(blob, "CPU", config)
+                else:
+                    ov_model = stable_top_k(core.read_model(str(path)))
+                    self._compiled = core.compile_model(ov_model, "CPU", config)
             except RuntimeError as exc:
                 from edgekit.core.isolated import first_message
 
