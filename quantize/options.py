@@ -74,9 +74,9 @@ class QuantizeOptions:
 
         get_recipe(self.precision)
         for node, recipe in self.layer_precision:
-            get_recipe(recipe)
             if not node:
                 raise QuantizationError(f"--layer-precision needs NAME=RECIPE, got {node!r}={recipe!r}")
+            get_recipe(recipe, f"the recipe of --layer-precision {node}")
         for node, method in self.layer_method:
             if method not in METHODS:
                 raise QuantizationError(

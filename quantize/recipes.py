@@ -101,12 +101,13 @@ def file_runtimes(precision: str, activations: str = "uint8", int16: bool = Fals
 W4_BLOCK_SIZES = (32, 64, 128)
 
 
-def get_recipe(name: str) -> Recipe:
-    """The recipe called ``name``, or a QuantizationError naming the recipes there are."""
+def get_recipe(name: str, where: str = "--precision") -> Recipe:
+    """The recipe called ``name``, or a QuantizationError naming the recipes there are (and ``where`` it was
+    given)."""
     try:
         return RECIPES[name]
     except KeyError:
-        raise QuantizationError(f"--precision must be one of {', '.join(RECIPES)}, got {name!r}") from None
+        raise QuantizationError(f"{where} must be one of {', '.join(RECIPES)}, got {name!r}") from None
 
 
 def check_layer_names(node_names: Iterable[str], layer_precision: Iterable[tuple[str, str]]) -> None:

@@ -63,7 +63,7 @@ def test_quantize_cli_writes_an_int16_qdq_model(tmp_path):
     [
         (["--layer-precision", "nosuchnode=int16x8"], "names no node of the model: nosuchnode"),
         (["--layer-precision", "conv1"], "expects NAME=RECIPE"),
-        (["--layer-precision", "conv1=int4"], "--precision must be one of"),
+        (["--layer-precision", "conv1=int4"], "the recipe of --layer-precision conv1 must be one of"),
     ],
 )
 def test_quantize_cli_refuses_bad_layer_precision(tmp_path, args, message):
