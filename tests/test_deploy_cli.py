@@ -174,7 +174,7 @@ def test_failing_target_leaves_nothing(tmp_path: Path, models: dict[str, Path], 
                 "--layer-precision",
                 "conv1=fp8",
             ],
-            "--precision must be one of fp32, fp16, int8",
+            "the recipe of --layer-precision conv1 must be one of fp32, fp16, int8",
         ),
         (
             [

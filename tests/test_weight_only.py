@@ -662,3 +662,49 @@ def test_w8_encoder_file_stores_each_constant_once(tmp_path):
         got = _ort(model, sample)[0]
         ref = ReferenceEvaluator(full).run(None, sample)[0]
         assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
+def test_deploy_w8_takes_layer_precision_and_corrects_biases_with_calibration_data(cnn_path, tmp_path):
+    """``edgekit deploy --precision w8`` quantizes as ``edgekit quantize --precision w8`` does: a layer given
+    ``fp32`` keeps its float weights in the .tflite and the IR, and with --calib the biases in the artifacts are the
+    quantizer's corrected ones (deploy had refused --layer-precision for w8 and used --calib for verification
+    only)."""
+    import edgekit
+    from ai_edge_litert import schema_py_generated as fb
+
+    rng = np.random.default_rng(4)
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, x=rng.normal(0.5, 1.0, (6, 3, 16, 16)).astype(np.float32))
+    layers = {"conv2": "fp32"}
+    out = tmp_path / "w8"
+    result = edgekit.deploy(
+        cnn_path, ["arm-cpu", "intel-vpu"], output=out, precision="w8", layer_precision=layers
+    )
+    assert {b.target for b in result.bundles} == {"arm-cpu", "intel-vpu"}
+    arm = json.loads((out / "arm-cpu" / "manifest.json").read_text())["verification"]
+    assert any(
+        "2 int8 hybrid kernel(s)" in n for n in arm["converter_notes"]
+    )  # 3 without the layer kept fp32
+    ir = json.loads((out / "intel-vpu" / "manifest.json").read_text())["verification"]
+    assert ir["compressed_weights"]["weight_constants"]["i8"] == 2
+
+    corrected = quantize_model(cnn_path, calib, options=QuantizeOptions(precision="w8", samples=6)).model
+    conv1 = next(n for n in corrected.graph.node if n.name == "conv1")
+    expected = next(numpy_helper.to_array(t) for t in corrected.graph.initializer if t.name == conv1.input[2])
+    fp32_bias = next(numpy_helper.to_array(t) for t in tiny_cnn().graph.initializer if t.name == "b1")
+    assert not np.allclose(expected, fp32_bias)
+    for data, want in ((None, fp32_bias), (calib, expected)):
+        folder = tmp_path / f"arm-{data is not None}"
+        edgekit.deploy(cnn_path, "arm-cpu", output=folder, precision="w8", calib=data, calib_samples=6)
+        buf = (next(folder.glob("arm-cpu/*.tflite"))).read_bytes()
+        graph = fb.Model.GetRootAsModel(buf, 0)
+        sub = graph.Subgraphs(0)
+        biases = [
+            np.frombuffer(graph.Buffers(sub.Tensors(i).Buffer()).DataAsNumpy().tobytes(), np.float32)
+            for i in range(sub.TensorsLength())
+            if sub.Tensors(i).Type() == fb.TensorType.FLOAT32
+            and sub.Tensors(i).ShapeLength() == 1
+            and sub.Tensors(i).Shape(0) == want.size
+            and graph.Buffers(sub.Tensors(i).Buffer()).DataLength() > 0
+        ]
+        assert any(np.allclose(b, want, rtol=1e-6, atol=1e-7) for b in biases), (data, biases)

@@ -141,10 +141,10 @@ def prepare(
     else:
         plan = tuple((t, choose_precision(request, t, quantized)) for t in targets)
     if request.layer_precision:
-        if quantized or not any(_needs_quantization(p) for _, p in plan):
+        if quantized or not any(_quantized_here(request, p) for _, p in plan):
             raise DataError(
                 "--layer-precision applies when the deploy quantizes a float model "
-                "(--calib DATA with --precision auto, int8 or int16x8)"
+                "(--calib DATA with --precision auto, int8 or int16x8; or --precision w8 or w4)"
             )
         check_layer_names((n.name for n in model.graph.all_nodes()), request.layer_precision)
     if request.accuracy is not None:
@@ -210,15 +210,16 @@ def package_all(
         try:
             source, provenance, quant_report = prepared.model, dict(prepared.provenance), None
             started = time.perf_counter()
-            if _needs_quantization(precision) and not prepared.quantized:
+            if _quantized_here(request, precision) and not prepared.quantized:
                 dataset = prepared.dataset
-                assert dataset is not None  # choose_precision demands calibration data for these recipes
+                # choose_precision demands calibration data for the calibrated recipes
+                assert dataset is not None or not _needs_quantization(precision)
                 scheme = quantize_options(request, target, precision)
                 # With a budget each target gets its own restores: its model is not shared.
                 key = (scheme, target.name) if request.accuracy is not None else scheme
                 if key not in quantized_models:
-                    hooks.say(f"quantizing for {target.name} ({_scheme_summary(scheme)}) on "
-                              f"{len(dataset)} calibration sample(s)")  # fmt: skip
+                    on = f"{len(dataset)} calibration sample(s)" if dataset is not None else "no data"
+                    hooks.say(f"quantizing for {target.name} ({_scheme_summary(scheme)}) on {on}")
                     stats_key = (
                         scheme.method,
                         scheme.samples,
@@ -269,6 +270,18 @@ def _needs_quantization(precision: str) -> bool:
     from edgekit.quantize.recipes import get_recipe
 
     return get_recipe(precision).calibrated
+
+
+def _quantized_here(request: DeployRequest, precision: str) -> bool:
+    """The deploy quantizes the float model itself (as ``edgekit quantize`` does) before the target packages it:
+    the calibrated recipes, and the weight-only ones given data (its biases corrected, as ``quantize --calib``
+    does) or per-layer recipes. Otherwise the target compresses a float model's weights itself, data-free."""
+    from edgekit.quantize.recipes import get_recipe
+
+    recipe = get_recipe(precision)
+    return recipe.calibrated or (
+        recipe.weight_only and (request.calib is not None or bool(request.layer_precision))
+    )
 
 
 def package_options(
@@ -385,7 +398,13 @@ def _quantize(
     used = result.report.get("calibration", {}).get("samples_used")
     quantization = result.report["quantization"] if target is not None else options.to_json()
     extra = {"quantization": quantization, "calibration_samples": used}
-    return load_proto(result.model, prepare=False), extra, result.report, result.quantized.stats
+    # (the weight-only recipes keep no statistics to share)
+    return (
+        load_proto(result.model, prepare=False),
+        extra,
+        result.report,
+        getattr(result.quantized, "stats", None),
+    )
 
 
 def manifest_verification(path: Path) -> dict[str, Any]:
