@@ -14,7 +14,7 @@ import onnx_ir as ir
 from edgekit.core.errors import QuantizationError
 from edgekit.core.irutil import attr, const_array, only_consumer
 from edgekit.quantize import patterns, rules
-from edgekit.quantize.recipes import check_layer_names
+from edgekit.quantize.recipes import resolve_layer_names
 
 
 @dataclass(frozen=True)
@@ -256,7 +256,7 @@ def make_plan(
             where = f"--layer-precision {name}={recipe}" if name else f"--precision {recipe}"
             legal = ", ".join(LAYER_RECIPES[: 2 if not name else 3])
             raise QuantizationError(f"{where}: a static model's layers take {legal}")
-    check_layer_names((n.name for n in model.graph.all_nodes()), layer_precision.items())
+    layer_precision = dict(resolve_layer_names(model, layer_precision.items()))
     plan = QuantPlan()
     seen: set[str] = set()
     #: Activation -> quantized to int16 (the type its producer, or its first quantized reader, gives it).

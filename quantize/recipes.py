@@ -11,8 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from edgekit.core.errors import QuantizationError
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
 
 
 @dataclass(frozen=True)
@@ -110,16 +114,25 @@ def get_recipe(name: str, where: str = "--precision") -> Recipe:
         raise QuantizationError(f"{where} must be one of {', '.join(RECIPES)}, got {name!r}") from None
 
 
-def check_layer_names(node_names: Iterable[str], layer_precision: Iterable[tuple[str, str]]) -> None:
-    """A QuantizationError when a ``--layer-precision`` names no node of the model (``node_names``: the
-    names of the loaded model's nodes), listing the closest names (best first), else some of the model's."""
+def resolve_layer_names(
+    model: ir.Model, layer_precision: Iterable[tuple[str, str]]
+) -> tuple[tuple[str, str], ...]:
+    """``--layer-precision`` pairs naming the loaded model's nodes: a name of the file as given that the
+    model's preparation fused away (MatMul + Add -> Gemm) names the node it became; a QuantizationError when a
+    name is neither, listing the closest names (best first), else some of the model's."""
     import difflib
 
-    names = [n for n in node_names if n]
-    known = set(names)
-    unknown = [node for node, _ in layer_precision if node not in known]
+    from edgekit.core.passes import SOURCE_NODES
+
+    names = [n.name for n in model.graph.all_nodes() if n.name]
+    known = {name: name for name in names}
+    for node in model.graph.all_nodes():
+        for source in node.meta.get(SOURCE_NODES, ()):
+            known.setdefault(source, node.name)
+    pairs = tuple(layer_precision)
+    unknown = [node for node, _ in pairs if node not in known]
     if not unknown:
-        return
+        return tuple((known[node], recipe) for node, recipe in pairs)
     close = list(dict.fromkeys(c for node in unknown for c in difflib.get_close_matches(node, names, 3, 0.5)))
     hint = (
         f"closest: {', '.join(close)}"

@@ -43,7 +43,7 @@ from edgekit.core.irutil import NameScope, add_initializer, attr
 from edgekit.quantize import gptq
 from edgekit.quantize.options import QuantizeOptions
 from edgekit.quantize.qdq import round_preserving_sums, weight_error_shift, weight_scales
-from edgekit.quantize.recipes import check_layer_names, get_recipe
+from edgekit.quantize.recipes import get_recipe, resolve_layer_names
 from onnx_ir.passes.common import DeduplicateInitializersPass, TopologicalSortPass
 
 log = logging.getLogger("edgekit")
@@ -209,8 +209,7 @@ def quantize_weight_only(model: ir.Model, options: QuantizeOptions, calibration=
         raise QuantizationError(
             "the model is already quantized (it has QDQ or onnxruntime QOperator int8 nodes)"
         )
-    layers = dict(options.layer_precision)
-    check_layer_names((n.name for n in model.graph.all_nodes()), options.layer_precision)
+    layers = dict(resolve_layer_names(model, options.layer_precision))
     proto = ir.to_proto(model)  # a copy: the caller keeps its fp32 model
     wants_int4 = any(
         _recipe_of(n, options, layers) == "w4" and any(s.block_axis is not None for s in weight_sites(n))

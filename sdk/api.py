@@ -8,7 +8,7 @@ import logging
 import os
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from edgekit.quantize.calibrate import Statistics, Track, no_progress
 from edgekit.quantize.evaluation import evaluate, evaluate_outputs
 from edgekit.quantize.options import QuantizeOptions
 from edgekit.quantize.pipeline import Quantized, quantize
-from edgekit.quantize.recipes import check_layer_names, get_recipe
+from edgekit.quantize.recipes import get_recipe, resolve_layer_names
 from edgekit.quantize.weight_only import WeightOnly, quantize_weight_only
 
 #: How many layers the report lists as the worst.
@@ -107,7 +107,8 @@ def quantize_model(
     start = time.perf_counter()
     data = next((d for d in (calib, eval_data, accuracy_data) if isinstance(d, (str, os.PathLike))), None)
     fp32 = loaded if loaded is not None else load_model(model, input_shapes, messages=messages, data=data)
-    check_layer_names((n.name for n in fp32.graph.all_nodes()), options.layer_precision)
+    # The nodes named as the loaded model names them (a name the preparation fused away: the node it became).
+    options = replace(options, layer_precision=resolve_layer_names(fp32, options.layer_precision))
     timings["load_s"] = time.perf_counter() - start
     if options.precision == "fp16":  # no calibration: every weight and activation becomes float16
         eval_set = (

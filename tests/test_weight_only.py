@@ -708,3 +708,26 @@ def test_deploy_w8_takes_layer_precision_and_corrects_biases_with_calibration_da
             and graph.Buffers(sub.Tensors(i).Buffer()).DataLength() > 0
         ]
         assert any(np.allclose(b, want, rtol=1e-6, atol=1e-7) for b in biases), (data, biases)
+
+
+def test_layer_precision_takes_the_names_of_the_file_as_given():
+    """The encoder's MatMul + Add pairs become Gemm nodes named ``<MatMul>_gemm`` when the model is prepared:
+    --layer-precision given the MatMul's name (what Netron shows) applies to that Gemm, for the weight-only and
+    the static recipes alike; a name of neither is refused with the closest ones."""
+    source = onnx.load(ENCODER)
+    query = "/layers.0/attention/query/MatMul"
+    assert any(n.name == query and n.op_type == "MatMul" for n in source.graph.node)
+    kept = _weight_only(ENCODER, "w8", layer_precision=((query, "fp32"),))
+    everything = _weight_only(ENCODER, "w8")
+    readers = {n.name for n in kept.graph.node if any(i.endswith("_dequantized") for i in n.input)}
+    assert f"{query}_gemm" not in readers and f"{query}_gemm" in {
+        n.name for n in everything.graph.node if any(i.endswith("_dequantized") for i in n.input)
+    }
+    from types import SimpleNamespace
+
+    tokens = {i.name: np.arange(16, dtype=np.int64).reshape(1, 16) % 7 for i in source.graph.input}
+    calib = [SimpleNamespace(inputs=tokens, label=None)]
+    static = quantize_model(ENCODER, calib, options=QuantizeOptions(layer_precision=((query, "int16x8"),)))
+    assert static.report["quantization"]["int16_activations"] > 0
+    with pytest.raises(QuantizationError, match="closest: /layers.0/attention/query/MatMul_gemm"):
+        _weight_only(ENCODER, "w8", layer_precision=((query + "x", "fp32"),))

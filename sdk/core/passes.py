@@ -316,6 +316,11 @@ def _is_channel_vector(addend: np.ndarray, channels: int, out_rank: int | None, 
     return non_one == [channel_dim] or (channels == 1 and not non_one)
 
 
+#: ``node.meta`` key: the names of the nodes of the file as given that a preparation pass fused into this node
+#: (``--layer-precision`` takes those names too).
+SOURCE_NODES = "edgekit.source_nodes"
+
+
 class MatMulAddToGemmPass(ir.passes.InPlacePass):
     """MatMul of an activation by a constant 2-D weight, followed by Add of a constant bias, becomes one Gemm
     with a 1-D bias (a [1,N] bias is flattened: integer kernels take 1-D biases). An N-D activation (static,
@@ -348,6 +353,7 @@ class MatMulAddToGemmPass(ir.passes.InPlacePass):
             if len(dims) > 2:
                 gemm_inputs[0] = _reshape(graph, names, mm, a, [int(np.prod(dims[:-1])), dims[-1]])
             gemm = ir.node("Gemm", gemm_inputs, name=names.fresh((mm.name or "MatMul") + "_gemm"))
+            gemm.meta[SOURCE_NODES] = tuple(n.name for n in (mm, add) if n is not None and n.name)
             graph.insert_before(mm, gemm)
             gemm.outputs[0].dtype = mm.outputs[0].dtype
             gemm.outputs[0].shape = mm.outputs[0].shape

@@ -128,7 +128,7 @@ def prepare(
     :func:`choose_precision`: a sweep plans several per target), open the calibration data."""
     from edgekit.core.model import is_quantized, load_model
     from edgekit.core.qoperator import quantization_source
-    from edgekit.quantize.recipes import check_layer_names
+    from edgekit.quantize.recipes import resolve_layer_names
 
     targets = validate(request)
     notes: list[str] = []
@@ -146,7 +146,7 @@ def prepare(
                 "--layer-precision applies when the deploy quantizes a float model "
                 "(--calib DATA with --precision auto, int8 or int16x8; or --precision w8 or w4)"
             )
-        check_layer_names((n.name for n in model.graph.all_nodes()), request.layer_precision)
+        resolve_layer_names(model, request.layer_precision)  # raises naming the unknown ones
     if request.accuracy is not None:
         # The budget is met by the search while quantizing; a deploy that does not quantize would ignore it.
         flag = request.accuracy.budget.flag
