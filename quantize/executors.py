@@ -235,8 +235,8 @@ def prestart(spec: str, workers: int | None = None) -> None:
         try:
             for _ in range(size):  # a pool starts a worker per task submitted while none is idle
                 pool.submit(_preload)
-        except (RuntimeError, BrokenProcessPool):  # the search ended (and shut the pool down) first
-            pass
+        except Exception:  # noqa: BLE001 - the search ended (and shut the pool down) first, or the workers
+            pass  # cannot start: the search's own submits then raise, in its thread, as a typed error
 
     # In a thread: a worker's start waits for the forkserver's imports (0.5 s), which this process need not.
     threading.Thread(target=start, name="edgekit-pool-start", daemon=True).start()
