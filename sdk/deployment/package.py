@@ -237,7 +237,8 @@ def package_all(
                         target=target.name if request.accuracy is not None else None,
                         say=hooks.say,
                     )
-                    statistics[stats_key] = quantized_models[key][3]
+                    if quantized_models[key][3] is not None:  # (weight-only recipes collect none)
+                        statistics[stats_key] = quantized_models[key][3]
                     searched = quantized_models[key][2].get("accuracy_aware")
                     if searched is not None:
                         from edgekit.accuracy_report import outcome_line
