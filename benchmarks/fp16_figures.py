@@ -64,8 +64,8 @@ def fp16_figures(samples: int = 200, shared: Path | None = None) -> list[dict]:
     from edgekit.core.litert_run import run_tflite_samples
     from edgekit.core.model import load_model
     from edgekit.core.runtime import HostRunner
-    from edgekit.targets.base import compare_outputs, output_kinds
     from edgekit.targets.tflite.converter import ConvertOptions, convert
+    from edgekit.targets.yardstick import compare_outputs, output_kinds
 
     shared = shared or default_shared()
     photos = shared / "data/imagenet-sample-200"

@@ -37,7 +37,7 @@ class ArmCpuOptions:
     ``keep_io_layout``: keep ONNX's NCHW layout for image inputs/outputs (one transpose at each edge)
     instead of NHWC. ``fp32_tolerance``: the largest verification error of an fp32 .tflite against the
     source model, relative to the output's scale; an int8 .tflite is judged against its QDQ model by the
-    int8 yardstick (:data:`edgekit.targets.base.YARDSTICKS`).
+    int8 yardstick (:data:`edgekit.targets.yardstick.YARDSTICKS`).
     """
 
     keep_io_layout: bool = False

@@ -37,18 +37,20 @@ from edgekit.targets.base import (
     PackageOptions,
     Problem,
     Target,
-    compare_outputs,
     complete_provenance,
     default_verify_samples,
     io_specs,
-    output_kinds,
     register_target,
     static_dims,
+)
+from edgekit.targets.runtime_versions import openvino_requirements
+from edgekit.targets.yardstick import (
+    compare_outputs,
+    output_kinds,
     verify_outputs,
     worst_rel_error,
     yardstick,
 )
-from edgekit.targets.runtime_versions import openvino_requirements
 
 log = logging.getLogger("edgekit")
 
@@ -69,7 +71,7 @@ class IntelVpuOptions:
     ``compress_to_fp16``: FP16 weights for float models (else an fp32 IR, verified like fp32 TFLite), when
     ``PackageOptions.precision`` does not say (``fp16`` / ``fp32`` there decide).
     ``compile_npu``: compile and export a blob when an NPU plugin is present. How the IR is verified is
-    :data:`edgekit.targets.base.YARDSTICKS` (docs/bundle.md).
+    :data:`edgekit.targets.yardstick.YARDSTICKS` (docs/bundle.md).
     """
 
     compress_to_fp16: bool = True

@@ -446,9 +446,9 @@ def test_cli_quantize_bad_recipe_is_one_line(cnn_path, tmp_path, args, message):
 def test_arm_cpu_w8_falls_back_to_dequantize_when_hybrid_fails_verification(cnn_path, tmp_path, monkeypatch):
     """Held to 1e-4 of the range, the hybrid kernels' on-the-fly int8 inputs fail; DEQUANTIZE + float kernels
     (the weight-only model's own numerics) pass, and the manifest says why."""
-    from edgekit.targets import base
+    from edgekit.targets import yardstick
 
-    monkeypatch.setitem(base.YARDSTICKS, "w8", base.Yardstick("w8", max_rel_error=1e-4))
+    monkeypatch.setitem(yardstick.YARDSTICKS, "w8", yardstick.Yardstick("w8", max_rel_error=1e-4))
     model = _weight_only(cnn_path, "w8")
     manifest, bundle = _package(model, "arm-cpu", tmp_path)
     verification = manifest["verification"]

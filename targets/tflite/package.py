@@ -23,21 +23,23 @@ from edgekit.core.litert_run import (
 from edgekit.core.model import activation_types, qdq_precision
 from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, TensorSpec, write_bundle
 from edgekit.targets.base import (
-    YARDSTICKS,
     PackageOptions,
     Problem,
     Target,
     complete_provenance,
     default_verify_samples,
-    output_kinds,
-    sqnr_db,
     static_dims,
-    verify_outputs,
-    yardstick,
 )
 from edgekit.targets.runtime_versions import tflite_requirements
 from edgekit.targets.tflite.converter import ConversionResult, ConvertOptions, convert
 from edgekit.targets.tflite.registry import lookup
+from edgekit.targets.yardstick import (
+    YARDSTICKS,
+    output_kinds,
+    sqnr_db,
+    verify_outputs,
+    yardstick,
+)
 
 log = logging.getLogger("edgekit")
 

@@ -18,7 +18,7 @@ from edgekit.core.errors import TargetError
 from edgekit.core.model import load_proto
 from edgekit.core.qdq_forms import drop_concat_identity_qdq
 from edgekit.device_agents.bundle import read_bundle
-from edgekit.targets import base
+from edgekit.targets import base, yardstick
 from edgekit.targets.base import PackageOptions, Problem, Target, get_target, register_target, target_names
 from edgekit.targets.openvino_ir import IntelVpuOptions, IntelVpuTarget, export_blob
 from ort_reference import node_by_node
@@ -332,14 +332,14 @@ def test_options_dataclass_is_frozen() -> None:
 def test_compare_outputs_figures() -> None:
     ref = [{"y": np.array([[0.0, 1.0, 3.0]])}, {"y": np.array([[2.0, 0.0, 1.0]])}]
     got = [{"y": np.array([[0.0, 1.5, 3.0]])}, {"y": np.array([[1.0, 2.5, 1.0]])}]
-    figures = base.compare_outputs(ref, got)
+    figures = yardstick.compare_outputs(ref, got)
     y = figures["outputs"]["y"]
     assert figures["samples"] == 2
     assert y["max_abs_error"] == 2.5 and y["reference_range"] == 3.0
     assert y["max_rel_error"] == pytest.approx(2.5 / 3.0) and y["mean_abs_error"] == pytest.approx(4.0 / 6)
     assert y["top1_agreement"] == 0.5
     with pytest.raises(TargetError, match="has shape"):
-        base.compare_outputs(ref, [{"y": np.zeros((1, 4))}, {"y": np.zeros((1, 4))}])
+        yardstick.compare_outputs(ref, [{"y": np.zeros((1, 4))}, {"y": np.zeros((1, 4))}])
 
 
 def test_default_verify_samples_follow_the_inputs(float_model: onnx.ModelProto) -> None:

@@ -1,4 +1,4 @@
-"""The verification yardstick (edgekit.targets.base): each output judged by what it is.
+"""The verification yardstick (edgekit.targets.yardstick): each output judged by what it is.
 
 Real models where max error over the output range on random inputs wrongly refused a right artifact, and
 the same artifacts with one deliberately corrupted weight, which must still be refused.
@@ -15,7 +15,7 @@ import pytest
 from edgekit.core.errors import TargetError
 from edgekit.core.model import load_model, load_proto
 from edgekit.device_agents.bundle import read_bundle
-from edgekit.targets import base, openvino_ir
+from edgekit.targets import base, openvino_ir, yardstick
 from edgekit.targets.base import PackageOptions, get_target
 from onnx import TensorProto, helper, numpy_helper
 
@@ -119,7 +119,7 @@ def test_output_kinds_follow_the_head() -> None:
         ),
     }
     for label, (proto, kind, axis) in cases.items():
-        got = base.output_kinds(load_proto(proto))["y"]
+        got = yardstick.output_kinds(load_proto(proto))["y"]
         assert (got.kind, got.class_axis) == (kind, axis), label
 
 
@@ -151,7 +151,7 @@ def test_outputs_computed_from_a_topk_choice_are_selections() -> None:
         ],
     )
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    kinds = base.output_kinds(load_proto(proto))
+    kinds = yardstick.output_kinds(load_proto(proto))
     assert {n: kinds[n].selection for n in kinds} == {
         "heat": None,
         "scores": None,
@@ -167,12 +167,12 @@ def test_fp16_cost_of_a_selection_is_reported_not_gated_but_the_ir_must_equal_th
     rows = np.array([[10.0, 10.0, 40.0, 40.0], [80.0, 5.0, 90.0, 30.0], [3.0, 60.0, 20.0, 100.0]])
     ref = [{"boxes": rows}]
     swapped = [{"boxes": rows[[1, 0, 2]]}]  # the IR: the first two peaks reordered by the rounded weights
-    stick = base.yardstick("fp16")
+    stick = yardstick.yardstick("fp16")
     for selection, rounded, passes in [("TopK", swapped, True), ("TopK", ref, False), (None, swapped, False)]:
-        kinds = {"boxes": base.OutputKind(selection=selection)}
-        figures = base.compare_outputs(ref, swapped, kinds)
+        kinds = {"boxes": yardstick.OutputKind(selection=selection)}
+        figures = yardstick.compare_outputs(ref, swapped, kinds)
         assert figures["outputs"]["boxes"]["cosine"] == pytest.approx(0.7708, abs=1e-4)
-        failures = base.judge_outputs(figures, stick, ref, swapped, lambda rounded=rounded: rounded)
+        failures = yardstick.judge_outputs(figures, stick, ref, swapped, lambda rounded=rounded: rounded)
         assert (failures == []) is passes, (selection, failures)
         entry = figures["outputs"]["boxes"]
         expected = 1.0 if rounded is swapped else entry["cosine"]
@@ -187,10 +187,10 @@ def test_fp16_cost_of_a_selection_is_reported_not_gated_but_the_ir_must_equal_th
 def test_top1_is_counted_per_position_and_ties_count() -> None:
     ref = [{"y": np.array([[[0.0, 1.0, 0.5], [0.2, 0.0, 0.9], [0.5, 0.5 + 1e-6, 0.0]]])}]
     got = [{"y": np.array([[[0.0, 1.0, 0.5], [0.9, 0.0, 0.2], [0.5 + 1e-6, 0.5, 0.0]]])}]
-    kinds = {"y": base.OutputKind("probabilities", 2, "test")}
-    figures = base.compare_outputs(ref, got, kinds)
+    kinds = {"y": yardstick.OutputKind("probabilities", 2, "test")}
+    figures = yardstick.compare_outputs(ref, got, kinds)
     assert figures["outputs"]["y"]["top1_agreement"] == pytest.approx(1 / 3)
-    failures = base.judge_outputs(figures, base.yardstick("fp16"), ref, got)
+    failures = yardstick.judge_outputs(figures, yardstick.yardstick("fp16"), ref, got)
     y = figures["outputs"]["y"]
     assert y["top1_agreement_ties"] == pytest.approx(2 / 3)  # the third position is a tie, the second is not
     assert failures and "top1_agreement_ties" in failures[0] and y["passed"] is False
@@ -206,36 +206,38 @@ def test_int8_probabilities_pass_on_same_answers_and_fail_on_different_ones() ->
     # a tenth of the logits one step (0.21) apart, as two kernels rounding a mean differently
     one_step = [np.exp(x + (rng.random(x.shape) < 0.1) * rng.choice([-0.21, 0.21], x.shape)) for x in logits]
     got = [{"y": np.round(q / q.sum() * 256) / 256} for q in one_step]
-    kinds = {"y": base.OutputKind("probabilities", 1, "test")}
+    kinds = {"y": yardstick.OutputKind("probabilities", 1, "test")}
     for r, g in zip(ref, got, strict=True):
         assert np.argmax(r["y"]) == np.argmax(g["y"])
-    figures = base.compare_outputs(ref, got, kinds)
+    figures = yardstick.compare_outputs(ref, got, kinds)
     assert figures["outputs"]["y"]["cosine"] < 0.999  # the plain int8 bar alone would refuse it
-    assert base.judge_outputs(figures, base.yardstick("int8"), ref, got) == []
+    assert yardstick.judge_outputs(figures, yardstick.yardstick("int8"), ref, got) == []
     assert any(c["metric"] == "cosine_same_answers" for c in figures["outputs"]["y"]["checks"])
     swapped = [{"y": g["y"][:, ::-1].copy()} for g in got]  # other answers
-    figures = base.compare_outputs(ref, swapped, kinds)
-    assert base.judge_outputs(figures, base.yardstick("int8"), ref, swapped)
-    assert base.judge_outputs(base.compare_outputs(ref, got, kinds), base.yardstick("fp16"), ref, got)
+    figures = yardstick.compare_outputs(ref, swapped, kinds)
+    assert yardstick.judge_outputs(figures, yardstick.yardstick("int8"), ref, swapped)
+    assert yardstick.judge_outputs(
+        yardstick.compare_outputs(ref, got, kinds), yardstick.yardstick("fp16"), ref, got
+    )
 
 
 def test_non_finite_values_are_never_accepted() -> None:
     ref = [{"y": np.array([[0.1, 0.9]])}]
     with pytest.raises(TargetError, match="non-finite values for output 'y'"):
-        base.compare_outputs([{"y": np.array([[np.nan, 1.0]])}], ref)
+        yardstick.compare_outputs([{"y": np.array([[np.nan, 1.0]])}], ref)
     got = [{"y": np.array([[np.nan, 0.9]])}]
     with pytest.raises(TargetError, match="verification failed"):
-        base.verify_outputs(ref, got, base.yardstick("fp16"), None, "t", "it")
+        yardstick.verify_outputs(ref, got, yardstick.yardstick("fp16"), None, "t", "it")
     with pytest.raises(TargetError, match="verification failed"):
-        base.verify_outputs(ref, got, base.yardstick("fp32", 1e-4), None, "t", "it")
+        yardstick.verify_outputs(ref, got, yardstick.yardstick("fp32", 1e-4), None, "t", "it")
 
 
 def test_a_scale_error_is_refused_although_the_cosine_is_one() -> None:
     ref = [{"y": np.linspace(-1, 1, 50)[None]}]
     got = [{"y": 1.2 * np.linspace(-1, 1, 50)[None]}]
-    figures = base.compare_outputs(ref, got)
+    figures = yardstick.compare_outputs(ref, got)
     assert figures["outputs"]["y"]["cosine"] == pytest.approx(1.0)
-    assert base.judge_outputs(figures, base.yardstick("fp16"), ref, got)  # SQNR 14 dB < 27
+    assert yardstick.judge_outputs(figures, yardstick.yardstick("fp16"), ref, got)  # SQNR 14 dB < 27
 
 
 def test_fp32_beyond_1e4_of_the_host_is_judged_against_float64() -> None:
@@ -252,22 +254,26 @@ def test_fp32_beyond_1e4_of_the_host_is_judged_against_float64() -> None:
     def never() -> list[dict[str, np.ndarray]]:
         raise AssertionError("float64 runs only beyond max_rel_error")
 
-    stick = base.yardstick("fp32", 1e-4)
+    stick = yardstick.yardstick("fp32", 1e-4)
     near = [{"y": host[0]["y"] + 640.0 * 0.5e-4}]
-    assert base.judge_outputs(base.compare_outputs(host, near), stick, host, near, never) == []
+    assert yardstick.judge_outputs(yardstick.compare_outputs(host, near), stick, host, near, never) == []
     close_to_truth = artifact(0.5e-4)  # 1.4e-4 off the host, 0.5e-4 off float64
-    figures = base.compare_outputs(host, close_to_truth)
+    figures = yardstick.compare_outputs(host, close_to_truth)
     assert figures["outputs"]["y"]["max_rel_error"] > 1e-4
-    assert base.judge_outputs(figures, stick, host, close_to_truth, lambda: float64) == []
+    assert yardstick.judge_outputs(figures, stick, host, close_to_truth, lambda: float64) == []
     entry = figures["outputs"]["y"]
     assert entry["float64_reference"]["max_rel_error"] == pytest.approx(0.5e-4, rel=1e-2)
     assert entry["float64_reference"]["host_max_rel_error"] == pytest.approx(0.9e-4, rel=1e-2)
     assert [c["metric"] for c in entry["checks"]] == ["max_rel_error", "max_rel_error_vs_float64"]
     far = artifact(1.5e-4)
-    failures = base.judge_outputs(base.compare_outputs(host, far), stick, host, far, lambda: float64)
+    failures = yardstick.judge_outputs(
+        yardstick.compare_outputs(host, far), stick, host, far, lambda: float64
+    )
     assert failures and "max_rel_error_vs_float64" in failures[0]
     # without the float64 run (other targets' fp32 checks), 1e-4 of the host stays the bar
-    assert base.judge_outputs(base.compare_outputs(host, close_to_truth), stick, host, close_to_truth)
+    assert yardstick.judge_outputs(
+        yardstick.compare_outputs(host, close_to_truth), stick, host, close_to_truth
+    )
 
 
 def test_fp32_on_a_sample_where_float32_itself_is_off_float64_is_held_to_the_hosts_own_error() -> None:
@@ -283,21 +289,23 @@ def test_fp32_on_a_sample_where_float32_itself_is_off_float64_is_held_to_the_hos
         return [{"y": truth[i] + off[i] * wobble} for i in range(3)]
 
     host, float64 = run(list(host_off)), [{"y": t} for t in truth]
-    stick = base.yardstick("fp32", 1e-4)
+    stick = yardstick.yardstick("fp32", 1e-4)
     good = run([-1.49e-3, 2e-7, 2e-7])  # as far from float64 as the host, on the other side
-    figures = base.compare_outputs(host, good)
+    figures = yardstick.compare_outputs(host, good)
     assert figures["outputs"]["y"]["max_rel_error"] > 1e-4
-    assert base.judge_outputs(figures, stick, host, good, lambda: float64) == []
+    assert yardstick.judge_outputs(figures, stick, host, good, lambda: float64) == []
     entry = figures["outputs"]["y"]
     assert entry["float64_reference"]["ill_conditioned_samples"] == 1
     assert entry["float64_reference"]["max_rel_error"] == pytest.approx(1.49e-3, rel=1e-2)
     # an error on a well-conditioned sample is still held to 1e-4 of float64
     wrong = run([-1.49e-3, 3e-4, 2e-7])
-    failures = base.judge_outputs(base.compare_outputs(host, wrong), stick, host, wrong, lambda: float64)
+    failures = yardstick.judge_outputs(
+        yardstick.compare_outputs(host, wrong), stick, host, wrong, lambda: float64
+    )
     assert failures and "max_rel_error_vs_float64_per_sample_bound" in failures[0]
     # and on the ill-conditioned one, to twice the host's distance
     far = run([-3.5e-3, 2e-7, 2e-7])
-    assert base.judge_outputs(base.compare_outputs(host, far), stick, host, far, lambda: float64)
+    assert yardstick.judge_outputs(yardstick.compare_outputs(host, far), stick, host, far, lambda: float64)
 
 
 # --------------------------------------------------------------------------------------- BERT-style encoder

@@ -331,8 +331,8 @@ def max_rel_error(ref: np.ndarray, got: np.ndarray) -> float:
 def top1_agreement(kind: str, ref: np.ndarray, got: np.ndarray, ties: bool = False) -> float | None:
     """Top-1 agreement of each sample (classifiers: the flattened scores) or step (sequences: the last axis).
     ``ties``: a class whose reference score is within one int8 step (1/255 of the output's range) of the best
-    counts as the same answer, the rule the int8 verification judges by (edgekit.targets.base)."""
-    from edgekit.targets.base import top1_agreements
+    counts as the same answer, the rule the int8 verification judges by (edgekit.targets.yardstick)."""
+    from edgekit.targets.yardstick import top1_agreements
 
     if kind not in TOP1_KINDS:
         return None
