@@ -360,8 +360,14 @@ def _scheme_summary(scheme: Any) -> str:
 
 
 def quantize_options(request: DeployRequest, target: Any, precision: str = "int8") -> Any:
-    """The quantizer's options for ``target``'s scheme and the recipe ``precision``."""
-    return dataclasses.replace(target.quantize_options(_base_quantize_options(request)), precision=precision)
+    """The quantizer's options for ``target``'s scheme and the recipe ``precision`` (a weight-only recipe has no
+    activation type: every target gets the same options, so one quantization serves them all)."""
+    from edgekit.quantize.recipes import get_recipe
+
+    base = _base_quantize_options(request)
+    if get_recipe(precision).weight_only:
+        return dataclasses.replace(base, precision=precision)
+    return dataclasses.replace(target.quantize_options(base), precision=precision)
 
 
 def _quantize(
