@@ -250,3 +250,72 @@ def test_chained_shape_computations_fold_until_every_shape_is_static(tmp_path):
     (expected,) = ort_run(source, {"x": x})
     (actual,) = HostRunner(model).run({"x": x}).values()
     np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+def functions_model() -> onnx.ModelProto:
+    """A graph whose blocks are local functions, as ``torch.onnx.export(..., export_modules_as_functions=...)``
+    writes them: ``blocks::Block`` (Conv, Relu, then the nested ``blocks::Scale``: Mul by an attribute-free
+    constant) called twice with different weights."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    node = helper.make_node
+    scale = helper.make_function(
+        "blocks",
+        "Scale",
+        ["x"],
+        ["y"],
+        [
+            node("Constant", [], ["half"], value=numpy_helper.from_array(np.array(0.5, np.float32))),
+            node("Mul", ["x", "half"], ["y"]),
+        ],
+        [helper.make_opsetid("", 17)],
+    )
+    block = helper.make_function(
+        "blocks",
+        "Block",
+        ["x", "w", "b"],
+        ["y"],
+        [
+            node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+            node("Relu", ["c"], ["r"]),
+            node("Scale", ["r"], ["y"], domain="blocks"),
+        ],
+        [helper.make_opsetid("", 17), helper.make_opsetid("blocks", 1)],
+    )
+    rng = np.random.default_rng(3)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal(s) * 0.3).astype(np.float32), n)
+        for n, s in (("w1", (4, 3, 3, 3)), ("b1", (4,)), ("w2", (4, 4, 3, 3)), ("b2", (4,)))
+    ]
+    graph = helper.make_graph(
+        [
+            node("Block", ["x", "w1", "b1"], ["h"], domain="blocks", name="block1"),
+            node("Block", ["h", "w2", "b2"], ["y"], domain="blocks", name="block2"),
+        ],
+        "functions",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        inits,
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("blocks", 1)],
+        functions=[block, scale],
+    )
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_local_functions_are_inlined(tmp_path):
+    # torch's export_modules_as_functions wrote such a ResNet-18 (BasicBlock functions): it was refused with
+    # "unsupported op 'torchvision.models.resnet::BasicBlock.1'" although every op in the bodies converts.
+    source = functions_model()
+    model = load_model(save(source, tmp_path))
+    assert op_types(model) == ["Conv", "Relu", "Mul", "Conv", "Relu", "Mul"]
+    assert set(model.opset_imports) == {""}  # the functions' domain left with them
+    proto = to_proto(model)
+    assert not proto.functions
+    x = np.random.default_rng(4).normal(0, 1, (1, 3, 8, 8)).astype(np.float32)
+    (expected,) = ort_run(source, {"x": x})
+    (got,) = ort_run(proto, {"x": x})
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
