@@ -319,3 +319,35 @@ def test_local_functions_are_inlined(tmp_path):
     (expected,) = ort_run(source, {"x": x})
     (got,) = ort_run(proto, {"x": x})
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_bias_computed_with_castlike_of_the_input_folds(tmp_path):
+    """torch's dynamo exporter with ``optimize=False`` gives a bias-free Conv the bias
+    ``Expand(CastLike(0, images), Shape(weight)[:1])``: CastLike reads only its second input's type, so the bias is
+    a constant (before: "Conv node 'node_conv2d': input 'val_5' must be a constant" on every TFLite target)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    node = helper.make_node
+    weight = np.random.default_rng(5).standard_normal((4, 3, 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            node("Constant", [], ["zero"], value=numpy_helper.from_array(np.array(0.0, np.float64))),
+            node("CastLike", ["zero", "x"], ["zero_like"]),
+            node("Shape", ["w"], ["out_channels"], start=0, end=1),
+            node("Expand", ["zero_like", "out_channels"], ["bias"]),
+            node("Conv", ["x", "w", "bias"], ["y"], pads=[1, 1, 1, 1]),
+        ],
+        "castlike_bias",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [numpy_helper.from_array(weight, "w")],
+    )
+    source = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model = load_model(save(source, tmp_path))
+    assert op_types(model) == ["Conv"]
+    bias = model.graph.node(0).inputs[2]
+    assert bias is None or (bias.const_value is not None and bias.const_value.numpy().dtype == np.float32)
+    x = np.random.default_rng(6).normal(0, 1, (1, 3, 8, 8)).astype(np.float32)
+    (expected,) = ort_run(source, {"x": x})
+    (got,) = ort_run(to_proto(model), {"x": x})
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)

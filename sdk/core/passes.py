@@ -132,6 +132,8 @@ class ConstantFoldPass(ir.passes.InPlacePass):
             start = attr(node, "start", 0)
             end = attr(node, "end", rank)
             return [dims[slice(start, end)]]
+        if node.op_type == "CastLike" and (cast := ConstantFoldPass._fold_cast_like(node)) is not None:
+            return cast
         inputs = [v for v in node.inputs if v is not None]
         if not inputs or any(v.const_value is None for v in inputs):
             return None
@@ -179,6 +181,21 @@ class ConstantFoldPass(ir.passes.InPlacePass):
         if sum(a.nbytes for a in arrays) > _FOLD_LIMIT_BYTES:
             return None
         return arrays
+
+    @staticmethod
+    def _fold_cast_like(node: ir.Node) -> list[np.ndarray] | None:
+        """CastLike of a constant: only the type of input 1 counts, which a run-time value has too (torch's
+        dynamo exporter, ``optimize=False``, gives a bias-free Conv ``Expand(CastLike(0, images), ...)`` as bias)."""
+        source, like = node.inputs[0], node.inputs[1] if len(node.inputs) > 1 else None
+        if source is None or source.const_value is None or like is None or like.dtype is None:
+            return None
+        try:
+            dtype = like.dtype.numpy()
+        except (TypeError, ValueError):  # no numpy type (bfloat16, float8, ...): the evaluator's job
+            return None
+        if like.const_value is not None or np.dtype(dtype).kind not in "biuf":
+            return None
+        return [np.asarray(source.const_value.numpy()).astype(dtype)]
 
 
 class FoldShapesPass(ir.passes.InPlacePass):
