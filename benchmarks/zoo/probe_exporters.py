@@ -2,6 +2,7 @@
 
     python benchmarks/zoo/probe_exporters.py --out benchmarks/.zoo/probe5        # the probe (not committed)
     python benchmarks/zoo.py --manifest benchmarks/.zoo/probe5/zoo.json --no-shared --workers 1
+    python benchmarks/zoo/probe_exporters.py --only export_styles_dyn21,vit_attention_dyn23   # tests/zoo/models
 
 Seeded weights, BatchNorm statistics from real photos (``export.set_bn_statistics``), small inputs.
 
@@ -197,7 +198,11 @@ def specs() -> list[Spec]:
         _spec("styles_dyn21", "export styles", seg, 21, lambda f: ExportStyles(), 64, ["mask", "gate"], **dynamo(21)),
         _spec("styles_dyn23", "export styles", seg, 23, lambda f: ExportStyles(), 64, ["mask", "gate"], **dynamo(23)),
         _spec("mobilevit_xxs_dyn23", "MobileViT-XXS (timm)", cls, 23, timm_model("mobilevit_xxs"), 128, ["logits"], **dynamo(23)),
+        _spec("vit_tiny_dyn18", "ViT (timm, reduced)", cls, 18, timm_model("vit_tiny_patch16_224", img_size=64, depth=2), 64, ["logits"], **dynamo(18)),
         _spec("vit_tiny_dyn23", "ViT (timm, reduced)", cls, 23, timm_model("vit_tiny_patch16_224", img_size=64, depth=2), 64, ["logits"], **dynamo(23)),
+        # committed to tests/zoo/models ("ci": false; one file: external_data=False)
+        _spec("export_styles_dyn21", "export styles", seg, 21, lambda f: ExportStyles(), 64, ["mask", "gate"], **dynamo(21), external_data=False),
+        _spec("vit_attention_dyn23", "ViT (timm, reduced)", cls, 23, timm_model("vit_tiny_patch16_224", img_size=64, depth=2, embed_dim=64, num_heads=2), 64, ["logits"], **dynamo(23), external_data=False),
         # ---- legacy exporter with local functions (export_modules_as_functions), and at old opsets
         _spec("resnet18_op17_functions", "ResNet-18", cls, 17, e.resnet18, 96, ["logits"], dynamo=False, export_modules_as_functions=_basic_block()),
         _spec("resnet18_op9", "ResNet-18", cls, 9, e.resnet18, 96, ["logits"]),
