@@ -351,3 +351,44 @@ def test_a_bias_computed_with_castlike_of_the_input_folds(tmp_path):
     (expected,) = ort_run(source, {"x": x})
     (got,) = ort_run(to_proto(model), {"x": x})
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_split_to_sequence_read_at_constant_positions_is_a_split(tmp_path):
+    """torch.chunk through the dynamo exporter with ``optimize=False`` is SplitToSequence + SequenceAt (was:
+    "unsupported op 'SplitToSequence'" on arm-cpu and nnapi): a scalar ``split`` (chunks of 3 of 8 channels, the
+    last one 2) and no ``split`` with keepdims=0 (each row, the axis squeezed) become Split (+ Squeeze)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    node = helper.make_node
+    graph = helper.make_graph(
+        [
+            node("SplitToSequence", ["x", "three"], ["chunks"], axis=1),
+            node("SequenceAt", ["chunks", "zero"], ["c0"]),
+            node("SequenceAt", ["chunks", "one"], ["c1"]),
+            node("SequenceAt", ["chunks", "last"], ["c2"]),
+            node("Mul", ["c0", "c1"], ["m"]),
+            node("Concat", ["m", "c2"], ["joined"], axis=1),
+            node("SplitToSequence", ["joined"], ["rows"], axis=2, keepdims=0),
+            node("SequenceAt", ["rows", "zero"], ["r0"]),
+            node("SequenceAt", ["rows", "one"], ["r1"]),
+            node("Sub", ["r0", "r1"], ["y"]),
+        ],
+        "sequences",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 4])],
+        [
+            numpy_helper.from_array(np.array(3, np.int64), "three"),
+            numpy_helper.from_array(np.array(0, np.int64), "zero"),
+            numpy_helper.from_array(np.array(1, np.int64), "one"),
+            numpy_helper.from_array(np.array(-1, np.int64), "last"),
+        ],
+    )
+    source = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    onnx.checker.check_model(source)
+    model = load_model(save(source, tmp_path))
+    ops = op_types(model)
+    assert "SplitToSequence" not in ops and "SequenceAt" not in ops and ops.count("Split") == 2
+    x = np.random.default_rng(7).normal(0, 1, (1, 8, 2, 4)).astype(np.float32)
+    (expected,) = ort_run(source, {"x": x})
+    (got,) = ort_run(to_proto(model), {"x": x})
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
