@@ -145,7 +145,8 @@ def _img(size: int, name: str = "input"):
 def _how(opset: int, kw: dict) -> str:
     if not kw.get("dynamo"):
         functions = ", modules as local functions" if kw.get("export_modules_as_functions") else ""
-        return f"legacy exporter (dynamo=False), opset {opset}{functions}"
+        folding = ", do_constant_folding=False" if kw.get("do_constant_folding") is False else ""
+        return f"legacy exporter (dynamo=False), opset {opset}{functions}{folding}"
     extra = ", dynamic batch/H/W (dynamic_shapes)" if "dynamic_shapes" in kw else ""
     return f"dynamo exporter, opset {opset}, optimize={kw['optimize']}{extra}"
 
@@ -212,6 +213,7 @@ def specs() -> list[Spec]:
         _spec("ssd_style_op10", "SSD-style detector", det, 10, lambda f: e.SSDStyle(False, 128), 128, ["boxes", "scores"], inp="images"),
         _spec("deeplabv3_op11", "DeepLabV3-MobileNetV3", seg, 11, e.deeplabv3_mobilenet_v3, 128, ["out"]),
         _spec("unet_op10", "UNet (ConvTranspose)", seg, 10, e.UNet, 64, ["mask_logits"]),
+        _spec("mobilenet_v3_large_op9_nofold", "MobileNetV3-Large", cls, 9, e.mobilenet_v3("large"), 96, ["logits"], dynamo=False, do_constant_folding=False),
         _spec("efficientnet_b0_op11", "EfficientNet-B0", cls, 11, e.efficientnet_b0, 96, ["logits"]),
     ]
     # fmt: on
