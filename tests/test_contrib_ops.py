@@ -164,3 +164,94 @@ def test_unexpanded_variant_is_one_typed_line(tmp_path: Path, capsys) -> None:
     errors = [line for line in text.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Attention node" in errors[0] and "unidirectional" in errors[0], text
     assert "Traceback" not in text and not (tmp_path / "o" / "arm-cpu").exists()
+
+
+def onnx23_encoder(three_d: bool, **attention: int) -> onnx.ModelProto:
+    """Q/K/V projections -> ONNX Attention (opset 23, as torch's dynamo exporter writes scaled_dot_product_attention
+    there): 4-D heads with a boolean mask, or 3-D inputs with ``q_num_heads`` and an additive float mask;
+    then RMSNormalization-23 over the last axis."""
+    rng = np.random.default_rng(5)
+    head = HIDDEN // HEADS
+
+    def w(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.4).astype(np.float32)
+
+    keep = np.ones((1, 1, SEQ, SEQ), bool)
+    keep[..., SEQ - 2 :] = False  # two padded keys
+    inits = {"wq": w(HIDDEN, HIDDEN), "wk": w(HIDDEN, HIDDEN), "wv": w(HIDDEN, HIDDEN), "g": 1 + w(HIDDEN)}
+    inits["heads"] = np.array([1, SEQ, HEADS, head], np.int64)
+    inits["merge"] = np.array([1, SEQ, HIDDEN], np.int64)
+    inits["mask"] = np.where(keep, 0.0, -1e4).astype(np.float32)[0] if three_d else keep
+    node = helper.make_node
+    nodes = [node("MatMul", ["x", f"w{c}"], [c]) for c in "qkv"]
+    if three_d:
+        att = [
+            node(
+                "Attention",
+                ["q", "k", "v", "mask"],
+                ["a"],
+                q_num_heads=HEADS,
+                kv_num_heads=HEADS,
+                **attention,
+            )
+        ]
+    else:
+        for c in "qkv":
+            nodes += [
+                node("Reshape", [c, "heads"], [c + "r"]),
+                node("Transpose", [c + "r"], [c + "h"], perm=[0, 2, 1, 3]),
+            ]
+        att = [
+            node("Attention", ["qh", "kh", "vh", "mask"], ["ah"], **attention),
+            node("Transpose", ["ah"], ["at"], perm=[0, 2, 1, 3]),
+            node("Reshape", ["at", "merge"], ["a"]),
+        ]
+    nodes += [*att, node("RMSNormalization", ["a", "g"], ["y"], epsilon=1e-5)]
+    graph = helper.make_graph(
+        nodes, "onnx23", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, SEQ, HIDDEN])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, SEQ, HIDDEN])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    model.ir_version = 11
+    onnx.checker.check_model(model)
+    return model
+
+
+@pytest.mark.parametrize("three_d", [False, True])
+def test_onnx23_attention_and_rms_norm_deploy(tmp_path: Path, capsys, three_d: bool) -> None:
+    """Before: "unsupported op 'Attention' (node 'node_scaled_dot_product_attention') for target 'arm-cpu'" on
+    MobileViT-XXS and ViT exported with dynamo at opset 23. Written out, the model gives onnxruntime's Attention
+    and RMSNormalization kernels' outputs, and the fp32 .tflite passes its verification."""
+    source = onnx23_encoder(three_d)
+    x = {"x": np.random.default_rng(6).standard_normal((1, SEQ, HIDDEN)).astype(np.float32)}
+    session = ort.InferenceSession(source.SerializeToString(), providers=["CPUExecutionProvider"])
+    (reference,) = session.run(None, x)
+    expanded = onnx.ModelProto()
+    expanded.CopyFrom(source)
+    assert contrib.expand(expanded) == []  # nothing fused: standard ops written out
+    ops = [n.op_type for n in expanded.graph.node]
+    assert "Attention" not in ops and "RMSNormalization" not in ops and "Softmax" in ops
+    session = ort.InferenceSession(expanded.SerializeToString(), providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, x)
+    np.testing.assert_allclose(got, reference, atol=1e-5 * np.abs(reference).max())
+    model = tmp_path / "onnx23.onnx"
+    onnx.save(source, model)
+    code, text = cli(
+        capsys, "deploy", str(model), "-t", "arm-cpu", "--precision", "fp32", "-o", str(tmp_path / "o")
+    )
+    assert code == 0, text
+    verification = read_bundle(tmp_path / "o" / "arm-cpu").manifest.verification
+    assert verification["passed"] and verification["max_rel_error"] <= 1e-4, verification
+
+
+def test_causal_onnx_attention_is_one_typed_line(tmp_path: Path, capsys) -> None:
+    model = tmp_path / "causal.onnx"
+    onnx.save(onnx23_encoder(False, is_causal=1), model)
+    code, text = cli(
+        capsys, "deploy", str(model), "-t", "arm-cpu", "--precision", "fp32", "-o", str(tmp_path / "o")
+    )
+    assert code == 2, text
+    errors = [line for line in text.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Attention node" in errors[0] and "is_causal" in errors[0], text
+    assert "Traceback" not in text and not (tmp_path / "o" / "arm-cpu").exists()

@@ -250,3 +250,145 @@ def test_chained_shape_computations_fold_until_every_shape_is_static(tmp_path):
     (expected,) = ort_run(source, {"x": x})
     (actual,) = HostRunner(model).run({"x": x}).values()
     np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+def functions_model() -> onnx.ModelProto:
+    """A graph whose blocks are local functions, as ``torch.onnx.export(..., export_modules_as_functions=...)``
+    writes them: ``blocks::Block`` (Conv, Relu, then the nested ``blocks::Scale``: Mul by an attribute-free
+    constant) called twice with different weights."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    node = helper.make_node
+    scale = helper.make_function(
+        "blocks",
+        "Scale",
+        ["x"],
+        ["y"],
+        [
+            node("Constant", [], ["half"], value=numpy_helper.from_array(np.array(0.5, np.float32))),
+            node("Mul", ["x", "half"], ["y"]),
+        ],
+        [helper.make_opsetid("", 17)],
+    )
+    block = helper.make_function(
+        "blocks",
+        "Block",
+        ["x", "w", "b"],
+        ["y"],
+        [
+            node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+            node("Relu", ["c"], ["r"]),
+            node("Scale", ["r"], ["y"], domain="blocks"),
+        ],
+        [helper.make_opsetid("", 17), helper.make_opsetid("blocks", 1)],
+    )
+    rng = np.random.default_rng(3)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal(s) * 0.3).astype(np.float32), n)
+        for n, s in (("w1", (4, 3, 3, 3)), ("b1", (4,)), ("w2", (4, 4, 3, 3)), ("b2", (4,)))
+    ]
+    graph = helper.make_graph(
+        [
+            node("Block", ["x", "w1", "b1"], ["h"], domain="blocks", name="block1"),
+            node("Block", ["h", "w2", "b2"], ["y"], domain="blocks", name="block2"),
+        ],
+        "functions",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        inits,
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("blocks", 1)],
+        functions=[block, scale],
+    )
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_local_functions_are_inlined(tmp_path):
+    # torch's export_modules_as_functions wrote such a ResNet-18 (BasicBlock functions): it was refused with
+    # "unsupported op 'torchvision.models.resnet::BasicBlock.1'" although every op in the bodies converts.
+    source = functions_model()
+    model = load_model(save(source, tmp_path))
+    assert op_types(model) == ["Conv", "Relu", "Mul", "Conv", "Relu", "Mul"]
+    assert set(model.opset_imports) == {""}  # the functions' domain left with them
+    proto = to_proto(model)
+    assert not proto.functions
+    x = np.random.default_rng(4).normal(0, 1, (1, 3, 8, 8)).astype(np.float32)
+    (expected,) = ort_run(source, {"x": x})
+    (got,) = ort_run(proto, {"x": x})
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_bias_computed_with_castlike_of_the_input_folds(tmp_path):
+    """torch's dynamo exporter with ``optimize=False`` gives a bias-free Conv the bias
+    ``Expand(CastLike(0, images), Shape(weight)[:1])``: CastLike reads only its second input's type, so the bias is
+    a constant (before: "Conv node 'node_conv2d': input 'val_5' must be a constant" on every TFLite target)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    node = helper.make_node
+    weight = np.random.default_rng(5).standard_normal((4, 3, 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            node("Constant", [], ["zero"], value=numpy_helper.from_array(np.array(0.0, np.float64))),
+            node("CastLike", ["zero", "x"], ["zero_like"]),
+            node("Shape", ["w"], ["out_channels"], start=0, end=1),
+            node("Expand", ["zero_like", "out_channels"], ["bias"]),
+            node("Conv", ["x", "w", "bias"], ["y"], pads=[1, 1, 1, 1]),
+        ],
+        "castlike_bias",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [numpy_helper.from_array(weight, "w")],
+    )
+    source = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model = load_model(save(source, tmp_path))
+    assert op_types(model) == ["Conv"]
+    bias = model.graph.node(0).inputs[2]
+    assert bias is None or (bias.const_value is not None and bias.const_value.numpy().dtype == np.float32)
+    x = np.random.default_rng(6).normal(0, 1, (1, 3, 8, 8)).astype(np.float32)
+    (expected,) = ort_run(source, {"x": x})
+    (got,) = ort_run(to_proto(model), {"x": x})
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_split_to_sequence_read_at_constant_positions_is_a_split(tmp_path):
+    """torch.chunk through the dynamo exporter with ``optimize=False`` is SplitToSequence + SequenceAt (was:
+    "unsupported op 'SplitToSequence'" on arm-cpu and nnapi): a scalar ``split`` (chunks of 3 of 8 channels, the
+    last one 2) and no ``split`` with keepdims=0 (each row, the axis squeezed) become Split (+ Squeeze)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    node = helper.make_node
+    graph = helper.make_graph(
+        [
+            node("SplitToSequence", ["x", "three"], ["chunks"], axis=1),
+            node("SequenceAt", ["chunks", "zero"], ["c0"]),
+            node("SequenceAt", ["chunks", "one"], ["c1"]),
+            node("SequenceAt", ["chunks", "last"], ["c2"]),
+            node("Mul", ["c0", "c1"], ["m"]),
+            node("Concat", ["m", "c2"], ["joined"], axis=1),
+            node("SplitToSequence", ["joined"], ["rows"], axis=2, keepdims=0),
+            node("SequenceAt", ["rows", "zero"], ["r0"]),
+            node("SequenceAt", ["rows", "one"], ["r1"]),
+            node("Sub", ["r0", "r1"], ["y"]),
+        ],
+        "sequences",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 4])],
+        [
+            numpy_helper.from_array(np.array(3, np.int64), "three"),
+            numpy_helper.from_array(np.array(0, np.int64), "zero"),
+            numpy_helper.from_array(np.array(1, np.int64), "one"),
+            numpy_helper.from_array(np.array(-1, np.int64), "last"),
+        ],
+    )
+    source = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    onnx.checker.check_model(source)
+    model = load_model(save(source, tmp_path))
+    ops = op_types(model)
+    assert "SplitToSequence" not in ops and "SequenceAt" not in ops and ops.count("Split") == 2
+    x = np.random.default_rng(7).normal(0, 1, (1, 8, 2, 4)).astype(np.float32)
+    (expected,) = ort_run(source, {"x": x})
+    (got,) = ort_run(to_proto(model), {"x": x})
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)

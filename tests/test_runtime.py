@@ -539,3 +539,54 @@ def test_a_runner_compiled_in_a_child_imports_what_it_compiled(options, monkeypa
         assert set(a) == set(b) and len(a) == len(extra) + 1
         for key in b:
             np.testing.assert_array_equal(a[key], b[key])
+
+
+def antialias_model(mode: str, resize_input: str, target: np.ndarray) -> onnx.ModelProto:
+    """Conv -> Resize(antialias=1) as torch's dynamo exporter writes ``F.interpolate(..., antialias=True)``
+    (opset 18), by scales or by sizes."""
+    rng = np.random.default_rng(8)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((3, 2, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(target, resize_input),
+    ]
+    inputs = ["c", "", resize_input] if resize_input == "scales" else ["c", "", "", resize_input]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Resize", inputs, ["y"], mode=mode, antialias=1),
+        ],
+        "antialias",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 20, 24])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize(
+    ("mode", "resize_input", "target"),
+    [
+        ("linear", "scales", np.array([1, 1, 0.5, 0.5], np.float32)),
+        ("cubic", "scales", np.array([1, 1, 0.4, 1.0], np.float32)),
+        ("linear", "sizes", np.array([1, 3, 7, 10], np.int64)),
+    ],
+)
+def test_antialiased_resize_runs_as_onnx_defines_it(mode, resize_input, target) -> None:
+    """OpenVINO 2026.4's antialiased Interpolate is 0.43 of the output range away from ONNX's Resize (2x
+    bilinear), so the host reference and the intel-vpu IR were wrong alike (the FP16 IR "passed"). As two
+    MatMuls by constant matrices (:func:`antialias_resizes_as_matmuls`), the host runner gives the onnx
+    reference evaluator's values, and so does the form the intel-vpu target converts."""
+    from edgekit.core.qdq_forms import antialias_resizes_as_matmuls, for_openvino
+
+    model = antialias_model(mode, resize_input, target)
+    ops = [n.op_type for n in for_openvino(model).graph.node]
+    assert "Resize" not in ops and ops.count("MatMul") == (1 if mode == "cubic" else 2)
+    assert (
+        antialias_resizes_as_matmuls(antialias_model("nearest", resize_input, target)).graph.node[1].op_type
+        == "Resize"
+    )
+    x = np.random.default_rng(9).standard_normal((1, 2, 20, 24)).astype(np.float32)
+    (expected,) = ReferenceEvaluator(model).run(None, {"x": x})
+    got = HostRunner(model).run({"x": x})["y"]
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, atol=1e-5 * np.ptp(expected))

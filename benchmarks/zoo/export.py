@@ -55,6 +55,9 @@ class Spec:
     #: torch.onnx.export's dynamic_axes (e.g. a dynamic batch and H/W as insightface exports SCRFD); the manifest
     #: keeps the static example shape and the entry fixes the dims with --input-shape
     dynamic_axes: dict[str, dict[int, str]] | None = None
+    #: more torch.onnx.export arguments, over the defaults (e.g. ``dynamo=True``, ``dynamic_shapes``, ``optimize``:
+    #: the exporter path users take beside the legacy one)
+    export_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------------------------- builders
@@ -511,6 +514,8 @@ def export(spec: Spec, full: bool, out_dir: Path, photos: list[np.ndarray], seed
         for n, _ in inputs
     )
     path = out_dir / f"{spec.name}.onnx"
+    kwargs: dict[str, Any] = {"dynamo": False, "do_constant_folding": True, "dynamic_axes": spec.dynamic_axes}
+    kwargs.update(spec.export_kwargs)
     torch.onnx.export(
         model,
         example,
@@ -518,9 +523,7 @@ def export(spec: Spec, full: bool, out_dir: Path, photos: list[np.ndarray], seed
         input_names=[n for n, _ in inputs],
         output_names=spec.outputs,
         opset_version=spec.opset,
-        dynamo=False,
-        do_constant_folding=True,
-        dynamic_axes=spec.dynamic_axes,
+        **kwargs,
     )
     import onnx
 

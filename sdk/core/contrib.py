@@ -13,11 +13,13 @@ scores; the fused QKV weight is split into three MatMuls, as the unfused export 
 The rewrite runs on the ``onnx.ModelProto`` at the model's own opset, before the opset upgrade. One function
 per op, keyed by op type in ``_EXPANSIONS``; a ``com.microsoft`` op without one stays and is reported as
 unsupported by the targets, and a variant an expansion does not cover (past key/values, rotary, ...) is a
-``ModelError`` naming it.
+``ModelError`` naming it. The standard function ops newer exporters write (ONNX Attention and
+RMSNormalization, opset 23) are written out the same way (``_ONNX_EXPANSIONS``).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import numpy as np
@@ -39,6 +41,9 @@ class _Writer:
         self.nodes: list[onnx.NodeProto] = []
         self._count = 0
         self.consts = {t.name: t for t in graph.initializer}
+        self.typed = (
+            graph  # where value types and shapes are read: ``expand`` infers them for _ONNX_EXPANSIONS
+        )
 
     def name(self, hint: str) -> str:
         self._count += 1
@@ -296,6 +301,87 @@ def _rank(graph: onnx.GraphProto, name: str) -> int | None:
     return None
 
 
+def _last_dim(graph: onnx.GraphProto, name: str) -> int | None:
+    for v in [*graph.input, *graph.value_info, *graph.output]:
+        if v.name == name and v.type.tensor_type.HasField("shape") and v.type.tensor_type.shape.dim:
+            last = v.type.tensor_type.shape.dim[-1]
+            return last.dim_value if last.HasField("dim_value") else None
+    return None
+
+
+def _onnx_attention(w: _Writer, node: onnx.NodeProto) -> None:
+    """ONNX's Attention (opset 23; torch's dynamo exporter writes scaled_dot_product_attention as it from
+    opset 23) as the MatMul / Mul / Softmax / MatMul the earlier exports have: Q [B, H, S, D] (or [B, S, H*D]
+    with ``q_num_heads``), K^T, ``scale`` (default 1 / sqrt(D)), an additive float mask or a boolean one
+    (False: -inf), Softmax over the keys, times V. Past key/values, causal masking, softcap, grouped-query
+    heads and the extra outputs are not expanded (one line naming the one)."""
+    a = _attrs(node)
+    name = f"Attention node {node.name!r}"
+    q_heads, kv_heads = a.get("q_num_heads"), a.get("kv_num_heads")
+    extra = [k for k in ("is_causal", "softcap", "qk_matmul_output_mode") if a.get(k)]
+    extra += ["past key/value inputs"] if _opt(node, 4) or _opt(node, 5) else []
+    extra += ["present / qk outputs"] if _used_outputs(node, 1) else []
+    extra += ["grouped-query heads"] if q_heads != kv_heads else []
+    if extra:
+        raise ModelError(f"{name}: {', '.join(extra)} not expanded (plain attention is)")
+    q, k, v = node.input[:3]
+    head = _last_dim(w.typed, q)
+    if q_heads:  # 3-D inputs [B, S, heads * D]: split the heads
+        split = w.const("heads_shape", np.array([0, 0, int(q_heads), -1], np.int64))
+        q = w.op("Transpose", [w.op("Reshape", [q, split])], perm=[0, 2, 1, 3])
+        kt = w.op("Transpose", [w.op("Reshape", [k, split])], perm=[0, 2, 3, 1])
+        v = w.op("Transpose", [w.op("Reshape", [v, split])], perm=[0, 2, 1, 3])
+        head = head // int(q_heads) if head else None
+    else:
+        kt = w.op("Transpose", [k], perm=[0, 1, 3, 2])
+    scale = a.get("scale")
+    if scale is None:
+        if not head:
+            raise ModelError(f"{name}: the head size (Q's last dim) is not static, so neither is the scale")
+        scale = 1.0 / np.sqrt(head)
+    scores = w.op("Mul", [w.op("MatMul", [q, kt]), w.const("scale", np.array(scale, np.float32))])
+    mask = _opt(node, 3)
+    if mask:
+        if _elem_type(w.typed, mask) == onnx.TensorProto.BOOL:
+            zero, masked = (
+                w.const("zero", np.array(0.0, np.float32)),
+                w.const("fill", np.array(-np.inf, np.float32)),
+            )
+            mask = w.op("Where", [mask, zero, masked])
+        scores = w.op("Add", [scores, mask])
+    probs = w.op("Softmax", [scores], axis=-1)
+    if not q_heads:
+        w.op("MatMul", [probs, v], node.output[0])
+        return
+    y = w.op("Transpose", [w.op("MatMul", [probs, v])], perm=[0, 2, 1, 3])
+    w.op("Reshape", [y, w.const("merge_shape", np.array([0, 0, -1], np.int64))], node.output[0])
+
+
+def _elem_type(graph: onnx.GraphProto, name: str) -> int | None:
+    for v in [*graph.input, *graph.value_info, *graph.output]:
+        if v.name == name:
+            return v.type.tensor_type.elem_type
+    for t in graph.initializer:
+        if t.name == name:
+            return t.data_type
+    return None
+
+
+def _onnx_rms_norm(w: _Writer, node: onnx.NodeProto) -> None:
+    """ONNX's RMSNormalization (opset 23) over the last axis: x / sqrt(mean(x^2) + epsilon) * scale."""
+    a = _attrs(node)
+    if a.get("axis", -1) != -1:
+        raise ModelError(f"RMSNormalization node {node.name!r}: axis {a['axis']} not expanded (-1 is)")
+    w.rms_norm(node.input[0], node.input[1], a.get("epsilon", 1e-5), node.output[0])
+
+
+#: Standard ONNX ops (default domain) written out the same way: newer function ops the targets convert as
+#: their parts.
+_ONNX_EXPANSIONS: dict[str, Callable[[_Writer, onnx.NodeProto], None]] = {
+    "Attention": _onnx_attention,
+    "RMSNormalization": _onnx_rms_norm,
+}
+
 _EXPANSIONS: dict[str, Callable[[_Writer, onnx.NodeProto], None]] = {
     "SkipLayerNormalization": _skip_layer_norm,
     "SimplifiedLayerNormalization": _simplified_layer_norm,
@@ -311,17 +397,24 @@ _EXPANSIONS: dict[str, Callable[[_Writer, onnx.NodeProto], None]] = {
 
 
 def expand(proto: onnx.ModelProto) -> list[str]:
-    """Rewrite the fused ops of ``proto`` in place; the op types rewritten (empty when there were none)."""
+    """Rewrite the fused ops of ``proto`` in place; the fused op types rewritten (empty when there were none).
+    The standard function ops of ``_ONNX_EXPANSIONS`` are rewritten too, and only logged: nothing was fused."""
     opset = next((i.version for i in proto.opset_import if i.domain in ("", "ai.onnx")), 0)
     graph = proto.graph
     done: list[str] = []
+    written: list[str] = []
     nodes: list[onnx.NodeProto] = []
     fused_inputs: set[str] = set()
+    typed = graph
+    if any(n.domain in ("", "ai.onnx") and n.op_type in _ONNX_EXPANSIONS for n in graph.node):
+        typed = onnx.shape_inference.infer_shapes(proto).graph  # head sizes, mask types
     for index, node in enumerate(graph.node):
         # onnxruntime also registers (Simplified)LayerNormalization in the default domain (below opset 17)
         fused = node.domain == MS_DOMAIN or node.op_type == "SimplifiedLayerNormalization"
         fused = fused or (node.op_type == "LayerNormalization" and opset < 17)
         fn = _EXPANSIONS.get(node.op_type) if fused else None
+        standard = node.domain in ("", "ai.onnx") and node.op_type in _ONNX_EXPANSIONS
+        fn = _ONNX_EXPANSIONS[node.op_type] if standard else fn
         if fn is None:
             nodes.append(node)
             continue
@@ -331,10 +424,13 @@ def expand(proto: onnx.ModelProto) -> list[str]:
             )
         fused_inputs.update(node.input)
         w = _Writer(graph, opset, node, index)
+        w.typed = typed
         fn(w, node)
         nodes.extend(w.nodes)
-        done.append(node.op_type)
-    if done:
+        (written if standard else done).append(node.op_type)
+    if written:
+        logging.getLogger("edgekit").info("written out as their parts: %s", ", ".join(sorted(set(written))))
+    if done or written:
         del graph.node[:]
         graph.node.extend(nodes)
         used = {name for n in graph.node for name in n.input} | {o.name for o in graph.output}

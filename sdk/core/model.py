@@ -246,6 +246,38 @@ def infer_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
         raise ModelError(f"shape inference failed: {first}") from None
 
 
+#: Ops that onnx's shape inference gives no output shape (ONNX functions without an inference function) and
+#: whose output has their first input's type and shape.
+SHAPE_OF_FIRST_INPUT = frozenset({"GroupNormalization"})
+
+
+def infer_shapes_through_functions(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """Shape inference past the :data:`SHAPE_OF_FIRST_INPUT` ops: each one's output gets its input's type, and
+    inference runs again from there (the dynamo exporter writes GroupNorm as GroupNormalization-21, and every
+    value after it was left without a shape)."""
+    for _ in range(sum(n.op_type in SHAPE_OF_FIRST_INPUT for n in proto.graph.node)):
+        g = proto.graph
+        typed = {
+            v.name: v for v in [*g.input, *g.value_info, *g.output] if v.type.tensor_type.HasField("shape")
+        }
+        added = [
+            (node.output[0], typed[node.input[0]])
+            for node in g.node
+            if node.op_type in SHAPE_OF_FIRST_INPUT
+            and node.input
+            and node.input[0] in typed
+            and node.output[0] not in typed
+        ]
+        if not added:
+            break
+        for name, source in added:
+            value = g.value_info.add()
+            value.CopyFrom(source)
+            value.name = name
+        proto = infer_shapes(proto)
+    return proto
+
+
 def load_model(
     path: str | os.PathLike[str],
     input_shapes: Mapping[str, tuple[int, ...]] | None = None,
@@ -280,6 +312,7 @@ def load_proto(
     # Before anything reads the shapes: onnx's version converter aborts the process (a failed std::clamp
     # assertion) on a value_info dim of -1, as older paddle2onnx releases write them.
     forget_nonpositive_dims(copy)
+    inline_local_functions(copy)
     expanded = _expand_fused_ops(copy)
     proto = upgrade_opset(copy)
     # The lowest IR version the opsets allow (>= 4: initializers that are not graph inputs), so that every
@@ -303,7 +336,7 @@ def load_proto(
 
     proto = concat_pairs_restored(proto)  # a portable QDQ file's Concats integer again (runtime.portable_qdq)
     _clear_stale_shapes(proto)
-    proto = infer_shapes(proto)
+    proto = infer_shapes_through_functions(infer_shapes(proto))
     try:
         model = ir.from_proto(proto)
     except Exception as exc:
@@ -312,6 +345,38 @@ def load_proto(
     if prepare:
         model = passes.prepare(model)
     return model
+
+
+def _node_domains(graph: onnx.GraphProto) -> set[str]:
+    domains = set()
+    for node in graph.node:
+        domains.add(node.domain)
+        for a in node.attribute:
+            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+                domains |= _node_domains(sub)
+    return domains
+
+
+def inline_local_functions(proto: onnx.ModelProto) -> None:
+    """Inline the model's local functions (``FunctionProto``s: torch's ``export_modules_as_functions``, a module
+    exported as one node), in place: their bodies are standard ops, which every target converts one by one.
+    The functions' domains no node uses any more leave the opset imports."""
+    if not proto.functions:
+        return
+    import onnx.inliner
+
+    names = sorted({f"{f.domain}::{f.name}" if f.domain else f.name for f in proto.functions})
+    try:
+        inlined = onnx.inliner.inline_local_functions(proto)
+    except Exception as exc:  # the inliner raises bare C++ errors
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"cannot inline the model's local functions ({', '.join(names)}): {first}") from None
+    used = _node_domains(inlined.graph) | {"", "ai.onnx"}
+    kept = [o for o in inlined.opset_import if o.domain in used]
+    del inlined.opset_import[:]
+    inlined.opset_import.extend(kept)
+    proto.CopyFrom(inlined)
+    log.info("inlined %d local function(s): %s", len(names), ", ".join(names))
 
 
 def _expand_fused_ops(proto: onnx.ModelProto) -> list[str]:

@@ -132,6 +132,8 @@ class ConstantFoldPass(ir.passes.InPlacePass):
             start = attr(node, "start", 0)
             end = attr(node, "end", rank)
             return [dims[slice(start, end)]]
+        if node.op_type == "CastLike" and (cast := ConstantFoldPass._fold_cast_like(node)) is not None:
+            return cast
         inputs = [v for v in node.inputs if v is not None]
         if not inputs or any(v.const_value is None for v in inputs):
             return None
@@ -179,6 +181,85 @@ class ConstantFoldPass(ir.passes.InPlacePass):
         if sum(a.nbytes for a in arrays) > _FOLD_LIMIT_BYTES:
             return None
         return arrays
+
+    @staticmethod
+    def _fold_cast_like(node: ir.Node) -> list[np.ndarray] | None:
+        """CastLike of a constant reads only input 1's type: torch's dynamo exporter (``optimize=False``) gives a
+        bias-free Conv the bias ``Expand(CastLike(0, images), ...)``."""
+        source, like = node.inputs[0], node.inputs[1] if len(node.inputs) > 1 else None
+        if source is None or source.const_value is None or like is None or like.dtype is None:
+            return None
+        try:
+            dtype = like.dtype.numpy()
+        except (TypeError, ValueError):  # no numpy type (bfloat16, float8, ...): the evaluator's job
+            return None
+        if like.const_value is not None or np.dtype(dtype).kind not in "biuf":
+            return None
+        return [np.asarray(source.const_value.numpy()).astype(dtype)]
+
+
+class SequenceSplitPass(ir.passes.InPlacePass):
+    """A SplitToSequence read only by SequenceAt at constant positions as a Split (torch.chunk through the dynamo
+    exporter with ``optimize=False``: "unsupported op 'SplitToSequence'" on TFLite). Needs the axis' size."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        graph = model.graph
+        names = NameScope(graph)
+        modified = False
+        for node in list(graph):
+            parts = self._parts(node)
+            if parts is None:
+                continue
+            sizes, squeeze = parts
+            x, axis = node.inputs[0], attr(node, "axis", 0)
+            split = ir.node(
+                "Split",
+                [x, add_initializer(graph, names, "split_sizes", np.array(sizes, np.int64))],
+                attributes={"axis": axis},
+                num_outputs=len(sizes),
+                name=names.fresh(node.name or "SplitToSequence"),
+            )
+            graph.insert_before(node, split)
+            readers = [use.node for use in node.outputs[0].uses()]
+            for reader in readers:
+                part = split.outputs[int(reader.inputs[1].const_value.numpy()) % len(sizes)]
+                if squeeze:
+                    axes = add_initializer(graph, names, "squeeze_axes", np.array([axis], np.int64))
+                    squeezed = ir.node("Squeeze", [part, axes], name=names.fresh(reader.name or "SequenceAt"))
+                    graph.insert_before(reader, squeezed)
+                    part = squeezed.outputs[0]
+                replace_value(reader.outputs[0], part)
+            graph.remove([*readers, node], safe=True)
+            modified = True
+        return ir.passes.PassResult(model, modified)
+
+    @staticmethod
+    def _parts(node: ir.Node) -> tuple[list[int], bool] | None:
+        """The split sizes and whether each part loses the axis (keepdims=0 without ``split``), or None."""
+        if node.op_type != "SplitToSequence" or node.inputs[0] is None or node.inputs[0].shape is None:
+            return None
+        seq = node.outputs[0]
+        readers = [use.node for use in seq.uses()]
+        if seq.is_graph_output() or not readers:
+            return None
+        if any(
+            r.op_type != "SequenceAt" or r.inputs[1] is None or r.inputs[1].const_value is None
+            for r in readers
+        ):
+            return None
+        shape, axis = node.inputs[0].shape, attr(node, "axis", 0)
+        dim = shape[axis] if -len(shape) <= axis < len(shape) else None
+        if not isinstance(dim, int) or dim <= 0:
+            return None
+        given = node.inputs[1] if len(node.inputs) > 1 else None
+        if given is None:
+            return [1] * dim, not attr(node, "keepdims", 1)
+        if (split := const_array(given)) is None:
+            return None
+        if split.ndim == 0:  # chunks of that size, the last one smaller
+            step = int(split)
+            return [min(step, dim - start) for start in range(0, dim, step)], False
+        return [int(v) for v in split.reshape(-1)], False
 
 
 class FoldShapesPass(ir.passes.InPlacePass):
@@ -392,6 +473,7 @@ def prepare(model: ir.Model) -> ir.Model:
             RemoveUnusedNodesPass(),
             TopologicalSortPass(),
             ShapeInferencePass(),
+            SequenceSplitPass(),  # needs the split axis' size
             StandaloneBatchNormPass(),  # these two need the channel count
             AveragePoolAsConvPass(),
             FoldShapesPass(),  # shapes now known everywhere: fold shape sub-graphs

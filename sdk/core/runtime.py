@@ -27,6 +27,7 @@ import numpy as np
 import onnx
 from edgekit.core.errors import DataError, ModelError
 from edgekit.core.qdq_forms import (
+    antialias_resizes_as_matmuls,
     drop_concat_identity_qdq,
     exact_input_quantize,
     fold_constant_dequantize,
@@ -129,6 +130,7 @@ def runner_form(proto: onnx.ModelProto, exact_qdq: bool, keep: Sequence[str] = (
     semantics (constant dequantizations folded, 8-bit element-wise ops tabulated, graph-input quantization
     written out), else as the intel-vpu target converts it; the tensors ``keep`` stay in the graph."""
     proto = scalar_gathers_squeezed(sliced_gather_elements_apart(drop_concat_identity_qdq(proto, keep=keep)))
+    proto = antialias_resizes_as_matmuls(proto)
     if exact_qdq:
         return exact_input_quantize(tabulate_elementwise(fold_constant_dequantize(proto), keep=keep))
     return pad_before_dequantize(proto)  # as the intel-vpu target converts it (targets/openvino_ir.py)

@@ -85,3 +85,39 @@ def test_int8_group_norm_as_exported_matches_its_qdq_model(case_id: str) -> None
         (actual,) = run_tflite(result, feeds)
         off = np.abs(actual.astype(np.float64) - expected) > step * 1.001
         assert off.mean() <= 0.01, f"{off.mean():.2%} of the values differ by more than one step ({step:.3g})"
+
+
+def test_group_norm_inside_the_graph_has_a_shape() -> None:
+    """torch's dynamo exporter at opset 21+ writes nn.GroupNorm as GroupNormalization-21 between other ops, and
+    onnx's shape inference gives its output no shape: every value after it was shapeless and the conversion
+    refused ("value 'group_norm' has no static shape"). The output takes the input's shape, and inference goes
+    on from there."""
+    node = helper.make_node
+    graph = helper.make_graph(
+        [
+            node("GroupNormalization", ["x", "s", "b"], ["g"], num_groups=2, epsilon=1e-5),
+            node("Relu", ["g"], ["r"]),
+            node("GroupNormalization", ["r", "s", "b"], ["g2"], num_groups=4, epsilon=1e-5),
+            node("Conv", ["g2", "w"], ["y"]),
+        ],
+        "gn_inside",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "c", "h", "w"])],  # dynamic
+        [
+            numpy_helper.from_array(R.standard_normal(4).astype(np.float32), "s"),
+            numpy_helper.from_array(R.standard_normal(4).astype(np.float32), "b"),
+            numpy_helper.from_array(R.standard_normal((3, 4, 1, 1)).astype(np.float32), "w"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    onnx.checker.check_model(model)
+    from edgekit.core.model import load_proto
+
+    loaded = load_proto(model)  # what every command starts with
+    assert [tuple(n.outputs[0].shape) for n in loaded.graph] == [(1, 4, 5, 6)] * 3 + [(1, 3, 5, 6)]
+    result = convert_proto(model)
+    x = (R.standard_normal((1, 4, 5, 6)) * 3 + 1).astype(np.float32)
+    (expected,) = ReferenceEvaluator(model).run(None, {"x": x})
+    (actual,) = run_tflite(result, {"x": x})
+    assert_close_to_range(actual, expected, rel=1e-5)
