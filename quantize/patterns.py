@@ -316,7 +316,7 @@ def _layer_norm_ends(model: ir.Model) -> tuple[set[int], set[int]]:
 def _narrowing_projection(value: ir.Value) -> list[ir.Node]:
     """``value``'s producer when it is a projection with more inputs than outputs (a constant 2-D weight), or its
     bias Add after one, or the Reshape back to [..., N] after a Gemm of a flattened N-D input
-    (``passes.MatMulAddToGemmPass``): those nodes; else none."""
+    (``fusions.MatMulAddToGemmPass``): those nodes; else none."""
     node = value.producer()
     nodes: list[ir.Node] = []
     inner = node.inputs[0] if node is not None and node.op_type == "Reshape" else None

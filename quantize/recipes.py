@@ -122,7 +122,7 @@ def resolve_layer_names(
     name is neither, listing the closest names (best first), else some of the model's."""
     import difflib
 
-    from edgekit.core.passes import SOURCE_NODES
+    from edgekit.core.fusions import SOURCE_NODES
 
     names = [n.name for n in model.graph.all_nodes() if n.name]
     known = {name: name for name in names}
