@@ -20,7 +20,7 @@ from collections.abc import Callable
 import numpy as np
 from edgekit.core import lut
 from edgekit.core.errors import TargetError
-from edgekit.quantize.rules import TFLITE_KERNELS
+from edgekit.quantize.rules import TFLITE_KERNELS, rescaled_inputs_fit
 from edgekit.targets.tflite.graph import Graph, Op, Quant, Tensor
 from edgekit.targets.tflite.schema import activation_code, fb
 
@@ -47,6 +47,7 @@ _MIN_OUTPUT_RATIO = {
     for code, k in TFLITE_KERNELS.items()
     if k.min_output_scale_ratio is not None
 }
+_RESCALES_INPUTS = frozenset(code for code, k in TFLITE_KERNELS.items() if k.rescales_inputs)
 INTEGER_KERNELS = frozenset(TFLITE_KERNELS)
 
 
@@ -246,12 +247,27 @@ def _quantize_kernels(graph: Graph, per_tensor_weights: frozenset[str]) -> Graph
         if any(q is None for q in qouts):
             continue
         inputs = _integer_inputs(graph, op, producers, per_tensor_weights, wide)
-        if inputs is None:
+        if inputs is None or not _scales_fit(graph, op, inputs, qouts, wide):
             continue
         _rewrite(graph, op, inputs, qouts, consumers, dtype)
     _fold_dequantize_quantize(graph)
     graph.remove_dead()
     return graph
+
+
+def _scales_fit(graph: Graph, op: Op, inputs: list[Tensor | None], qouts: list[Tensor], wide: bool) -> bool:
+    """Whether the int8 kernel can take these scales (``Kernel.rescales_inputs``); if not, the op stays float
+    between its DEQUANTIZEs and QUANTIZE (the QDQ model's arithmetic) and a note says why."""
+    if wide or op.code not in _RESCALES_INPUTS:
+        return True
+    scales = [float(t.quant.scale[0]) for t in inputs if t is not None and t.quant is not None]
+    if rescaled_inputs_fit(scales, float(qouts[0].quant.scale[0])):
+        return True
+    graph.notes.append(
+        f"{op.code} ({op.origin}) stays float: its int8 kernel cannot rescale input scales "
+        f"{', '.join(f'{s:.4g}' for s in scales)} to output scale {float(qouts[0].quant.scale[0]):.4g}"
+    )
+    return False
 
 
 def _rewrite(
