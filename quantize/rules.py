@@ -78,7 +78,8 @@ class Kernel:
     #: unless each is a positive normal float below 1 (:func:`rescaled_inputs_fit`). Else the op stays float.
     rescales_inputs: bool = False
     #: The ONNX op whose 256-entry table (``edgekit.core.lut``) the converter writes instead of this kernel
-    #: between a DEQUANTIZE and a QUANTIZE: the kernel rounds some levels differently from DQ -> op -> Q.
+    #: between a DEQUANTIZE and a QUANTIZE: the kernel rounds some levels differently from DQ -> op -> Q (with
+    #: ``fixed_output``: only at another output scale, where the kernel's output would be requantized).
     table: str | None = None
     #: The TFLite op's options passed to the table's function as the ONNX attributes of the same name.
     table_attributes: tuple[str, ...] = ()
@@ -262,6 +263,9 @@ TFLITE_KERNELS: dict[str, Kernel] = {
         checks="output zero point -128, scale == 1/256 (SigmoidPrepare)",
         int16="output scale 1/32768, zero point 0 (SigmoidPrepare)",
         fixed_output16=(1.0 / 32768.0, 0),
+        # At another output scale (another quantizer's QDQ), LOGISTIC at 1/256 then a requantize rounds twice: the
+        # table is exact (YOLOv8n's SiLUs quantized by onnxruntime: cosine 0.9986 -> 0.99995 on the boxes).
+        table="Sigmoid",
     ),
     "TANH": Kernel(
         "activations.cc",
@@ -269,6 +273,7 @@ TFLITE_KERNELS: dict[str, Kernel] = {
         checks="output zero point 0, scale 1/128 (TanhPrepare)",
         int16="output scale 1/32768, zero point 0 (TanhPrepare)",
         fixed_output16=(1.0 / 32768.0, 0),
+        table="Tanh",
     ),
     "LOG_SOFTMAX": Kernel(
         "activations.cc",
