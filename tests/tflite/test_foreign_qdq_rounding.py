@@ -117,3 +117,34 @@ def test_openvino_sets_the_kernel_noise_bar_for_uint8_activations_only(
     with pytest.raises(package.TargetError, match="sqnr_db_vs_kernel_noise"):
         package.verify(qdq, result, feeds, None, "arm-cpu")
     assert ("OpenVINO" in asked) is openvino, asked
+
+
+@pytest.mark.parametrize("zp_dtype", [np.uint8, np.int8])
+def test_per_axis_activation_quantization_is_computed_in_float(zp_dtype) -> None:
+    """NNCF quantizes each depthwise convolution's input per channel (axis 1); TFLite has no per-axis activation
+    tensor (this was refused 'per-axis quantization of activations is not supported'). The Q -> DQ pair is computed
+    in float as ONNX defines it and equals onnxruntime, values half-way between levels and beyond the range too."""
+    rng = np.random.default_rng(5)
+    scale = np.array([0.02, 0.05, 0.1], np.float32)
+    zp = np.array([3, 128, 250] if zp_dtype == np.uint8 else [3, 0, -100], zp_dtype)
+    inits = {"s": scale, "z": zp, "w": rng.standard_normal((3, 1, 3, 3)).astype(np.float32)}
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=1),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"], axis=1),
+        helper.make_node("Conv", ["d", "w"], ["y"], group=3, pads=[1, 1, 1, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "per_axis",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 6, 6])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
+    x = rng.uniform(-20, 20, (1, 3, 6, 6)).astype(np.float32)
+    x[0, :, 0, :3] = (np.array([0.5, 1.5, 2.5], np.float32) - 3) * scale[:, None]  # ties: half to even
+    result = convert_proto(model, ConvertOptions(target="test"))
+    assert "ROUND" in op_types(result)
+    (actual,), (expected,) = run_tflite_isolated(result, {"x": x}), run_onnx(model, {"x": x})
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
