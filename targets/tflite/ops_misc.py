@@ -337,6 +337,11 @@ def _layer_norm_pattern(ctx: Context, node: ir.Node) -> bool:
 def _qparams(ctx: Context, node: ir.Node, axis: int, rank: int, default: np.dtype) -> tuple[Quant, np.dtype]:
     """Scale/zero point of a Q/DQ node, as int8 params (uint8 zero points shift by -128)."""
     scale = ctx.require_const(node.inputs[1], "quantization scale").astype(np.float32)
+    if not np.all(np.isfinite(scale)):  # NNCF on an attention mask of float32 min: XNNPACK crashes on it
+        raise ctx.error(
+            f"quantization scale {float(scale.reshape(-1)[~np.isfinite(scale.reshape(-1))][0])} is not a finite "
+            "number (the quantizer overflowed on this tensor's range); quantize the model without this tensor"
+        )
     zp_value = _optional(node, 2)
     zp = ctx.require_const(zp_value, "zero point") if zp_value is not None else np.zeros(scale.shape, default)
     dtype = zp.dtype

@@ -148,3 +148,16 @@ def test_per_axis_activation_quantization_is_computed_in_float(zp_dtype) -> None
     assert "ROUND" in op_types(result)
     (actual,), (expected,) = run_tflite_isolated(result, {"x": x}), run_onnx(model, {"x": x})
     np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_an_infinite_scale_is_a_typed_refusal() -> None:
+    """NNCF quantized BERT's attention mask ((1 - mask) x float32 min) at scale inf (its statistics overflowed);
+    XNNPACK segfaulted running that QUANTIZE. The converter names the tensor instead."""
+    from edgekit.core.errors import EdgekitError
+
+    inits: dict = {}
+    nodes = [*_q_dq("x", (0.1, 0), inits), helper.make_node("Identity", ["x_d"], ["y"])]
+    inits["x_s"] = np.array(np.inf, np.float32)
+    model = _model(nodes, ["x"], inits, 256)
+    with pytest.raises(EdgekitError, match="quantization scale inf is not a finite number"):
+        convert_proto(model, ConvertOptions(target="test"))
