@@ -73,8 +73,13 @@ class Kernel:
     hoist_quantize: bool = False
     #: The kernel takes a fused activation.
     fused_activation: bool = False
+    #: The general int8 path rescales each input by its scale / twice the larger input scale (float32) and the
+    #: sum by that / (2^20 x output scale): QuantizeMultiplierSmallerThanOneExp aborts (TFLITE_CHECK, no message)
+    #: unless each is a positive normal float below 1 (:func:`rescaled_inputs_fit`). Else the op stays float.
+    rescales_inputs: bool = False
     #: The ONNX op whose 256-entry table (``edgekit.core.lut``) the converter writes instead of this kernel
-    #: between a DEQUANTIZE and a QUANTIZE: the kernel rounds some levels differently from DQ -> op -> Q.
+    #: between a DEQUANTIZE and a QUANTIZE: the kernel rounds some levels differently from DQ -> op -> Q (with
+    #: ``fixed_output``: only at another output scale, where the kernel's output would be requantized).
     table: str | None = None
     #: The TFLite op's options passed to the table's function as the ONNX attributes of the same name.
     table_attributes: tuple[str, ...] = ()
@@ -99,6 +104,10 @@ _SAME_ASSUMED = (
     "moves int8 values unchanged: the output must have the input's scale and zero point (not checked)"
 )
 _ZP0 = "input and output zero points 0"
+_RESCALES = (
+    "own scales; input scale / (2 x the larger input scale) a normal float32 and (2 x the larger input scale) / "
+    "(2^20 x output scale) below 1 (Prepare: QuantizeMultiplierSmallerThanOneExp aborts otherwise)"
+)
 _CONV16 = (
     "input and output zero points 0; filter int8 symmetric; bias int64 (or int32) with scale input x filter "
     "(conv.cc / depthwise_conv.cc / fully_connected.cc / transpose_conv.cc: the kTfLiteInt16 branch)"
@@ -154,8 +163,20 @@ TFLITE_KERNELS: dict[str, Kernel] = {
         checks="int8 zero points allowed (int16: 0); constant operands are made symmetric",
         int16=_ZP0,
     ),
-    "ADD": Kernel("add.cc", fused_activation=True, checks="own scales (int16: zero points 0)", int16=_ZP0),
-    "SUB": Kernel("sub.cc", fused_activation=True, checks="own scales (int16: zero points 0)", int16=_ZP0),
+    "ADD": Kernel(
+        "add.cc",
+        fused_activation=True,
+        rescales_inputs=True,
+        checks=_RESCALES + " (int16: zero points 0)",
+        int16=_ZP0,
+    ),
+    "SUB": Kernel(
+        "sub.cc",
+        fused_activation=True,
+        rescales_inputs=True,
+        checks=_RESCALES + " (int16: zero points 0)",
+        int16=_ZP0,
+    ),
     "MUL": Kernel("mul.cc", fused_activation=True, checks="own scales (int16: zero points 0)", int16=_ZP0),
     "MAX_POOL_2D": Kernel(
         "pooling.cc",
@@ -242,6 +263,9 @@ TFLITE_KERNELS: dict[str, Kernel] = {
         checks="output zero point -128, scale == 1/256 (SigmoidPrepare)",
         int16="output scale 1/32768, zero point 0 (SigmoidPrepare)",
         fixed_output16=(1.0 / 32768.0, 0),
+        # At another output scale (another quantizer's QDQ), LOGISTIC at 1/256 then a requantize rounds twice: the
+        # table is exact (YOLOv8n's SiLUs quantized by onnxruntime: cosine 0.9986 -> 0.99995 on the boxes).
+        table="Sigmoid",
     ),
     "TANH": Kernel(
         "activations.cc",
@@ -249,6 +273,7 @@ TFLITE_KERNELS: dict[str, Kernel] = {
         checks="output zero point 0, scale 1/128 (TanhPrepare)",
         int16="output scale 1/32768, zero point 0 (TanhPrepare)",
         fixed_output16=(1.0 / 32768.0, 0),
+        table="Tanh",
     ),
     "LOG_SOFTMAX": Kernel(
         "activations.cc",
@@ -278,6 +303,21 @@ TFLITE_KERNELS: dict[str, Kernel] = {
     "PRELU": Kernel("activations.cc", checks="own scales (PreluPrepare)"),
     "GELU": Kernel("gelu.cc", checks="own scales (lookup table)"),
 }
+
+
+def rescaled_inputs_fit(input_scales: list[float], output_scale: float) -> bool:
+    """Whether a ``rescales_inputs`` kernel (ADD, SUB) can take these int8 scales: its multipliers, computed in
+    float32 as add.cc does, are positive normal floats below 1 (e.g. an attention mask quantized at scale 1e36
+    beside scores at 0.01 gives an input multiplier of 5e-39, flushed to 0: LiteRT aborts in Prepare)."""
+    scales = np.asarray(input_scales, np.float32)
+    with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
+        twice_max = np.float32(2) * scales.max()
+        multipliers = scales / twice_max
+        out = np.float64(twice_max) / (2.0**20 * np.float64(np.float32(output_scale)))
+    tiny = np.finfo(np.float32).tiny
+    return bool(
+        np.isfinite(twice_max) and np.all(multipliers >= tiny) and np.all(multipliers < 1) and 0 < out < 1
+    )
 
 
 @dataclass(frozen=True)

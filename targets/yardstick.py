@@ -384,7 +384,7 @@ def judge_outputs(
             if not passed and noise is not None and stick.kernel_noise_db is not None:
                 floor = sqnr_db(reference, noise_run(), name)
                 entry["kernel_noise"] = {
-                    "reference": "the QDQ model on OpenVINO's int8 kernels, or its exact semantics under "
+                    "reference": "the QDQ model on OpenVINO's int8 kernels (uint8 activations), or its exact semantics under "
                     "float32 rounding (the noisier)",
                     "sqnr_db": floor,
                 }

@@ -17,6 +17,9 @@ OPS = [
     ("HardSigmoid", {}),
     ("LeakyRelu", {"alpha": 0.1}),
     ("LeakyRelu", {}),
+    ("Sigmoid", {}),
+    ("Tanh", {}),
+    ("Identity", {}),
 ]
 
 

@@ -7,6 +7,9 @@ so a table of 256 entries computes it exactly, whatever the scales. Two places u
   (``targets/tflite/quantized.py``): TFLite's HARD_SWISH kernel approximates in 16-bit fixed point and rounded
   0.3 % of a MobileNetV3's values one step off the QDQ model's; XNNPACK's int8 LEAKY_RELU multiplies with 8
   fractional bits (0.1875 for 0.18865) and rounded 3 % of NanoDet-Plus' first LeakyReLU's outputs one step off;
+  likewise Sigmoid and Tanh whose output scale is not their kernel's fixed one (LOGISTIC at 1/256 then a
+  requantize rounds twice), and every int8 -> int8 requantize (``Identity``: XNNPACK's multiplier has 8 fractional
+  bits; 2.5 % of YOLOv8n's first Concat one step off);
 - the host runner's exact QDQ semantics (``edgekit.core.runtime.HostRunner``) runs these ops as ``Gather`` of their
   table: OpenVINO rewrites HardSigmoid / HardSwish into its own float formulas, which round differently.
 
@@ -32,8 +35,15 @@ def _hard_sigmoid(x: np.ndarray, alpha: float, beta: float) -> np.ndarray:
 FUNCTIONS: dict[str, Callable[[np.ndarray, Mapping[str, Any]], np.ndarray]] = {
     "HardSwish": lambda x, a: x * _hard_sigmoid(x, 1 / 6, 0.5),
     "HardSigmoid": lambda x, a: _hard_sigmoid(x, float(a.get("alpha", 0.2)), float(a.get("beta", 0.5))),
+    "Identity": lambda x, a: x,
+    "Sigmoid": lambda x, a: np.float32(1) / (np.float32(1) + np.exp(-x)),
+    "Tanh": lambda x, a: np.tanh(x),
     "LeakyRelu": lambda x, a: np.where(x >= 0, x, x * np.float32(a.get("alpha", 0.01))),
 }
+#: The ops the host runner's exact form tabulates (OpenVINO's own formulas round them differently); the others
+#: are the TFLite converter's only: Sigmoid and Tanh at an output scale their kernel does not write, and Identity
+#: (an int8 -> int8 requantize, which XNNPACK computes with an 8-bit fractional multiplier).
+HOST_TABULATED = frozenset({"HardSwish", "HardSigmoid", "LeakyRelu"})
 
 
 def table(

@@ -584,7 +584,7 @@ def scalar_gathers_squeezed(proto: onnx.ModelProto) -> onnx.ModelProto:
 
 def tabulate_elementwise(proto: onnx.ModelProto, keep: Iterable[str] = ()) -> onnx.ModelProto:
     """A copy of ``proto`` where each DequantizeLinear -> element-wise op -> QuantizeLinear (per tensor, 8-bit
-    activations; the ops of :data:`edgekit.core.lut.FUNCTIONS`) is a ``Gather`` of the op's table, indexed by
+    activations; the ops of :data:`edgekit.core.lut.HOST_TABULATED`) is a ``Gather`` of the op's table, indexed by
     the integer input: exactly what the three nodes compute.
 
     OpenVINO 2026.4 rewrites HardSigmoid and HardSwish into its own float formulas, which round some values one
@@ -603,7 +603,7 @@ def tabulate_elementwise(proto: onnx.ModelProto, keep: Iterable[str] = ()) -> on
 
     found = []
     for n in proto.graph.node:
-        if n.op_type not in lut.FUNCTIONS or n.domain not in ("", "ai.onnx") or n.output[0] in outputs:
+        if n.op_type not in lut.HOST_TABULATED or n.domain not in ("", "ai.onnx") or n.output[0] in outputs:
             continue
         dq, users = producers.get(n.input[0]), readers.get(n.output[0], [])
         if dq is None or dq.op_type != "DequantizeLinear" or dq.input[0] in inits or len(users) != 1:

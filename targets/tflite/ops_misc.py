@@ -337,6 +337,11 @@ def _layer_norm_pattern(ctx: Context, node: ir.Node) -> bool:
 def _qparams(ctx: Context, node: ir.Node, axis: int, rank: int, default: np.dtype) -> tuple[Quant, np.dtype]:
     """Scale/zero point of a Q/DQ node, as int8 params (uint8 zero points shift by -128)."""
     scale = ctx.require_const(node.inputs[1], "quantization scale").astype(np.float32)
+    if not np.all(np.isfinite(scale)):  # NNCF on an attention mask of float32 min: XNNPACK crashes on it
+        raise ctx.error(
+            f"quantization scale {float(scale.reshape(-1)[~np.isfinite(scale.reshape(-1))][0])} is not a finite "
+            "number (the quantizer overflowed on this tensor's range); quantize the model without this tensor"
+        )
     zp_value = _optional(node, 2)
     zp = ctx.require_const(zp_value, "zero point") if zp_value is not None else np.zeros(scale.shape, default)
     dtype = zp.dtype
@@ -373,10 +378,51 @@ def quantize_linear(
     x_value = node.inputs[0]
     quant, dtype = _qparams(ctx, node, axis, ctx.rank(x_value), np.dtype(np.uint8))
     if not quant.per_tensor:
-        raise ctx.error("per-axis quantization of activations is not supported")
+        _fake_quantize_per_axis(ctx, node, quant.axis)
+        return
     out = ctx.output(node.outputs[0], shape=ctx.shape(x_value), dtype=_int8(dtype))
     out.quant = quant
     ctx.op("QUANTIZE", [ctx.tensor(x_value)], [out])
+
+
+def _fake_quantize_per_axis(ctx: Context, node: ir.Node, axis: int) -> None:
+    """A per-axis QuantizeLinear of an activation (NNCF puts one on each depthwise convolution's input) read only by
+    DequantizeLinear nodes with its scale and zero point: TFLite has no per-axis activation tensor, so the pair is
+    computed in float as ONNX defines it, ``(clip(round(x / s) + z, lo, hi) - z) * s`` per channel (ROUND is half
+    to even, as QuantizeLinear); the ops around it stay float."""
+    x_value = node.inputs[0]
+    readers = [user for user, _ in node.outputs[0].uses()]
+    params = [ctx.const(v) if v is not None else None for v in (node.inputs[1], _optional(node, 2))]
+    for dq in readers:
+        other = [ctx.const(v) if v is not None else None for v in (dq.inputs[1], _optional(dq, 2))]
+        same = all(
+            (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
+            for a, b in zip(params, other, strict=True)
+        )
+        if dq.op_type != "DequantizeLinear" or not same or node.outputs[0].is_graph_output():
+            raise ctx.error("per-axis quantization of activations is supported only as a QuantizeLinear -> "
+                            "DequantizeLinear pair with the same parameters")  # fmt: skip
+    scale, zp = params
+    zp = np.zeros(scale.shape, np.uint8) if zp is None else zp
+    lo, hi = np.iinfo(zp.dtype).min, np.iinfo(zp.dtype).max
+    rank = ctx.rank(x_value)
+    shape = [1] * rank
+    shape[axis] = -1
+    s = ctx.graph.const("scale", scale.astype(np.float32).reshape(shape))
+    z = ctx.graph.const("zero_point", zp.astype(np.float32).reshape(shape))
+    x = ctx.tensor(x_value)
+    steps = [("DIV", s), ("ROUND", None), ("ADD", z), ("MAXIMUM", ctx.graph.const("lo", np.float32(lo))),
+             ("MINIMUM", ctx.graph.const("hi", np.float32(hi))), ("SUB", z), ("MUL", s)]  # fmt: skip
+    for code, operand in steps:
+        y = ctx.tmp(code.lower(), x.shape)
+        if operand is None:
+            ctx.op(code, [x], [y])
+        else:
+            binary(ctx, code, x, operand, y)
+        x = y
+    for dq in readers:
+        ctx.bind(dq.outputs[0], x)
+        ctx.claimed.add(id(dq))
 
 
 @converter("DequantizeLinear", since=10)

@@ -141,22 +141,13 @@ def verify(
 
     def int8_kernels() -> list[dict[str, np.ndarray]]:
         """The rounding noise of other implementations of the QDQ model, per output the larger: OpenVINO's int8
-        kernels, and the exact semantics with every value moved by float32's rounding error before it is
+        kernels (uint8 activations), and the exact semantics with every value moved by float32's rounding error before it is
         quantized (``FLOAT32_JITTER``). A network that grows a one-step flip into another output (all-MiniLM-L6-v2:
         130 dB on a sample without a flip, 20 dB with one) makes whether one runtime flips on three samples a
         draw; the jittered run flips where the model is that sensitive."""
         from edgekit.core.exact import FLOAT32_JITTER
 
         runs = [
-            isolated.call(
-                host_outputs,
-                proto,
-                feeds,
-                names,
-                exact_qdq=False,
-                what="OpenVINO",
-                doing="running the QDQ model on its int8 kernels",
-            ),
             isolated.call(
                 exact_outputs,
                 proto,
@@ -165,8 +156,29 @@ def verify(
                 jitter=FLOAT32_JITTER,
                 what="the onnx reference evaluator",
                 doing="running the QDQ model's semantics under float32 rounding",
-            ),
+            )
         ]
+        # OpenVINO's int8 kernels are a yardstick for uint8 activations only: with int8 ones they are wrong on
+        # some CPUs (issue 12 item 9; intel-vpu asks for uint8). On onnxruntime's quantize_static YOLOv8n with
+        # int8 activations they were 16.9 dB from the exact semantics (uint8: 43.5 dB, onnxruntime's QLinear
+        # kernels 41.5 dB), and a .tflite at 15.1 dB passed as "within their noise".
+        if ir.DataType.INT8 not in activation_types(model):
+            try:
+                runs.append(
+                    isolated.call(
+                        host_outputs,
+                        proto,
+                        feeds,
+                        names,
+                        exact_qdq=False,
+                        what="OpenVINO",
+                        doing="running the QDQ model on its int8 kernels",
+                    )
+                )
+            except (
+                TargetError
+            ) as exc:  # a yardstick, not the artifact: OpenVINO crashed on onnxruntime's NanoDet
+                log.warning("%s: no OpenVINO int8 run to measure kernel noise against (%s)", target, exc)
         noisiest = {n: min(runs, key=lambda run, n=n: sqnr_db(reference, run, n)) for n in names}
         return [{n: noisiest[n][i][n] for n in names} for i in range(len(feeds))]
 

@@ -302,3 +302,33 @@ def test_no_activation_is_fused_into_concatenation() -> None:
     result = convert_proto(model)
     assert op_types(result).get("RELU") == 1
     np.testing.assert_allclose(run_tflite_isolated(result, feeds)[0], run_onnx(model, feeds)[0], atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_add_of_an_attention_mask_at_scale_1e36_stays_float(dtype: str, tmp_path) -> None:
+    """onnxruntime's quantize_static quantizes a BERT attention mask ((1 - mask) x float32 min) at scale ~1.3e36;
+    the scores it is added to are at ~0.01, so add.cc's input multiplier (0.01 / 2.7e36, a float32 denormal) is
+    flushed to 0 and LiteRT aborted in Prepare (bert_tiny_op13, SIGABRT). rules.rescaled_inputs_fit refuses those
+    scales: that ADD stays float between DEQUANTIZE and QUANTIZE and the model matches the QDQ model."""
+    pytest.importorskip("onnxruntime.quantization", reason="the QDQ model is written by onnxruntime")
+    assert not rules.rescaled_inputs_fit([0.0126, 1.334e36], 1.334e36)
+    assert rules.rescaled_inputs_fit([0.0126, 0.02], 0.03)
+    assert not rules.rescaled_inputs_fit([1.0, 1.0], 1e-7)  # the output multiplier must be below 1
+    fmin = np.array(np.finfo(np.float32).min, np.float32)
+    model = make_model(
+        [node("Sub", ["one", "m"], "inv"), node("Mul", ["inv", "fmin"], "bias"), node("Add", ["x", "bias"], "s"),
+         node("Softmax", ["s"], "y", axis=-1)],
+        {"x": (1, 2, 8, 8), "m": (1, 1, 1, 8)}, ["y"], {"one": np.array(1.0, np.float32), "fmin": fmin},
+    )  # fmt: skip
+    mask = np.array([[[[1, 1, 1, 1, 1, 0, 0, 0]]]], np.float32)
+    calib = [{**random_feeds(model, seed, -3.0, 3.0), "m": mask} for seed in range(4)]
+    from tflite_helpers import ort_qdq
+
+    qdq = ort_qdq(model, calib, tmp_path, dtype=dtype)
+    result = convert_proto(qdq, ConvertOptions(target="test"))
+    assert any("ADD" in n and "stays float" in n for n in result.notes), result.notes
+    assert "SOFTMAX" in op_types(result)
+    (step,) = output_steps(qdq)
+    feeds = {**random_feeds(model, 100, -3.0, 3.0), "m": mask}
+    (actual,), (expected,) = run_tflite_isolated(result, feeds), run_onnx(qdq, feeds)
+    assert_within_one_step(actual, expected, step)
