@@ -175,9 +175,8 @@ def verify(
                         doing="running the QDQ model on its int8 kernels",
                     )
                 )
-            except (
-                TargetError
-            ) as exc:  # a yardstick, not the artifact: OpenVINO crashed on onnxruntime's NanoDet
+            except TargetError as exc:
+                # A yardstick, not the artifact: OpenVINO crashed on onnxruntime's NanoDet-Plus.
                 log.warning("%s: no OpenVINO int8 run to measure kernel noise against (%s)", target, exc)
         noisiest = {n: min(runs, key=lambda run, n=n: sqnr_db(reference, run, n)) for n in names}
         return [{n: noisiest[n][i][n] for n in names} for i in range(len(feeds))]
