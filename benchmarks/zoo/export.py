@@ -548,6 +548,12 @@ def export(spec: Spec, full: bool, out_dir: Path, photos: list[np.ndarray], seed
     }
 
 
+def input_shape_args(spec: Spec, full: bool) -> list[str]:
+    """``--input-shape NAME=D,D,...`` for each of ``spec``'s inputs: the static shape a dynamic export runs at in
+    the zoo's cases (its manifest entry's ``extra_args``)."""
+    return [a for n, s in spec.inputs(full) for a in ("--input-shape", f"{n}={','.join(map(str, s))}")]
+
+
 def build_main(
     argv: list[str] | None,
     description: str,

@@ -417,9 +417,7 @@ def specs() -> list[Spec]:
 def _finish(spec: Spec, entry: dict, full: bool) -> None:
     entry["ci"] = False
     if spec.dynamic_axes:
-        entry["extra_args"] = [
-            a for n, s in spec.inputs(full) for a in ("--input-shape", f"{n}={','.join(map(str, s))}")
-        ]
+        entry["extra_args"] = zoo_export.input_shape_args(spec, full)
 
 
 def main(argv: list[str] | None = None) -> int:

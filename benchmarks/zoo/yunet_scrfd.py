@@ -366,9 +366,7 @@ NOT_CI = frozenset({"yunet_dynamic", "scrfd_500m_bnkps"})
 
 def _finish(spec: zoo_export.Spec, entry: dict, full: bool) -> None:
     if spec.dynamic_axes:  # the static shape the zoo runs at
-        entry["extra_args"] = [
-            a for n, s in spec.inputs(full) for a in ("--input-shape", f"{n}={','.join(map(str, s))}")
-        ]
+        entry["extra_args"] = zoo_export.input_shape_args(spec, full)
     if spec.name in NOT_CI:
         entry["ci"] = False
 

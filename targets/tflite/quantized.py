@@ -471,19 +471,25 @@ def _tabulated(graph: Graph) -> None:
         fixed = _FIXED_OUTPUT.get(op.code)
         if fixed is not None and qout.quant.same_as(Quant([fixed[0]], [fixed[1]])):
             continue  # the kernel writes this grid itself
-        values = lut.table(
-            _TABULATED[op.code],
-            {name: float(getattr(op.options, name)) for name in _TABLE_ATTRIBUTES.get(op.code, ())},
-            float(x.quant.scale[0]),
-            int(x.quant.zero_point[0]),
-            np.int8,
-            float(qout.quant.scale[0]),
-            int(qout.quant.zero_point[0]),
-            np.int8,
-        )
+        attributes = {name: float(getattr(op.options, name)) for name in _TABLE_ATTRIBUTES.get(op.code, ())}
+        values = _levels(_TABULATED[op.code], attributes, x, qout)
         at = graph.ops.index(op)
         graph.ops[at : at + 1] = _table_ops(graph, x, qout, values, op.origin)
         graph.ops.remove(users[0])
+
+
+def _levels(function: str, attributes: dict, x: Tensor, qout: Tensor) -> np.ndarray:
+    """The 256 int8 outputs at ``qout``'s scale of the table ``function`` of ``x``'s int8 levels."""
+    return lut.table(
+        function,
+        attributes,
+        float(x.quant.scale[0]),
+        int(x.quant.zero_point[0]),
+        np.int8,
+        float(qout.quant.scale[0]),
+        int(qout.quant.zero_point[0]),
+        np.int8,
+    )
 
 
 def _table_ops(graph: Graph, x: Tensor, qout: Tensor, values: np.ndarray, origin: str) -> list[Op]:
@@ -515,16 +521,7 @@ def _exact_requantize(graph: Graph) -> None:
             continue
         if not x.quant.per_tensor or not qout.quant.per_tensor:
             continue
-        values = lut.table(
-            "Identity",
-            {},
-            float(x.quant.scale[0]),
-            int(x.quant.zero_point[0]),
-            np.int8,
-            float(qout.quant.scale[0]),
-            int(qout.quant.zero_point[0]),
-            np.int8,
-        )
+        values = _levels("Identity", {}, x, qout)
         at = graph.ops.index(op)
         graph.ops[at : at + 1] = _table_ops(graph, x, qout, values, op.origin)
 
