@@ -358,13 +358,8 @@ def _fp16_model(
     compute on the float16 weights) on seeded samples, and with ``eval_set`` over it."""
     from edgekit.core.runtime import HostRunner
     from edgekit.quantize.fp16 import to_fp16
-    from edgekit.targets.base import (
-        compare_outputs,
-        default_verify_samples,
-        judge_outputs,
-        output_kinds,
-        yardstick,
-    )
+    from edgekit.targets.base import default_verify_samples
+    from edgekit.targets.yardstick import compare_outputs, judge_outputs, output_kinds, yardstick
 
     start = time.perf_counter()
     reference = ir.to_proto(fp32)
