@@ -63,15 +63,6 @@ class Statistics:
     hessians: dict[str, np.ndarray] | None = None
 
 
-def calibration_streams() -> int:
-    """Inferences the statistics pass keeps in flight: one per core (up to 4), each on its own cores. The samples
-    are independent, and one stream per core outran one stream on every core: MobileNetV2's statistics pass on 100
-    photos, 2 cores, 3.42 -> 2.87 s, every statistic and output bit for bit the same."""
-    import os
-
-    return max(1, min(4, os.cpu_count() or 1))
-
-
 def channel_sum(array: np.ndarray) -> np.ndarray:
     axis = 1 if array.ndim >= 3 else array.ndim - 1
     return array.sum(axis=tuple(i for i in range(array.ndim) if i != axis), dtype=np.float64) / (
@@ -93,7 +84,7 @@ def collect_statistics(
     In the same pass, ``channels`` (tensor -> an empty list; min/max reduced in the graph only) receives each
     tensor's per-channel (axis 1) minimum and maximum per sample, and ``model_outputs`` the model's own outputs
     per sample (copies)."""
-    from edgekit.core.runtime import HostRunner
+    from edgekit.core.runtime import HostRunner, local_parallelism
 
     graph_inputs = {v.name for v in model.graph.inputs}
     # Derived ranges come from their group; fixed ranges need no observation at all.
@@ -118,10 +109,10 @@ def collect_statistics(
         proto, extra = _reduction_model(model, captured, mean_captured, options.bias_correction)
         extra += _channel_reductions(proto, list(channels or ()))
         # A graph edgekit wrote: compiled apart first.
-        runner = HostRunner(proto, extra_outputs=extra, isolate=True, streams=calibration_streams())
+        runner = HostRunner(proto, extra_outputs=extra, isolate=True, streams=local_parallelism())
     else:
         runner = HostRunner(
-            ir.to_proto(model), extra_outputs=captured + mean_captured, streams=calibration_streams()
+            ir.to_proto(model), extra_outputs=captured + mean_captured, streams=local_parallelism()
         )
     minmax = {name: MinMax() for name in observed_names}
 
@@ -210,12 +201,12 @@ def channel_ranges(
     ``options.samples`` calibration samples, reduced inside the graph (only the channel vectors leave the
     runtime). ``model_outputs``, when given, receives the model's own outputs per sample (copies): the fp32
     answers on these samples without another pass."""
-    from edgekit.core.runtime import HostRunner
+    from edgekit.core.runtime import HostRunner, local_parallelism
 
     proto = ir.to_proto(model)
     extra = _channel_reductions(proto, names)
     # A graph edgekit wrote: compiled apart first.
-    runner = HostRunner(proto, extra_outputs=extra, isolate=True, streams=calibration_streams())
+    runner = HostRunner(proto, extra_outputs=extra, isolate=True, streams=local_parallelism())
     lows: dict[str, np.ndarray] = {}
     highs: dict[str, np.ndarray] = {}
     total = dataset_length(dataset, options.samples)

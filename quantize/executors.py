@@ -201,7 +201,9 @@ _SPARE: dict[int, ProcessPoolExecutor] = {}
 
 
 def _pool_size(workers: int | None) -> int:
-    return max(1, workers or min(os.cpu_count() or 1, 4))
+    from edgekit.core.runtime import local_parallelism
+
+    return max(1, workers or local_parallelism())
 
 
 #: What the forkserver the local pools' workers fork from imports once for all of them (0.5 s of imports each):
