@@ -41,9 +41,8 @@ class _Writer:
         self.nodes: list[onnx.NodeProto] = []
         self._count = 0
         self.consts = {t.name: t for t in graph.initializer}
-        self.typed = (
-            graph  # where value types and shapes are read: ``expand`` infers them for _ONNX_EXPANSIONS
-        )
+        # Where value types and shapes are read: ``expand`` infers them for _ONNX_EXPANSIONS.
+        self.typed = graph
 
     def name(self, hint: str) -> str:
         self._count += 1
@@ -289,10 +288,15 @@ def _mask_bias(w: _Writer, node: onnx.NodeProto, fill: float) -> str:
     return w.op("Where", [valid, zero, masked])
 
 
+def _declared(graph: onnx.GraphProto, name: str) -> list[onnx.TypeProto.Tensor]:
+    """The tensor types ``graph`` declares for ``name`` (inputs, value_info, outputs), in that order."""
+    return [v.type.tensor_type for v in [*graph.input, *graph.value_info, *graph.output] if v.name == name]
+
+
 def _rank(graph: onnx.GraphProto, name: str) -> int | None:
-    for v in [*graph.input, *graph.value_info, *graph.output]:
-        if v.name == name and v.type.tensor_type.HasField("shape"):
-            return len(v.type.tensor_type.shape.dim)
+    for t in _declared(graph, name):
+        if t.HasField("shape"):
+            return len(t.shape.dim)
     for n in graph.node:  # EmbedLayerNormalization's mask_index is 1-D
         if n.op_type == "EmbedLayerNormalization" and len(n.output) > 1 and n.output[1] == name:
             return 1
@@ -302,9 +306,9 @@ def _rank(graph: onnx.GraphProto, name: str) -> int | None:
 
 
 def _last_dim(graph: onnx.GraphProto, name: str) -> int | None:
-    for v in [*graph.input, *graph.value_info, *graph.output]:
-        if v.name == name and v.type.tensor_type.HasField("shape") and v.type.tensor_type.shape.dim:
-            last = v.type.tensor_type.shape.dim[-1]
+    for t in _declared(graph, name):
+        if t.HasField("shape") and t.shape.dim:
+            last = t.shape.dim[-1]
             return last.dim_value if last.HasField("dim_value") else None
     return None
 
@@ -358,9 +362,9 @@ def _onnx_attention(w: _Writer, node: onnx.NodeProto) -> None:
 
 
 def _elem_type(graph: onnx.GraphProto, name: str) -> int | None:
-    for v in [*graph.input, *graph.value_info, *graph.output]:
-        if v.name == name:
-            return v.type.tensor_type.elem_type
+    declared = _declared(graph, name)
+    if declared:
+        return declared[0].elem_type
     for t in graph.initializer:
         if t.name == name:
             return t.data_type
