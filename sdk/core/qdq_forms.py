@@ -37,6 +37,11 @@ def with_outputs(proto: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProt
 
 
 #: Ops OpenVINO runs as integer multiply-accumulate kernels when their inputs are quantized.
+def _attr(node: onnx.NodeProto, name: str, default=None):
+    """The value of ``node``'s attribute ``name``, or ``default``."""
+    return next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
+
+
 _INTEGER_KERNEL_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
 
 
@@ -332,20 +337,15 @@ def antialias_resizes_as_matmuls(proto: onnx.ModelProto) -> onnx.ModelProto:
     reference and the intel-vpu IR were both that wrong, so the FP16 IR still "passed" its verification
     (tests/test_runtime.py). ``proto`` itself when it has none (or one whose shapes are not static).
     """
-    from onnx import helper
-
-    def attr(node: onnx.NodeProto, name: str, default):
-        return next((helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
-
     found = [
         n
         for n in proto.graph.node
         if n.op_type == "Resize"
         and n.domain in ("", "ai.onnx")
-        and attr(n, "antialias", 0)
-        and attr(n, "mode", b"nearest") != b"nearest"
-        and attr(n, "axes", None) is None
-        and attr(n, "coordinate_transformation_mode", b"half_pixel") != b"tf_crop_and_resize"
+        and _attr(n, "antialias", 0)
+        and _attr(n, "mode", b"nearest") != b"nearest"
+        and _attr(n, "axes", None) is None
+        and _attr(n, "coordinate_transformation_mode", b"half_pixel") != b"tf_crop_and_resize"
     ]
     if not found:
         return proto
@@ -564,7 +564,7 @@ def scalar_gathers_squeezed(proto: onnx.ModelProto) -> onnx.ModelProto:
     nodes = list(out.graph.node)
     for i in reversed(found):
         gather = nodes[i]
-        axis = next((helper.get_attribute_value(a) for a in gather.attribute if a.name == "axis"), 0)
+        axis = _attr(gather, "axis", 0)
         base = f"{gather.output[0]}/kept_rank"
         index = onnx.numpy_helper.to_array(scalars[gather.input[1]]).reshape(1)
         out.graph.initializer.append(onnx.numpy_helper.from_array(index, f"{base}_index"))
