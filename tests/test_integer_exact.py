@@ -246,3 +246,53 @@ def _same_as_onnxruntime(model: onnx.ModelProto, prepared: onnx.ModelProto) -> N
     want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x[:1]})[0]
     got = ort.InferenceSession(prepared.SerializeToString()).run(None, {"x": x[:1]})[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _quantize_dequantize(scale: float, zero_point: int) -> onnx.ModelProto:
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"]),
+    ]
+    inits = {"s": np.array(scale, np.float32), "z": np.array(zero_point, np.int8)}
+    return _model(nodes, inits, shape=(1, 4096), opset=19)
+
+
+def _near_half_steps(scale: float, n: int) -> np.ndarray:
+    """float32 values whose quotient by ``scale`` lies within a few ulps of a half step, plus values beyond the
+    int8 range, across the range."""
+    s = np.float32(scale)
+    halves = (np.arange(-140, 140) + np.float32(0.5)).astype(np.float32) * s
+    values = [np.nextafter(halves, np.float32(np.sign(k) * np.inf)) for k in (-1, 1)]
+    for _ in range(2):
+        values += [np.nextafter(v, np.float32(np.inf)) for v in values[-2:]]
+        values += [np.nextafter(v, np.float32(-np.inf)) for v in values[-4:-2]]
+    flat = np.concatenate([halves, *values]).astype(np.float32)
+    return np.resize(flat, n).reshape(1, n)
+
+
+def test_float_input_quantizes_as_quantizelinear():
+    """A float input's QUANTIZE in the arm-cpu .tflite is DIV, ROUND, MUL, QUANTIZE: LiteRT gives onnxruntime's
+    QuantizeLinear (x / scale in float32, half to even) on values within ulps of a half step, where TFLite's own
+    QUANTIZE (x times 1 / scale, half away from zero; the .tflite without the pass) lands on the other step; the
+    exact runner divides a float32 input in float32 too."""
+    import onnxruntime as ort
+    from edgekit.core import isolated
+    from edgekit.core.litert_run import run_tflite_samples
+    from edgekit.targets.tflite.converter import ConvertOptions, convert
+
+    scale, zero_point = 0.018658448, -14
+    model = _quantize_dequantize(scale, zero_point)
+    x = _near_half_steps(scale, 4096)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(ExactRunner(model).run({"x": x})["y"], want)
+    outputs = {}
+    for target in ("arm-cpu", "nnapi"):  # nnapi with float I/O: the plain QUANTIZE
+        result = convert(model, ConvertOptions(target=target))
+        ops = list(result.op_counts)
+        assert ("DIV" in ops and "ROUND" in ops) == (target == "arm-cpu"), ops
+        outputs[target] = isolated.call(
+            run_tflite_samples, result.data, result.inputs, result.outputs, [{"x": x}],
+            what="LiteRT", doing="running the converted model",
+        )[0]["y"]  # fmt: skip
+    np.testing.assert_array_equal(outputs["arm-cpu"], want)
+    assert np.count_nonzero(outputs["nnapi"] != want) > 0  # what the pass is for

@@ -310,8 +310,10 @@ def test_local_functions_are_inlined(tmp_path):
     # torch's export_modules_as_functions wrote such a ResNet-18 (BasicBlock functions): it was refused with
     # "unsupported op 'torchvision.models.resnet::BasicBlock.1'" although every op in the bodies converts.
     source = functions_model()
-    model = load_model(save(source, tmp_path))
+    notes: list[str] = []
+    model = load_model(save(source, tmp_path), messages=notes)
     assert op_types(model) == ["Conv", "Relu", "Mul", "Conv", "Relu", "Mul"]
+    assert any("local function(s) inlined" in n and "blocks::" in n for n in notes), notes  # inspect shows it
     assert set(model.opset_imports) == {""}  # the functions' domain left with them
     proto = to_proto(model)
     assert not proto.functions

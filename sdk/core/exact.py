@@ -78,15 +78,22 @@ def dequantize(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, 
     return (x.astype(np.float64) - z) * s
 
 
-def quantize(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, axis: int = 1) -> np.ndarray:
-    """``saturate(round_half_even(x / scale) + zero_point)`` computed in float64."""
+def quantize(
+    x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, axis: int = 1, float32: bool = False
+) -> np.ndarray:
+    """``saturate(round_half_even(x / scale) + zero_point)`` computed in float64; ``float32``: the division in
+    float32, as QuantizeLinear of float32 data defines it (a graph input: its values are float32 exactly)."""
     dtype = np.dtype(np.uint8) if zero_point is None else np.asarray(zero_point).dtype
     if dtype not in _INTEGER_TYPES:
         raise ModelError(f"QuantizeLinear to {dtype}: no exact float64 semantics here")
     lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
     s = _broadcast_axis(np.asarray(scale, np.float64), x.ndim, axis)
     z = 0.0 if zero_point is None else _broadcast_axis(np.asarray(zero_point, np.float64), x.ndim, axis)
-    return np.clip(np.round(np.asarray(x, np.float64) / s) + z, lo, hi).astype(dtype)
+    if float32:
+        steps = (np.asarray(x, np.float32) / s.astype(np.float32)).astype(np.float64)
+    else:
+        steps = np.asarray(x, np.float64) / s
+    return np.clip(np.round(steps) + z, lo, hi).astype(dtype)
 
 
 def _split_pads(totals: Sequence[int], upper: bool) -> list[int]:
@@ -242,10 +249,16 @@ def max_pool(
     return y
 
 
-def _ops(jitter: float = 0.0, seed: int = 0, observe: Observer | None = None):
+def _ops(
+    jitter: float = 0.0,
+    seed: int = 0,
+    observe: Observer | None = None,
+    float32_inputs: frozenset[str] = frozenset(),
+):
     """The reference evaluator's op classes this module replaces (imported lazily: onnx.reference is slow).
     ``jitter``: QuantizeLinear first scales each value by ``1 + jitter * u``, ``u`` uniform in [-1, 1] (seeded).
-    ``observe``: see :class:`ExactRunner`."""
+    ``observe``: see :class:`ExactRunner`. ``float32_inputs``: the graph's float32 inputs, which a
+    QuantizeLinear divides in float32 (their values are float32; onnxruntime and LiteRT divide so)."""
     from onnx.reference.op_run import OpRun
 
     rng = np.random.default_rng(seed)
@@ -274,7 +287,8 @@ def _ops(jitter: float = 0.0, seed: int = 0, observe: Observer | None = None):
                 raise ModelError("blocked QuantizeLinear: no exact float64 semantics here")
             if jitter:
                 x = np.asarray(x, np.float64) * (1.0 + jitter * rng.uniform(-1.0, 1.0, np.shape(x)))
-            q = quantize(x, y_scale, y_zero_point, _axis(self))
+            at_input = not jitter and self.onnx_node.input[0] in float32_inputs
+            q = quantize(x, y_scale, y_zero_point, _axis(self), float32=at_input)
             if observe is not None:
                 steps = np.asarray(x, np.float64) / _broadcast_axis(
                     np.asarray(y_scale, np.float64), np.ndim(x), _axis(self)
@@ -350,7 +364,12 @@ class ExactRunner:
         if outputs:
             proto = with_outputs(proto, outputs)
         self._float_inputs = {i.name for i in proto.graph.input if i.type.tensor_type.elem_type in _FLOATS}
-        self._evaluator = ReferenceEvaluator(float64_model(proto), new_ops=_ops(jitter, seed, observe))
+        float32_inputs = frozenset(
+            i.name for i in proto.graph.input if i.type.tensor_type.elem_type == TensorProto.FLOAT
+        )
+        self._evaluator = ReferenceEvaluator(
+            float64_model(proto), new_ops=_ops(jitter, seed, observe, float32_inputs)
+        )
         self.output_names = [o.name for o in proto.graph.output]
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

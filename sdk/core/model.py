@@ -312,7 +312,7 @@ def load_proto(
     # Before anything reads the shapes: onnx's version converter aborts the process (a failed std::clamp
     # assertion) on a value_info dim of -1, as older paddle2onnx releases write them.
     forget_nonpositive_dims(copy)
-    inline_local_functions(copy)
+    inlined = inline_local_functions(copy)
     expanded = _expand_fused_ops(copy)
     proto = upgrade_opset(copy)
     # The lowest IR version the opsets allow (>= 4: initializers that are not graph inputs), so that every
@@ -326,7 +326,7 @@ def load_proto(
     del proto.graph.input[:]
     proto.graph.input.extend(kept)
     forget_nonpositive_dims(proto)
-    notes = expanded + float16_to_float32(proto) + fix_input_shapes(proto, input_shapes, data)
+    notes = inlined + expanded + float16_to_float32(proto) + fix_input_shapes(proto, input_shapes, data)
     if messages is not None:
         messages.extend(notes)  # the caller announces them (once per command, not once per load)
     else:
@@ -357,12 +357,12 @@ def _node_domains(graph: onnx.GraphProto) -> set[str]:
     return domains
 
 
-def inline_local_functions(proto: onnx.ModelProto) -> None:
+def inline_local_functions(proto: onnx.ModelProto) -> list[str]:
     """Inline the model's local functions (``FunctionProto``s: torch's ``export_modules_as_functions``, a module
     exported as one node), in place: their bodies are standard ops, which every target converts one by one.
-    The functions' domains no node uses any more leave the opset imports."""
+    The functions' domains no node uses any more leave the opset imports. Returns the note to show."""
     if not proto.functions:
-        return
+        return []
     import onnx.inliner
 
     names = sorted({f"{f.domain}::{f.name}" if f.domain else f.name for f in proto.functions})
@@ -376,7 +376,7 @@ def inline_local_functions(proto: onnx.ModelProto) -> None:
     del inlined.opset_import[:]
     inlined.opset_import.extend(kept)
     proto.CopyFrom(inlined)
-    log.info("inlined %d local function(s): %s", len(names), ", ".join(names))
+    return [f"local function(s) inlined, their ops converted one by one: {', '.join(names)}"]
 
 
 def _expand_fused_ops(proto: onnx.ModelProto) -> list[str]:

@@ -101,6 +101,7 @@ def _pipeline(options: ConvertOptions) -> list[Pass]:
         lowering.float_spatial_mean_to_average_pool,
         lowering.softmax_on_last_axis,
         quantized.integer_io(options.io_dtype, options.target, options.strict_integer),
+        *([quantized.exact_input_quantize] if options.target == "arm-cpu" else []),
         *([fp16.fp16_weights] if options.fp16_weights else []),
         finalize,
     ]

@@ -104,6 +104,9 @@ class Graph:
     #: ONNX layers a QDQ model keeps float on purpose (a weighted op reading float weights, not a
     #: DequantizeLinear): they stay float kernels, never quantized by the converter.
     float_layers: set[str] = field(default_factory=set)
+    #: ids of the float ops that quantize a float input as QuantizeLinear does (``quantized.exact_input_quantize``):
+    #: part of the input's quantization, not layers left float.
+    input_quantization: set[int] = field(default_factory=set)
     _names: set[str] = field(default_factory=set)
     _counter: Iterator[int] = field(default_factory=itertools.count)
 
