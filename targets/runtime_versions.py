@@ -155,6 +155,7 @@ TFLITE_OP_RUNTIME: dict[tuple[str, int], str] = {
     ("RELU_0_TO_1", 1): "2.10.0",
     ("RELU_N1_TO_1", 1): "1.5.0",
     ("RESHAPE", 1): "1.5.0",
+    ("ROUND", 1): "1.14.0",
     **{("RESIZE_BILINEAR", v): r for v, r in ((1, "1.7.0"), (2, "1.14.0"), (3, "2.2.0"), (4, "2.5.0"))},
     **{
         ("RESIZE_NEAREST_NEIGHBOR", v): r
@@ -182,6 +183,23 @@ TFLITE_OP_RUNTIME: dict[tuple[str, int], str] = {
         for v, r in ((1, "1.6.0"), (2, "1.14.0"), (3, "1.15.0"), (4, "2.3.0"), (5, "2.4.0"), (6, "2.12.0"))
     },
     **{("TRANSPOSE_CONV", v): r for v, r in ((1, "1.9.0"), (2, "2.2.0"), (3, "2.3.0"), (4, "2.13.0"))},
+    # the converter's other ops (tensorflow/lite/tools/versioning/runtime_version.cc)
+    ("CUMSUM", 1): "2.4.0",
+    **{("EMBEDDING_LOOKUP", v): r for v, r in ((1, "1.13.0"), (2, "1.14.0"), (3, "1.14.0"))},
+    **{("EQUAL", v): r for v, r in ((1, "1.14.0"), (2, "1.14.0"), (3, "2.3.0"))},
+    ("FLOOR_MOD", 1): "1.13.0",
+    **{("GATHER_ND", v): r for v, r in ((1, "1.14.0"), (2, "2.3.0"), (3, "2.5.0"))},
+    **{("GREATER", v): r for v, r in ((1, "1.14.0"), (2, "1.14.0"))},
+    **{("LESS", v): r for v, r in ((1, "1.14.0"), (2, "1.14.0"))},
+    ("LOGICAL_NOT", 1): "1.11.0",
+    **{("NOT_EQUAL", v): r for v, r in ((1, "1.14.0"), (2, "1.14.0"), (3, "2.3.0"))},
+    ("ONE_HOT", 1): "1.11.0",
+    **{("REVERSE_V2", v): r for v, r in ((1, "1.14.0"), (2, "2.2.0"), (3, "2.5.0"))},
+    ("SCATTER_ND", 1): "2.1.0",
+    ("SELECT_V2", 1): "2.2.0",
+    **{("SPLIT", v): r for v, r in ((1, "1.5.0"), (2, "1.14.0"), (3, "1.14.0"), (4, "2.3.0"))},
+    **{("SQUARED_DIFFERENCE", v): r for v, r in ((1, "1.13.1"), (2, "2.5.0"))},
+    **{("TOPK_V2", v): r for v, r in ((1, "1.7.0"), (2, "1.14.0"))},
 }
 
 #: The package a TFLite requirement names; its versions are TensorFlow's.

@@ -1,7 +1,8 @@
 """Graph-preparation passes run on every loaded model, in one readable pipeline (:func:`prepare`).
 
 Each pass is an ``onnx_ir`` in-place pass: ``pass_(model) -> PassResult``. They leave QuantizeLinear and
-DequantizeLinear nodes (and the constants they read) alone, so a QDQ model survives loading unchanged.
+DequantizeLinear nodes (and the constants they read) alone, so a QDQ model survives loading unchanged, but for a
+QuantizeLinear that gives back the DequantizeLinear's input it reads (:class:`DropRequantizeIdentityPass`).
 """
 
 from __future__ import annotations
@@ -103,6 +104,47 @@ class DropWholeSlicesPass(ir.passes.InPlacePass):
                 continue
             replace_value(out, source)
             model.graph.remove(node, safe=True)
+            modified = True
+        return ir.passes.PassResult(model, modified)
+
+
+def _same_quantization(dq: ir.Node, q: ir.Node) -> bool:
+    """``q`` quantizes to ``dq``'s input type, with its scale, zero point and axis (constants equal by value)."""
+    if q.op_type != "QuantizeLinear" or dq.op_type != "DequantizeLinear" or dq.inputs[0] is None:
+        return False
+    if attr(dq, "block_size", 0) or attr(q, "block_size", 0):
+        return False
+    if attr(dq, "axis", 1) != attr(q, "axis", 1) or q.outputs[0].dtype != dq.inputs[0].dtype:
+        return False
+    for index in (1, 2):
+        a = dq.inputs[index] if len(dq.inputs) > index else None
+        b = q.inputs[index] if len(q.inputs) > index else None
+        if (a is None) != (b is None):
+            return False
+        if a is not None and a is not b:
+            x, y = const_array(a), const_array(b)
+            if x is None or y is None or x.dtype != y.dtype or not np.array_equal(x, y):
+                return False
+    return True
+
+
+class DropRequantizeIdentityPass(ir.passes.InPlacePass):
+    """Remove a QuantizeLinear that quantizes a DequantizeLinear's output back with the same type, scale, zero
+    point and axis: ``Q(DQ(x)) = x`` for 8- and 16-bit ``x`` (``(x - z) * s / s`` is within 2^-9 of ``x - z``).
+    A model onnxruntime quantized leaves one where a whole-tensor Slice was (Concat -> Q -> DQ -> Q -> DQ on
+    NanoDet-Plus' GhostPAN), on which OpenVINO's CPU plugin crashes (SIGSEGV in ``query_model``, 2026.4)."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for q in list(model.graph):
+            dq = q.inputs[0].producer() if q.op_type == "QuantizeLinear" and q.inputs[0] is not None else None
+            if dq is None or not _same_quantization(dq, q):
+                continue
+            source, out = dq.inputs[0], q.outputs[0]
+            if out.is_graph_output() and (source.is_graph_output() or source.is_graph_input()):
+                continue
+            replace_value(out, source)
+            model.graph.remove(q, safe=True)
             modified = True
         return ir.passes.PassResult(model, modified)
 
@@ -308,6 +350,7 @@ def prepare(model: ir.Model) -> ir.Model:
             AveragePoolAsConvPass(),
             FoldShapesPass(),  # shapes now known everywhere: fold shape sub-graphs
             DropWholeSlicesPass(),
+            DropRequantizeIdentityPass(),  # after the Slices and no-ops that sat between DQ and Q
             RemoveUnusedNodesPass(),
             ShapeInferencePass(),
             MatMulAddToGemmPass(),  # again: an N-D projection needs the static shapes known only now

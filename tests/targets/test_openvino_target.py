@@ -650,3 +650,85 @@ def test_weight_only_ir_keeps_a_transposed_1x1_conv_float(tmp_path: Path, precis
     want = ort_run(weight_only, x)
     got = ov_compile(bundle)({"x": x})[0]
     np.testing.assert_allclose(got, want, atol=1e-4 * float(np.ptp(want)))
+
+
+def requantized_concat(with_slice: bool = True, same_params: bool = True) -> onnx.ModelProto:
+    """Two QDQ Conv + LeakyRelu layers (uint8, different scales) -> Concat -> Q -> DQ -> [whole-tensor Slice] ->
+    Q -> DQ -> Conv, as onnxruntime's quantize_static writes NanoDet-Plus' GhostPAN (``cat([x1, x2])[:, :oup]``):
+    the second Q/DQ has the Concat's own scale and zero point (``same_params``) or another one."""
+    h, rng = onnx.helper, np.random.default_rng(3)
+    inits: list[onnx.TensorProto] = []
+    nodes: list[onnx.NodeProto] = []
+
+    def const(name: str, value: np.ndarray) -> str:
+        inits.append(onnx.numpy_helper.from_array(value, name))
+        return name
+
+    def qdq(name: str, src: str, scale: float, zero_point: int) -> str:
+        s, z = (
+            const(name + "_s", np.array(scale, np.float32)),
+            const(name + "_z", np.array(zero_point, np.uint8)),
+        )
+        nodes.append(h.make_node("QuantizeLinear", [src, s, z], [name + "_q"]))
+        nodes.append(h.make_node("DequantizeLinear", [name + "_q", s, z], [name + "_dq"]))
+        return name + "_dq"
+
+    def conv(name: str, x: str, cout: int, cin: int, k: int) -> str:
+        w = np.round(rng.normal(0, 30, (cout, cin, k, k))).clip(-127, 127).astype(np.int8)
+        wq = const(name + "_w", w)
+        nodes.append(
+            h.make_node("DequantizeLinear", [wq, const(name + "_ws", np.array(0.01, np.float32))], [wq + "d"])
+        )
+        nodes.append(h.make_node("Conv", [x, wq + "d"], [name], pads=[k // 2] * 4))
+        return name
+
+    def leaky(name: str, x: str) -> str:
+        nodes.append(h.make_node("LeakyRelu", [x], [name], alpha=0.1))
+        return name
+
+    x = qdq("x", "x", 0.02, 128)
+    a0 = qdq("a0", leaky("r0", conv("c0", x, 4, 4, 3)), 0.019, 24)
+    a1 = qdq("a1", leaky("r1", conv("c1", a0, 4, 4, 3)), 0.0233, 25)
+    nodes.append(h.make_node("Concat", [a0, a1], ["cat"], axis=1))
+    cat = qdq("cat", "cat", 0.0233, 25)
+    if with_slice:
+        ends = (const("st", np.array([0], np.int64)), const("en", np.array([8], np.int64)))
+        nodes.append(h.make_node("Slice", [cat, *ends, const("ax", np.array([1], np.int64))], ["sliced"]))
+        cat = "sliced"
+    cat = qdq("again", cat, 0.0233 if same_params else 0.03, 25)
+    y = conv("y", cat, 4, 8, 1)
+    graph = h.make_graph(
+        nodes,
+        "requantized_concat",
+        [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 8, 8])],
+        [h.make_tensor_value_info(y, onnx.TensorProto.FLOAT, [1, 4, 8, 8])],
+        inits,
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+@pytest.mark.parametrize("with_slice", [True, False])
+def test_a_requantize_to_the_same_parameters_is_dropped_and_the_ir_builds(
+    tmp_path: Path, with_slice: bool
+) -> None:
+    """Q(DQ(x)) with DQ's own type, scale and zero point is x: loading drops that Q (``DropRequantizeIdentityPass``)
+    with the same values on onnxruntime, and intel-vpu packages the model. OpenVINO 2026.4's CPU plugin crashed
+    (SIGSEGV in query_model) on the Concat -> Q -> DQ -> Q -> DQ left where a whole-tensor Slice was: onnxruntime's
+    quantize_static of NanoDet-Plus was refused with "OpenVINO aborted (SIGSEGV)". Another scale stays."""
+    model = requantized_concat(with_slice)
+    proto = ir.to_proto(prepared(model))
+    kinds = [n.op_type for n in proto.graph.node]
+    assert "Slice" not in kinds and kinds.count("QuantizeLinear") == 4  # x, a0, a1, the Concat's
+    x = np.random.default_rng(0).normal(0, 1, (1, 4, 8, 8)).astype(np.float32)
+    np.testing.assert_array_equal(ort_run(proto, x), ort_run(model, x))
+    kept = ir.to_proto(prepared(requantized_concat(with_slice, same_params=False)))
+    assert [n.op_type for n in kept.graph.node].count("QuantizeLinear") == 5
+
+    out = tmp_path / "out"
+    IntelVpuTarget().package(prepared(model), out, PackageOptions())
+    compiled = ov_compile(out)
+    got = compiled({"x": x})[compiled.outputs[0]]
+    np.testing.assert_allclose(got, ort_run(model, x), atol=0.01 * float(np.ptp(ort_run(model, x))))
