@@ -270,6 +270,7 @@ def test_fp32_beyond_1e4_of_the_host_is_judged_against_float64() -> None:
         yardstick.compare_outputs(host, far), stick, host, far, lambda: float64
     )
     assert failures and "max_rel_error_vs_float64" in failures[0]
+    assert "max_rel_error_vs_float64 0.00015 (max 0.0001)" in failures[0]  # a bound from above says "max"
     # without the float64 run (other targets' fp32 checks), 1e-4 of the host stays the bar
     assert yardstick.judge_outputs(
         yardstick.compare_outputs(host, close_to_truth), stick, host, close_to_truth
@@ -324,6 +325,25 @@ def test_fp32_on_a_sample_where_float32_itself_is_off_float64_is_held_to_the_hos
         yardstick.compare_outputs(all_ill, near_all), stick, all_ill, near_all, lambda: float64
     )
     assert failures and "max_rel_error_vs_float64" in failures[0]
+
+
+def test_a_refused_selection_output_says_rows_swap_and_how_to_verify() -> None:
+    """yolo26n's end-to-end head (TopK over the anchors' scores, then over anchors x classes, rows gathered) on the
+    seeded normal samples of a deploy without data: every class score saturates to 1.0, the TopKs choose among
+    exact ties, and the .tflite's rows are 0.27 of the range from the host's. The refusal names the choice and
+    the way to verify (real inputs); the verdict itself is unchanged."""
+    host = [{"det": np.array([[[10.0, 20.0, 1.0], [300.0, 40.0, 1.0]]])}]
+    swapped = [{"det": host[0]["det"][:, ::-1].copy()}]
+    kinds = {"det": yardstick.OutputKind(selection="TopK")}
+    figures = yardstick.compare_outputs(host, swapped, kinds)
+    failures = yardstick.judge_outputs(figures, yardstick.yardstick("fp32", 1e-4), host, swapped)
+    assert len(failures) == 1 and "\n" not in failures[0]
+    assert failures[0].startswith(
+        "output 'det' (tensor): max_rel_error 0.9699 (max 0.0001) (computed from a TopK"
+    )
+    assert failures[0].endswith("verify on real inputs with --calib DATA)")
+    plain = yardstick.compare_outputs(host, swapped)
+    assert "TopK" not in yardstick.judge_outputs(plain, yardstick.yardstick("fp32", 1e-4), host, swapped)[0]
 
 
 # --------------------------------------------------------------------------------------- BERT-style encoder
