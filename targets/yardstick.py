@@ -295,9 +295,13 @@ def compare_outputs(
 
 
 #: An fp32 artifact on a sample where the host's float32 run is itself beyond the bar of float64 stays within this
-#: factor of the host's distance (YOLO12's area attention, seeded, on a real photo: onnxruntime 1.46e-3 and the
-#: .tflite 1.49e-3 of the range off float64, 1.3e-7 apart on the other photos).
-FLOAT32_FLOOR_FACTOR = 2.0
+#: factor of the host's distance, provided another sample is well-conditioned and keeps the bar (a wrong conversion
+#: is off there too). Float32 runs of an ill-conditioned sample are draws of the amplified rounding noise, and they
+#: scatter: YOLO12's area attention (seeded, a real photo): OpenVINO 1.46e-3 and the .tflite 1.49e-3 of the range
+#: off float64; YOLO11n's C2PSA attention (seeded, sample 1 of the standard-normal verification inputs): OpenVINO
+#: 1.16e-3, the onnx reference evaluator in float32 3.44e-3, onnxruntime 5.04e-3, the .tflite 1.39e-2 (12x the
+#: host; fed the same float64 input, the .tflite's attention Softmax is the nearest of the three to float64).
+FLOAT32_FLOOR_FACTOR = 16.0
 
 
 def _sample_errors(got: np.ndarray, exact: np.ndarray) -> np.ndarray:
@@ -354,9 +358,10 @@ def judge_outputs(
                 # A sample on which the host's own float32 run is beyond the bar of float64 is ill-conditioned
                 # for float32 (the network amplifies rounding there: seeded attention logits spanning
                 # hundreds): no float32 artifact can be nearer than float32 itself, so the artifact is held
-                # to FLOAT32_FLOOR_FACTOR times the host's distance there; the other samples keep the bar.
+                # to FLOAT32_FLOOR_FACTOR times the host's distance there; the other samples keep the bar (and
+                # when every sample is ill-conditioned, nothing tells rounding from a wrong conversion: refused).
                 ill = host > stick.max_rel_error
-                if not passed and ill.any():
+                if not passed and ill.any() and not ill.all():
                     bound = np.where(ill, FLOAT32_FLOOR_FACTOR * host, stick.max_rel_error)
                     entry["float64_reference"]["ill_conditioned_samples"] = int(ill.sum())
                     worst = float((per_sample / bound).max())
@@ -423,11 +428,19 @@ def judge_outputs(
         if not passed:
             failed = [c for c in checks if not c["passed"]]
             shown = ", ".join(
-                f"{c['metric']} {c['value']:.4g} ({'max' if c['metric'] == 'max_rel_error' else 'min'} "
+                f"{c['metric']} {c['value']:.4g} ({'max' if c['metric'].startswith('max_rel_error') else 'min'} "
                 f"{c['threshold']:.4g})"
                 for c in failed
             )
-            failures.append(f"output {name!r} ({entry['kind']}): {shown}")
+            # rows ordered by a TopK/ArgMax choice: scores one rounding apart swap whole rows (yolo26n's end-to-end
+            # head on the seeded normal samples: every class score saturated to 1.0, a choice among exact ties)
+            hint = (
+                f" (computed from a {entry['selection']} choice: near-tied scores swap whole rows on inputs unlike "
+                "the model's data; verify on real inputs with --calib DATA)"
+                if "selection" in entry
+                else ""
+            )
+            failures.append(f"output {name!r} ({entry['kind']}): {shown}{hint}")
     return failures
 
 

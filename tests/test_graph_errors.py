@@ -73,6 +73,40 @@ def test_data_dependent_op_is_named_with_the_reason():
     )
 
 
+def test_a_detector_with_nms_inside_is_told_to_export_without_it():
+    """ultralytics' export(format="onnx", nms=True) writes a score threshold (NonZero) and NonMaxSuppression into
+    the graph: yolov8n_nms was refused naming NonZero alone; the line now names the NMS and the way out."""
+    model = _model(
+        [
+            helper.make_node("Greater", ["scores", "threshold"], ["keep"], name="over_threshold"),
+            helper.make_node("NonZero", ["keep"], ["nz"], name="/NonZero"),
+            helper.make_node("NonMaxSuppression", ["boxes", "scores", "top_k"], ["selected"], name="/nms"),
+            helper.make_node("Transpose", ["nz"], ["kept"], name="transpose"),
+        ],
+        [
+            helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 6, 4]),
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 2, 6]),
+        ],
+        [
+            helper.make_tensor_value_info("kept", TensorProto.INT64, None),
+            helper.make_tensor_value_info("selected", TensorProto.INT64, None),
+        ],
+        [
+            numpy_helper.from_array(np.array(0.25, np.float32), "threshold"),
+            numpy_helper.from_array(np.array([5], np.int64), "top_k"),
+        ],
+    )
+    with pytest.raises(ModelError) as info:
+        load_proto(model)
+    message = str(info.value)
+    assert message.startswith("tensor 'nz' (output of NonZero node '/NonZero') has no static shape")
+    assert message.endswith(
+        "; the graph runs NonMaxSuppression ('/nms'), whose number of boxes depends on the scores: export the "
+        "detector without NMS (ultralytics: without nms=True) and run NMS on its output"
+    )
+    assert "\n" not in message
+
+
 def test_custom_op_is_traced_as_the_root_of_a_dynamic_shape():
     with pytest.raises(ModelError) as info:
         load_proto(_custom_op_model())

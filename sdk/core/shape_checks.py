@@ -92,8 +92,20 @@ class CheckStaticShapesPass(ir.passes.InPlacePass):
         for node in model.graph:
             for out in node.outputs:
                 if out.shape is not None and not is_static(out.shape):
-                    raise ModelError(explain_dynamic_shape(out))
+                    raise ModelError(explain_dynamic_shape(out) + _nms_hint(model.graph))
         return ir.passes.PassResult(model, False)
+
+
+def _nms_hint(graph: ir.Graph) -> str:
+    """A detector exported with its NMS inside (ultralytics ``export(nms=True)``: NonZero over the score
+    threshold, NonMaxSuppression) keeps a number of boxes known only at run time: say so, and how it deploys."""
+    nms = next((n for n in graph if n.op_type == "NonMaxSuppression" and n.domain in ("", "ai.onnx")), None)
+    if nms is None:
+        return ""
+    return (
+        f"; the graph runs NonMaxSuppression ({nms.name!r}), whose number of boxes depends on the scores: "
+        "export the detector without NMS (ultralytics: without nms=True) and run NMS on its output"
+    )
 
 
 class DeclineControlFlowPass(ir.passes.InPlacePass):
