@@ -25,6 +25,11 @@
   others stay within +-4; Bondarenko et al. 2021): one int8 scale for them leaves the others a few steps, and the
   LayerNorm's standard deviation, set by the outliers, spreads their error over every channel. The Add reads the
   float tensors (``residual_reads``), not their int8 copies: the residual stream stays float.
+- ``guarded_divisors``: ``x / (y + eps)`` (or ``Max(y, eps)``, ``Clip(y, eps)``): the guard that keeps a computed
+  divisor off zero and the Div (or Reciprocal) reading it. An int8 step of ``y``'s range rounds ``eps`` away, so
+  where ``y`` is 0 (EfficientViT's ReLU linear attention normaliser ``out[..., :-1] / (out[..., -1:] + eps)``
+  on a token whose ReLU query is all zero) the QDQ model divides 0 by 0: NaN, which each runtime quantizes
+  differently. Kept float; ``y`` and the quotient are quantized.
 """
 
 from __future__ import annotations
@@ -46,6 +51,10 @@ ATTENTION_REASON = (
 RESIDUAL_REASON = (
     "residual sum into a LayerNorm (and the feed-forward down projection into it): kept float, as its outlier "
     "channels leave the other channels a few int8 steps"
+)
+DIVISOR_REASON = (
+    "a divisor's guard against zero (x / (y + eps)) and the division: kept float, as a quantized y + eps rounds eps "
+    "away and divides by zero"
 )
 #: The patterns kept float for int8's coarse step only: an ``int16x8`` layer (256 times finer) quantizes them.
 INT8_ONLY_REASONS = frozenset({ATTENTION_REASON, RESIDUAL_REASON})
@@ -367,9 +376,33 @@ def residual_reads(model: ir.Model) -> frozenset[tuple[str, int]]:
     return frozenset((add.name, index) for add, index, _ in _residuals(model))
 
 
+#: Ops that keep a value off zero with a constant: y + eps, max(y, eps), clip(y, eps, ...).
+_GUARDS = frozenset({"Add", "Max", "Clip"})
+
+
+def _divisor_at(div: ir.Node) -> list[ir.Node] | None:
+    """The guard producing ``div``'s divisor (one computed tensor and constants) and ``div``."""
+    divisor = div.inputs[0] if div.op_type == "Reciprocal" else div.inputs[1]
+    guard = divisor.producer() if divisor is not None else None
+    if guard is None or guard.op_type not in _GUARDS or len(list(divisor.uses())) != 1:
+        return None
+    present = [v for v in guard.inputs if v is not None]
+    constants = [v for v in present if const_array(v) is not None]
+    return [guard, div] if constants and len(present) - len(constants) == 1 else None
+
+
+def guarded_divisors(model: ir.Model) -> dict[str, str]:
+    """The nodes of every division by a guarded computed divisor, ``x / (y + eps)``."""
+    return {
+        **_every(model, "Div", _divisor_at, DIVISOR_REASON),
+        **_every(model, "Reciprocal", _divisor_at, DIVISOR_REASON),
+    }
+
+
 def float_patterns(model: ir.Model) -> dict[str, str]:
     """Every node one of the patterns keeps float, with the reason."""
     return {
+        **guarded_divisors(model),
         **layer_norms(model),
         **erf_gelus(model),
         **attention_cores(model),
