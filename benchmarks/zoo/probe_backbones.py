@@ -76,6 +76,13 @@ TIMM = [
 ]
 
 
+#: efficientvit_b0 reduced to a committed model's size (334k parameters, 1.3 MB)
+EFFICIENTVIT_SMALL = {"widths": (8, 16, 24, 48, 80), "depths": (1, 1, 1, 2, 2), "head_widths": (96, 128)}
+#: The committed ones (tests/zoo/models, ``"ci": false``): the guarded-divisor fix on a real architecture, and a
+#: face detector with landmarks and ConvTranspose.
+COMMITTED = ("efficientvit_b0_small", "centerface")
+
+
 # --------------------------------------------------------------------------------------------------- MTCNN
 
 
@@ -284,7 +291,9 @@ def specs() -> list[Spec]:
         Spec("mtcnn_onet", "MTCNN O-Net", "classifier", 13, lambda f: ONet(), image(48),
              ["reg", "landmarks", "prob"], data=dict(MTCNN_DATA)),
         Spec("centerface", "CenterFace", "detector", 11, lambda f: CenterFace(), image(128),
-             ["heatmap", "scale", "offset", "landmarks"], data=dict(CENTERFACE_DATA)),
+             ["heatmap", "scale", "offset", "landmarks"], data=dict(CENTERFACE_DATA),
+             note="MobileNetV2 x0.35, ConvTranspose x2 + Add FPN, heatmap (Sigmoid) / scale / offset / 5 "
+             "landmarks at stride 4, BGR raw pixels"),
         Spec("centerface_upsample_dyn", "CenterFace (Upsample, dynamic H/W)", "detector", 11,
              lambda f: CenterFace(upsample=True), image(128, width=160),
              ["heatmap", "scale", "offset", "landmarks"], data=dict(CENTERFACE_DATA),
@@ -295,6 +304,20 @@ def specs() -> list[Spec]:
         Spec("landmark68", "68-point landmarks", "detector", 17, lambda f: Landmark68(), image(64, channels=1),
              ["landmarks"], data={"type": "image", "color": "GRAY", "scale": 1 / 255, "mean": None, "std": None}),
     ]  # fmt: skip
+    out.append(
+        Spec(
+            "efficientvit_b0_small",
+            "EfficientViT-b0 (MIT, timm), reduced",
+            "classifier",
+            17,
+            timm_model("efficientvit_b0", **EFFICIENTVIT_SMALL),
+            image(96),
+            ["logits"],
+            note="timm efficientvit_b0 at widths 8-80, depths 1/1/1/2/2, head 96/128: ReLU linear attention "
+            "(Pad v with ones, MatMul, out[..., :-1] / (out[..., -1:] + eps)), multi-scale aggregation "
+            "(grouped 5x5 conv), HardSwish, LayerNormalization head",
+        )
+    )
     return out
 
 
@@ -501,6 +524,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _finish(spec: Spec, entry: dict, full: bool) -> None:
+    if spec.name in COMMITTED:
+        entry["ci"] = False
     if spec.dynamic_axes:
         entry["extra_args"] = zoo_export.input_shape_args(spec, full)
 
