@@ -197,7 +197,8 @@ class IntelVpuTarget(Target):
                         "reason": _TRANSPOSED_1X1,
                     }
             kinds = output_kinds(model)
-            report.update(_verify(proto, compiled, samples, yardstick(report["precision"]), kinds))
+            stick = yardstick(report["precision"], seeded=not options.verify_samples)
+            report.update(_verify(proto, compiled, samples, stick, kinds))
             files: dict[str, bytes | Path] = {"model.xml": converted.xml, "model.bin": converted.bin}
             roles = {"model.bin": "weights"}
             report["npu"] = _npu_blob(core, converted.ov_model, opts, files, roles)

@@ -106,13 +106,15 @@ def verify(
     tolerance: float | None,
     target: str,
     precision: str | None = None,
+    seeded: bool = False,
 ) -> dict[str, Any]:
     """Run the .tflite (LiteRT) and its reference on ``samples`` and compare: the source model on the host
     (OpenVINO f32), or an 8-bit QDQ model's exact semantics (:mod:`edgekit.core.exact`).
 
     ``precision``: a float model's recipe (fp16 has its own yardstick; anything else is judged as fp32 within
     ``tolerance``); a QDQ model is judged by its activations (int8, or int16x8 when every layer is 16-bit); a
-    weight-only model (w8, w4) by its recipe's yardstick.
+    weight-only model (w8, w4) by its recipe's yardstick. ``seeded``: ``samples`` are seeded normal noise (no data
+    given; :func:`edgekit.targets.yardstick.yardstick`).
     """
     # Both runtimes run in a child process: LiteRT aborts the process on some graphs, OpenVINO can crash
     # compiling one; either becomes a TargetError here.
@@ -213,7 +215,7 @@ def verify(
         stick = yardstick(qdq if qdq == "int16x8" and not _has_8bit_qdq(model) else "int8")
     else:  # a float model: its recipe's yardstick (fp16), else fp32's within the target's tolerance
         float_recipe = precision if precision in YARDSTICKS and precision != "fp32" else "fp32"
-        stick = yardstick(float_recipe, tolerance if float_recipe == "fp32" else None)
+        stick = yardstick(float_recipe, tolerance if float_recipe == "fp32" else None, seeded)
     figures = verify_outputs(
         reference,
         actual,
@@ -279,8 +281,11 @@ def package_tflite(
         "float_ops": list(result.float_ops),
         "size_bytes": len(result.data),
     }
+    seeded = not options.verify_samples
     report.update(
-        verify(model, result, samples, tolerance, target.name, verify_precision or report["precision"])
+        verify(
+            model, result, samples, tolerance, target.name, verify_precision or report["precision"], seeded
+        )
     )
     report.update(extra_report or {})
     manifest = Manifest(

@@ -412,7 +412,9 @@ def test_fp16_is_judged_against_its_rounded_weights_when_float16_itself_costs(
     target, tmp_path, caplog
 ) -> None:
     """An fp16 artifact below 0.999 of fp32 only because its weights are float16 passes (with the cost reported
-    and a warning) when it equals the source with float16-rounded weights; a cost beyond 0.99 is refused."""
+    and a warning) when it equals the source with float16-rounded weights; a cost beyond 0.99 is refused on the
+    user's data, and reported with a warning on the seeded normal samples of a deploy without data (timm's
+    efficientnetv2_rw_t: 0.96 on that noise, 0.999998 on photos)."""
     model = cancelling_matmuls(0.004)
     feeds = [{"x": np.random.default_rng(3).standard_normal((4, 64)).astype(np.float32)}]
     # onnxruntime on our own rounding of the weights: the recipe's cost is real and in the fallback's band
@@ -427,8 +429,17 @@ def test_fp16_is_judged_against_its_rounded_weights_when_float16_itself_costs(
     assert entry["passed"] and 0.99 < entry["cosine"] < 0.999  # against fp32, reported as measured
     assert entry["fp16_weights_reference"]["cosine"] >= 0.999
     assert "cost of float16 weights" in caplog.text
+    data = PackageOptions(precision="fp16", verify_samples=tuple(feeds))
     with pytest.raises(TargetError, match="cosine_fp16_cost"):
-        get_target(target).package(
-            load_proto(cancelling_matmuls(0.001)), tmp_path / "bad", PackageOptions(precision="fp16")
-        )
+        get_target(target).package(load_proto(cancelling_matmuls(0.001)), tmp_path / "bad", data)
     assert not (tmp_path / "bad").exists()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="edgekit"):
+        path = get_target(target).package(
+            load_proto(cancelling_matmuls(0.001)), tmp_path / "seeded", PackageOptions(precision="fp16")
+        )
+    with read_bundle(path) as bundle:
+        entry = bundle.manifest.verification["outputs"]["y"]
+    assert entry["passed"] and entry["cosine"] < 0.99 and not entry["fp16_weights_reference"]["cost_gated"]
+    assert entry["fp16_weights_reference"]["cosine"] >= 0.999  # the conversion itself is still held to it
+    assert "no data given" in caplog.text and "pass --calib" in caplog.text
