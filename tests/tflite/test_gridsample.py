@@ -80,6 +80,37 @@ def test_grid_sample_matches_onnxruntime(opset, mode, padding, align):
             assert np.all(want[0][:, outside] == 0) and np.all(tflite["y"][0][:, outside] == 0)
 
 
+@pytest.mark.parametrize("mode", ["linear", "nearest"])
+def test_grid_sample_batch_of_two_reads_each_batch_item(mode):
+    """N = 2, odd sizes, H != W: each batch item samples its own image (the flattened rows' batch offset)."""
+    import onnxruntime as ort
+    from edgekit.core import isolated
+    from edgekit.core.litert_run import run_tflite_samples
+    from edgekit.targets.tflite.converter import ConvertOptions, convert
+
+    x_shape, grid_shape = (2, 4, 5, 9), (2, 3, 6, 2)
+    model = _grid_sample_model(20, x_shape, grid_shape, mode=mode)
+    result = convert(model, ConvertOptions(target="arm-cpu"))
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    x[1] += 10.0  # the second image far from the first: reading the wrong one shows
+    sample = {"x": x, "grid": rng.uniform(-1.2, 1.2, grid_shape).astype(np.float32)}
+    got = isolated.call(
+        run_tflite_samples,
+        result.data,
+        result.inputs,
+        result.outputs,
+        [sample],
+        what="LiteRT",
+        doing="GridSample",
+    )[0]["y"]
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, sample
+    )[0]
+    assert got.shape == want.shape == (2, 4, 3, 6)
+    assert np.max(np.abs(got - want)) <= 1e-5 * float(want.max() - want.min())
+
+
 @pytest.mark.parametrize(
     ("opset", "attrs", "x_shape", "grid_shape"),
     [
