@@ -132,6 +132,31 @@ def test_unsupported_grid_sample_is_a_typed_refusal(opset, attrs, x_shape, grid_
     assert "mode bilinear/linear or nearest, padding_mode zeros or border are" in message
 
 
+@pytest.mark.parametrize(
+    ("opset", "mode", "padding"),
+    [
+        (16, "bilinear", "zeros"),
+        (16, "nearest", "border"),
+        (16, "bicubic", "reflection"),
+        (20, "linear", "border"),
+    ],
+)
+def test_exact_runner_grid_sample_matches_onnxruntime(opset, mode, padding):
+    """The int8 yardstick (edgekit.core.exact, float64 on onnx's reference evaluator) runs GridSample-16's mode
+    names (onnx 1.23's own raises on "bilinear") and agrees with onnxruntime; bicubic / reflection through onnx's."""
+    import onnxruntime as ort
+    from edgekit.core.exact import ExactRunner
+
+    for align in (0, 1):
+        model = _grid_sample_model(opset, mode=mode, padding_mode=padding, align_corners=align)
+        sample = _samples(seed=align, count=1)[0]
+        want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+            None, sample
+        )
+        got = ExactRunner(model).run(sample)["y"]
+        assert np.max(np.abs(got - want[0])) <= 1e-5 * float(want[0].max() - want[0].min())
+
+
 def _warp_model() -> onnx.ModelProto:
     """conv -> GridSample (grid = 1.3 * tanh(conv(x)): computed, partly outside [-1, 1]) -> conv."""
     rng = np.random.default_rng(3)
@@ -146,7 +171,7 @@ def _warp_model() -> onnx.ModelProto:
         helper.make_node("Tanh", ["offsets"], ["bounded"]),
         helper.make_node("Mul", ["bounded", "spread"], ["scaled"]),
         helper.make_node("Transpose", ["scaled"], ["grid"], perm=[0, 2, 3, 1]),
-        helper.make_node("GridSample", ["features", "grid"], ["warped"], name="gridsample"),
+        helper.make_node("GridSample", ["features", "grid"], ["warped"], name="gridsample", mode="bilinear"),
         helper.make_node("Conv", ["warped", "w2", "b2"], ["y"], pads=[1, 1, 1, 1]),
     ]
     inits = {
@@ -186,4 +211,7 @@ def test_deploy_warp_model_to_arm_cpu(tmp_path, precision):
     else:
         assert ops["DEQUANTIZE"] >= 1 and ops["QUANTIZE"] >= 1, ops
         assert "GATHER (gridsample)" in verification["float_ops"]
+        assert verification["reference"].startswith("the QDQ model's exact semantics"), verification[
+            "reference"
+        ]
         assert not any("CONV_2D" in op for op in verification["float_ops"])
