@@ -249,6 +249,45 @@ def max_pool(
     return y
 
 
+def grid_sample(
+    X: np.ndarray, grid: np.ndarray, mode: str = "linear", padding_mode: str = "zeros", align_corners: int = 0
+) -> np.ndarray:
+    """ONNX GridSample of a 4-D input (modes linear / nearest, padding zeros / border) with numpy arrays: the
+    reference evaluator's definition (border clamps the coordinates, nearest rounds half to even, zeros reads 0
+    outside) without its per-value Python loop."""
+    n, c, h, w = X.shape
+    gx, gy = grid[..., 0], grid[..., 1]
+    if align_corners:
+        x, y = (gx + 1) / 2 * (w - 1), (gy + 1) / 2 * (h - 1)
+    else:
+        x, y = ((gx + 1) * w - 1) / 2, ((gy + 1) * h - 1) / 2
+    if mode == "nearest":
+        corners = [(np.rint(x), np.rint(y), 1.0)]
+    else:
+        if padding_mode == "border":
+            x, y = np.clip(x, 0, w - 1), np.clip(y, 0, h - 1)
+        x0, y0 = np.floor(x), np.floor(y)
+        fx, fy = x - x0, y - y0
+        corners = [
+            (x0, y0, (1 - fx) * (1 - fy)),
+            (x0 + 1, y0, fx * (1 - fy)),
+            (x0, y0 + 1, (1 - fx) * fy),
+            (x0 + 1, y0 + 1, fx * fy),
+        ]
+    batch = np.arange(n).reshape(n, *([1] * (grid.ndim - 2)))
+    out = np.zeros((n, *grid.shape[1:-1], c), X.dtype)
+    for xi, yi, weight in corners:
+        if padding_mode == "zeros":
+            weight = weight * ((xi >= 0) & (xi <= w - 1) & (yi >= 0) & (yi <= h - 1))
+        xc, yc = np.clip(xi, 0, w - 1).astype(np.int64), np.clip(yi, 0, h - 1).astype(np.int64)
+        out += X[batch, :, yc, xc] * np.asarray(weight)[..., None]
+    return np.moveaxis(out, -1, 1)
+
+
+#: GridSample-16's mode names -> GridSample-20's (the reference evaluator's).
+_GRID_SAMPLE_MODES = {"bilinear": "linear", "bicubic": "cubic"}
+
+
 def _ops(
     jitter: float = 0.0,
     seed: int = 0,
@@ -324,7 +363,25 @@ def _ops(
             indices = np.where(indices < 0, indices + data.shape[axis], indices)
             return (np.take_along_axis(data, indices.astype(np.int64), axis=axis),)
 
-    return [DequantizeLinear, QuantizeLinear, Conv, ConvTranspose, MaxPool, GatherElements]
+    from onnx.reference.ops.op_grid_sample import GridSample as ReferenceGridSample
+
+    class GridSample(ReferenceGridSample):
+        # onnx's (1.23) knows only opset 20's mode names (an opset-16 "bilinear" raises) and loops per value in
+        # Python (minutes for RT-DETR's deformable attention)
+        def _run(self, X, grid, mode=None, padding_mode=None, align_corners=None):
+            mode, padding_mode = (
+                v.decode() if isinstance(v, bytes) else v
+                for v in (mode or self.mode, padding_mode or self.padding_mode)
+            )
+            mode = _GRID_SAMPLE_MODES.get(mode, mode)
+            align_corners = align_corners or self.align_corners
+            if X.ndim != 4 or mode not in ("linear", "nearest") or padding_mode not in ("zeros", "border"):
+                return super()._run(
+                    X, grid, mode=mode, padding_mode=padding_mode, align_corners=align_corners
+                )
+            return (grid_sample(X, grid, mode, padding_mode, int(align_corners)),)
+
+    return [DequantizeLinear, QuantizeLinear, Conv, ConvTranspose, MaxPool, GatherElements, GridSample]
 
 
 #: The typical relative rounding error of a float32 dot product of about a thousand terms (sqrt(1000) x 2^-24, about

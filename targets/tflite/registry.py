@@ -81,6 +81,7 @@ def _load_converters() -> None:
         ops_conv,
         ops_einsum,
         ops_elementwise,
+        ops_gridsample,
         ops_index,
         ops_logic,
         ops_math,
