@@ -54,6 +54,17 @@ _NO_FOLD = frozenset(
 _FOLD_LIMIT_BYTES = 64 << 20
 
 
+def _bypass(model: ir.Model, node: ir.Node, source: ir.Value | None) -> bool:
+    """Remove ``node``, whose output equals ``source``: its readers read ``source``. Not when a graph output would
+    become a graph input or another output (the graph's interface stays)."""
+    out = node.outputs[0]
+    if source is None or (out.is_graph_output() and (source.is_graph_output() or source.is_graph_input())):
+        return False
+    replace_value(out, source)
+    model.graph.remove(node, safe=True)
+    return True
+
+
 class DropNoOpsPass(ir.passes.InPlacePass):
     """Remove Identity and inference-time Dropout: their output is their input."""
 
@@ -66,14 +77,7 @@ class DropNoOpsPass(ir.passes.InPlacePass):
             if node.op_type in self.op_types and (
                 node.op_type != "Dropout" or len(node.outputs) < 2 or not node.outputs[1].uses()
             ):
-                source, out = node.inputs[0], node.outputs[0]
-                if source is None or (
-                    out.is_graph_output() and (source.is_graph_output() or source.is_graph_input())
-                ):
-                    continue
-                replace_value(out, source)
-                model.graph.remove(node, safe=True)
-                modified = True
+                modified = _bypass(model, node, node.inputs[0]) or modified
         return ir.passes.PassResult(model, modified)
 
 
@@ -97,14 +101,8 @@ class DropWholeSlicesPass(ir.passes.InPlacePass):
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         modified = False
         for node in list(model.graph):
-            if not _is_whole_slice(node):
-                continue
-            source, out = node.inputs[0], node.outputs[0]
-            if out.is_graph_output() and (source.is_graph_output() or source.is_graph_input()):
-                continue
-            replace_value(out, source)
-            model.graph.remove(node, safe=True)
-            modified = True
+            if _is_whole_slice(node):
+                modified = _bypass(model, node, node.inputs[0]) or modified
         return ir.passes.PassResult(model, modified)
 
 
@@ -138,14 +136,8 @@ class DropRequantizeIdentityPass(ir.passes.InPlacePass):
         modified = False
         for q in list(model.graph):
             dq = q.inputs[0].producer() if q.op_type == "QuantizeLinear" and q.inputs[0] is not None else None
-            if dq is None or not _same_quantization(dq, q):
-                continue
-            source, out = dq.inputs[0], q.outputs[0]
-            if out.is_graph_output() and (source.is_graph_output() or source.is_graph_input()):
-                continue
-            replace_value(out, source)
-            model.graph.remove(q, safe=True)
-            modified = True
+            if dq is not None and _same_quantization(dq, q):
+                modified = _bypass(model, q, dq.inputs[0]) or modified
         return ir.passes.PassResult(model, modified)
 
 

@@ -14,6 +14,11 @@ NCHW_TO_NHWC = (0, 2, 3, 1)
 NHWC_TO_NCHW = (0, 3, 1, 2)
 
 
+def attr_text(value: str | bytes) -> str:
+    """A string attribute as text (onnx_ir gives some as bytes)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def to_nhwc_perm(rank: int) -> tuple[int, ...]:
     """Channels-first -> channels-last permutation for any rank >= 3 (NCW -> NWC, NCHW -> NHWC...)."""
     return (0, *range(2, rank), 1)

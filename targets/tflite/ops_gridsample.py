@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx_ir as ir
-from edgekit.targets.tflite.context import NCHW_TO_NHWC, NHWC_TO_NCHW, Context
+from edgekit.targets.tflite.context import NCHW_TO_NHWC, NHWC_TO_NCHW, Context, attr_text
 from edgekit.targets.tflite.graph import Tensor
 from edgekit.targets.tflite.ops_elementwise import binary
 from edgekit.targets.tflite.registry import converter
@@ -24,10 +24,6 @@ _CORNERS = {  # per mode: the (dx, dy) offsets of the corners read from the floo
     "linear": np.array([[0, 0], [1, 0], [0, 1], [1, 1]], np.float32),
     "nearest": np.array([[0, 0]], np.float32),
 }
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _c(ctx: Context, value: object) -> Tensor:
@@ -83,7 +79,7 @@ def grid_sample(
     padding_mode: str = "zeros",
     align_corners: int = 0,
 ) -> None:
-    mode_name, padding = _text(mode), _text(padding_mode)
+    mode_name, padding = attr_text(mode), attr_text(padding_mode)
     x_shape, grid_shape = ctx.shape(node.inputs[0]), ctx.shape(node.inputs[1])
     if mode_name not in _MODES or padding not in _PADDINGS or len(x_shape) != 4:
         raise ctx.error(

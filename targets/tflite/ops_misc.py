@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 from edgekit.quantize import patterns
-from edgekit.targets.tflite.context import NCHW_TO_NHWC, NHWC_TO_NCHW, Context, permute
+from edgekit.targets.tflite.context import NCHW_TO_NHWC, NHWC_TO_NCHW, Context, attr_text, permute
 from edgekit.targets.tflite.graph import Quant, Tensor
 from edgekit.targets.tflite.ops_elementwise import binary
 from edgekit.targets.tflite.registry import converter
@@ -20,10 +20,6 @@ def _optional(node: ir.Node, index: int) -> ir.Value | None:
     if len(node.inputs) > index and node.inputs[index] is not None and node.inputs[index].name:
         return node.inputs[index]
     return None
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 # -- Softmax ---------------------------------------------------------------------------------------
@@ -535,7 +531,7 @@ def _space_depth(ctx: Context, node: ir.Node, code: str, blocksize: int) -> None
 
 @converter("DepthToSpace", since=1)
 def depth_to_space(ctx: Context, node: ir.Node, *, blocksize: int, mode: str = "DCR") -> None:
-    if _text(mode) == "CRD":  # depth ordered (C, block_y, block_x): ONNX's own reshape/transpose/reshape
+    if attr_text(mode) == "CRD":  # depth ordered (C, block_y, block_x): ONNX's own reshape/transpose/reshape
         x = ctx.tensor(node.inputs[0])
         if x.rank != 4:
             raise ctx.error("only 4-D inputs are supported")
@@ -545,8 +541,8 @@ def depth_to_space(ctx: Context, node: ir.Node, *, blocksize: int, mode: str = "
         moved = ctx.transpose(split, (0, 1, 4, 2, 5, 3))
         ctx.reshape(moved, (n, c // (b * b), h * b, w * b), out=ctx.output(node.outputs[0]))
         return
-    if _text(mode) != "DCR":  # TFLite's DEPTH_TO_SPACE on NHWC orders depth as (block_y, block_x, C): DCR
-        raise ctx.error(f"DepthToSpace mode {_text(mode)!r} is not supported (DCR, CRD are)")
+    if attr_text(mode) != "DCR":  # TFLite's DEPTH_TO_SPACE on NHWC orders depth as (block_y, block_x, C): DCR
+        raise ctx.error(f"DepthToSpace mode {attr_text(mode)!r} is not supported (DCR, CRD are)")
     _space_depth(ctx, node, "DEPTH_TO_SPACE", blocksize)
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 from edgekit.targets.tflite import taps
-from edgekit.targets.tflite.context import NCHW_TO_NHWC, NHWC_TO_NCHW, Context, permute
+from edgekit.targets.tflite.context import NCHW_TO_NHWC, NHWC_TO_NCHW, Context, attr_text, permute
 from edgekit.targets.tflite.graph import Tensor
 from edgekit.targets.tflite.ops_elementwise import binary
 from edgekit.targets.tflite.registry import converter
@@ -28,10 +28,6 @@ def _optional(node: ir.Node, index: int) -> ir.Value | None:
     if len(node.inputs) > index and node.inputs[index] is not None and node.inputs[index].name:
         return node.inputs[index]
     return None
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 @dataclass(frozen=True)
@@ -248,7 +244,7 @@ def upsample(ctx: Context, node: ir.Node, *, mode: str = "nearest") -> None:
     x_shape, y_shape = ctx.shape(node.inputs[0]), ctx.shape(node.outputs[0])
     scales = _full_scales(ctx, node, x_shape, y_shape)
     roi = tuple((0.0, 1.0) for _ in x_shape)
-    _convert(ctx, node, _Resize(_text(mode), "asymmetric", "floor", tuple(scales), roi))
+    _convert(ctx, node, _Resize(attr_text(mode), "asymmetric", "floor", tuple(scales), roi))
 
 
 @converter("Resize", since=11)
@@ -266,7 +262,7 @@ def resize_v11(
     axes: Sequence[int] | None = None,
     keep_aspect_ratio_policy: str = "stretch",
 ) -> None:
-    if antialias and _text(mode) == "nearest":
+    if antialias and attr_text(mode) == "nearest":
         raise ctx.error("antialias is not supported with nearest mode")
     x_shape = ctx.shape(node.inputs[0])
     rank = len(x_shape)
@@ -274,7 +270,7 @@ def resize_v11(
     scales = [1.0] * rank
     roi = [(0.0, 1.0)] * rank
     roi_value, scales_value, sizes_value = _optional(node, 1), _optional(node, 2), _optional(node, 3)
-    coordinate_mode = _text(coordinate_transformation_mode)
+    coordinate_mode = attr_text(coordinate_transformation_mode)
     if roi_value is not None and coordinate_mode == "tf_crop_and_resize":
         given = ctx.require_const(roi_value, "Resize roi").astype(np.float64).reshape(-1)
         if given.size:
@@ -283,7 +279,7 @@ def resize_v11(
     sizes = ctx.const(sizes_value) if sizes_value is not None else None
     if sizes is not None and sizes.size:
         ratios = [float(s) / x_shape[a] for a, s in zip(axes, sizes.reshape(-1), strict=True)]
-        policy = _text(keep_aspect_ratio_policy)
+        policy = attr_text(keep_aspect_ratio_policy)
         if policy != "stretch":
             ratios = [min(ratios) if policy == "not_larger" else max(ratios)] * len(axes)
         for a, ratio in zip(axes, ratios, strict=True):
@@ -295,9 +291,9 @@ def resize_v11(
     else:
         raise ctx.error("Resize needs constant scales or sizes")
     r = _Resize(
-        _text(mode),
+        attr_text(mode),
         coordinate_mode,
-        _text(nearest_mode),
+        attr_text(nearest_mode),
         tuple(scales),
         tuple(roi),
         float(cubic_coeff_a),

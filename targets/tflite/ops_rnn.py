@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import onnx_ir as ir
-from edgekit.targets.tflite.context import Context
+from edgekit.targets.tflite.context import Context, attr_text
 from edgekit.targets.tflite.graph import Tensor
 from edgekit.targets.tflite.ops_conv import _fully_connected
 from edgekit.targets.tflite.ops_elementwise import binary
@@ -21,10 +21,6 @@ from edgekit.targets.tflite.registry import converter
 from edgekit.targets.tflite.schema import fb
 
 _DEFAULT_ACTIVATIONS = {"LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh"), "RNN": ("Tanh",)}
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _input(node: ir.Node, index: int) -> ir.Value | None:
@@ -57,14 +53,14 @@ class _Rnn:
         layout: int,
     ) -> None:
         self.ctx = ctx
-        direction = _text(direction)
+        direction = attr_text(direction)
         if direction not in ("forward", "reverse", "bidirectional"):
             raise ctx.error(f"unknown direction {direction!r}")
         self.directions = ["forward", "reverse"] if direction == "bidirectional" else [direction]
         default = _DEFAULT_ACTIVATIONS[node.op_type] * len(self.directions)
-        if activations is not None and tuple(_text(a) for a in activations) != default:
+        if activations is not None and tuple(attr_text(a) for a in activations) != default:
             raise ctx.error(
-                f"activations {[_text(a) for a in activations]} are not supported "
+                f"activations {[attr_text(a) for a in activations]} are not supported "
                 f"(only the default {list(default)})"
             )
         if activation_alpha is not None or activation_beta is not None:
