@@ -322,11 +322,11 @@ def _gather_bounds(model: ir.Model) -> dict[str, int]:
 
 
 def default_verify_samples(
-    model: ir.Model, count: int = 3, seed: int = 0
+    model: ir.Model, count: int = 3, seed: int = 0, std: float = 1.0
 ) -> tuple[dict[str, np.ndarray], ...]:
     """Seeded inputs of the model's static input shapes, for when the deploy has no data.
 
-    Floats: standard normal. Integer inputs used as Gather indices into a constant table (token ids):
+    Floats: normal, of standard deviation ``std``. Integer inputs used as Gather indices into a constant table (token ids):
     uniform over the table's rows. Other integer and bool inputs (attention masks, token types): a
     padding mask, ones followed by a random number of zeros along the last axis (at least one one).
     """
@@ -342,7 +342,7 @@ def default_verify_samples(
             dtype = np.dtype(numpy_dtype_name(v.dtype))
             name = v.name or ""
             if dtype.kind == "f":
-                feeds[name] = rng.standard_normal(dims).astype(dtype)
+                feeds[name] = (std * rng.standard_normal(dims)).astype(dtype)
             elif name in bounds:
                 feeds[name] = rng.integers(0, bounds[name], dims).astype(dtype)
             else:

@@ -308,6 +308,11 @@ def compare_outputs(
 #: 1.16e-3, the onnx reference evaluator in float32 3.44e-3, onnxruntime 5.04e-3, the .tflite 1.39e-2 (12x the
 #: host; fed the same float64 input, the .tflite's attention Softmax is the nearest of the three to float64).
 FLOAT32_FLOOR_FACTOR = 16.0
+#: A sample is ill-conditioned for float32 when the host's own float32 run is off float64 by more than this
+#: fraction of the bar: other float32 runs scatter around it by several times its distance, so the bar no longer
+#: tells rounding from a wrong conversion there (a narrow EfficientNetV2 on standard-normal noise, logits spanning
+#: 76: OpenVINO 8.7e-5 of the range off float64, the .tflite 1.5e-4; at std 0.5 both 5e-7).
+ILL_CONDITIONED_FRACTION = 0.25
 
 
 def _sample_errors(got: np.ndarray, exact: np.ndarray) -> np.ndarray:
@@ -361,15 +366,19 @@ def judge_outputs(
                 }
                 passed = check("max_rel_error_vs_float64", error, stick.max_rel_error, at_most=True)
                 why += "; above that against the source model in float64 (the float32 host run is off itself)"
-                # A sample on which the host's own float32 run is beyond the bar of float64 is ill-conditioned
-                # for float32 (the network amplifies rounding there: seeded attention logits spanning
-                # hundreds): no float32 artifact can be nearer than float32 itself, so the artifact is held
-                # to FLOAT32_FLOOR_FACTOR times the host's distance there; the other samples keep the bar (and
-                # when every sample is ill-conditioned, nothing tells rounding from a wrong conversion: refused).
-                ill = host > stick.max_rel_error
-                if not passed and ill.any() and not ill.all():
-                    bound = np.where(ill, FLOAT32_FLOOR_FACTOR * host, stick.max_rel_error)
+                # A sample on which the host's own float32 run is near or beyond the bar of float64
+                # (ILL_CONDITIONED_FRACTION) is ill-conditioned for float32 (the network amplifies rounding there:
+                # seeded attention logits spanning hundreds): no float32 artifact can be nearer than float32
+                # itself, so the artifact is held to FLOAT32_FLOOR_FACTOR times the host's distance there; the
+                # other samples keep the bar. When every sample is ill-conditioned, nothing tells rounding from a
+                # wrong conversion: refused (IllConditionedSamples; a deploy without data retries gentler samples).
+                ill = host > ILL_CONDITIONED_FRACTION * stick.max_rel_error
+                if not passed and ill.any():
                     entry["float64_reference"]["ill_conditioned_samples"] = int(ill.sum())
+                if not passed and ill.any() and not ill.all():
+                    bound = np.where(
+                        ill, np.maximum(FLOAT32_FLOOR_FACTOR * host, stick.max_rel_error), stick.max_rel_error
+                    )
                     worst = float((per_sample / bound).max())
                     checks.pop()  # judged per sample instead (the line above is kept in the figures)
                     passed = check("max_rel_error_vs_float64_per_sample_bound", worst, 1.0, at_most=True)
@@ -453,6 +462,20 @@ def judge_outputs(
     return failures
 
 
+class IllConditionedSamples(TargetError):
+    """A float artifact missed the bar on samples among which the host's own float32 run misses it too: samples
+    that drive the network where float32 rounding is amplified (seeded noise far from the model's data), on which
+    the bar cannot tell rounding from a wrong conversion (see :data:`SEEDED_STDS`)."""
+
+
+#: The standard deviations of the seeded normal verification samples of a deploy without data, tried in turn
+#: while a failure comes with ill-conditioned samples (timm's efficientnetv2_rw_t, seeded, BatchNorm statistics from
+#: photos: at std 1 its logits span 700 and OpenVINO's float32 run is 3e-4 to 1.5e-3 of that from float64 on each
+#: sample, onnxruntime's up to 3.3e-3, the .tflite's up to 2.8e-3; at std 0.5 they span 1.5 and every float32 run
+#: is within 1.4e-6). Each retry is still held to the bar itself (1e-4), and ill-conditioning rules there as above.
+SEEDED_STDS = (1.0, 0.5, 0.25)
+
+
 def verify_outputs(
     reference: Sequence[Mapping[str, np.ndarray]],
     actual: Sequence[Mapping[str, np.ndarray]],
@@ -466,6 +489,13 @@ def verify_outputs(
     one fails (the artifact is then not written), else the figures with ``passed`` and ``max_rel_error``."""
     figures = compare_outputs(reference, actual, kinds)
     failures = judge_outputs(figures, stick, reference, actual, noise)
+    failed = [e for e in figures["outputs"].values() if not e["passed"]]
+    if failures and all(e.get("float64_reference", {}).get("ill_conditioned_samples") for e in failed):
+        raise IllConditionedSamples(
+            f"{target}: verification failed: {artifact} differs from the source model on {len(reference)} "
+            f"sample(s), on some of which the host's own float32 run is off float64 beyond the bar (the samples "
+            f"drive the network where float32 rounding is amplified): {'; '.join(failures)}"
+        )
     if failures:
         raise TargetError(
             f"{target}: verification failed: {artifact} differs from the source model on {len(reference)} "

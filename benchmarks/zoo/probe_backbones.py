@@ -318,7 +318,30 @@ def specs() -> list[Spec]:
             "(grouped 5x5 conv), HardSwish, LayerNormalization head",
         )
     )
+    out.append(
+        Spec(
+            "efficientnetv2_narrow",
+            "EfficientNetV2-rw-t (timm), channels x0.08, depth x1.6",
+            "classifier",
+            13,
+            _efficientnetv2_narrow,
+            image(96),
+            ["logits"],
+            note="deep and narrow: on standard-normal noise its logits span 150-320 and float32 runs part by up to "
+            "4e-4 of that; at std 0.5 they span 0.5 (tests/targets/data/efficientnetv2_narrow.onnx: the seeded "
+            "verification samples' retry, yardstick.SEEDED_STDS)",
+        )
+    )
     return out
+
+
+def _efficientnetv2_narrow(full: bool) -> nn.Module:
+    from timm.models.efficientnet import _gen_efficientnetv2_s
+
+    return _gen_efficientnetv2_s(
+        "efficientnetv2_rw_t", channel_multiplier=0.08, depth_multiplier=1.6, rw=False, pretrained=False,
+        num_classes=32,
+    )  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------- export styles
