@@ -308,10 +308,11 @@ def compare_outputs(
 #: 1.16e-3, the onnx reference evaluator in float32 3.44e-3, onnxruntime 5.04e-3, the .tflite 1.39e-2 (12x the
 #: host; fed the same float64 input, the .tflite's attention Softmax is the nearest of the three to float64).
 FLOAT32_FLOOR_FACTOR = 16.0
-#: A sample is ill-conditioned for float32 when the host's own float32 run is off float64 by more than this
-#: fraction of the bar: other float32 runs scatter around it by several times its distance, so the bar no longer
-#: tells rounding from a wrong conversion there (a narrow EfficientNetV2 on standard-normal noise, logits spanning
-#: 76: OpenVINO 8.7e-5 of the range off float64, the .tflite 1.5e-4; at std 0.5 both 5e-7).
+#: A failure on a sample where the host's own float32 run is off float64 by more than this fraction of the bar is
+#: one the bar cannot judge (other float32 runs scatter around the host by several times its distance: a narrow
+#: EfficientNetV2 on standard-normal noise, logits spanning 76: OpenVINO 8.7e-5 of the range off float64, the .tflite
+#: 1.5e-4; at std 0.5 both 5e-7): it is reported as :class:`IllConditionedSamples` (a deploy without data then
+#: retries gentler seeded samples), not as a wrong conversion.
 ILL_CONDITIONED_FRACTION = 0.25
 
 
@@ -366,19 +367,19 @@ def judge_outputs(
                 }
                 passed = check("max_rel_error_vs_float64", error, stick.max_rel_error, at_most=True)
                 why += "; above that against the source model in float64 (the float32 host run is off itself)"
-                # A sample on which the host's own float32 run is near or beyond the bar of float64
-                # (ILL_CONDITIONED_FRACTION) is ill-conditioned for float32 (the network amplifies rounding there:
-                # seeded attention logits spanning hundreds): no float32 artifact can be nearer than float32
-                # itself, so the artifact is held to FLOAT32_FLOOR_FACTOR times the host's distance there; the
-                # other samples keep the bar. When every sample is ill-conditioned, nothing tells rounding from a
-                # wrong conversion: refused (IllConditionedSamples; a deploy without data retries gentler samples).
-                ill = host > ILL_CONDITIONED_FRACTION * stick.max_rel_error
-                if not passed and ill.any():
-                    entry["float64_reference"]["ill_conditioned_samples"] = int(ill.sum())
+                # A sample on which the host's own float32 run is beyond the bar of float64 is ill-conditioned
+                # for float32 (the network amplifies rounding there: seeded attention logits spanning
+                # hundreds): no float32 artifact can be nearer than float32 itself, so the artifact is held
+                # to FLOAT32_FLOOR_FACTOR times the host's distance there; the other samples keep the bar. When
+                # every sample is ill-conditioned, nothing tells rounding from a wrong conversion: refused, as
+                # IllConditionedSamples when the host is near the bar (ILL_CONDITIONED_FRACTION) on a failing
+                # sample (a deploy without data retries gentler seeded samples).
+                ill = host > stick.max_rel_error
+                near = host > ILL_CONDITIONED_FRACTION * stick.max_rel_error  # ill, or too near to judge by
+                if not passed and near.any():
+                    entry["float64_reference"]["ill_conditioned_samples"] = int(near.sum())
                 if not passed and ill.any() and not ill.all():
-                    bound = np.where(
-                        ill, np.maximum(FLOAT32_FLOOR_FACTOR * host, stick.max_rel_error), stick.max_rel_error
-                    )
+                    bound = np.where(ill, FLOAT32_FLOOR_FACTOR * host, stick.max_rel_error)
                     worst = float((per_sample / bound).max())
                     checks.pop()  # judged per sample instead (the line above is kept in the figures)
                     passed = check("max_rel_error_vs_float64_per_sample_bound", worst, 1.0, at_most=True)
@@ -493,8 +494,8 @@ def verify_outputs(
     if failures and all(e.get("float64_reference", {}).get("ill_conditioned_samples") for e in failed):
         raise IllConditionedSamples(
             f"{target}: verification failed: {artifact} differs from the source model on {len(reference)} "
-            f"sample(s), on some of which the host's own float32 run is off float64 beyond the bar (the samples "
-            f"drive the network where float32 rounding is amplified): {'; '.join(failures)}"
+            "sample(s), on some of which the host's own float32 run is near or beyond the bar off float64 (the "
+            f"samples drive the network where float32 rounding is amplified): {'; '.join(failures)}"
         )
     if failures:
         raise TargetError(

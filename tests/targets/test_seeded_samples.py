@@ -28,27 +28,25 @@ def _verification(out: Path, samples=()) -> dict:
     return json.loads((out / "manifest.json").read_text())["verification"]
 
 
-def test_samples_near_the_bar_in_float32_are_judged_by_the_hosts_own_error(tmp_path: Path) -> None:
+def test_a_deploy_without_data_retries_gentler_samples_when_float32_cannot_judge(tmp_path: Path) -> None:
     report = _verification(tmp_path / "out")
-    logits = report["outputs"]["logits"]
-    assert report["passed"] and "samples_seeded_std" not in report  # judged on the standard-normal samples
-    assert logits["max_rel_error"] > 1e-4  # the .tflite against OpenVINO's float32 run: beyond the bar ...
-    ill = logits["float64_reference"]["ill_conditioned_samples"]
-    assert 1 <= ill < 3  # ... on samples where OpenVINO itself is near the bar of float64
-    assert logits["checks"][-1]["metric"] == "max_rel_error_vs_float64_per_sample_bound"
+    # at std 1 the .tflite was 1.5e-4 from float64 where OpenVINO's own run was 8.7e-5: judged at std 0.5
+    assert report["passed"] and report["samples_seeded_std"] == 0.5
+    assert "ill-conditioned" in report["samples_note"]
+    assert report["outputs"]["logits"]["max_rel_error"] <= 1e-5  # there every float32 run agrees to ~5e-7
 
 
-def test_gentler_seeded_samples_when_every_sample_is_ill_conditioned(
+def test_given_samples_are_judged_as_given(tmp_path: Path) -> None:
+    model = load_model(MODEL)
+    for std in (1.0, 2.0):  # near the bar at std 1, every sample far beyond it at std 2: both refused
+        with pytest.raises(yardstick.IllConditionedSamples, match="near or beyond the bar"):
+            _verification(tmp_path / f"given{std}", default_verify_samples(model, std=std))
+        assert not (tmp_path / f"given{std}").exists()
+
+
+def test_the_retry_starts_where_the_samples_are_harshest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    model = load_model(MODEL)
-    harsh = default_verify_samples(model, std=2.0)
-    # given samples are judged as given: at std 2 every one is ill-conditioned, nothing to judge the .tflite by
-    with pytest.raises(yardstick.IllConditionedSamples, match="ill-conditioned|off float64"):
-        _verification(tmp_path / "given", harsh)
-    assert not (tmp_path / "given").exists()
-    # without data the deploy starts at std 2 here, and retries the next standard deviation
     monkeypatch.setattr(tflite_package, "SEEDED_STDS", (2.0, *yardstick.SEEDED_STDS))
     report = _verification(tmp_path / "seeded")
-    assert report["passed"] and report["samples_seeded_std"] == 1.0
-    assert "ill-conditioned" in report["samples_note"]
+    assert report["passed"] and report["samples_seeded_std"] == 0.5
