@@ -37,6 +37,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import onnx_ir as ir
 from edgekit.core.irutil import attr, const_array
 
@@ -385,17 +386,23 @@ def residual_reads(model: ir.Model) -> frozenset[tuple[str, int]]:
 
 #: Ops that keep a value off zero with a constant: y + eps, max(y, eps), clip(y, eps, ...).
 _GUARDS = frozenset({"Add", "Max", "Clip"})
+#: The largest constant taken for such a guard's eps (EfficientViT 1e-5 or 1e-7, sentence-transformers' clamp 1e-9,
+#: F.normalize 1e-12): a larger one (a detector's ``s / (s + 0.5)``) is an offset int8 keeps, not a guard.
+_GUARD_MAX_EPS = 1e-3
 
 
 def _divisor_at(div: ir.Node) -> list[ir.Node] | None:
-    """The guard producing ``div``'s divisor (one computed tensor and constants) and ``div``."""
+    """The guard producing ``div``'s divisor (one computed tensor and small constants) and ``div``."""
     divisor = div.inputs[0] if div.op_type == "Reciprocal" else div.inputs[1]
     guard = divisor.producer() if divisor is not None else None
     if guard is None or guard.op_type not in _GUARDS or len(list(divisor.uses())) != 1:
         return None
     present = [v for v in guard.inputs if v is not None]
     constants = [v for v in present if const_array(v) is not None]
-    return [guard, div] if constants and len(present) - len(constants) == 1 else None
+    # Clip's eps is its min (its max, if any, may be anything)
+    eps = [guard.inputs[1]] if guard.op_type == "Clip" and len(guard.inputs) > 1 else constants
+    small = all(v is not None and np.abs(const_array(v)).max() <= _GUARD_MAX_EPS for v in eps)
+    return [guard, div] if constants and small and len(present) - len(constants) == 1 else None
 
 
 def guarded_divisors(model: ir.Model) -> dict[str, str]:
