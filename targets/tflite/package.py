@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -250,6 +250,32 @@ def tensor_specs(infos: Sequence[TensorInfo]) -> tuple[TensorSpec, ...]:
     )
 
 
+def _verify_on_samples(
+    model: ir.Model,
+    given: Sequence[Mapping[str, np.ndarray]],
+    run: Callable[[Sequence[Mapping[str, np.ndarray]], bool], dict[str, Any]],
+) -> dict[str, Any]:
+    """``run(samples, seeded)`` on the given samples; without any, on seeded normal ones of each std of
+    :data:`SEEDED_STDS` in turn while a failure is :class:`IllConditionedSamples` (the std used is recorded)."""
+    if given:
+        return run(tuple(given), False)
+    for std in SEEDED_STDS:
+        try:
+            figures = run(default_verify_samples(model, std=std), True)
+            break
+        except IllConditionedSamples as exc:
+            if std == SEEDED_STDS[-1]:
+                raise
+            log.info("%s; trying gentler seeded samples", exc)
+    if std != SEEDED_STDS[0]:
+        figures["samples_seeded_std"] = std
+        figures["samples_note"] = (
+            f"seeded normal samples of std {std:g}: at larger ones the artifact missed the bar on samples where "
+            "the host's own float32 run is near or beyond it (ill-conditioned for float32)"
+        )
+    return figures
+
+
 def package_tflite(
     target: Target,
     model: ir.Model,
@@ -274,7 +300,6 @@ def package_tflite(
             raise TargetError(f"input {value.name!r} has a dynamic shape {value.shape}; pass --input-shape")
     if result is None:
         result = convert(model, convert_options)
-    samples = tuple(options.verify_samples)  # none given: seeded ones below
     report: dict[str, Any] = {
         "precision": precision or options.precision or qdq_precision(model) or "fp32",
         "io_dtype": convert_options.io_dtype,
@@ -283,25 +308,14 @@ def package_tflite(
         "float_ops": list(result.float_ops),
         "size_bytes": len(result.data),
     }
-    seeded = not options.verify_samples
     precision_judged = verify_precision or report["precision"]
-    for std in SEEDED_STDS if seeded else (None,):
-        if std is not None:
-            samples = default_verify_samples(model, std=std)
-        try:
-            figures = verify(model, result, samples, tolerance, target.name, precision_judged, seeded)
-        except IllConditionedSamples as exc:
-            if std is None or std == SEEDED_STDS[-1]:
-                raise
-            log.info("%s; trying gentler seeded samples", exc)
-            continue
-        if std is not None and std != SEEDED_STDS[0]:
-            figures["samples_seeded_std"] = std
-            figures["samples_note"] = (
-                f"seeded normal samples of std {std:g}: at larger ones every sample was ill-conditioned for float32 "
-                "(the host's own run off float64 beyond the bar)"
-            )
-        break
+    figures = _verify_on_samples(
+        model,
+        options.verify_samples,
+        lambda samples, seeded: verify(
+            model, result, samples, tolerance, target.name, precision_judged, seeded
+        ),
+    )
     report.update(figures)
     report.update(extra_report or {})
     manifest = Manifest(
