@@ -87,13 +87,16 @@ def quantize(
     if dtype not in _INTEGER_TYPES:
         raise ModelError(f"QuantizeLinear to {dtype}: no exact float64 semantics here")
     lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
-    s = _broadcast_axis(np.asarray(scale, np.float64), x.ndim, axis)
     z = 0.0 if zero_point is None else _broadcast_axis(np.asarray(zero_point, np.float64), x.ndim, axis)
+    return np.clip(np.round(steps(x, scale, axis, float32)) + z, lo, hi).astype(dtype)
+
+
+def steps(x: np.ndarray, scale: np.ndarray, axis: int = 1, float32: bool = False) -> np.ndarray:
+    """``x / scale`` (float64), the value in steps :func:`quantize` rounds; ``float32``: divided in float32."""
+    s = _broadcast_axis(np.asarray(scale, np.float64), np.ndim(x), axis)
     if float32:
-        steps = (np.asarray(x, np.float32) / s.astype(np.float32)).astype(np.float64)
-    else:
-        steps = np.asarray(x, np.float64) / s
-    return np.clip(np.round(steps) + z, lo, hi).astype(dtype)
+        return (np.asarray(x, np.float32) / s.astype(np.float32)).astype(np.float64)
+    return np.asarray(x, np.float64) / s
 
 
 def _split_pads(totals: Sequence[int], upper: bool) -> list[int]:
@@ -329,10 +332,7 @@ def _ops(
             at_input = not jitter and self.onnx_node.input[0] in float32_inputs
             q = quantize(x, y_scale, y_zero_point, _axis(self), float32=at_input)
             if observe is not None:
-                steps = np.asarray(x, np.float64) / _broadcast_axis(
-                    np.asarray(y_scale, np.float64), np.ndim(x), _axis(self)
-                )
-                q = observe(self.onnx_node.output[0], q, steps)
+                q = observe(self.onnx_node.output[0], q, steps(x, y_scale, _axis(self), at_input))
             return (q,)
 
     class Conv(OpRun):
