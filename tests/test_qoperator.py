@@ -17,7 +17,7 @@ import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 import pytest
-from edgekit.core.errors import ModelError, UnsupportedOpError
+from edgekit.core.errors import UnsupportedOpError
 from edgekit.core.model import load_proto
 from edgekit.core.runtime import HostRunner
 from onnx import TensorProto, helper, numpy_helper
@@ -632,24 +632,6 @@ def test_integer_data_op_without_a_rule_is_refused(tmp_path) -> None:
     bad = _with_node(qop, helper.make_node("Add", [conv.output[0], conv.output[0]], ["n"]))
     with pytest.raises(UnsupportedOpError, match="Add on the quantized tensor"):
         load_proto(bad)
-
-
-def test_dynamic_quantization_is_refused_with_the_reason(tmp_path) -> None:
-    from onnxruntime.quantization import quantize_dynamic
-
-    rng = np.random.default_rng(0)
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"])],
-        "dense",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
-        [_float_init("w", rng.normal(0, 1, (16, 8)))],
-    )
-    src, dst = tmp_path / "f.onnx", tmp_path / "d.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), src)
-    quantize_dynamic(str(src), str(dst))
-    with pytest.raises(ModelError, match="dynamically quantized"):
-        load_proto(onnx.load(dst))
 
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"

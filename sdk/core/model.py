@@ -314,6 +314,9 @@ def load_proto(
     forget_nonpositive_dims(copy)
     inlined = inline_local_functions(copy)
     expanded = _expand_fused_ops(copy)
+    from edgekit.core import dynamic_quant
+
+    expanded += dynamic_quant.dequantize(copy)
     proto = upgrade_opset(copy)
     # The lowest IR version the opsets allow (>= 4: initializers that are not graph inputs), so that every
     # runtime, including ones older than this onnx package, reads what we write.

@@ -19,7 +19,7 @@ follows sees a QDQ model like the one ``edgekit quantize`` writes, with the mode
 The rewrite is exact up to where a value rounds: onnxruntime's integer kernels and the float op between
 DequantizeLinear and QuantizeLinear can round a tie differently, so results agree within one quantization
 step. Dynamic quantization (``DynamicQuantizeLinear``, ``MatMulInteger``, ``ConvInteger``) computes activation
-scales at run time: there are no scales to keep, and such models are refused with a message saying so.
+scales at run time: :mod:`edgekit.core.dynamic_quant` rewrites it as float ops on the dequantized weights first.
 
 One rewrite function per op, keyed by (domain, op type) in ``_REWRITES``.
 """
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 import onnx_ir as ir
+from edgekit.core.dynamic_quant import DYNAMIC_OPS
 from edgekit.core.errors import ModelError, UnsupportedOpError
 from edgekit.core.irutil import NameScope, add_initializer, attr, const_array
 
@@ -60,10 +61,9 @@ READS_FLOAT_OPS = frozenset({"Shape", "Size", "ArgMax", "ArgMin"})
 _MS_QUANTIZED = frozenset(
     {"QAttention", "QEmbedLayerNormalization", "QOrderedMatMul", "QOrderedLayerNormalization"}
 )
-#: Dynamic quantization: activation scales computed at run time, so there are no scales to keep.
-_DYNAMIC = frozenset(
-    {"DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"}
-)
+#: Dynamic quantization (``edgekit.core.dynamic_quant`` rewrites it before this module runs): a file with it is
+#: still one whose own answers come from onnxruntime (:func:`is_qoperator_file`).
+_DYNAMIC = DYNAMIC_OPS
 
 
 @dataclass(frozen=True)
