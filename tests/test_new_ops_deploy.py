@@ -6,6 +6,7 @@ refuses with one line naming the float ops."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -127,7 +128,16 @@ def test_every_target_packages_and_verifies(files, tmp_path, capsys, target: str
     verification = read_bundle(tmp_path / target).manifest.verification
     assert verification["precision"] == precision and verification["passed"], verification
     if target != "intel-vpu" and precision == "int8":  # the ops without an int8 kernel stay float, said so
-        assert "ops left in float: ABS" in out + err  # Mish's softplus, the first
+        # Mish's softplus first, its TFLite ops grouped under its ONNX node
+        assert re.search(r"ops left in float: \S+ \(ABS", out + err), out + err
+
+
+def test_float_ops_are_grouped_by_their_onnx_node() -> None:
+    from edgekit.targets.tflite.package import float_ops_line
+
+    ops = ["FULLY_CONNECTED (lstm)", "LOGISTIC (lstm)", "TANH (lstm)", "LOGISTIC (lstm)", "EXP (decode)"]
+    assert float_ops_line(ops) == "lstm (FULLY_CONNECTED, LOGISTIC x2, TANH), decode (EXP)"
+    assert float_ops_line(ops, shown=1) == "lstm (FULLY_CONNECTED, LOGISTIC x2, TANH) and 1 more node(s)"
 
 
 def test_nnapi_strict_integer_names_the_float_ops_in_one_line(files, tmp_path, capsys) -> None:

@@ -86,9 +86,26 @@ def check_model(model: ir.Model, target: str, convert_options: ConvertOptions) -
     for note in result.notes:
         problems.append(Problem("info", None, None, note))
     if result.float_ops:
-        shown = ", ".join(result.float_ops[:8]) + (" ..." if len(result.float_ops) > 8 else "")
-        problems.append(Problem("warning", None, None, f"ops left in float: {shown}"))
+        problems.append(
+            Problem("warning", None, None, f"ops left in float: {float_ops_line(result.float_ops)}")
+        )
     return problems
+
+
+def float_ops_line(ops: list[str], shown: int = 8) -> str:
+    """``CODE (origin)`` entries grouped by the ONNX node they come from (an LSTM or a GridSample is many TFLite
+    ops): ``origin (CODE, CODE x2)``, the first ``shown`` nodes, then how many more."""
+    groups: dict[str, dict[str, int]] = {}
+    for entry in ops:
+        code, _, origin = entry.partition(" (")
+        codes = groups.setdefault(origin.removesuffix(")") or code, {})
+        codes[code] = codes.get(code, 0) + 1
+    parts = [
+        f"{origin} ({', '.join(c if n == 1 else f'{c} x{n}' for c, n in codes.items())})"
+        for origin, codes in list(groups.items())[:shown]
+    ]
+    more = len(groups) - shown
+    return ", ".join(parts) + (f" and {more} more node(s)" if more > 0 else "")
 
 
 def run_tflite(
