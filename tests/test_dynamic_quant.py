@@ -195,3 +195,62 @@ def test_lstm_and_encoder_load_and_deploy_to_arm_cpu(name, tmp_path) -> None:
     loaded = _run(ir.to_proto(model), feeds)
     for value, got in zip(session.run(None, feeds), loaded, strict=True):
         assert _cosine(value, got) > 0.9999
+
+
+def _matmul_nbits(model: onnx.ModelProto, bits: int, symmetric: bool, block: int = 32) -> onnx.ModelProto:
+    from onnxruntime.quantization import matmul_nbits_quantizer as nbits
+
+    config = nbits.DefaultWeightOnlyQuantConfig(block_size=block, is_symmetric=symmetric, bits=bits)
+    quantizer = nbits.MatMulNBitsQuantizer(model, algo_config=config)
+    quantizer.process()
+    return quantizer.model.model
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_matmul_nbits_is_a_matmul_on_its_dequantized_weight(bits, symmetric) -> None:
+    """onnxruntime's blockwise weights (MatMulNBits, packed 4-bit nibbles, zero points packed or absent), with K
+    not a multiple of the block: the rewrite gives onnxruntime's own results (it dequantizes, then multiplies
+    in float)."""
+    rng = np.random.default_rng(bits + symmetric)
+    k, n = 100, 24
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])],
+        "dense",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, n])],
+        [
+            numpy_helper.from_array(rng.normal(0.2, 1, (k, n)).astype(np.float32), "w"),
+            numpy_helper.from_array(rng.normal(0, 1, n).astype(np.float32), "b"),
+        ],
+    )
+    quantized = _matmul_nbits(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), bits, symmetric
+    )
+    assert [n.op_type for n in quantized.graph.node][0] == "MatMulNBits"
+    rewritten = onnx.ModelProto()
+    rewritten.CopyFrom(quantized)
+    assert "MatMulNBits" in dynamic_quant.dequantize(rewritten)[0]
+    assert {n.op_type for n in rewritten.graph.node} == {"MatMul", "Add"}
+    x = rng.normal(0, 1, (3, k)).astype(np.float32)
+    (want,), (got,) = _run(quantized, {"x": x}), _run(rewritten, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_a_4_bit_encoder_deploys_to_arm_cpu(tmp_path) -> None:
+    from edgekit.device_agents.bundle import read_bundle
+    from edgekit.targets.base import PackageOptions, get_target
+
+    quantized = _matmul_nbits(onnx.load(ZOO / "bert_tiny_op13.onnx"), 4, False)
+    assert "MatMulNBits" in {n.op_type for n in quantized.graph.node}
+    model = load_proto(quantized, messages=[])
+    session = ort.InferenceSession(quantized.SerializeToString(), providers=["CPUExecutionProvider"])
+    shapes = {i.name: [d if isinstance(d, int) else 1 for d in i.shape] for i in session.get_inputs()}
+    feeds = {k: np.ones(v, np.int64) for k, v in shapes.items()}
+    path = get_target("arm-cpu").package(
+        model, tmp_path / "arm-cpu", PackageOptions(precision="fp32", verify_samples=(feeds,))
+    )
+    with read_bundle(path) as bundle:
+        assert bundle.manifest.verification["passed"]
+    for want, got in zip(session.run(None, feeds), _run(ir.to_proto(model), feeds), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())

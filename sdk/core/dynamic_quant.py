@@ -5,7 +5,8 @@ run time: ``DynamicQuantizeLinear`` computes an activation's scale and zero poin
 ``MatMulInteger`` / ``ConvInteger`` (or the fused ``com.microsoft`` ``DynamicQuantizeMatMul``,
 ``MatMulIntegerToFloat``, ``DynamicQuantizeLSTM``) multiply in integers, and a ``Cast`` and a ``Mul`` by the
 product of the two scales give the real result back. Hugging Face repositories ship such files
-(``model_quantized.onnx``), and so do libraries (ddddocr's OCR).
+(``model_quantized.onnx``), and so do libraries (ddddocr's OCR). onnxruntime's blockwise weight-only format,
+``com.microsoft`` ``MatMulNBits`` (``model_q4.onnx``), is read here too: a MatMul on its dequantized weight.
 
 No target runs a scale computed at run time (TFLite's hybrid kernels and OpenVINO's compressed weights keep the
 weights in int8 and compute in float), so the model is rewritten as what it stands for: each integer op on the
@@ -44,7 +45,7 @@ MS_DOMAIN = "com.microsoft"
 #: The ops of dynamic quantization this module rewrites (``DynamicQuantizeLinear`` itself is handled apart).
 DYNAMIC_OPS = frozenset(
     {"DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "DynamicQuantizeMatMul", "MatMulIntegerToFloat",
-     "DynamicQuantizeLSTM"}
+     "DynamicQuantizeLSTM", "MatMulNBits"}
 )  # fmt: skip
 _ROUNDING = frozenset({"Floor", "Round", "Ceil"})
 _FLOAT_TYPES = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16})
@@ -229,6 +230,39 @@ def _dynamic_quantize_lstm(g: _Graph, node: onnx.NodeProto) -> None:
     g.nodes.append(helper.make_node("LSTM", inputs, list(node.output), name=node.name, **attrs))
 
 
+@_rewrite("MatMulNBits")
+def _matmul_nbits(g: _Graph, node: onnx.NodeProto) -> None:
+    """com.microsoft MatMulNBits (blockwise 4- or 8-bit weights, onnxruntime's ``MatMulNBitsQuantizer``, the
+    ``model_q4.onnx`` of Hugging Face repositories): A, B packed [N, blocks, block_size * bits / 8], scales
+    [N * blocks], zero points (packed like B, or float; default 2^(bits - 1)), g_idx, bias. A MatMul on the
+    dequantized [K, N] weight."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    k, n, bits, block = attrs["K"], attrs["N"], attrs.get("bits", 4), attrs["block_size"]
+    if bits not in (4, 8):
+        raise ModelError(f"MatMulNBits node {node.name!r}: {bits}-bit weights (4 and 8 are read)")
+    blocks = -(-k // block)
+    packed = g.constant(node, 1, "weight").reshape(n, blocks, -1)
+    q = np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(n, blocks, block) if bits == 4 else packed
+    scale = g.constant(node, 2, "weight scale").astype(np.float32).reshape(n, blocks)
+    zero: np.ndarray | float = float(1 << (bits - 1))
+    if len(node.input) > 3 and node.input[3]:
+        z = g.constant(node, 3, "weight zero point")
+        if z.dtype != np.uint8:
+            zero = z.astype(np.float32).reshape(n, blocks)
+        elif bits == 4:
+            zero = np.stack([z.reshape(n, -1) & 0x0F, z.reshape(n, -1) >> 4], -1).reshape(n, -1)[:, :blocks]
+        else:
+            zero = z.reshape(n, blocks)
+        zero = np.asarray(zero, np.float32)[..., None]
+    if len(node.input) > 4 and node.input[4]:
+        g_idx = g.constant(node, 4, "g_idx")
+        if not np.array_equal(g_idx, np.arange(k) // block):
+            raise ModelError(f"MatMulNBits node {node.name!r}: a g_idx that reorders the weight's blocks")
+    weight = ((q.astype(np.float32) - zero) * scale[..., None]).reshape(n, -1)[:, :k]
+    b = g.const(node.input[1], np.ascontiguousarray(weight.T))
+    _matmul_bias(g, node, node.input[0], b, 5)
+
+
 def _runtime_node(g: _Graph, node: onnx.NodeProto) -> bool:
     """Rewrite a node reading run-time values (module docstring); False when it is left as it is."""
     readers = [i for i in node.input if i and i not in g.consts]
@@ -280,8 +314,18 @@ def dequantize(proto: onnx.ModelProto) -> list[str]:
     used = {name for n in graph.node for name in n.input} | {o.name for o in graph.output}
     for t in [t for t in graph.initializer if t.name not in used]:
         graph.initializer.remove(t)  # the 8-bit weights, now float
-    integer = sum(v for k, v in counts.items() if k not in ("DynamicQuantizeLinear", "DequantizeLinear"))
-    return [
-        f"dynamically quantized model (onnxruntime quantize_dynamic): {integer} integer op(s) computed in float on "
-        "their dequantized int8 weights; the activations' run-time quantization is dropped"
-    ]
+    notes = []
+    if counts.get("MatMulNBits"):
+        notes.append(
+            f"{counts['MatMulNBits']} MatMulNBits op(s) (onnxruntime's blockwise 4/8-bit weights) computed in float "
+            "on their dequantized weights"
+        )
+    integer = sum(
+        v for k, v in counts.items() if k not in ("DynamicQuantizeLinear", "DequantizeLinear", "MatMulNBits")
+    )
+    if integer:
+        notes.append(
+            f"dynamically quantized model (onnxruntime quantize_dynamic): {integer} integer op(s) computed in float "
+            "on their dequantized int8 weights; the activations' run-time quantization is dropped"
+        )
+    return notes
