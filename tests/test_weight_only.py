@@ -731,3 +731,38 @@ def test_layer_precision_takes_the_names_of_the_file_as_given():
     assert static.report["quantization"]["int16_activations"] > 0
     with pytest.raises(QuantizationError, match="closest: /layers.0/attention/query/MatMul_gemm"):
         _weight_only(ENCODER, "w8", layer_precision=((query + "x", "fp32"),))
+
+
+def test_a_uint8_table_gathered_then_dequantized_runs_in_litert(tmp_path):
+    """A weight-only model whose uint8 embedding table is read by a Gather and then a DequantizeLinear (zero
+    point 124): the GATHER's uint8 output keeps its own zero point (it was written as int8's -4, which LiteRT's
+    XNNPACK delegate refused to prepare)."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["table", "ids"], ["gathered"]),
+            helper.make_node("DequantizeLinear", ["gathered", "scale", "zero"], ["embedded"]),
+            helper.make_node("MatMul", ["embedded", "w"], ["y"]),
+        ],
+        "embedding",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 4])],
+        [
+            numpy_helper.from_array(rng.integers(0, 256, (50, 16)).astype(np.uint8), "table"),
+            numpy_helper.from_array(np.array(0.02, np.float32), "scale"),
+            numpy_helper.from_array(np.array(124, np.uint8), "zero"),
+            numpy_helper.from_array(rng.normal(0, 1, (16, 4)).astype(np.float32), "w"),
+        ],
+    )
+    path = tmp_path / "table.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    feeds = {"ids": rng.integers(0, 50, (1, 8)).astype(np.int64)}
+    bundle = get_target("arm-cpu").package(
+        load_model(path), tmp_path / "out", PackageOptions(verify_samples=(feeds,))
+    )
+    from edgekit.device_agents.bundle import read_bundle
+
+    with read_bundle(bundle) as b:
+        assert b.manifest.verification["passed"] and b.manifest.verification["precision"] == "w8"

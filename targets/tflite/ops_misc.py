@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 import ml_dtypes
 import numpy as np
@@ -447,6 +448,9 @@ def dequantize_linear(
         ctx.set_const(y_value, real.astype(np.float32), quantized=(qdata.astype(_int8(dtype)), quant))
         return
     x = ctx.tensor(x_value)
+    if x.dtype == np.uint8 and quant.zero_point is not None:
+        # a uint8 tensor the graph reads as it is (a GATHER of a uint8 table): its own zero point, not int8's
+        quant = replace(quant, zero_point=quant.zero_point + 128)
     if x.quant is None:
         x.quant = quant
     elif not x.quant.same_as(quant):
