@@ -167,7 +167,7 @@ class IntelVpuTarget(Target):
             report: dict[str, Any] = {"precision": precision}
             # OpenVINO can crash compiling or running an IR or a QDQ model: do what verification does once,
             # on one sample, where a crash cannot end the CLI.
-            isolated.call(
+            compiled_in_child = isolated.call(
                 preflight_ir,
                 str(converted.xml),
                 proto.SerializeToString(),
@@ -176,7 +176,7 @@ class IntelVpuTarget(Target):
                 what="intel-vpu: OpenVINO",
                 doing="compiling the IR on the CPU",
             )
-            compiled = _compile_cpu(core, converted.ov_model)
+            compiled = _import_cpu(core, compiled_in_child["ir"]) or _compile_cpu(core, converted.ov_model)
             if quantized:
                 rewritten = for_openvino(proto)  # what _convert converted
                 # int8 activations: the refusal suggests uint8 (_activation_dtype_problems' warning)
@@ -198,7 +198,7 @@ class IntelVpuTarget(Target):
                     }
             kinds = output_kinds(model)
             stick = yardstick(report["precision"], seeded=not options.verify_samples)
-            report.update(_verify(proto, compiled, samples, stick, kinds))
+            report.update(_verify(proto, compiled, samples, stick, kinds, compiled_in_child["hosts"]))
             files: dict[str, bytes | Path] = {"model.xml": converted.xml, "model.bin": converted.bin}
             roles = {"model.bin": "weights"}
             report["npu"] = _npu_blob(core, converted.ov_model, opts, files, roles)
@@ -541,6 +541,15 @@ def _convert(proto: onnx.ModelProto, folder: Path, compress: bool) -> _Converted
     )
 
 
+def _import_cpu(core: Any, blob: bytes) -> Any:
+    """The IR the preflight child compiled, imported (None when this OpenVINO cannot: then it is compiled)."""
+    try:
+        return core.import_model(blob, "CPU", F32_CONFIG)
+    except Exception as exc:  # noqa: BLE001 - any failure falls back to compiling
+        log.debug("intel-vpu: importing the compiled IR failed (%s); compiling it", _first_line(exc))
+        return None
+
+
 def _compile_cpu(core: Any, ov_model: Any) -> Any:
     try:
         return core.compile_model(ov_model, "CPU", F32_CONFIG)
@@ -573,14 +582,18 @@ def _verify(
     samples: Sequence[Mapping[str, np.ndarray]],
     stick: Any,
     kinds: Mapping[str, Any],
+    compiled_hosts: Mapping[bool, bytes | None] | None = None,
 ) -> dict[str, Any]:
+    """``compiled_hosts``: the source model compiled by :func:`preflight_ir`, by ``exact_qdq``."""
     from edgekit.core.runtime import HostRunner
+
+    blobs = compiled_hosts or {}
 
     # The reference runs the QDQ model through the same CPU int8 kernels as the IR (exact_qdq=False), so
     # the check is about the conversion; the IR against the QDQ model's exact semantics, which adds this
     # CPU's kernel rounding (and saturation on CPUs without VNNI), is reported beside it.
     quantized = any(n.op_type == "QuantizeLinear" for n in proto.graph.node)
-    host = HostRunner(proto, exact_qdq=not quantized)
+    host = HostRunner(proto, exact_qdq=not quantized, compiled=blobs.get(not quantized))
     reference = [host.run(s) for s in samples]
     actual = []
     for sample in samples:
@@ -610,7 +623,7 @@ def _verify(
         ),
     }
     if quantized:
-        exact_host = HostRunner(proto)
+        exact_host = HostRunner(proto, compiled=blobs.get(True))
         exact = compare_outputs([exact_host.run(s) for s in samples], actual, kinds)
         report["max_rel_error_vs_exact_qdq"] = worst_rel_error(exact)
         report["vs_exact_qdq"] = {

@@ -107,19 +107,28 @@ def compile_export(path: str, config: Mapping[str, str]) -> bytes:
 
 def preflight_ir(
     xml: str, source: bytes, samples: Sequence[Mapping[str, np.ndarray]], exact_qdq: Sequence[bool]
-) -> None:
+) -> dict[str, Any]:
     """(Run in a child.) Compile and run an IR on the CPU, then its ONNX source as :class:`HostRunner` runs it
-    (once per ``exact_qdq`` mode), on ``samples``; says which step is at work."""
+    (once per ``exact_qdq`` mode), on ``samples``; says which step is at work. Returns what it compiled,
+    exported (``ir``; ``hosts``: by ``exact_qdq``, None for a runner on onnxruntime): the caller imports them
+    instead of compiling each model a second time (an int8 detector's packaging compiled five models, three of
+    them twice)."""
     from edgekit.core import isolated
 
     isolated.stage("OpenVINO", "compiling and running the IR on the CPU")
-    compile_check(xml, F32_CONFIG, samples)
+    compiled = _compile(xml, F32_CONFIG)
+    for sample in samples:
+        compiled.create_infer_request().infer(dict(sample))
+    blob = compiled.export_model()
+    hosts: dict[bool, bytes | None] = {}
     proto = onnx.load_model_from_string(source)
     for exact in exact_qdq:
         isolated.stage("OpenVINO", "running the source model on the host")
         runner = HostRunner(proto, exact_qdq=exact)
         for sample in samples:
             runner.run(sample)
+        hosts[exact] = runner.export()
+    return {"ir": blob if isinstance(blob, bytes) else blob.getvalue(), "hosts": hosts}
 
 
 def has_16bit_qdq(proto: onnx.ModelProto) -> bool:
@@ -202,6 +211,7 @@ class HostRunner:
         onnxruntime: bool = False,
         prepared: bool = False,
         properties: Mapping[str, str] | None = None,
+        compiled: bytes | None = None,
     ):
         """``exact_qdq=False`` runs a QDQ model as OpenVINO would deploy it, on its int8 kernels.
 
@@ -213,6 +223,7 @@ class HostRunner:
 
         ``prepared=True``: ``model`` is already in the form this runner gives it (:func:`runner_form`).
         ``properties``: more OpenVINO compile properties (over the f32 ones).
+        ``compiled``: what :meth:`export` gave for the same model and options (imported, not compiled again).
         """
         if not isinstance(model, onnx.ModelProto):
             import onnx_ir as ir
@@ -244,8 +255,8 @@ class HostRunner:
         with tempfile.TemporaryDirectory(prefix="edgekit-ov-") as tmp:
             path = Path(tmp, "model.onnx")
             path.write_bytes(proto.SerializeToString())
-            blob = None
-            if isolate:  # compiled in a child first; this process imports what the child compiled
+            blob = compiled
+            if isolate and blob is None:  # compiled in a child first; this process imports what it compiled
                 from edgekit.core import isolated
 
                 blob = isolated.call(
@@ -273,6 +284,13 @@ class HostRunner:
         for port in self._compiled.outputs:
             for name in port.get_names():
                 self._outputs[name] = port
+
+    def export(self) -> bytes | None:
+        """The compiled model, exported (for ``HostRunner(..., compiled=)``); None on onnxruntime."""
+        if self._ort is not None:
+            return None
+        blob = self._compiled.export_model()
+        return blob if isinstance(blob, bytes) else blob.getvalue()
 
     def _check(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         missing = [n for n in self.input_names if n not in feeds]
