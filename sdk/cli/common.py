@@ -112,14 +112,24 @@ def run_app(app: typer.Typer, argv: Sequence[str]) -> None:
     Anything else is a bug: one line ``internal error: ...`` and exit code 3, the traceback only with
     ``EDGEKIT_DEBUG=1``.
     """
+    from typer._click import exceptions as click_errors
+    from typer.rich_utils import rich_format_error
+
     route_warnings()
     try:
-        _tidy_help(typer.main.get_command(app))(list(argv), prog_name="edgekit", standalone_mode=True)
+        # standalone_mode=False: click's usage errors come here (one line) instead of a framed box
+        code = _tidy_help(typer.main.get_command(app))(list(argv), prog_name="edgekit", standalone_mode=False)
+    except click_errors.NoArgsIsHelpError as exc:  # `edgekit` alone: the help, as before
+        rich_format_error(exc)
+        raise SystemExit(exc.exit_code) from None
+    except click_errors.ClickException as exc:  # bad usage: an unknown option, a missing argument, ...
+        command = exc.ctx.command_path if getattr(exc, "ctx", None) is not None else "edgekit"
+        fail(f"{exc.format_message()} (see '{command} --help')", exc.exit_code)
     except EdgekitError as exc:
         fail(str(exc), exc.exit_code)
     except _agent_errors() as exc:  # errors of the device agent package, which cannot import edgekit
         fail(str(exc), 2)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, typer.Abort):
         fail("interrupted", 130)
     except Exception as exc:  # noqa: BLE001 - the last line of defence: never a traceback by default
         if os.environ.get(DEBUG_ENV):
@@ -132,6 +142,10 @@ def run_app(app: typer.Typer, argv: Sequence[str]) -> None:
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
         detail = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
         fail(f"internal error: {detail}{hint}", INTERNAL_ERROR_EXIT)
+    else:
+        # non-standalone click returns an explicit typer.Exit's code (--help, --version: 0)
+        if isinstance(code, int) and not isinstance(code, bool) and code:
+            raise SystemExit(code)
 
 
 def _agent_errors() -> tuple[type[BaseException], ...]:
