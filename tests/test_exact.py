@@ -310,3 +310,23 @@ def test_gather_elements_over_a_long_axis_matches_onnxruntime(axis):
     model = _model([node], {"x": data.shape}, {"i": indices})
     got = ExactRunner(model).run({"x": data})["y"]
     np.testing.assert_array_equal(got, _ort(model, {"x": data}))
+
+
+@pytest.mark.parametrize("name", ["paddle_mobilenet_v3_small", "ppocr_mobile_v2_cls"])
+def test_paddle_batchnorm_with_momentum_is_the_inference_form(name):
+    """paddle2onnx writes ``momentum`` (0.9) on every inference BatchNormalization; onnx's reference evaluator
+    then normalised with the batch's statistics (the float64 reference of the committed Paddle MobileNetV3 was
+    0.45 of the output range off onnxruntime, the real PP-OCR classifier's 0.25). A zoo Paddle model with
+    BatchNorms the load keeps (they follow Adds and HardSigmoids) and the real PP-OCR text-direction classifier."""
+    import onnxruntime as ort
+
+    entry = {e["name"]: e for e in zoo_data.entries(ROOT / "tests" / "zoo" / "models" / "zoo.json")}[name]
+    path = ROOT / "tests" / "zoo" / "models" / entry["file"]
+    proto = onnx.load(str(path))
+    momenta = [a.f for n in proto.graph.node if n.op_type == "BatchNormalization" for a in n.attribute]
+    assert any(abs(m - 0.9) < 1e-6 for m in momenta)
+    feeds = zoo_data.make_arrays(entry, 1, 3)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = ExactRunner(proto).run(feeds)
+    for out, ref in zip(proto.graph.output, want, strict=True):
+        assert np.abs(got[out.name] - ref).max() <= 1e-5 * np.ptp(ref)

@@ -363,6 +363,19 @@ def _ops(
             indices = np.where(indices < 0, indices + data.shape[axis], indices)
             return (np.take_along_axis(data, indices.astype(np.int64), axis=axis),)
 
+    class BatchNormalization(OpRun):
+        # onnx's BatchNormalization-9 (1.17 to 1.23) normalises with the batch's statistics whenever the node has a
+        # ``momentum`` attribute, a training-time parameter that paddle2onnx writes on every inference BatchNorm
+        # (0.9): the inference form (one output, no training_mode) uses the running mean and variance
+        def _run(self, x, scale, bias, mean, var, epsilon=None, momentum=None, training_mode=None, **_):
+            if training_mode or len(self.onnx_node.output) > 1:
+                raise ModelError("training-mode BatchNormalization: no exact float64 semantics here")
+            eps = 1e-5 if epsilon is None else float(epsilon)
+            shape = (1, -1) + (1,) * (x.ndim - 2)
+            a = np.asarray(scale, np.float64) / np.sqrt(np.asarray(var, np.float64) + eps)
+            b = np.asarray(bias, np.float64) - np.asarray(mean, np.float64) * a
+            return ((x * a.reshape(shape) + b.reshape(shape)).astype(x.dtype),)
+
     from onnx.reference.ops.op_grid_sample import GridSample as ReferenceGridSample
 
     class GridSample(ReferenceGridSample):
@@ -381,7 +394,16 @@ def _ops(
                 )
             return (grid_sample(X, grid, mode, padding_mode, int(align_corners)),)
 
-    return [DequantizeLinear, QuantizeLinear, Conv, ConvTranspose, MaxPool, GatherElements, GridSample]
+    return [
+        DequantizeLinear,
+        QuantizeLinear,
+        Conv,
+        ConvTranspose,
+        MaxPool,
+        GatherElements,
+        BatchNormalization,
+        GridSample,
+    ]
 
 
 #: The typical relative rounding error of a float32 dot product of about a thousand terms (sqrt(1000) x 2^-24, about

@@ -98,13 +98,16 @@ class CheckStaticShapesPass(ir.passes.InPlacePass):
 
 def _nms_hint(graph: ir.Graph) -> str:
     """A detector exported with its NMS inside (ultralytics ``export(nms=True)``: NonZero over the score
-    threshold, NonMaxSuppression) keeps a number of boxes known only at run time: say so, and how it deploys."""
+    threshold, NonMaxSuppression; PaddleDetection's multiclass_nms3, which paddle2onnx writes as
+    NonMaxSuppression, Gather and TopK) keeps a number of boxes known only at run time: say so, and how it
+    deploys."""
     nms = next((n for n in graph if n.op_type == "NonMaxSuppression" and n.domain in ("", "ai.onnx")), None)
     if nms is None:
         return ""
     return (
         f"; the graph runs NonMaxSuppression ({nms.name!r}), whose number of boxes depends on the scores: "
-        "export the detector without NMS (ultralytics: without nms=True) and run NMS on its output"
+        "export the detector without NMS (ultralytics: without nms=True; PaddleDetection: export_model.py -o "
+        "export.nms=False) and run NMS on its output"
     )
 
 
