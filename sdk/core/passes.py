@@ -351,6 +351,22 @@ class InlineConstantIfPass(ir.passes.InPlacePass):
         return True
 
 
+class ForgetAbsentOutputShapesPass(ir.passes.InPlacePass):
+    """Forget the shape of an output that onnx_ir's RemoveUnusedNodesPass made absent (an unread optional output:
+    its name becomes ""). Shape inference no longer reaches a nameless value, so the shape it had from the file's
+    first inference stays, stale: Silero VAD's unread LSTM ``Y`` kept ``[1, 1, unk, 128]`` once its input's
+    batch folded to 1, and the model was refused as dynamic. The converters infer what they need themselves."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for node in model.graph:
+            for out in node.outputs:
+                if not out.name and out.shape is not None and not out.uses() and not out.is_graph_output():
+                    out.shape = None
+                    modified = True
+        return ir.passes.PassResult(model, modified)
+
+
 class FoldShapesPass(ir.passes.InPlacePass):
     """Constant folding, the Ifs that folding decided (:class:`InlineConstantIfPass`) and shape inference in turn
     until nothing folds: each folded shape computation gives the next its static input (timm's TF-"SAME" padding
@@ -390,6 +406,7 @@ def prepare(model: ir.Model) -> ir.Model:
             DropWholeSlicesPass(),
             DropRequantizeIdentityPass(),  # after the Slices and no-ops that sat between DQ and Q
             RemoveUnusedNodesPass(),
+            ForgetAbsentOutputShapesPass(),  # the outputs it made absent
             ShapeInferencePass(),
             MatMulAddToGemmPass(),  # again: an N-D projection needs the static shapes known only now
             NameFixPass(),
