@@ -125,3 +125,4 @@ def test_an_if_on_a_run_time_value_is_still_declined(tmp_path, capsys):
     assert code == 2 and err.strip().splitlines()[-1].startswith(
         "error: If node 'if_len': control flow (If/Loop/Scan) is not supported"
     ), err
+    assert "its condition is computed from the value of input(s) 'x'" in err, err
