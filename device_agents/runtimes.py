@@ -311,7 +311,7 @@ class OpenVINORunner(Runner):
 
     def run(self, feeds: list[np.ndarray]) -> tuple[list[np.ndarray], float]:
         for i, arr in zip(self._in_order, feeds):  # noqa: B905 - checked by the caller
-            self.request.set_input_tensor(i, self._ov.Tensor(np.ascontiguousarray(arr)))
+            self.request.set_input_tensor(i, self._ov.Tensor(np.require(arr, requirements="C")))
         start = time.perf_counter()
         self.request.infer()
         elapsed = time.perf_counter() - start

@@ -266,6 +266,15 @@ def make_plan(
     heads.update(_mixed_range_concats(model, float_output_heads))
     kept_float = patterns.float_patterns(model)
 
+    def kept_float_here(node: ir.Node, wide: bool) -> bool:
+        """``node`` stays float (a float head, or a pattern's at this activation type): the op before it cannot
+        take it over as its fused activation or its output's scale (ScaleNorm's ``clamp(norm, eps)`` is the guard
+        of a division, float: RTMPose's Mul -> Clip read the unobserved Clip's scale)."""
+        reason = kept_float.get(node.name)
+        return node.name in heads or (
+            reason is not None and not (wide and reason in patterns.INT8_ONLY_REASONS)
+        )
+
     def add_activation(value: ir.Value, wide: bool) -> None:
         assert value.name
         if value.name not in seen:
@@ -358,6 +367,7 @@ def make_plan(
                 act is not None
                 and _is_fusable_activation(act)
                 and act.name not in exclude
+                and not kept_float_here(act, wide)
                 and layer_precision.get(act.name, recipe) == recipe  # its layer's recipe unless given one
             ):
                 plan.fused[outputs[0].name] = act.name
@@ -367,6 +377,7 @@ def make_plan(
                 act is not None
                 and _is_constant_clip(act)
                 and act.name not in exclude
+                and not kept_float_here(act, wide)
                 and layer_precision.get(act.name, recipe) == recipe
             ):
                 # Any other Clip (TFLite fuses RELU, RELU6, RELU_N1_TO_1 only): the output takes the Clip's scale,

@@ -567,7 +567,7 @@ def run_compiled(compiled: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, np
         name = next((n for n in port.get_names() if n in feeds), None)
         if name is None:
             raise TargetError(f"verification sample lacks input {port.get_any_name()!r}")
-        inputs[port] = np.ascontiguousarray(feeds[name])
+        inputs[port] = np.require(feeds[name], requirements="C")  # a scalar input stays a scalar
     results = request.infer(inputs)
     out: dict[str, np.ndarray] = {}
     for port in compiled.outputs:

@@ -123,3 +123,54 @@ def test_a_guarded_division_deploys_int8(model, target, tmp_path) -> None:
     assert result.ok, result
     (bundle,) = result.bundles
     assert bundle.precision == "int8" and bundle.verification["passed"]
+
+
+def scale_norm_model(path) -> None:
+    """RTMPose's ScaleNorm (mmpose, Apache-2.0) as torch exports it: ``x / clamp(norm(x) * d^-0.5, eps) * g``, then
+    a Linear. The guard is a Clip whose only reader is the float Div, behind a Mul that fuses activations."""
+    rng = np.random.default_rng(2)
+    inits = [
+        numpy_helper.from_array(np.array([-1], np.int64), "last"),
+        numpy_helper.from_array(np.array(DIM**-0.5, np.float32), "scale"),
+        numpy_helper.from_array(np.array(1e-5, np.float32), "eps"),
+        numpy_helper.from_array(np.array([1.3], np.float32), "g"),
+        numpy_helper.from_array(rng.normal(0, 0.4, (DIM, DIM)).astype(np.float32), "w"),
+    ]
+    nodes = [
+        oh.make_node("ReduceL2", ["x", "last"], ["norm"], keepdims=1),
+        oh.make_node("Mul", ["norm", "scale"], ["scaled"]),
+        oh.make_node("Clip", ["scaled", "eps", ""], ["clamped"]),
+        oh.make_node("Div", ["x", "clamped"], ["normed"]),
+        oh.make_node("Mul", ["normed", "g"], ["gained"]),
+        oh.make_node("MatMul", ["gained", "w"], ["y"]),
+    ]
+    graph = oh.make_graph(
+        nodes,
+        "scale_norm",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [1, TOKENS, DIM])],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, [1, TOKENS, DIM])],
+        inits,
+    )
+    onnx.save(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)]), path)
+
+
+def test_a_clip_guard_after_a_mul_quantizes_and_deploys(model, tmp_path) -> None:
+    """The Mul before the guard took the Clip over as its output's scale (a constant Clip after an op that fuses
+    activations), but the Clip is float: "internal error: AssertionError: scale group ... has no observed member"
+    on RTMPose's SimCC head. The Mul's output is now an activation of its own, observed."""
+    scale_norm_model(tmp_path / "scale_norm.onnx")
+    result = quantize_model(tmp_path / "scale_norm.onnx", model / "calib.npz", output=tmp_path / "q.onnx")
+    kept = {(k["op_type"], k["reason"]) for k in result.report["quantization"]["float_ops"]}
+    assert ("Clip", DIVISOR_REASON) in kept and ("Div", DIVISOR_REASON) in kept
+    x = np.load(model / "calib.npz")["x"]
+    fp32 = ort.InferenceSession(str(tmp_path / "scale_norm.onnx"))
+    quant = ort.InferenceSession(str(tmp_path / "q.onnx"))
+    a = np.concatenate([fp32.run(None, {"x": s})[0] for s in x])
+    b = np.concatenate([quant.run(None, {"x": s})[0] for s in x])
+    cosine = float((a * b).sum() / np.linalg.norm(a) / np.linalg.norm(b))
+    assert cosine > 0.99, cosine
+    deployed = deploy(
+        tmp_path / "scale_norm.onnx", "arm-cpu", output=tmp_path / "out", calib=model / "calib.npz"
+    )
+    assert deployed.ok, deployed
+    assert deployed.bundles[0].verification["passed"]

@@ -306,15 +306,77 @@ class SequenceSplitPass(ir.passes.InPlacePass):
         return [int(v) for v in split.reshape(-1)], False
 
 
+class InlineConstantIfPass(ir.passes.InPlacePass):
+    """An If whose condition is a constant becomes the branch it takes, inlined into the graph. A test of a shape
+    is one once the input shapes are fixed: Silero VAD (``silero_vad_16k_op15.onnx``) branches on
+    ``x.shape[-1]`` and on the state's batch; OpenVINO converts it with its If, and onnxsim folds such an If the
+    same way. An If on a value computed at run time is left (and declined by :class:`DeclineControlFlowPass`)."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        graph = model.graph
+        modified = False
+        for node in list(graph):
+            if node.op_type != "If" or node.domain not in ("", "ai.onnx") or node.graph is not graph:
+                continue
+            cond = const_array(node.inputs[0])
+            if cond is None or cond.size != 1:
+                continue
+            taken = node.attributes["then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"].as_graph()
+            modified = self._inline(graph, node, taken) or modified
+        return ir.passes.PassResult(model, modified)
+
+    @staticmethod
+    def _inline(graph: ir.Graph, node: ir.Node, branch: ir.Graph) -> bool:
+        outputs = list(branch.outputs)
+        if len(outputs) != len(node.outputs) or any(
+            out.producer() is None or out.producer().graph is not branch for out in outputs
+        ):  # a branch output read from the outer scope as it is: rare, left as control flow
+            return False
+        names = NameScope(graph)
+        branch.outputs.clear()
+        for name, init in list(branch.initializers.items()):
+            branch.initializers.pop(name)
+            init.name = names.fresh(name)
+            graph.register_initializer(init)
+        nodes = list(branch)
+        branch.remove(nodes)
+        graph.insert_before(node, nodes)
+        for inner in nodes:  # a branch's symbolic shapes (its own dim names) are inferred again out here
+            for value in inner.outputs:
+                if value.shape is not None and not is_static(value.shape):
+                    value.shape = None
+        for out, new in zip(node.outputs, outputs, strict=True):
+            replace_value(out, new)
+        graph.remove(node, safe=True)
+        return True
+
+
+class ForgetAbsentOutputShapesPass(ir.passes.InPlacePass):
+    """Forget the shape of an output that onnx_ir's RemoveUnusedNodesPass made absent (an unread optional output:
+    its name becomes ""). Shape inference no longer reaches a nameless value, so the shape it had from the file's
+    first inference stays, stale: Silero VAD's unread LSTM ``Y`` kept ``[1, 1, unk, 128]`` once its input's
+    batch folded to 1, and the model was refused as dynamic. The converters infer what they need themselves."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for node in model.graph:
+            for out in node.outputs:
+                if not out.name and out.shape is not None and not out.uses() and not out.is_graph_output():
+                    out.shape = None
+                    modified = True
+        return ir.passes.PassResult(model, modified)
+
+
 class FoldShapesPass(ir.passes.InPlacePass):
-    """Constant folding and shape inference in turn until nothing folds: each folded shape computation gives the
-    next its static input (timm's TF-"SAME" padding computes every Pad from the shape the previous one made:
-    tf_mixnet_s needed five rounds)."""
+    """Constant folding, the Ifs that folding decided (:class:`InlineConstantIfPass`) and shape inference in turn
+    until nothing folds: each folded shape computation gives the next its static input (timm's TF-"SAME" padding
+    computes every Pad from the shape the previous one made: tf_mixnet_s needed five rounds)."""
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         modified = False
         for _ in range(64):
-            if not ConstantFoldPass()(model).modified:
+            folded = ConstantFoldPass()(model).modified
+            if not (InlineConstantIfPass()(model).modified or folded):
                 break
             ShapeInferencePass()(model)
             modified = True
@@ -344,6 +406,7 @@ def prepare(model: ir.Model) -> ir.Model:
             DropWholeSlicesPass(),
             DropRequantizeIdentityPass(),  # after the Slices and no-ops that sat between DQ and Q
             RemoveUnusedNodesPass(),
+            ForgetAbsentOutputShapesPass(),  # the outputs it made absent
             ShapeInferencePass(),
             MatMulAddToGemmPass(),  # again: an N-D projection needs the static shapes known only now
             NameFixPass(),

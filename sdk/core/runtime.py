@@ -301,7 +301,8 @@ class HostRunner:
             got = tuple(np.shape(feeds[name]))
             if expected and all(d > 0 for d in expected) and expected != got:  # <= 0: a dynamic dim
                 raise DataError(f"input {name!r}: expected shape {list(expected)}, got {list(got)}")
-        return {n: np.ascontiguousarray(feeds[n]) for n in self.input_names}
+        # np.require, not ascontiguousarray: that makes a scalar input (Silero VAD's sample rate) [1]
+        return {n: np.require(feeds[n], requirements="C") for n in self.input_names}
 
     def _read_outputs(self, request, copy: bool) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}

@@ -120,5 +120,29 @@ class DeclineControlFlowPass(ir.passes.InPlacePass):
                 raise ModelError(
                     f"{node.op_type} node {node.name!r}: control flow ({'/'.join(CONTROL_FLOW)}) is not supported "
                     "by any target; export the model with the loop unrolled or the branch chosen"
+                    + _condition_inputs(node)
                 )
         return ir.passes.PassResult(model, False)
+
+
+def _condition_inputs(node: ir.Node) -> str:
+    """For an If left after folding (its condition is not a shape test): the graph inputs its condition is computed
+    from, e.g. Silero VAD's sample rate ``sr``."""
+    if node.op_type != "If" or not node.inputs or node.inputs[0] is None:
+        return ""
+    found: list[str] = []
+    todo, seen = [node.inputs[0]], set()
+    while todo:
+        value = todo.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if value.is_graph_input():
+            found.append(value.name or "")
+        elif (producer := value.producer()) is not None:
+            todo.extend(v for v in producer.inputs if v is not None)
+    if not found:
+        return ""
+    return (
+        f" (its condition is computed from the value of input(s) {', '.join(repr(n) for n in sorted(found))})"
+    )

@@ -438,8 +438,13 @@ def compute_figures(spec: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     proto = onnx.load(spec["model"], load_external_data=False)
     init = {t.name for t in proto.graph.initializer}
     inputs = [i.name for i in proto.graph.input if i.name not in init]
+    ranks = {i.name: len(i.type.tensor_type.shape.dim) for i in proto.graph.input}
     with np.load(spec["eval"]) as data:
-        shapes = {n: (1, *data[n].shape[1:]) for n in inputs}
+        # a sample is the input's shape without the batch, or all of it (edgekit reads both: a state [2, 1, 128])
+        shapes = {
+            n: tuple(data[n].shape[1:]) if data[n].ndim - 1 == ranks[n] else (1, *data[n].shape[1:])
+            for n in inputs
+        }
     samples = _samples(spec["eval"], inputs, shapes)
     ref_fn, out_names, _ = _onnx_runner(spec["model"])
     ref_list = [ref_fn(s) for s in samples]

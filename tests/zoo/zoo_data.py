@@ -14,7 +14,9 @@ manifest entry's ``data`` says how to make its inputs:
   bins]`` (the input's last two dims) of a synthetic voiced signal (harmonics with a gliding pitch, formant-like
   envelope, noise bursts), computed with numpy, normalised per utterance: the float input of a keyword spotter.
 - ``{"type": "waveform", "sample_rate": 16000}``: the raw signal (the input's last dim, samples) of the same
-  synthetic utterances, zero mean and unit variance per utterance (as Wav2Vec2's feature extractor normalises).
+  synthetic utterances, zero mean and unit variance per utterance (as Wav2Vec2's feature extractor normalises);
+  an input shorter than half a second is a window of a half-second utterance (a VAD's chunk). Inputs named in
+  ``"states": [...]`` are a streaming model's recurrent state instead (:func:`state_array`).
 - ``{"type": "tokens", "vocab_size": V, "roles": {"input_ids": "ids", "attention_mask": "mask",
   "token_type_ids": "type_ids"}}``: token ids of sentences of random length (a CLS id 101, body ids, a SEP id
   102, then padding 0) with the matching attention mask (1 on tokens, 0 on padding); ``type_ids`` are zeros.
@@ -288,10 +290,23 @@ def waveform_array(data: Mapping[str, Any], shape: Sequence[int], count: int, se
     samples, sample_rate = int(shape[-1]), int(data.get("sample_rate", 16000))
     rng = np.random.default_rng(seed)
     out = np.empty((count, *[int(d) for d in shape[1:]]), np.float32)
+    # A chunk shorter than an utterance (a VAD's 512 samples) is a window of a half-second one.
+    length = max(samples + 1, sample_rate // 2)
     for i in range(count):
-        signal = synthetic_utterance(rng, sample_rate, (samples + 1) / sample_rate)[:samples]
+        signal = synthetic_utterance(rng, sample_rate, length / sample_rate)
+        start = int(rng.integers(0, length - samples)) if length > samples + 1 else 0
+        signal = signal[start : start + samples]
         out[i] = ((signal - signal.mean()) / (signal.std() + 1e-7)).reshape(out.shape[1:])
     return out
+
+
+def state_array(shape: Sequence[int], count: int, seed: int) -> np.ndarray:
+    """``count`` recurrent states shaped like one sample of ``shape``: tanh of N(0, 0.5), the range of an LSTM's
+    h (a streaming model's state input, fed back from its previous call). A state whose first dim is not 1
+    (Silero VAD's [2, batch, 128]) is stored with its full shape per sample."""
+    rng = np.random.default_rng(seed)
+    dims = [int(d) for d in (shape[1:] if int(shape[0]) == 1 else shape)]
+    return np.tanh(rng.normal(0.0, 0.5, (count, *dims))).astype(np.float32)
 
 
 # ------------------------------------------------------------------------------------------------ tokens
@@ -426,6 +441,8 @@ def make_arrays(
             out[spec["name"]] = image_array(data, spec["shape"], count, seed + k, photos or cached_photos())
         elif kind == "logmel":
             out[spec["name"]] = logmel_array(data, spec["shape"], count, seed + k)
+        elif kind == "waveform" and spec["name"] in data.get("states", ()):
+            out[spec["name"]] = state_array(spec["shape"], count, seed + k)
         elif kind == "waveform":
             out[spec["name"]] = waveform_array(data, spec["shape"], count, seed + k)
         else:

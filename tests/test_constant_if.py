@@ -1,0 +1,128 @@
+"""An If whose condition is a shape test becomes the branch it takes once the input shapes are fixed.
+
+Silero VAD v6 (``silero_vad_half.onnx``, ``silero_vad_16k_op15.onnx``) branches on ``x.shape[-1]`` and on the
+state's batch: declined as control flow before, deployed now (OpenVINO converts the same If). The model here
+has its pattern: dynamic batch and samples, a shape-tested If with another If nested in the branch taken, and
+branches that read outer-scope values; it runs against onnxruntime on the dynamic original.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from edgekit.cli.common import run_app
+from edgekit.cli.main import app
+from onnx import TensorProto, helper, numpy_helper
+
+FLOAT = TensorProto.FLOAT
+
+
+def _silero_like() -> onnx.ModelProto:
+    """x [batch, samples] -> Conv1d + Relu -> c [batch, 4, samples]; If samples == 8 (then: mean over time, and
+    If the state's batch == 1 (then x2, else as is); else: max over time); out [batch, 4]; stateN = state + out."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 1, 3)).astype(np.float32), "w")
+    consts = {
+        "axis1": np.array([1], np.int64), "axis2": np.array([2], np.int64), "i2": np.array(2, np.int64),
+        "i1": np.array(1, np.int64), "eight": np.array(8, np.int64), "two": np.array(2.0, np.float32),
+    }  # fmt: skip
+    inits = [w, *(numpy_helper.from_array(v, k) for k, v in consts.items())]
+    out_info = [helper.make_tensor_value_info("r", FLOAT, None)]
+    inner = helper.make_node(
+        "If", ["cond_state"], ["r"], name="if_state",
+        then_branch=helper.make_graph([helper.make_node("Mul", ["mean", "two"], ["r"])], "x2", [], out_info),
+        else_branch=helper.make_graph([helper.make_node("Identity", ["mean"], ["r"])], "same", [], out_info),
+    )  # fmt: skip
+    then_nodes = [
+        helper.make_node("ReduceMean", ["c", "axis2"], ["mean"], keepdims=0),
+        helper.make_node("Shape", ["state"], ["state_shape"]),
+        helper.make_node("Gather", ["state_shape", "i1"], ["state_batch"]),
+        helper.make_node("Equal", ["state_batch", "i1"], ["cond_state"]),
+        inner,
+    ]
+    y_info = [helper.make_tensor_value_info("r", FLOAT, None)]
+    outer = helper.make_node(
+        "If", ["cond_len"], ["pooled"], name="if_len",
+        then_branch=helper.make_graph(then_nodes, "mean", [], y_info),
+        else_branch=helper.make_graph([helper.make_node("ReduceMax", ["c", "axis2"], ["r"], keepdims=0)], "max", [],
+                                      y_info),
+    )  # fmt: skip
+    nodes = [
+        helper.make_node("Unsqueeze", ["x", "axis1"], ["x3"]),
+        helper.make_node("Conv", ["x3", "w"], ["conv"], pads=[1, 1]),
+        helper.make_node("Relu", ["conv"], ["c"]),
+        helper.make_node("Shape", ["c"], ["c_shape"]),
+        helper.make_node("Gather", ["c_shape", "i2"], ["samples"]),
+        helper.make_node("Equal", ["samples", "eight"], ["cond_len"]),
+        outer,
+        helper.make_node("Add", ["state", "pooled"], ["stateN"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "silero_like",
+        [helper.make_tensor_value_info("x", FLOAT, ["batch", "samples"]),
+         helper.make_tensor_value_info("state", FLOAT, [2, "batch", 4])],
+        [helper.make_tensor_value_info("pooled", FLOAT, ["batch", 4]),
+         helper.make_tensor_value_info("stateN", FLOAT, [2, "batch", 4])],
+        inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    onnx.checker.check_model(model)
+    return model
+
+
+def _deploy(model_path: Path, out: Path, samples: int, capsys) -> tuple[int, str]:
+    args = ["deploy", str(model_path), "-t", "arm-cpu", "-o", str(out),
+            "--input-shape", f"x=1,{samples}", "--input-shape", "state=2,1,4"]  # fmt: skip
+    try:
+        run_app(app, args)
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("samples", [8, 6])  # the then branch (with its nested If) and the else branch
+def test_shape_tested_if_deploys_as_the_branch_taken(tmp_path, capsys, samples):
+    from ai_edge_litert.interpreter import Interpreter
+
+    path = tmp_path / "silero_like.onnx"
+    onnx.save(_silero_like(), path)
+    code, err = _deploy(path, tmp_path / "out", samples, capsys)
+    assert code == 0, err
+    rng = np.random.default_rng(1)
+    feeds = {"x": rng.standard_normal((1, samples)).astype(np.float32),
+             "state": rng.standard_normal((2, 1, 4)).astype(np.float32)}  # fmt: skip
+    expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+    (tflite,) = (tmp_path / "out" / "arm-cpu").glob("*.tflite")
+    interpreter = Interpreter(model_path=str(tflite), num_threads=1)
+    interpreter.allocate_tensors()
+    for d in interpreter.get_input_details():
+        interpreter.set_tensor(d["index"], feeds[d["name"]])
+    interpreter.invoke()
+    got = {d["name"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()}
+    np.testing.assert_allclose(got["pooled"], expected[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got["stateN"], expected[1], rtol=1e-5, atol=1e-6)
+
+
+def test_an_if_on_a_run_time_value_is_still_declined(tmp_path, capsys):
+    """Silero VAD's top-level If tests the sample rate, a graph input: that stays control flow, declined."""
+    model = _silero_like()
+    outer = next(n for n in model.graph.node if n.op_type == "If")
+    outer.input[0] = "cond_x"
+    model.graph.node.insert(
+        len(model.graph.node) - 2, helper.make_node("ReduceMax", ["x"], ["any"], keepdims=0)
+    )
+    model.graph.node.insert(
+        len(model.graph.node) - 2, helper.make_node("Greater", ["any", "two"], ["cond_x"])
+    )
+    path = tmp_path / "runtime_if.onnx"
+    onnx.save(model, path)
+    code, err = _deploy(path, tmp_path / "out", 8, capsys)
+    assert code == 2 and err.strip().splitlines()[-1].startswith(
+        "error: If node 'if_len': control flow (If/Loop/Scan) is not supported"
+    ), err
+    assert "its condition is computed from the value of input(s) 'x'" in err, err
