@@ -255,3 +255,70 @@ def test_causal_onnx_attention_is_one_typed_line(tmp_path: Path, capsys) -> None
     errors = [line for line in text.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Attention node" in errors[0] and "is_causal" in errors[0], text
     assert "Traceback" not in text and not (tmp_path / "o" / "arm-cpu").exists()
+
+
+def col2im_model(
+    strides: list[int], dilations: list[int], pads: list[int], image: list[int]
+) -> onnx.ModelProto:
+    """VOLO's outlook-attention fold as torch's dynamo exporter writes it (opset 18): a MatMul producing the
+    columns [1, C * 3 * 3, L], Col2Im back to [1, C, H, W], a Relu."""
+    c, k = 4, 3
+    grid = [
+        (image[d] + pads[d] + pads[d + 2] - dilations[d] * (k - 1) - 1) // strides[d] + 1 for d in range(2)
+    ]
+    count = grid[0] * grid[1]
+    rng = np.random.default_rng(8)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((count, count)).astype(np.float32), "mix"),
+        numpy_helper.from_array(np.array(image, np.int64), "image_shape"),
+        numpy_helper.from_array(np.array([k, k], np.int64), "block_shape"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "mix"], ["cols"]),
+        helper.make_node(
+            "Col2Im", ["cols", "image_shape", "block_shape"], ["img"], strides=strides, dilations=dilations,
+            pads=pads,
+        ),
+        helper.make_node("Relu", ["img"], ["y"]),
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "fold", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c * k * k, count])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, *image])], inits,
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize(
+    ("strides", "dilations", "pads", "image"),
+    [
+        ([2, 2], [1, 1], [1, 1, 1, 1], [8, 8]),
+        ([1, 2], [2, 1], [0, 1, 2, 0], [7, 9]),
+        ([3, 2], [1, 1], [0] * 4, [8, 7]),
+    ],
+)
+def test_col2im_is_a_one_hot_conv_transpose(tmp_path: Path, capsys, strides, dilations, pads, image) -> None:
+    """Before: "unsupported op 'Col2Im'" on every TFLite target (VOLO exported by dynamo at opset 18). Written out
+    as Reshape + ConvTranspose, it gives onnxruntime's Col2Im, and the fp32 .tflite passes its verification
+    (the last case: pixels no block reaches, ConvTranspose's output_padding)."""
+    source = col2im_model(strides, dilations, pads, image)
+    x = {"x": np.random.default_rng(9).standard_normal((1, 36, source.graph.initializer[0].dims[0]))}
+    x = {"x": x["x"].astype(np.float32)}
+    (reference,) = ort.InferenceSession(source.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, x
+    )
+    expanded = onnx.ModelProto()
+    expanded.CopyFrom(source)
+    assert contrib.expand(expanded) == []
+    assert "Col2Im" not in [n.op_type for n in expanded.graph.node]
+    (got,) = ort.InferenceSession(expanded.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, x
+    )
+    np.testing.assert_allclose(got, reference, atol=1e-5 * np.abs(reference).max())
+    model = tmp_path / "fold.onnx"
+    onnx.save(source, model)
+    code, text = cli(
+        capsys, "deploy", str(model), "-t", "arm-cpu", "--precision", "fp32", "-o", str(tmp_path / "o")
+    )
+    assert code == 0, text
+    verification = read_bundle(tmp_path / "o" / "arm-cpu").manifest.verification
+    assert verification["passed"] and verification["max_rel_error"] <= 1e-4, verification

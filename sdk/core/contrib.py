@@ -14,7 +14,8 @@ The rewrite runs on the ``onnx.ModelProto`` at the model's own opset, before the
 per op, keyed by op type in ``_EXPANSIONS``; a ``com.microsoft`` op without one stays and is reported as
 unsupported by the targets, and a variant an expansion does not cover (past key/values, rotary, ...) is a
 ``ModelError`` naming it. The standard function ops newer exporters write (ONNX Attention and
-RMSNormalization, opset 23) are written out the same way (``_ONNX_EXPANSIONS``).
+RMSNormalization, opset 23) and Col2Im (opset 18, ``F.fold``: a one-hot ConvTranspose) are written out the same
+way (``_ONNX_EXPANSIONS``).
 """
 
 from __future__ import annotations
@@ -379,11 +380,56 @@ def _onnx_rms_norm(w: _Writer, node: onnx.NodeProto) -> None:
     w.rms_norm(node.input[0], node.input[1], a.get("epsilon", 1e-5), node.output[0])
 
 
+def _onnx_col2im(w: _Writer, node: onnx.NodeProto) -> None:
+    """ONNX's Col2Im (opset 18; torch's ``F.fold``, VOLO's outlook attention) over 2-D images as the
+    ConvTranspose it is: the columns [N, C * kh * kw, L] reshaped to the block grid [N, C * kh * kw, Lh, Lw], and a
+    one-hot kernel (column channel c * kh * kw + i * kw + j to output channel c at offset (i, j)) with Col2Im's
+    strides, dilations and pads sums every block's values into its pixels. Constant image and block shapes,
+    2-D only."""
+    name = f"Col2Im node {node.name!r}"
+    x, image, block = node.input[:3]
+    image_shape, block_shape = w.array(image), w.array(block)
+    if image_shape is None or block_shape is None:
+        raise ModelError(f"{name}: image_shape and block_shape must be constants")
+    if len(image_shape) != 2 or len(block_shape) != 2:
+        raise ModelError(f"{name}: {len(image_shape)}-D images are not expanded (2-D are)")
+    a = _attrs(node)
+    dil, strides = a.get("dilations", [1, 1]), a.get("strides", [1, 1])
+    pads = a.get("pads", [0, 0, 0, 0])
+    channels = next((t.shape.dim[1] for t in _declared(w.typed, x) if t.HasField("shape")), None)
+    if channels is None or not channels.HasField("dim_value"):
+        raise ModelError(f"{name}: the columns' channel dim (input dim 1) is not static")
+    kh, kw = (int(b) for b in block_shape)
+    cols = channels.dim_value
+    c = cols // (kh * kw)
+    grid, extra = [], []
+    for d in range(2):
+        span = int(image_shape[d]) + pads[d] + pads[d + 2] - dil[d] * (int(block_shape[d]) - 1) - 1
+        grid.append(span // strides[d] + 1)
+        extra.append(span % strides[d])  # pixels no block reaches: ConvTranspose's output_padding
+    kernel = np.zeros((cols, c, kh, kw), np.float32)
+    for ch in range(c):
+        for i in range(kh):
+            for j in range(kw):
+                kernel[ch * kh * kw + i * kw + j, ch, i, j] = 1.0
+    blocks = w.op("Reshape", [x, w.const("grid", np.array([0, cols, *grid], np.int64))])
+    w.op(
+        "ConvTranspose",
+        [blocks, w.const("one_hot", kernel)],
+        node.output[0],
+        strides=list(strides),
+        dilations=list(dil),
+        pads=list(pads),
+        output_padding=extra,
+    )
+
+
 #: Standard ONNX ops (default domain) written out the same way: newer function ops the targets convert as
 #: their parts.
 _ONNX_EXPANSIONS: dict[str, Callable[[_Writer, onnx.NodeProto], None]] = {
     "Attention": _onnx_attention,
     "RMSNormalization": _onnx_rms_norm,
+    "Col2Im": _onnx_col2im,
 }
 
 _EXPANSIONS: dict[str, Callable[[_Writer, onnx.NodeProto], None]] = {

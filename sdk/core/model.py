@@ -78,6 +78,77 @@ def upgrade_opset(proto: onnx.ModelProto, target: int = TARGET_OPSET) -> onnx.Mo
     return upgraded
 
 
+def batchnorm_batch_statistics(proto: onnx.ModelProto) -> int:
+    """Training-mode BatchNormalization (opsets 9-13: more than one output) as the inference-mode node it
+    computes, in place; returns how many were rewritten.
+
+    Below opset 14 a BatchNormalization with its running-statistics outputs normalises with the statistics of
+    its input batch (mean and biased variance over every axis but 1), not its mean / var inputs (onnxruntime
+    does so). timm's weight-standardized convolutions (NF-ResNet, NFNet: ``F.batch_norm(weight, training=True)``)
+    export so, on the weights; onnx's version converter refuses the node (its outputs 4 and 5 do not exist at
+    opset 14). When only ``Y`` is read, the node becomes ReduceMean / Sub / Mul / ReduceMean for the batch mean
+    and variance feeding a one-output BatchNormalization; a node whose statistics outputs are read is left to
+    the converter's refusal."""
+    if not 9 <= default_opset(proto) < 14:
+        return 0
+    graph = proto.graph
+    used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
+    candidates = [
+        n
+        for n in graph.node
+        if n.op_type == "BatchNormalization"
+        and n.domain in ("", "ai.onnx")
+        and len([o for o in n.output if o]) > 1
+        and not any(o in used for o in n.output[1:] if o)
+    ]
+    if not candidates:
+        return 0
+    ranks = _ranks(proto)
+    nodes, done = [], 0
+    targets = {id(n) for n in candidates}
+    for node in graph.node:
+        rank = ranks.get(node.input[0]) if id(node) in targets else None
+        if rank is None or rank < 2:
+            nodes.append(node)
+            continue
+        x, p = node.input[0], f"{node.name or node.output[0]}/batch_stats"
+        axes = [0, *range(2, rank)]
+        mk = onnx.helper.make_node
+        nodes += [
+            mk("ReduceMean", [x], [f"{p}/mean"], axes=axes, keepdims=0),
+            mk("ReduceMean", [x], [f"{p}/mean_kept"], axes=axes, keepdims=1),
+            mk("Sub", [x, f"{p}/mean_kept"], [f"{p}/centred"]),
+            mk("Mul", [f"{p}/centred", f"{p}/centred"], [f"{p}/squared"]),
+            mk("ReduceMean", [f"{p}/squared"], [f"{p}/var"], axes=axes, keepdims=0),
+        ]
+        eps = [a for a in node.attribute if a.name == "epsilon"]
+        bn = mk(
+            "BatchNormalization", [*node.input[:3], f"{p}/mean", f"{p}/var"], [node.output[0]], name=node.name
+        )
+        bn.attribute.extend(eps)
+        nodes.append(bn)
+        done += 1
+    del graph.node[:]
+    graph.node.extend(nodes)
+    if done:
+        log.info("%d training-mode BatchNormalization node(s) normalise with their input's statistics", done)
+    return done
+
+
+def _ranks(proto: onnx.ModelProto) -> dict[str, int]:
+    """The rank of every value shape inference (or an initializer) knows."""
+    ranks = {t.name: len(t.dims) for t in proto.graph.initializer}
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto)
+    except Exception:  # a model shape inference cannot read: no ranks beside the initializers'
+        return ranks
+    g = inferred.graph
+    for v in [*g.input, *g.value_info, *g.output]:
+        if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape"):
+            ranks[v.name] = len(v.type.tensor_type.shape.dim)
+    return ranks
+
+
 def _graph_inputs(proto: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     initializers = {t.name for t in proto.graph.initializer}
     return [i for i in proto.graph.input if i.name not in initializers]
@@ -317,6 +388,7 @@ def load_proto(
     from edgekit.core import dynamic_quant
 
     expanded += dynamic_quant.dequantize(copy)
+    batchnorm_batch_statistics(copy)
     proto = upgrade_opset(copy)
     # The lowest IR version the opsets allow (>= 4: initializers that are not graph inputs), so that every
     # runtime, including ones older than this onnx package, reads what we write.
