@@ -7,6 +7,11 @@
   multiplier). The Softmax output is a probability again: its readers quantize it as usual (so are the outputs
   of a MatMul/Gemm/Conv reading the path). A Gather reading ids as indices is not on the path (it picks rows of
   a float table).
+- ``non_finite_paths``: ops computing from a constant that holds -inf / +inf / NaN (Longformer fills the scores
+  outside each sliding window with ``-inf``: ConstantOfShape(-inf), Where, ScatterND into the chunked scores), up
+  to the Softmax that ends it (as ``mask_paths``). No int8 range holds an infinite value: its scale would be
+  infinite (calibration stopped on a NaN zero point). A Clip's bound and a Pad value read by a MaxPool (timm's
+  "same" max pooling) are not on such a path: their outputs are finite.
 - ``layer_norms``: LayerNorm written out as ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div (+ the affine Mul/Add),
   as PyTorch exports it below opset 17, and T5's RMSNorm (Pow/ReduceMean/Add/Sqrt/Div/Mul, + the scale Mul):
   float inside like the LayerNormalization op (an int8 variance of int8 deviations loses most of its precision,
@@ -46,6 +51,10 @@ MASK_REASON = (
 )
 LAYER_NORM_REASON = (
     "inside a LayerNorm written out: float like LayerNormalization, quantized at its input and output"
+)
+NON_FINITE_REASON = (
+    "computes from a constant holding -inf, inf or NaN (a -inf fill of masked scores), up to the Softmax: no int8 "
+    "range holds an infinite value"
 )
 GELU_REASON = "inside an Erf-GELU: quantized at its input and output only (TFLite GELU)"
 ATTENTION_REASON = (
@@ -119,6 +128,34 @@ def mask_paths(model: ir.Model) -> dict[str, str]:
     ]
     found, data = _integer_paths(model, inputs)
     return {name: MASK_REASON for name, origins in found.items() if origins - data}
+
+
+def _non_finite(array) -> bool:
+    return array is not None and np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all()
+
+
+def non_finite_paths(model: ir.Model) -> dict[str, str]:
+    """Nodes computing from a constant holding -inf / inf / NaN (an initializer, or a ConstantOfShape / Constant
+    of such a value), up to the op that ends a mask's range (Softmax, or a weighing op) or a MaxPool; a Clip's
+    bounds and a Pad's value read only by a MaxPool do not start a path (their outputs are finite)."""
+    reached: set[int] = set()
+    found: dict[str, str] = {}
+    for node in model.graph:  # topological order
+        if node.op_type in ("ConstantOfShape", "Constant"):
+            value = attr(node, "value")
+            seeded = value is not None and _non_finite(value.numpy())
+        else:
+            reads = node.inputs[:1] if node.op_type == "Clip" else node.inputs
+            seeded = any(v is not None and (id(v) in reached or _non_finite(const_array(v))) for v in reads)
+        if not seeded:
+            continue
+        if node.op_type == "Pad" and all(u.op_type == "MaxPool" for u, _ in node.outputs[0].uses()):
+            continue
+        found[node.name] = NON_FINITE_REASON
+        if node.op_type in _MASK_ENDS or node.op_type == "MaxPool":
+            continue
+        reached.update(id(v) for v in node.outputs)
+    return found
 
 
 def _scalar(value: ir.Value | None, expected: float) -> bool:
@@ -445,4 +482,5 @@ def float_patterns(model: ir.Model) -> dict[str, str]:
         **attention_cores(model),
         **residual_sums(model),
         **mask_paths(model),
+        **non_finite_paths(model),
     }

@@ -131,7 +131,9 @@ def _clip(ctx: Context, node: ir.Node, low: float | None, high: float | None) ->
     y = ctx.output(node.outputs[0])
     fused = {(0.0, None): "RELU", (0.0, 6.0): "RELU6", (-1.0, 1.0): "RELU_N1_TO_1", (0.0, 1.0): "RELU_0_TO_1"}
     key = (low, high)
-    if key in fused:
+    # TFLite's RELU kernels take float32 / int8 / uint8 (int16 some): an integer Clip (Longformer's
+    # attention_mask.clamp(0, 1) on int64 ids, written as int32) is MAXIMUM / MINIMUM, which take int32 / int64
+    if key in fused and np.dtype(x.dtype).kind == "f":
         ctx.op(fused[key], [x], [y])
         return
     if low is not None:

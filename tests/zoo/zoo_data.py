@@ -19,7 +19,8 @@ manifest entry's ``data`` says how to make its inputs:
   ``"states": [...]`` are a streaming model's recurrent state instead (:func:`state_array`).
 - ``{"type": "tokens", "vocab_size": V, "roles": {"input_ids": "ids", "attention_mask": "mask",
   "token_type_ids": "type_ids"}}``: token ids of sentences of random length (a CLS id 101, body ids, a SEP id
-  102, then padding 0) with the matching attention mask (1 on tokens, 0 on padding); ``type_ids`` are zeros.
+  102, then padding 0) with the matching attention mask (1 on tokens, 0 on padding); ``type_ids`` are zeros;
+  ``positions`` are 0, 1, 2, ... (a decoder's ``position_ids`` as optimum's text-generation export takes them).
   With ``"vocab": "path/to/vocab.txt"`` (a BERT WordPiece vocabulary) the bodies are real sentences (this
   repository's README and docs) tokenised by the plain uncased BERT WordPiece, cut to the sequence length.
 
@@ -419,7 +420,8 @@ def token_arrays(
     out = {}
     for spec in inputs:
         role = roles.get(spec["name"], "ids")
-        arr = {"ids": ids, "mask": mask, "type_ids": np.zeros_like(ids)}[role]
+        positions = np.broadcast_to(np.arange(length, dtype=np.int64), ids.shape)
+        arr = {"ids": ids, "mask": mask, "type_ids": np.zeros_like(ids), "positions": positions}[role]
         out[spec["name"]] = arr.reshape((count, *[int(d) for d in spec["shape"][1:]])).astype(spec["dtype"])
     return out
 
