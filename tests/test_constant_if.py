@@ -17,6 +17,7 @@ import pytest
 from edgekit.cli.common import run_app
 from edgekit.cli.main import app
 from onnx import TensorProto, helper, numpy_helper
+from tflite_files import run_tflite_file
 
 FLOAT = TensorProto.FLOAT
 
@@ -87,7 +88,6 @@ def _deploy(model_path: Path, out: Path, samples: int, capsys) -> tuple[int, str
 
 @pytest.mark.parametrize("samples", [8, 6])  # the then branch (with its nested If) and the else branch
 def test_shape_tested_if_deploys_as_the_branch_taken(tmp_path, capsys, samples):
-    from ai_edge_litert.interpreter import Interpreter
 
     path = tmp_path / "silero_like.onnx"
     onnx.save(_silero_like(), path)
@@ -98,12 +98,7 @@ def test_shape_tested_if_deploys_as_the_branch_taken(tmp_path, capsys, samples):
              "state": rng.standard_normal((2, 1, 4)).astype(np.float32)}  # fmt: skip
     expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
     (tflite,) = (tmp_path / "out" / "arm-cpu").glob("*.tflite")
-    interpreter = Interpreter(model_path=str(tflite), num_threads=1)
-    interpreter.allocate_tensors()
-    for d in interpreter.get_input_details():
-        interpreter.set_tensor(d["index"], feeds[d["name"]])
-    interpreter.invoke()
-    got = {d["name"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()}
+    got = run_tflite_file(tflite, feeds)
     np.testing.assert_allclose(got["pooled"], expected[0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got["stateN"], expected[1], rtol=1e-5, atol=1e-6)
 

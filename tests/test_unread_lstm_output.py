@@ -15,6 +15,7 @@ import onnxruntime as ort
 from edgekit.cli.common import run_app
 from edgekit.cli.main import app
 from onnx import TensorProto, helper, numpy_helper
+from tflite_files import run_tflite_file
 
 HIDDEN = 4
 
@@ -55,7 +56,6 @@ def _lstm_unread_y() -> onnx.ModelProto:
 
 
 def test_unread_lstm_output_with_a_stale_shape_deploys(tmp_path, capsys):
-    from ai_edge_litert.interpreter import Interpreter
 
     path = tmp_path / "vad_like.onnx"
     onnx.save(_lstm_unread_y(), path)
@@ -73,11 +73,6 @@ def test_unread_lstm_output_with_a_stale_shape_deploys(tmp_path, capsys):
              "c": rng.standard_normal((1, 1, HIDDEN)).astype(np.float32)}  # fmt: skip
     expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
     (tflite,) = (tmp_path / "out" / "arm-cpu").glob("*.tflite")
-    interpreter = Interpreter(model_path=str(tflite), num_threads=1)
-    interpreter.allocate_tensors()
-    for d in interpreter.get_input_details():
-        interpreter.set_tensor(d["index"], feeds[d["name"]])
-    interpreter.invoke()
-    got = {d["name"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()}
+    got = run_tflite_file(tflite, feeds)
     np.testing.assert_allclose(got["hn"], expected[0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got["cn"], expected[1], rtol=1e-5, atol=1e-6)

@@ -39,6 +39,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import paddle_export as pe  # noqa: E402
+from probe_paddle_backbones import minus_one_dims  # noqa: E402
 
 SEED = 8808
 OCR_TEXT = {**pe.PPOCR, "text": True}
@@ -860,18 +861,6 @@ def arrays(m: Model, count: int, seed: int, photos) -> dict:
         "im_shape": np.tile(np.float32(m.hw), (count, 1)).astype(np.float32),
         "scale_factor": (np.float32(m.hw) / orig).astype(np.float32),
     }
-
-
-def minus_one_dims(path: Path) -> None:
-    """Every dim_param of the graph's inputs and outputs becomes dim_value -1 (older paddle2onnx)."""
-    import onnx
-
-    proto = onnx.load(str(path))
-    for v in [*proto.graph.input, *proto.graph.output]:
-        for d in v.type.tensor_type.shape.dim:
-            if d.HasField("dim_param") or not d.HasField("dim_value"):
-                d.dim_value = -1
-    onnx.save(proto, str(path))
 
 
 def export(m: Model, opset: int, out: Path, photos) -> dict:
