@@ -142,10 +142,9 @@ def run_app(app: typer.Typer, argv: Sequence[str]) -> None:
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
         detail = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
         fail(f"internal error: {detail}{hint}", INTERNAL_ERROR_EXIT)
-    else:
-        # non-standalone click returns an explicit typer.Exit's code (--help, --version: 0)
-        if isinstance(code, int) and not isinstance(code, bool) and code:
-            raise SystemExit(code)
+    # As click's standalone mode does: always exit, with an explicit typer.Exit's code (non-standalone click
+    # returns it; --help and --version give 0)
+    raise SystemExit(code if isinstance(code, int) and not isinstance(code, bool) else 0)
 
 
 def _agent_errors() -> tuple[type[BaseException], ...]:
