@@ -86,20 +86,8 @@ def local_parallelism() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
-def compile_check(
-    path: str, config: Mapping[str, str], samples: Sequence[Mapping[str, np.ndarray]] = ()
-) -> None:
-    """Read a model file (ONNX or IR), compile it on OpenVINO's CPU plugin and run ``samples`` on it.
-
-    Meant for a child process (:mod:`edgekit.core.isolated`): a crash there is an error message here.
-    """
-    compiled = _compile(path, config)
-    for sample in samples:
-        compiled.create_infer_request().infer(dict(sample))
-
-
 def compile_export(path: str, config: Mapping[str, str]) -> bytes:
-    """(Run in a child.) :func:`compile_check`'s compile, the compiled model exported: the caller imports it
+    """(Run in a child.) :func:`_compile`'s compile of a model file, exported: the caller imports it
     (MobileNetV2's calibration graph: import 0.15 s where a second read and compile took 0.5 s)."""
     blob = _compile(path, config).export_model()
     return blob if isinstance(blob, bytes) else blob.getvalue()
