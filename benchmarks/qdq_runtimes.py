@@ -53,13 +53,13 @@ elif mode == "openvino":
     import openvino as ov
     core = ov.Core()
     compiled = core.compile_model(core.read_model(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    run = lambda feeds: [compiled(feeds)[o] for o in compiled.outputs]
+    run = lambda feeds: list(compiled(feeds).values())
 else:
     from edgekit.core.errors import ModelError
     from edgekit.core.exact import ExactRunner
     try:
         exact = ExactRunner(model)
-        run = lambda feeds: [exact.run(feeds)[n] for n in exact.output_names]
+        run = lambda feeds: list(exact.run(feeds).values())
     except ModelError:
         from onnx.reference import ReferenceEvaluator
         reference = ReferenceEvaluator(model)

@@ -89,7 +89,7 @@ def host_outputs(
     from edgekit.core.runtime import HostRunner
 
     host = HostRunner(onnx.load_model_from_string(proto), exact_qdq=exact_qdq)
-    return [{n: np.asarray(host.run(dict(s))[n]) for n in names} for s in samples]
+    return [_pick(host.run(dict(s)), names) for s in samples]
 
 
 def exact_outputs(
@@ -102,7 +102,12 @@ def exact_outputs(
     from edgekit.core.exact import ExactRunner
 
     runner = ExactRunner(onnx.load_model_from_string(proto), names, jitter=jitter)
-    return [{n: np.asarray(runner.run(dict(s))[n]) for n in names} for s in samples]
+    return [_pick(runner.run(dict(s)), names) for s in samples]
+
+
+def _pick(outputs: Mapping[str, np.ndarray], names: Sequence[str]) -> dict[str, np.ndarray]:
+    """The arrays ``names`` of one run's outputs (one run per sample, not one per output)."""
+    return {n: np.asarray(outputs[n]) for n in names}
 
 
 #: What each verification reference is, as the report says it.
