@@ -104,8 +104,10 @@ def pad_before_dequantize(proto: onnx.ModelProto) -> onnx.ModelProto:
 
     OpenVINO 2026.4 pads a dequantized tensor with the integer 0 instead of its zero point (its low-precision
     transformations move the dequantization below the padding), which put such a pool off by zero point x scale
-    at the borders. ``proto`` itself when there is no such pool.
+    at the borders. ``proto`` itself when there is no such pool. Constant Pads with a non-zero value go the same
+    way (:func:`_constant_pads_in_integers`).
     """
+    proto = _constant_pads_in_integers(proto)
     producers = {name: n for n in proto.graph.node for name in n.output}
     sizes = {t.name: int(np.prod(t.dims)) for t in proto.graph.initializer}
     found = []
@@ -157,6 +159,62 @@ def pad_before_dequantize(proto: onnx.ModelProto) -> onnx.ModelProto:
         ]
     # A DequantizeLinear only the pools read goes (OpenVINO drops it: no FakeQuantize would pair with it).
     read = {name for n in nodes for name in n.input} | {o.name for o in proto.graph.output}
+    nodes = [n for n in nodes if n.op_type != "DequantizeLinear" or n.output[0] in read]
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    return out
+
+
+def _constant_pads_in_integers(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``proto`` where each constant-mode Pad with a non-zero constant ``v`` between a per-tensor
+    DequantizeLinear and QuantizeLinears of the same grid pads the integer tensor with ``v``'s integer (what the
+    QuantizeLinear makes of ``v``) before dequantizing: the same values.
+
+    OpenVINO 2026.4's low-precision transformations move the dequantization below such a Pad and write ``v``
+    itself as the integer padding value: "-1 assigned value out of range for u8" (Longformer's -1 fill of its
+    chunked attention scores), or a wrong border where ``v`` is in range. ``proto`` itself when there is none.
+    """
+    inits, producers, readers = graph_index(proto)
+    outputs = {o.name for o in proto.graph.output}
+    found = {}
+    for n in proto.graph.node:
+        if (
+            n.op_type != "Pad"
+            or _attr(n, "mode", b"constant") not in (b"constant", "constant")
+            or len(n.input) < 3
+        ):
+            continue
+        value, dq = inits.get(n.input[2]), producers.get(n.input[0])
+        if value is None or dq is None or dq.op_type != "DequantizeLinear" or n.output[0] in outputs:
+            continue
+        v = onnx.numpy_helper.to_array(value).astype(np.float32).reshape(-1)
+        grid, users = _per_tensor_grid(dq, inits), readers.get(n.output[0], [])
+        if v.size != 1 or v[0] == 0 or grid is None or not np.isfinite(v[0]) or not users:
+            continue
+        if any(u.op_type != "QuantizeLinear" or _per_tensor_grid(u, inits) != grid for u in users):
+            continue
+        scale = onnx.numpy_helper.to_array(inits[dq.input[1]]).astype(np.float32)
+        zero = onnx.numpy_helper.to_array(inits[dq.input[2]])
+        info = np.iinfo(zero.dtype)
+        q = np.clip(np.round(v[0] / scale) + int(zero), info.min, info.max).astype(zero.dtype)
+        found[id(n)] = (dq, onnx.numpy_helper.from_array(q.reshape(()), f"{n.output[0]}__integer_value"))
+    if not found:
+        return proto
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    nodes = []
+    for n in proto.graph.node:
+        if id(n) not in found:
+            nodes.append(n)
+            continue
+        dq, value = found[id(n)]
+        out.graph.initializer.append(value)
+        padded = f"{n.output[0]}__integers"
+        pad = onnx.NodeProto()
+        pad.CopyFrom(n)
+        pad.input[0], pad.input[2], pad.output[0] = dq.input[0], value.name, padded
+        nodes += [pad, onnx.helper.make_node("DequantizeLinear", [padded, *dq.input[1:]], list(n.output))]
+    read = {name for n in nodes for name in n.input} | outputs  # a DequantizeLinear only the Pad read goes
     nodes = [n for n in nodes if n.op_type != "DequantizeLinear" or n.output[0] in read]
     del out.graph.node[:]
     out.graph.node.extend(nodes)

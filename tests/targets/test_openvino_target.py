@@ -456,6 +456,50 @@ def test_int8_ir_pads_an_average_pool_with_the_zero_point(tmp_path: Path) -> Non
         assert np.abs(got - ref).max() <= 0.02 * 1.001, np.abs(got - ref).max() / 0.02
 
 
+def padded_uint8_constant(value: float) -> onnx.ModelProto:
+    """x -> Q -> DQ -> Pad (constant ``value``, the last axis by 2 and 3) -> Q -> DQ, uint8 on one grid (Longformer
+    fills its chunked attention scores with -1 so)."""
+    h = onnx.helper
+    inits = [
+        onnx.numpy_helper.from_array(np.array(0.0061, np.float32), "s"),
+        onnx.numpy_helper.from_array(np.array(164, np.uint8), "z"),
+        onnx.numpy_helper.from_array(np.array([0, 0, 0, 2, 0, 0, 0, 3], np.int64), "pads"),
+        onnx.numpy_helper.from_array(np.array(value, np.float32), "value"),
+    ]
+    nodes = [
+        h.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+        h.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+        h.make_node("Pad", ["xd", "pads", "value"], ["p"], mode="constant"),
+        h.make_node("QuantizeLinear", ["p", "s", "z"], ["pq"]),
+        h.make_node("DequantizeLinear", ["pq", "s", "z"], ["y"]),
+    ]
+    graph = h.make_graph(
+        nodes,
+        "padded_constant",
+        [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 16, 16])],
+        [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 3, 16, 21])],
+        inits,
+    )
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 19)])
+
+
+@pytest.mark.parametrize("value", [-1.0, 0.3])
+def test_int8_ir_pads_with_a_non_zero_constant(tmp_path: Path, value: float) -> None:
+    """OpenVINO writes a Pad's constant itself as the integer padding of a dequantized tensor: -1 was refused ("-1
+    assigned value out of range for u8", Longformer) and 0.3 padded 0 steps, -1.0 off. The IR pads the integer
+    tensor with the constant's integer first."""
+    model = padded_uint8_constant(value)
+    bundle = get_target("intel-vpu").package(prepared(model), tmp_path / "bundle", PackageOptions())
+    compiled = ov_compile(bundle)
+    for x in inputs(2):
+        x = np.clip(x * 0.3, -0.9, 0.5)
+        ref = ort_run(model, x)
+        border = np.concatenate([ref[..., :2], ref[..., 18:]], axis=-1)
+        assert np.abs(border - value).max() <= 0.0061 / 2
+        got = compiled({"x": x})[compiled.output(0)]
+        np.testing.assert_allclose(got, ref, atol=0.0061 * 1.001)
+
+
 def test_int8_ir_of_a_concat_followed_by_a_requantization(tmp_path: Path) -> None:
     """RetinaFace's SSH tail (Concat -> Q/DQ -> Relu -> Q/DQ of another range): OpenVINO crashed (SIGSEGV) reading
     and compiling it until the identity Q/DQ pair after the Concat was dropped. Packaged in a child process so
