@@ -330,3 +330,17 @@ def test_paddle_batchnorm_with_momentum_is_the_inference_form(name):
     got = ExactRunner(proto).run(feeds)
     for out, ref in zip(proto.graph.output, want, strict=True):
         assert np.abs(got[out.name] - ref).max() <= 1e-5 * np.ptp(ref)
+
+
+@pytest.mark.parametrize("size", [5, 3, 1])
+def test_lrn_sums_over_the_channel_window_as_onnxruntime(size):
+    """Caffe's LRN (AlexNet, GoogLeNet: size 5, alpha 1e-4, beta 0.75) on one sample of Caffe-scale values.
+    onnx's reference evaluator loops over the batch axis instead of the channels: with one sample every channel
+    but the first was divided by bias ** beta alone, and the int8 .tflite of the ONNX zoo's rebuilt CaffeNet
+    "differed from its QDQ model" at cosine 0.76."""
+    x = np.random.default_rng(size).uniform(-120, 130, (1, 7, 3, 4)).astype(np.float32)
+    node = helper.make_node("LRN", ["x"], ["y"], size=size, alpha=1e-4, beta=0.75, bias=1.0)
+    model = _model([node], {"x": x.shape}, {})
+    want = _ort(model, {"x": x})
+    got = ExactRunner(model).run({"x": x})["y"]
+    assert np.abs(got - want).max() <= 1e-5 * np.ptp(want)

@@ -376,6 +376,18 @@ def _ops(
             b = np.asarray(bias, np.float64) - np.asarray(mean, np.float64) * a
             return ((x * a.reshape(shape) + b.reshape(shape)).astype(x.dtype),)
 
+    class LRN(OpRun):
+        # onnx's (1.17 to 1.23) loops over the batch axis instead of the channels: with one sample only channel 0
+        # gets its window's sum of squares, every other channel is divided by bias ** beta alone
+        def _run(self, x, alpha=None, beta=None, bias=None, size=None):
+            alpha, beta = 1e-4 if alpha is None else float(alpha), 0.75 if beta is None else float(beta)
+            bias, size = 1.0 if bias is None else float(bias), int(size)
+            below, above = (size - 1) // 2, size - 1 - (size - 1) // 2
+            squares = np.pad(np.square(x), [(0, 0), (below, above)] + [(0, 0)] * (x.ndim - 2))
+            window = np.cumsum(np.concatenate([np.zeros_like(squares[:, :1]), squares], axis=1), axis=1)
+            sums = window[:, size:] - window[:, :-size]
+            return ((x / (bias + alpha / size * sums) ** beta).astype(x.dtype),)
+
     from onnx.reference.ops.op_grid_sample import GridSample as ReferenceGridSample
 
     class GridSample(ReferenceGridSample):
@@ -402,6 +414,7 @@ def _ops(
         MaxPool,
         GatherElements,
         BatchNormalization,
+        LRN,
         GridSample,
     ]
 

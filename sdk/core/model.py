@@ -25,8 +25,9 @@ log = logging.getLogger("edgekit")
 
 #: The opset every loaded model is brought to (QDQ below 19 fails in the onnx reference evaluator).
 TARGET_OPSET = 19
-#: The oldest opset the version converter can bring up reliably.
-MIN_OPSET = 7
+#: The oldest opset the version converter brings up (with edgekit.core.legacy's rewrites before it: opset 1-6
+#: broadcast; Caffe2's squeezenet1.0-3 / -6 style files).
+MIN_OPSET = 1
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 
 
@@ -389,6 +390,10 @@ def load_proto(
 
     expanded += dynamic_quant.dequantize(copy)
     batchnorm_batch_statistics(copy)
+    from edgekit.core import legacy
+
+    # ImageScaler, BatchNormalization spatial=0, opset < 7 broadcast: what the version converter cannot upgrade
+    expanded += legacy.rewrite(copy)
     proto = upgrade_opset(copy)
     # The lowest IR version the opsets allow (>= 4: initializers that are not graph inputs), so that every
     # runtime, including ones older than this onnx package, reads what we write.

@@ -1,4 +1,4 @@
-"""Converters for Softmax, reductions, LayerNormalization, InstanceNormalization, GroupNormalization, QuantizeLinear/DequantizeLinear and more."""
+"""Converters for Softmax, reductions, LayerNormalization, InstanceNormalization, GroupNormalization, LRN, QuantizeLinear/DequantizeLinear and more."""
 
 from __future__ import annotations
 
@@ -231,6 +231,32 @@ def instance_normalization(ctx: Context, node: ir.Node, *, epsilon: float = 1e-5
             data = np.asarray(const, np.float32).reshape(-1, *trail)
             affine.append(ctx.graph.const(value.name or "affine", data, np.float32))
     _emit_layer_norm(ctx, x, 2, epsilon, affine[0], affine[1], ctx.output(node.outputs[0]))
+
+
+@converter("LRN", since=1)
+def lrn(
+    ctx: Context, node: ir.Node, *, size: int, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0
+) -> None:
+    """Local response normalization across channels (Caffe's AlexNet / GoogLeNet): y = x / (bias + alpha / size *
+    sum of x^2 over the channels [c - (size - 1) // 2, c + ceil((size - 1) / 2)]) ** beta. TFLite's
+    LOCAL_RESPONSE_NORMALIZATION is the same over the last axis with a symmetric window: radius (size - 1) / 2 and
+    alpha / size, on the NHWC layout (float only: TFLite has no integer LRN kernel, so int8 models keep it float).
+    An even size has an asymmetric window, which the kernel cannot express (Caffe requires an odd local_size)."""
+    if size < 1 or size % 2 == 0:
+        raise ctx.error(f"LRN size {size}: only an odd size (a window centred on the channel) is supported")
+    x = ctx.tensor(node.inputs[0])
+    if x.rank != 4:
+        raise ctx.error(f"LRN: only a 4-D input (N, C, H, W) is supported, got rank {x.rank}")
+    opts = fb.LocalResponseNormalizationOptionsT()
+    opts.radius, opts.bias, opts.alpha, opts.beta = (
+        (size - 1) // 2,
+        float(bias),
+        float(alpha) / size,
+        float(beta),
+    )
+    y_nhwc = ctx.tmp("lrn_nhwc", permute(x.shape, NCHW_TO_NHWC))
+    ctx.op("LOCAL_RESPONSE_NORMALIZATION", [ctx.transpose(x, NCHW_TO_NHWC)], [y_nhwc], opts)
+    ctx.transpose(y_nhwc, NHWC_TO_NCHW, out=ctx.output(node.outputs[0]))
 
 
 def _group_norm(ctx: Context, node: ir.Node, num_groups: int, epsilon: float, per_group: bool) -> None:

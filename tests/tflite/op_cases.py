@@ -914,6 +914,9 @@ CASES += [
     Case("reduce_l1_v18", [n("ReduceL1", ["x"], keepdims=0)], {"x": (2, 3, 4)}, opset=18),
     Case("lp_norm_p2", [n("LpNormalization", ["x"], axis=1)], {"x": (2, 5, 3)}),
     Case("lp_norm_p1", [n("LpNormalization", ["x"], p=1)], {"x": (2, 5, 3)}),
+    # Caffe's AlexNet / GoogLeNet LRN (ONNX zoo, opsets 7-9); a large alpha so the normalization is visible
+    Case("lrn_size5", [n("LRN", ["x"], size=5, alpha=0.5, beta=0.75, bias=1.0)], {"x": (1, 7, 4, 5)}),
+    Case("lrn_size3", [n("LRN", ["x"], size=3, alpha=2.0, beta=0.5, bias=2.0)], {"x": (2, 4, 3, 6)}),
     Case(
         "gather_elements_const",
         [n("GatherElements", ["x", "i"], axis=1)],
