@@ -182,16 +182,26 @@ def conv(
     wg = w.reshape(g, og, cg, len(taps))
     y = np.zeros((n, g, og, points), dtype=dtype)
 
-    def patch(tap: tuple[int, ...]) -> np.ndarray:
-        window = tuple(
-            slice(tap[i] * dilations[i], tap[i] * dilations[i] + strides[i] * (out[i] - 1) + 1, strides[i])
-            for i in range(nd)
-        )
-        return xp[(slice(None), slice(None), *window)].reshape(n, g, cg, points)
+    def window(tap: tuple[int, ...]) -> np.ndarray:  # [n, c, *out], a view of xp
+        return xp[
+            (slice(None), slice(None))
+            + tuple(
+                slice(
+                    tap[i] * dilations[i], tap[i] * dilations[i] + strides[i] * (out[i] - 1) + 1, strides[i]
+                )
+                for i in range(nd)
+            )
+        ]
 
-    if cg == 1 and o == g:  # depthwise: a product per channel, not g one-by-one matrix products
+    def patch(tap: tuple[int, ...]) -> np.ndarray:
+        return window(tap).reshape(n, g, cg, points)
+
+    if cg == 1 and o == g:  # depthwise: a product per channel and tap, on the strided windows in place
+        acc = y.reshape(n, g, *out)
+        product = np.empty_like(acc)
         for t, tap in enumerate(taps):
-            y += wg[:, :, 0, t].reshape(1, g, 1, 1) * patch(tap)
+            np.multiply(window(tap), wg[:, :, 0, t].reshape(1, g, *([1] * nd)), out=product)
+            acc += product
         return _with_bias(y.reshape(n, o, *out), b)
     per_stack = max(1, (columns_bytes or COLUMNS_BYTES) // max(1, n * c * points * dtype.itemsize))
     for start in range(0, len(taps), per_stack):
