@@ -300,6 +300,28 @@ def test_folded_weight_dequantization_gives_the_same_values_bit_for_bit():
     )
 
 
+def test_erf_is_computed_in_float64():
+    """Erf (BERT's and ViT's GELU) in the exact runner is float64: the reference evaluator's own rounds every value
+    to float32 (3e-8 off), which moves values near a half step of the QuantizeLinear after it."""
+    import math
+
+    from edgekit.core.exact import _ops
+    from onnx.reference import ReferenceEvaluator
+
+    x = np.random.default_rng(2).standard_normal(2000) * 2
+    expected = np.array([math.erf(v) for v in x])
+    model = _model([helper.make_node("Erf", ["x"], ["y"])], {"x": [2000]}, {})
+    got = ReferenceEvaluator(float64_model(model), new_ops=_ops()).run(None, {"x": x})[0]
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, expected, rtol=4e-16, atol=1e-300)
+    from edgekit.core.exact import erf
+
+    x32 = x.astype(np.float32)  # another dtype keeps it
+    got32 = erf(x32)
+    assert got32.dtype == np.float32
+    np.testing.assert_allclose(got32, np.array([math.erf(v) for v in x32.astype(np.float64)]), rtol=1.2e-7)
+
+
 def test_float64_model_widens_every_float_tensor():
     rng = np.random.default_rng(2)
     nodes = [

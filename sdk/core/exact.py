@@ -18,6 +18,7 @@ transposed convolutions).
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -130,6 +131,17 @@ def steps(x: np.ndarray, scale: np.ndarray, axis: int = 1, float32: bool = False
 
 #: The most memory a convolution's stacked input windows (its columns) take at a time.
 COLUMNS_BYTES = 64 << 20
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """The error function in ``x``'s own precision (float64 here): scipy's where installed (vectorised), else
+    ``math.erf`` per element. The onnx reference evaluator's Erf rounds to float32, one Python call per value."""
+    x = np.asarray(x)
+    try:
+        from scipy.special import erf as vectorised
+    except ImportError:
+        return np.frompyfunc(math.erf, 1, 1)(x).astype(x.dtype)
+    return vectorised(x).astype(x.dtype, copy=False)
 
 
 def _split_pads(totals: Sequence[int], upper: bool) -> list[int]:
@@ -462,6 +474,10 @@ def _ops(
                 )
             return (grid_sample(X, grid, mode, padding_mode, int(align_corners)),)
 
+    class Erf(OpRun):  # the reference evaluator's rounds every value to float32 (np.vectorize, otypes "f")
+        def _run(self, x):
+            return (erf(x),)
+
     return [
         DequantizeLinear,
         QuantizeLinear,
@@ -471,6 +487,7 @@ def _ops(
         GatherElements,
         BatchNormalization,
         GridSample,
+        Erf,
     ]
 
 
