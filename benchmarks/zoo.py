@@ -245,7 +245,9 @@ def run_and_print(
         workers=workers,
         timeout=timeout,
         progress=lambda r: print(
-            f"  {r.model:24s} {r.case:15s} {r.outcome:6s} {r.seconds:6.1f}s {r.error or ''}"[:200],
+            f"  {r.model:24s} {r.case:15s} {r.outcome:6s} {r.seconds:6.1f}s "
+            f"{'' if r.cpu_seconds is None else f'{r.cpu_seconds:6.1f} cpu-s '}"
+            f"{'' if r.peak_mb is None else f'{r.peak_mb:7.0f} MB '}{r.error or ''}"[:200],
             file=sys.stderr,
         ),
     )

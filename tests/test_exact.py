@@ -73,6 +73,48 @@ def test_convolutions_match_onnxruntime(data, spatial, group, transpose):
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    data=st.data(),
+    spatial=st.integers(1, 2),
+    group=st.sampled_from(["one", "two", "depthwise"]),
+    columns_bytes=st.sampled_from([1, 2000, 64 << 20]),
+)
+def test_conv_equals_the_reference_evaluator_in_float64(data, spatial, group, columns_bytes):
+    """The column-stacked Conv (taps stacked in chunks of ``COLUMNS_BYTES``, one BLAS product per chunk) gives the
+    onnx reference evaluator's float64 Conv to float64 rounding (1e-12 of the output's scale): the exact
+    semantics do not change with the chunking (one tap, a few, all at once), groups, strides, dilations or pads."""
+    from edgekit.core.exact import conv
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(data.draw(st.integers(0, 1000)))
+    kernel = [data.draw(st.integers(1, 4)) for _ in range(spatial)]
+    strides = [data.draw(st.integers(1, 3)) for _ in range(spatial)]
+    dilations = [data.draw(st.integers(1, 2)) for _ in range(spatial)]
+    size = [data.draw(st.integers(k * d + 1, 9)) for k, d in zip(kernel, dilations, strict=True)]
+    pads = [data.draw(st.integers(0, k)) for k in kernel for _ in range(2)]
+    pads = pads[0::2] + pads[1::2]
+    cin = data.draw(st.integers(1, 4)) * 2
+    g = {"one": 1, "two": 2, "depthwise": cin}[group]
+    cout = g * data.draw(st.integers(1, 3)) if group != "depthwise" else cin
+    x = rng.standard_normal([2, cin, *size])
+    w = rng.standard_normal([cout, cin // g, *kernel])
+    b = rng.standard_normal(cout)
+    attrs = dict(strides=strides, dilations=dilations, pads=pads, group=g)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.DOUBLE, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    expected = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    got = conv(x, w, b, **attrs, columns_bytes=columns_bytes)
+    assert got.dtype == np.float64 and got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12 * max(1.0, np.abs(expected).max()))
+
+
 @pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
 def test_auto_pad_and_output_shape_match_onnxruntime(auto_pad):
     rng = np.random.default_rng(3)
@@ -209,6 +251,75 @@ def test_ceil_mode_max_pool_matches_onnxruntime(attrs):
     model = _model([helper.make_node("MaxPool", ["x"], ["y"], ceil_mode=1, **attrs)], {"x": x.shape}, {})
     expected = _ort(model, {"x": x})
     np.testing.assert_array_equal(ExactRunner(model).run({"x": x})["y"], expected)
+
+
+def test_folded_weight_dequantization_gives_the_same_values_bit_for_bit():
+    """ExactRunner dequantizes constant weights once (``fold_constant_dequantize``): a per-channel int8 Conv and a
+    per-tensor uint8 MatMul give exactly what the reference evaluator gives dequantizing them on every run."""
+    from edgekit.core.exact import _ops, fold_constant_dequantize
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(5)
+    w = rng.integers(-127, 128, (6, 3, 3, 3), dtype=np.int8)
+    inits = {
+        "s_x": np.float32(0.02),
+        "z_x": np.uint8(128),
+        "w_q": w,
+        "s_w": rng.uniform(0.001, 0.01, 6).astype(np.float32),
+        "z_w": np.zeros(6, np.int8),
+        "b_q": rng.integers(-500, 500, 6, dtype=np.int32),
+        "s_b": (0.02 * rng.uniform(0.001, 0.01, 6)).astype(np.float32),
+        "m_q": rng.integers(0, 256, (5, 4), dtype=np.uint8),
+        "s_m": np.float32(0.003),
+        "z_m": np.uint8(131),
+    }
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s_x", "z_x"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "s_x", "z_x"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["w_q", "s_w", "z_w"], ["w"], axis=0),
+        helper.make_node("DequantizeLinear", ["b_q", "s_b"], ["b"], axis=0),
+        helper.make_node("Conv", ["xd", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("QuantizeLinear", ["c", "s_x", "z_x"], ["cq"]),
+        helper.make_node("DequantizeLinear", ["cq", "s_x", "z_x"], ["cd"]),
+        helper.make_node("DequantizeLinear", ["m_q", "s_m", "z_m"], ["m"]),
+        helper.make_node("MatMul", ["cd", "m"], ["y"]),
+    ]
+    model = _model(nodes, {"x": [1, 3, 6, 5]}, inits)
+    x = rng.standard_normal([1, 3, 6, 5]).astype(np.float32)
+    folded = fold_constant_dequantize(float64_model(model))
+    assert [n.op_type for n in folded.graph.node].count("DequantizeLinear") == 2  # the activations' only
+    per_run = ReferenceEvaluator(float64_model(model), new_ops=_ops(float32_inputs=frozenset({"x"})))
+    expected = per_run.run(None, {"x": x.astype(np.float64)})[0]
+    got = ExactRunner(model).run({"x": x})["y"]
+    np.testing.assert_array_equal(got, expected.astype(np.float32))
+    np.testing.assert_array_equal(
+        ReferenceEvaluator(folded, new_ops=_ops(float32_inputs=frozenset({"x"}))).run(
+            None, {"x": x.astype(np.float64)}
+        )[0],
+        expected,
+    )
+
+
+def test_erf_is_computed_in_float64():
+    """Erf (BERT's and ViT's GELU) in the exact runner is float64: the reference evaluator's own rounds every value
+    to float32 (3e-8 off), which moves values near a half step of the QuantizeLinear after it."""
+    import math
+
+    from edgekit.core.exact import _ops
+    from onnx.reference import ReferenceEvaluator
+
+    x = np.random.default_rng(2).standard_normal(2000) * 2
+    expected = np.array([math.erf(v) for v in x])
+    model = _model([helper.make_node("Erf", ["x"], ["y"])], {"x": [2000]}, {})
+    got = ReferenceEvaluator(float64_model(model), new_ops=_ops()).run(None, {"x": x})[0]
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, expected, rtol=4e-16, atol=1e-300)
+    from edgekit.core.exact import erf
+
+    x32 = x.astype(np.float32)  # another dtype keeps it
+    got32 = erf(x32)
+    assert got32.dtype == np.float32
+    np.testing.assert_allclose(got32, np.array([math.erf(v) for v in x32.astype(np.float64)]), rtol=1.2e-7)
 
 
 def test_float64_model_widens_every_float_tensor():

@@ -18,6 +18,7 @@ transposed convolutions).
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -60,6 +61,35 @@ def float64_model(proto: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+def fold_constant_dequantize(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` (a :func:`float64_model`, changed in place) with every DequantizeLinear of initializers (the
+    weights) replaced by its float64 result, computed once by :func:`dequantize` as the op computes it on each
+    run: the same values, without dequantizing every weight again for every sample."""
+    graph = model.graph
+    constants = {t.name: t for t in graph.initializer}
+    outputs = {o.name for o in graph.output}
+    kept = []
+    for node in graph.node:
+        names = [n for n in node.input if n]
+        attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if (
+            node.op_type != "DequantizeLinear"
+            or node.domain not in ("", "ai.onnx")
+            or not names
+            or any(n not in constants for n in names)
+            or attributes.get("block_size", 0)
+            or node.output[0] in outputs
+        ):
+            kept.append(node)
+            continue
+        x, scale, *zero = (numpy_helper.to_array(constants[n]) for n in names)
+        value = dequantize(x, scale, zero[0] if zero else None, int(attributes.get("axis", 1)))
+        graph.initializer.append(numpy_helper.from_array(value, node.output[0]))
+    del graph.node[:]
+    graph.node.extend(kept)
+    return model
+
+
 # ------------------------------------------------------------------------------------------------ kernels
 
 
@@ -99,6 +129,21 @@ def steps(x: np.ndarray, scale: np.ndarray, axis: int = 1, float32: bool = False
     return np.asarray(x, np.float64) / s
 
 
+#: The most memory a convolution's stacked input windows (its columns) take at a time.
+COLUMNS_BYTES = 64 << 20
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """The error function in ``x``'s own precision (float64 here): scipy's where installed (vectorised), else
+    ``math.erf`` per element. The onnx reference evaluator's Erf rounds to float32, one Python call per value."""
+    x = np.asarray(x)
+    try:
+        from scipy.special import erf as vectorised
+    except ImportError:
+        return np.frompyfunc(math.erf, 1, 1)(x).astype(x.dtype)
+    return vectorised(x).astype(x.dtype, copy=False)
+
+
 def _split_pads(totals: Sequence[int], upper: bool) -> list[int]:
     """ONNX pads (all begins, then all ends) splitting each axis' total padding: the larger half at the end when
     ``upper`` (SAME_UPPER), else at the start."""
@@ -125,8 +170,11 @@ def conv(
     dilations: Sequence[int] | None = None,
     group: int = 1,
     auto_pad: str = "NOTSET",
+    columns_bytes: int | None = None,
 ) -> np.ndarray:
-    """ONNX Conv (any number of spatial axes, groups, dilations), one matrix product per kernel tap."""
+    """ONNX Conv (any number of spatial axes, groups, dilations): the kernel taps' input windows stacked into
+    columns (at most ``columns_bytes``, default :data:`COLUMNS_BYTES`, at a time) and one matrix product per stack, so that the product sums
+    run over channels x taps in BLAS; a depthwise convolution is a product per channel and tap."""
     nd = x.ndim - 2
     kernel = w.shape[2:]
     strides = list(strides or [1] * nd)
@@ -137,26 +185,58 @@ def conv(
     n, c = x.shape[:2]
     o, cg = w.shape[:2]
     g = group
+    og = o // g
     xp = np.pad(x, [(0, 0), (0, 0)] + [(pads[i], pads[i + nd]) for i in range(nd)])
     out = [(xp.shape[2 + i] - dilations[i] * (kernel[i] - 1) - 1) // strides[i] + 1 for i in range(nd)]
     points = int(np.prod(out))
-    wg = w.reshape(g, o // g, cg, *kernel)
-    y = np.zeros((n, g, o // g, points), dtype=np.result_type(x, w))
-    for tap in itertools.product(*(range(k) for k in kernel)):
-        window = tuple(
-            slice(tap[i] * dilations[i], tap[i] * dilations[i] + strides[i] * (out[i] - 1) + 1, strides[i])
-            for i in range(nd)
-        )
-        patch = xp[(slice(None), slice(None), *window)].reshape(n, g, cg, points)
-        taps = wg[(slice(None), slice(None), slice(None), *tap)]
-        if cg == 1 and o == g:  # depthwise: a product per channel, not g one-by-one matrix products
-            y += taps.reshape(1, g, 1, 1) * patch
+    taps = list(itertools.product(*(range(k) for k in kernel)))
+    dtype = np.result_type(x, w)
+    wg = w.reshape(g, og, cg, len(taps))
+    y = np.zeros((n, g, og, points), dtype=dtype)
+
+    def window(tap: tuple[int, ...]) -> np.ndarray:  # [n, c, *out], a view of xp
+        return xp[
+            (slice(None), slice(None))
+            + tuple(
+                slice(
+                    tap[i] * dilations[i], tap[i] * dilations[i] + strides[i] * (out[i] - 1) + 1, strides[i]
+                )
+                for i in range(nd)
+            )
+        ]
+
+    def patch(tap: tuple[int, ...]) -> np.ndarray:
+        return window(tap).reshape(n, g, cg, points)
+
+    if cg == 1 and o == g:  # depthwise: a product per channel and tap, on the strided windows in place
+        acc = y.reshape(n, g, *out)
+        product = np.empty_like(acc)
+        for t, tap in enumerate(taps):
+            np.multiply(window(tap), wg[:, :, 0, t].reshape(1, g, *([1] * nd)), out=product)
+            acc += product
+        return _with_bias(y.reshape(n, o, *out), b)
+    per_stack = max(1, (columns_bytes or COLUMNS_BYTES) // max(1, n * c * points * dtype.itemsize))
+    for start in range(0, len(taps), per_stack):
+        part = taps[start : start + per_stack]
+        if len(part) == 1:  # one tap (a 1x1 convolution): its window as it is
+            cols = patch(part[0])
         else:
-            y += taps @ patch
-    y = y.reshape(n, o, *out)
-    if b is not None:
-        y = y + b.reshape(1, -1, *([1] * nd))
-    return y
+            cols = np.empty((n, g, cg, len(part), points), dtype=dtype)
+            for j, tap in enumerate(part):
+                cols[:, :, :, j] = patch(tap)
+            cols = cols.reshape(n, g, cg * len(part), points)
+        weights = np.ascontiguousarray(wg[..., start : start + len(part)]).reshape(g, og, cg * len(part))
+        for i in range(n):
+            if g == 1:  # a 2-D product: BLAS directly
+                y[i, 0] += weights[0] @ cols[i, 0]
+            else:
+                y[i] += weights @ cols[i]
+    return _with_bias(y.reshape(n, o, *out), b)
+
+
+def _with_bias(y: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+    nd = y.ndim - 2
+    return y if b is None else y + b.reshape(1, -1, *([1] * nd))
 
 
 def conv_transpose(
@@ -406,6 +486,10 @@ def _ops(
                 )
             return (grid_sample(X, grid, mode, padding_mode, int(align_corners)),)
 
+    class Erf(OpRun):  # the reference evaluator's rounds every value to float32 (np.vectorize, otypes "f")
+        def _run(self, x):
+            return (erf(x),)
+
     return [
         DequantizeLinear,
         QuantizeLinear,
@@ -416,6 +500,7 @@ def _ops(
         BatchNormalization,
         LRN,
         GridSample,
+        Erf,
     ]
 
 
@@ -460,7 +545,8 @@ class ExactRunner:
             i.name for i in proto.graph.input if i.type.tensor_type.elem_type == TensorProto.FLOAT
         )
         self._evaluator = ReferenceEvaluator(
-            float64_model(proto), new_ops=_ops(jitter, seed, observe, float32_inputs)
+            fold_constant_dequantize(float64_model(proto)),
+            new_ops=_ops(jitter, seed, observe, float32_inputs),
         )
         self.output_names = [o.name for o in proto.graph.output]
 

@@ -68,6 +68,8 @@ class CaseResult:
     error: str | None = None  # the error: line (typed) or the first line of what went wrong (crash)
     out_dir: str | None = None
     figures: dict[str, Any] = field(default_factory=dict)
+    peak_mb: float | None = None  # the CLI's peak resident set (wait4's ru_maxrss), None where not measured
+    cpu_seconds: float | None = None  # user + system CPU time of the CLI and the children it waited for
 
 
 def edgekit_command() -> list[str]:
@@ -146,28 +148,62 @@ def run_case(model: Model, case: str, work: Path, timeout: float) -> CaseResult:
     out.mkdir(parents=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1", NO_COLOR="1", COLUMNS="200")
     start = time.perf_counter()
-    timed_out = False
-    try:
-        proc = subprocess.run(
-            case_command(model, case, out),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=env,
-            stdin=subprocess.DEVNULL,
-        )
-        code, output = proc.returncode, proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        timed_out, code = True, None
-        output = (
-            (exc.stdout or b"").decode(errors="replace")
-            if isinstance(exc.stdout, bytes)
-            else (exc.stdout or "")
-        )
+    code, output, timed_out, peak_mb, cpu = _run_measured(
+        case_command(model, case, out), env, timeout, out / "cli.log"
+    )
     seconds = time.perf_counter() - start
-    (out / "cli.log").write_text(output)
     outcome, message = classify(code, output, timed_out)
-    return CaseResult(model.name, case, outcome, code, round(seconds, 2), message, str(out))
+    return CaseResult(
+        model.name,
+        case,
+        outcome,
+        code,
+        round(seconds, 2),
+        message,
+        str(out),
+        peak_mb=peak_mb,
+        cpu_seconds=cpu,
+    )
+
+
+def _run_measured(
+    cmd: Sequence[str], env: Mapping[str, str], timeout: float, log: Path
+) -> tuple[int | None, str, bool, float | None, float | None]:
+    """Run ``cmd`` with its output (stdout + stderr) into ``log``; ``(returncode or None when it timed out,
+    output, timed_out, peak RSS in MB)``. The peak is ``wait4``'s ``ru_maxrss``: the largest resident set of the
+    command or of any descendant it waited for."""
+    with open(log, "w+b") as sink:
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)
+        timed_out = False
+        try:
+            if hasattr(os, "wait4"):
+                _wait4_within(proc, timeout)
+            else:  # no rusage of one child here (Windows): no peak
+                proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            proc.kill()
+            proc.wait()
+        peak_mb = getattr(proc, "_edgekit_peak_mb", None)
+        cpu = getattr(proc, "_edgekit_cpu_s", None)
+        sink.seek(0)
+        output = sink.read().decode(errors="replace")
+    return (None if timed_out else proc.returncode), output, timed_out, peak_mb, cpu
+
+
+def _wait4_within(proc: subprocess.Popen, timeout: float) -> None:
+    """Reap ``proc`` with ``os.wait4`` (its rusage: peak RSS), polling so that ``timeout`` still applies."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            proc._edgekit_peak_mb = round(usage.ru_maxrss / 1024, 1)  # type: ignore[attr-defined]  # KB on Linux
+            proc._edgekit_cpu_s = round(usage.ru_utime + usage.ru_stime, 2)  # type: ignore[attr-defined]
+            return
+        if time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+        time.sleep(0.05)
 
 
 def run_all(
