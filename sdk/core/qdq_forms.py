@@ -289,17 +289,12 @@ def float16_rounded(proto: onnx.ModelProto, min_elements: int = 0) -> onnx.Model
 
 
 def for_openvino(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """``proto`` as edgekit hands models to OpenVINO: int8 activations as uint8
-    (:func:`edgekit.core.unsigned_qdq.unsigned_activations`), :func:`pad_before_dequantize`,
+    """``proto`` as edgekit hands models to OpenVINO: :func:`pad_before_dequantize`,
     :func:`drop_concat_identity_qdq`, :func:`sliced_gather_elements_apart`, :func:`scalar_gathers_squeezed` and
     :func:`antialias_resizes_as_matmuls` (the same values, around five OpenVINO 2026.4 problems)."""
-    from edgekit.core.unsigned_qdq import unsigned_activations
-
     return antialias_resizes_as_matmuls(
         scalar_gathers_squeezed(
-            sliced_gather_elements_apart(
-                drop_concat_identity_qdq(pad_before_dequantize(unsigned_activations(proto)))
-            )
+            sliced_gather_elements_apart(drop_concat_identity_qdq(pad_before_dequantize(proto)))
         )
     )
 

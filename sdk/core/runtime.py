@@ -141,10 +141,7 @@ def runner_form(proto: onnx.ModelProto, exact_qdq: bool, keep: Sequence[str] = (
     proto = antialias_resizes_as_matmuls(proto)
     if exact_qdq:
         return exact_input_quantize(tabulate_elementwise(fold_constant_dequantize(proto), keep=keep))
-    from edgekit.core.unsigned_qdq import unsigned_activations
-
-    # as the intel-vpu target converts it (targets/openvino_ir.py)
-    return pad_before_dequantize(unsigned_activations(proto))
+    return pad_before_dequantize(proto)  # as the intel-vpu target converts it (targets/openvino_ir.py)
 
 
 #: What a 16-bit QDQ model needs on the host (onnxruntime is a dev extra: ``pip install -e ".[dev]"``).
