@@ -225,7 +225,11 @@ def _output_chain(graph: Graph, t: Tensor, producers: dict[int, Op]) -> tuple[li
     chain, start = [], t
     consumers = graph.consumers()
     while (prod := producers.get(id(start))) is not None and (x := _pointwise_input(prod)) is not None:
-        if len(consumers.get(id(x), [])) != 1 or graph.is_graph_output(x) or any(x is i for i in graph.inputs):
+        if (
+            len(consumers.get(id(x), [])) != 1
+            or graph.is_graph_output(x)
+            or any(x is i for i in graph.inputs)
+        ):
             break
         chain.append(prod)
         start = x
