@@ -113,6 +113,63 @@ def test_unsupported_opset(tmp_path):
         load_model(save(model, tmp_path))
 
 
+def _nhwc_hardswish(opset: int, op: str = "HardSwish") -> onnx.ModelProto:
+    """tf2onnx's form of a TFLite HARD_SWISH (or of a TFLite op it cannot translate: ``TFL_*``) after a Conv."""
+    h = onnx.helper
+    w = onnx.numpy_helper.from_array(
+        np.random.default_rng(0).normal(size=(4, 3, 3, 3)).astype(np.float32), "w"
+    )
+    graph = h.make_graph(
+        [
+            h.make_node("Transpose", ["x"], ["xt"], perm=[0, 3, 1, 2]),
+            h.make_node("Conv", ["xt", "w"], ["c"], pads=[1, 1, 1, 1]),
+            h.make_node(op, ["c"], ["y"], name="h_swish"),
+        ],
+        "g",
+        [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 8, 8, 3])],
+        [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 8, 8])],
+        [w],
+    )
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize(
+    "opset, op, message",
+    [
+        (
+            13,
+            "HardSwish",
+            r"imports opset 13 but uses ops defined only in later opsets: HardSwish \(opset 14, 1 node\)",
+        ),
+        (
+            13,
+            "TFL_Convolution2DTransposeBias",
+            r"TFL_Convolution2DTransposeBias \(1 node\) is not an ONNX op \(TFL_",
+        ),
+        (19, "TFL_Landmarks2TransformMatrix", r"TFL_Landmarks2TransformMatrix \(1 node\) is not an ONNX op"),
+    ],
+)
+def test_ops_onnx_does_not_define_at_the_models_opset_are_named(tmp_path, opset, op, message):
+    """tf2onnx 1.17 on MediaPipe's selfie segmentation writes HardSwish into an opset-13 model and leaves the
+    custom Convolution2DTransposeBias as TFL_*: onnxruntime refuses the file, and so does edgekit, naming the ops
+    (before: onnx's version converter's assertion, "No Adapter From Version $13 for HardSwish")."""
+    import onnxruntime as ort
+
+    path = save(_nhwc_hardswish(opset, op), tmp_path)
+    with pytest.raises(Exception, match="INVALID_GRAPH|NOT_IMPLEMENTED|not a registered|No Op registered"):
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    with pytest.raises(ModelError, match=message):
+        load_model(path)
+
+
+def test_hardswish_at_its_own_opset_loads_and_runs_as_onnxruntime(tmp_path):
+    path = save(_nhwc_hardswish(14), tmp_path)
+    x = np.random.default_rng(1).normal(size=(1, 8, 8, 3)).astype(np.float32)
+    (want,) = ort_run(onnx.load(path), {"x": x})
+    got = HostRunner(load_model(path)).run({"x": x})["y"]
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
 def test_host_runner_runs_in_f32_and_captures_intermediates(tmp_path):
     model = load_model(save(squeezenet_like(), tmp_path))
     runner = HostRunner(model, extra_outputs=["rs", "cat"])

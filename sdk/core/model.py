@@ -62,12 +62,70 @@ def default_opset(proto: onnx.ModelProto) -> int:
     raise ModelError("model imports no version of the default ONNX opset")
 
 
+def _default_domain_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """The default-domain nodes of ``graph`` and of its subgraphs (If / Loop / Scan bodies)."""
+    out = []
+    for node in graph.node:
+        if node.domain in ("", "ai.onnx"):
+            out.append(node)
+        for a in node.attribute:
+            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+                out += _default_domain_nodes(sub)
+    return out
+
+
+def check_default_ops(proto: onnx.ModelProto) -> None:
+    """Refuse, naming them, default-domain ops that ONNX does not define at the model's opset.
+
+    Converters leave their source framework's ops in the default domain when they cannot translate them
+    (tf2onnx writes a TFLite custom op such as MediaPipe's ``Landmarks2TransformMatrix`` as
+    ``TFL_Landmarks2TransformMatrix``), or write an op newer than the opset they import (tf2onnx 1.17 writes
+    TFLite's HARD_SWISH as ``HardSwish``, an opset-14 op, into an opset-13 model). onnxruntime refuses both
+    files; onnx's version converter fails on them with an assertion naming neither the op nor the cause."""
+    version = default_opset(proto)
+    unknown: dict[str, int] = {}
+    newer: dict[str, tuple[int, int]] = {}
+    for node in _default_domain_nodes(proto.graph):
+        op = node.op_type
+        if not onnx.defs.has(op):
+            unknown[op] = unknown.get(op, 0) + 1
+            continue
+        try:
+            onnx.defs.get_schema(op, version)
+        except onnx.defs.SchemaError:
+            since = min(
+                sc.since_version
+                for sc in onnx.defs.get_all_schemas_with_history()
+                if sc.name == op and sc.domain in ("", "ai.onnx")
+            )
+            newer[op] = (newer.get(op, (0, since))[0] + 1, since)
+    if unknown:
+        names = ", ".join(f"{op} ({n} node{'s' * (n > 1)})" for op, n in sorted(unknown.items()))
+        tflite = (
+            " (TFL_*: TFLite ops tf2onnx could not translate)"
+            if any(o.startswith("TFL_") for o in unknown)
+            else ""
+        )
+        raise ModelError(
+            f"the model is not valid ONNX: {names} {'are not ONNX ops' if len(unknown) > 1 else 'is not an ONNX op'}{tflite}"
+        )
+    if newer:
+        names = ", ".join(
+            f"{op} (opset {since}, {n} node{'s' * (n > 1)})" for op, (n, since) in sorted(newer.items())
+        )
+        raise ModelError(
+            f"the model is not valid ONNX: it imports opset {version} but uses ops defined only in later opsets: "
+            f"{names}; export it again at opset {max(s for _, s in newer.values())} or later"
+        )
+
+
 def upgrade_opset(proto: onnx.ModelProto, target: int = TARGET_OPSET) -> onnx.ModelProto:
     """Bring the default-domain opset to ``target`` (newer models are kept as they are)."""
     version = default_opset(proto)
     latest = onnx.defs.onnx_opset_version()
     if version < MIN_OPSET or version > latest:
         raise ModelError(f"unsupported opset {version}: edgekit loads opsets {MIN_OPSET} to {latest}")
+    check_default_ops(proto)
     if version >= target:
         return proto
     try:

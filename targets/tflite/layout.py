@@ -187,36 +187,99 @@ def cancel_transposes(graph: Graph) -> Graph:
     return graph
 
 
+def _pointwise_input(op: Op) -> Tensor | None:
+    """The one tensor input ``op`` computes its output from element by element (a unary op with a per-tensor
+    output, or a binary op with a scalar constant: it runs the same in any layout), else None."""
+    if len(op.outputs) != 1:
+        return None
+    quant = op.outputs[0].quant
+    if quant is not None and not quant.per_tensor:
+        return None
+    if op.code in _UNARY and len(op.inputs) == 1:
+        x = op.inputs[0]
+    elif op.code in _BINARY and len(op.inputs) == 2:
+        consts = [t for t in op.inputs if t is not None and t.is_const]
+        if len(consts) != 1 or consts[0].data.size != 1:
+            return None
+        x = next(t for t in op.inputs if t is not consts[0])
+    else:
+        return None
+    return x if x is not None and x.shape == op.outputs[0].shape else None
+
+
+def _input_chain(graph: Graph, t: Tensor, consumers: dict[int, list[Op]]) -> tuple[list[Op], Tensor]:
+    """The single-use pointwise ops from input ``t`` on (a float input's quantization: DIV, ROUND, MUL,
+    QUANTIZE), and the tensor they end on."""
+    chain, end = [], t
+    while len(users := consumers.get(id(end), [])) == 1 and _pointwise_input(users[0]) is end:
+        if graph.is_graph_output(users[0].outputs[0]):
+            break
+        chain.append(users[0])
+        end = users[0].outputs[0]
+    return chain, end
+
+
+def _output_chain(graph: Graph, t: Tensor, producers: dict[int, Op]) -> tuple[list[Op], Tensor]:
+    """The pointwise ops that produce output ``t`` (an int8 output's DEQUANTIZE), each reading a tensor only
+    it reads, and the tensor the first of them reads."""
+    chain, start = [], t
+    consumers = graph.consumers()
+    while (prod := producers.get(id(start))) is not None and (x := _pointwise_input(prod)) is not None:
+        if (
+            len(consumers.get(id(x), [])) != 1
+            or graph.is_graph_output(x)
+            or any(x is i for i in graph.inputs)
+        ):
+            break
+        chain.append(prod)
+        start = x
+    return chain, start
+
+
 def choose_io_layout(graph: Graph) -> Graph:
     """Keep NCHW for a rank-4 input/output whose NHWC layout would cost a TRANSPOSE inside.
 
     Image tensors come out NHWC because their edge transposes cancel against the NHWC kernels; a
     rank-4 tensor that is not an image (an attention mask, a feature map fed to MatMul) would keep
-    its edge transpose, so it stays in the ONNX layout instead.
+    its edge transpose, so it stays in the ONNX layout instead. Pointwise ops between the tensor and its
+    edge transpose (an int8 model's float input quantized: DIV, ROUND, MUL, QUANTIZE; its output
+    dequantized) run in the ONNX layout then: a model that takes NHWC already (a TensorFlow model
+    converted by tf2onnx) keeps its [1, H, W, C] input in int8 too, not [1, H, C, W] and a TRANSPOSE.
     """
     consumers = graph.consumers()
     producers = graph.producers()
     for i, t in enumerate(list(graph.inputs)):
         perm = graph.io_perms.get(t.name)
-        users = consumers.get(id(t), [])
+        chain, end = _input_chain(graph, t, consumers)
+        users = consumers.get(id(end), [])
         if perm is None or not users or any(transpose_perm(u) != inverse_perm(perm) for u in users):
             continue
         if any(transposes_are_free(u) for u in users):
             continue
-        nchw = Tensor(t.name, users[0].outputs[0].shape, t.dtype, quant=t.quant)
+        shape = users[0].outputs[0].shape
+        nchw = Tensor(t.name, shape, t.dtype, quant=t.quant)
+        graph.replace_uses(t, nchw)
+        for op in chain:
+            op.outputs[0].shape = shape
         for user in users:
-            graph.replace_uses(user.outputs[0], nchw)
+            graph.replace_uses(user.outputs[0], end if chain else nchw)
         graph.inputs[i] = nchw
         graph.io_perms[t.name] = None
     for i, (t, name) in enumerate(zip(list(graph.outputs), graph.output_names, strict=True)):
         perm = graph.io_perms.get(name)
-        prod = producers.get(id(t))
+        chain, start = _output_chain(graph, t, producers) if perm is not None else ([], t)
+        prod = producers.get(id(start))
         if perm is None or prod is None or transpose_perm(prod) != tuple(perm) or transposes_are_free(prod):
             continue
         source = prod.inputs[0]
         if any(source is x for x in graph.inputs) or any(source is o for o in graph.outputs):
             continue  # the output would alias another graph tensor
-        graph.outputs[i] = prod.inputs[0]
+        if chain:
+            for op in chain:
+                op.outputs[0].shape = source.shape
+            chain[-1].inputs = [source if x is start else x for x in chain[-1].inputs]
+        else:
+            graph.outputs[i] = source
         graph.io_perms[name] = None
     graph.remove_dead()
     return graph

@@ -166,3 +166,43 @@ def test_activations_lowered_to_elementwise_builtins_need_no_transpose() -> None
     result = convert_proto(model)
     assert "TRANSPOSE" not in op_types(result), op_types(result)
     _check(model, result)
+
+
+def _tf2onnx_style_nhwc_net():
+    """A TensorFlow model as tf2onnx writes it: NHWC input, Transpose to NCHW, Conv / PRelu / Conv, Transpose back
+    to an NHWC output (MediaPipe's selfie and pose masks, [1, H, W, C])."""
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 3, 1, 2]),
+        helper.make_node("Conv", ["xt", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("PRelu", ["c1", "slope"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Transpose", ["c2"], ["y"], perm=[0, 2, 3, 1]),
+    ]
+    inits = {
+        "w1": _w(8, 3, 3, 3),
+        "b1": _w(8),
+        "slope": np.abs(_w(8, 1, 1)),
+        "w2": _w(4, 8, 3, 3),
+        "b2": _w(4),
+    }
+    return make_model(nodes, {"x": (1, 12, 10, 3)}, ["y"], inits)
+
+
+def test_an_nhwc_model_keeps_its_nhwc_io_in_int8_with_no_transpose() -> None:
+    """tf2onnx's MediaPipe BlazeFace ([1, 128, 128, 3] in): the int8 bundles (arm-cpu, nnapi) took [1, 128, 3, 128]
+    and ran a TRANSPOSE after the input's QUANTIZE, which sat between the input and its edge transpose; the fp32
+    bundle took [1, 128, 128, 3] with none. Now the quantization runs in the ONNX layout, as the DEQUANTIZE of the
+    output does."""
+    model = _tf2onnx_style_nhwc_net()
+    qdq = edgekit_qdq(model, [random_feeds(model, s) for s in range(4)], float_output_heads=False)
+    for source in (model, qdq):
+        result = convert_proto(source)
+        ops = op_types(result)
+        assert "TRANSPOSE" not in ops, ops
+        assert result.inputs[0].shape == (1, 12, 10, 3) and result.inputs[0].onnx_to_tflite_perm is None
+        assert result.outputs[0].shape == (1, 12, 10, 4) and result.outputs[0].onnx_to_tflite_perm is None
+        for seed in (0, 1):
+            feeds = random_feeds(model, seed)
+            expected, actual = run_onnx(source, feeds)[0], run_tflite(result, feeds)[0]
+            # int8: LiteRT's kernels against onnxruntime's float run of the QDQ model, a step either way
+            assert_close_to_range(actual, expected, rel=1e-5 if source is model else 0.02)

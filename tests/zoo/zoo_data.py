@@ -198,8 +198,10 @@ def draw_text(crops: np.ndarray, seed: int) -> np.ndarray:
 def image_array(
     data: Mapping[str, Any], shape: Sequence[int], count: int, seed: int, photos: Sequence[np.ndarray]
 ) -> np.ndarray:
-    """``count`` normalised images shaped like one sample of an NCHW input ``shape`` ([1, C, H, W])."""
-    channels, height, width = int(shape[1]), int(shape[2]), int(shape[3])
+    """``count`` normalised images shaped like one sample of an NCHW input ``shape`` ([1, C, H, W]), or of an
+    NHWC one ([1, H, W, C]) with ``"layout": "NHWC"`` (a TensorFlow / TFLite model converted by tf2onnx)."""
+    nhwc = data.get("layout", "NCHW").upper() == "NHWC"
+    channels, height, width = (int(shape[3]), int(shape[1]), int(shape[2])) if nhwc else map(int, shape[1:4])
     crops = photo_crops(photos, count, height, width, seed)
     if data.get("text"):
         crops = draw_text(crops, seed)
@@ -214,7 +216,7 @@ def image_array(
         x = x - np.asarray(data["mean"], np.float32)
     if data.get("std") is not None:
         x = x / np.asarray(data["std"], np.float32)
-    return np.ascontiguousarray(x.transpose(0, 3, 1, 2).astype(np.float32))
+    return np.ascontiguousarray((x if nhwc else x.transpose(0, 3, 1, 2)).astype(np.float32))
 
 
 # ------------------------------------------------------------------------------------------------- audio
