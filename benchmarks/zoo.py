@@ -43,16 +43,7 @@ SHARED_MODELS: list[dict[str, Any]] = [
         "file": "ch_PP-OCRv4_det_infer.onnx",
         "kind": "segmenter",
         "inputs": [{"name": "x", "shape": [1, 3, 320, 320], "dtype": "float32"}],
-        "data": {
-            "type": "image",
-            "color": "BGR",
-            "scale": 1 / 255,
-            "mean": zoo_data.IMAGENET_MEAN,
-            "std": zoo_data.IMAGENET_STD,
-            # A text detector's input: on plain photos its probability map is ~0 (0.02 % of pixels above 0.3)
-            # and a cosine between two such maps measures noise (int8 vs fp32 0.06 there, 0.95 with text).
-            "text": True,
-        },
+        "data": dict(zoo_data.PPOCR_DET_DATA),
         "extra_args": ["--input-shape", "x=1,3,320,320"],
     },
     {
@@ -60,7 +51,7 @@ SHARED_MODELS: list[dict[str, Any]] = [
         "file": "ch_PP-OCRv4_rec_infer.onnx",
         "kind": "sequence",
         "inputs": [{"name": "x", "shape": [1, 3, 48, 320], "dtype": "float32"}],
-        "data": {"type": "image", "color": "BGR", "scale": 1 / 255, "mean": [0.5] * 3, "std": [0.5] * 3},
+        "data": dict(zoo_data.PPOCR_REC_DATA),
         "extra_args": ["--input-shape", "x=1,3,48,320"],
     },
     {
