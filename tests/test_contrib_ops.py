@@ -136,6 +136,18 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
     return code, captured.out + captured.err
 
 
+def deploys_to_arm_cpu_fp32(source: onnx.ModelProto, tmp_path: Path, capsys) -> None:
+    """``source`` deploys to arm-cpu fp32 through the CLI and its verification passes within 1e-4 of the range."""
+    model = tmp_path / "model.onnx"
+    onnx.save(source, model)
+    code, text = cli(
+        capsys, "deploy", str(model), "-t", "arm-cpu", "--precision", "fp32", "-o", str(tmp_path / "o")
+    )
+    assert code == 0, text
+    verification = read_bundle(tmp_path / "o" / "arm-cpu").manifest.verification
+    assert verification["passed"] and verification["max_rel_error"] <= 1e-4, verification
+
+
 @pytest.mark.parametrize(
     ("target", "precision"), [("arm-cpu", "fp32"), ("arm-cpu", "int8"), ("intel-vpu", "fp16")]
 )
@@ -235,14 +247,7 @@ def test_onnx23_attention_and_rms_norm_deploy(tmp_path: Path, capsys, three_d: b
     session = ort.InferenceSession(expanded.SerializeToString(), providers=["CPUExecutionProvider"])
     (got,) = session.run(None, x)
     np.testing.assert_allclose(got, reference, atol=1e-5 * np.abs(reference).max())
-    model = tmp_path / "onnx23.onnx"
-    onnx.save(source, model)
-    code, text = cli(
-        capsys, "deploy", str(model), "-t", "arm-cpu", "--precision", "fp32", "-o", str(tmp_path / "o")
-    )
-    assert code == 0, text
-    verification = read_bundle(tmp_path / "o" / "arm-cpu").manifest.verification
-    assert verification["passed"] and verification["max_rel_error"] <= 1e-4, verification
+    deploys_to_arm_cpu_fp32(source, tmp_path, capsys)
 
 
 def test_causal_onnx_attention_is_one_typed_line(tmp_path: Path, capsys) -> None:
@@ -314,11 +319,4 @@ def test_col2im_is_a_one_hot_conv_transpose(tmp_path: Path, capsys, strides, dil
         None, x
     )
     np.testing.assert_allclose(got, reference, atol=1e-5 * np.abs(reference).max())
-    model = tmp_path / "fold.onnx"
-    onnx.save(source, model)
-    code, text = cli(
-        capsys, "deploy", str(model), "-t", "arm-cpu", "--precision", "fp32", "-o", str(tmp_path / "o")
-    )
-    assert code == 0, text
-    verification = read_bundle(tmp_path / "o" / "arm-cpu").manifest.verification
-    assert verification["passed"] and verification["max_rel_error"] <= 1e-4, verification
+    deploys_to_arm_cpu_fp32(source, tmp_path, capsys)
