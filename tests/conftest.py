@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 import sys
 from pathlib import Path
 
@@ -22,3 +23,14 @@ def digits(tmp_path_factory: pytest.TempPathFactory):
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module.main(tmp_path_factory.mktemp("digits-session"), verbose=False)
+
+
+@pytest.fixture(autouse=True)
+def _edgekit_logger_as_found():
+    """Each test leaves the ``edgekit`` logger as it found it: a CLI run in-process routes the library's warnings
+    to stderr and stops their propagation, which hid them from ``caplog`` in whichever test the worker ran next."""
+    logger = logging.getLogger("edgekit")
+    handlers, propagate, level = list(logger.handlers), logger.propagate, logger.level
+    yield
+    logger.handlers[:] = handlers
+    logger.propagate, logger.level = propagate, level
