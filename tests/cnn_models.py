@@ -133,3 +133,39 @@ def qdq_with_onnxruntime(model: onnx.ModelProto, folder: Path, activations: str 
         weight_type=QuantType.QInt8,
     )
     return onnx.load(dst)
+
+
+def unet_merge() -> onnx.ModelProto:
+    """A U-Net merge in float: Conv-Relu (the skip), a stride-2 Conv-Relu, ConvTranspose back up, Concat of the
+    two, Conv-Relu."""
+    rng = np.random.default_rng(0)
+    inits: list[onnx.TensorProto] = []
+
+    def const(*shape: int, spread: float = 0.3) -> str:
+        inits.append(
+            numpy_helper.from_array(rng.normal(0, spread, shape).astype(np.float32), f"w{len(inits)}")
+        )
+        return inits[-1].name
+
+    nodes = [
+        helper.make_node("Conv", ["x", const(8, 4, 3, 3), const(8, spread=0.1)], ["a0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["a0"], ["a"]),
+        helper.make_node(
+            "Conv", ["a", const(8, 8, 3, 3), const(8, spread=0.1)], ["d0"], pads=[1, 1, 1, 1], strides=[2, 2]
+        ),
+        helper.make_node("Relu", ["d0"], ["d"]),
+        helper.make_node(
+            "ConvTranspose", ["d", const(8, 8, 2, 2), const(8, spread=0.1)], ["u"], strides=[2, 2]
+        ),
+        helper.make_node("Concat", ["u", "a"], ["c"], axis=1),
+        helper.make_node("Conv", ["c", const(8, 16, 3, 3), const(8, spread=0.1)], ["y0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["y0"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "unet_merge",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 16, 16])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 8, 16, 16])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
+from edgekit.core.unsigned import unsigned_activations
 
 if TYPE_CHECKING:
     pass
@@ -347,13 +348,13 @@ def float16_rounded(proto: onnx.ModelProto, min_elements: int = 0) -> onnx.Model
 
 
 def for_openvino(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """``proto`` as edgekit hands models to OpenVINO: :func:`pad_before_dequantize`,
-    :func:`drop_concat_identity_qdq`, :func:`sliced_gather_elements_apart`, :func:`scalar_gathers_squeezed` and
-    :func:`antialias_resizes_as_matmuls` (the same values, around five OpenVINO 2026.4 problems)."""
+    """``proto`` as edgekit hands models to OpenVINO: :func:`~edgekit.core.unsigned.unsigned_activations`,
+    :func:`pad_before_dequantize`, :func:`drop_concat_identity_qdq`, :func:`sliced_gather_elements_apart`,
+    :func:`scalar_gathers_squeezed` and :func:`antialias_resizes_as_matmuls` (the same values, around six
+    OpenVINO 2026.4 problems)."""
+    proto = pad_before_dequantize(unsigned_activations(proto))
     return antialias_resizes_as_matmuls(
-        scalar_gathers_squeezed(
-            sliced_gather_elements_apart(drop_concat_identity_qdq(pad_before_dequantize(proto)))
-        )
+        scalar_gathers_squeezed(sliced_gather_elements_apart(drop_concat_identity_qdq(proto)))
     )
 
 

@@ -38,6 +38,7 @@ from edgekit.core.qdq_forms import (
     tabulate_elementwise,
     with_outputs,
 )
+from edgekit.core.unsigned import unsigned_activations
 from edgekit.device_agents.runtimes import port_name
 
 if TYPE_CHECKING:  # onnx_ir is slow to import: TFLite verification's child process runs without it
@@ -137,6 +138,7 @@ def runner_form(proto: onnx.ModelProto, exact_qdq: bool, keep: Sequence[str] = (
     """``proto`` as :class:`HostRunner` compiles it (the same values): with ``exact_qdq`` the QDQ model's exact
     semantics (constant dequantizations folded, 8-bit element-wise ops tabulated, graph-input quantization
     written out), else as the intel-vpu target converts it; the tensors ``keep`` stay in the graph."""
+    proto = unsigned_activations(proto)  # the same values, on the grid OpenVINO runs right
     proto = scalar_gathers_squeezed(sliced_gather_elements_apart(drop_concat_identity_qdq(proto, keep=keep)))
     proto = antialias_resizes_as_matmuls(proto)
     if exact_qdq:

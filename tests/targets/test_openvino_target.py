@@ -143,11 +143,21 @@ def test_check_reports_dynamic_inputs() -> None:
     assert len(problems) == 1 and problems[0].node == "x" and "--input-shape x=" in problems[0].message
 
 
-def test_check_warns_about_int8_activations(tmp_path: Path, float_model: onnx.ModelProto) -> None:
+def test_check_warns_about_int8_activations_it_cannot_put_on_uint8(
+    tmp_path: Path, float_model: onnx.ModelProto
+) -> None:
+    """int8 Q -> DQ chains go to OpenVINO on uint8 (tests/test_unsigned.py); one whose int8 values also leave the
+    graph cannot, and is named."""
     qdq = qdq_with_onnxruntime(float_model, tmp_path, activations="int8")
+    assert get_target("intel-vpu").check(prepared(qdq)) == []
+    quantize = next(n for n in qdq.graph.node if n.op_type == "QuantizeLinear" and n.input[0] not in
+                    {t.name for t in qdq.graph.initializer})  # fmt: skip
+    qdq.graph.output.append(
+        onnx.helper.make_tensor_value_info(quantize.output[0], onnx.TensorProto.INT8, None)
+    )
     problems = get_target("intel-vpu").check(prepared(qdq))
     assert [p.severity for p in problems] == ["warning"]
-    assert "expect uint8 activations" in problems[0].message
+    assert "expect uint8 activations" in problems[0].message and problems[0].node == quantize.name
 
 
 def test_unsupported_model_fails_packaging_and_leaves_nothing(
