@@ -214,9 +214,12 @@ def run_all(
     workers: int = 2,
     timeout: float = 300.0,
     figures: bool = True,
+    side_references: bool = True,
     progress: Callable[[CaseResult], None] | None = None,
 ) -> list[CaseResult]:
-    """Every model x case through the CLI (``workers`` at a time), then each model's figures in a child."""
+    """Every model x case through the CLI (``workers`` at a time), then each model's figures in a child
+    (``side_references``: also the QDQ file's float32 runs beside arm-cpu int8's verdict, which the benchmark's
+    table prints and the verdict does not use)."""
     jobs = [(m, c) for m in models for c in cases]
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = [pool.submit(run_case, m, c, work, timeout) for m, c in jobs]
@@ -230,14 +233,18 @@ def run_all(
         with ThreadPoolExecutor(max_workers=workers) as pool:
             list(
                 pool.map(
-                    lambda m: _model_figures(m, [r for r in results if r.model == m.name], work, timeout),
+                    lambda m: _model_figures(
+                        m, [r for r in results if r.model == m.name], work, timeout, side_references
+                    ),
                     by_model.values(),
                 )
             )
     return results
 
 
-def _model_figures(model: Model, results: list[CaseResult], work: Path, timeout: float) -> None:
+def _model_figures(
+    model: Model, results: list[CaseResult], work: Path, timeout: float, side_references: bool = True
+) -> None:
     passed = [r for r in results if r.outcome == "pass"]
     if not passed:
         return
@@ -249,6 +256,7 @@ def _model_figures(model: Model, results: list[CaseResult], work: Path, timeout:
         "extra_args": model.extra_args,
         "cases": {r.case: r.out_dir for r in passed},
         "edgekit": edgekit_command(),
+        "side_references": side_references,
     }
     folder = work / model.name
     figures, problem = _figures_child(spec, folder / "figures", timeout)
@@ -556,7 +564,7 @@ def _case_figures(case, root: Path, spec, kind, samples, ref, onnx_shapes) -> di
             # flips: how far each float32 run is from the exact model is printed as its floor.
             # A side reference that cannot run the QDQ file (OpenVINO's CPU plugin refuses some, e.g. a
             # BlazeFace decode tail) is recorded beside it and does not take the verdict's figure with it.
-            for reference in ("onnxruntime", "host"):
+            for reference in ("onnxruntime", "host") if spec.get("side_references", True) else ():
                 try:
                     runner, _, _ = _onnx_runner(str(qdq_path), reference)
                     outputs = _stack([runner(s) for s in samples])
