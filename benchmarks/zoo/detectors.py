@@ -357,10 +357,13 @@ def _entry(model, path, opset, full, family, inputs, outputs, data, note, n_bn) 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="full sizes into benchmarks/.zoo/")
+    parser.add_argument(
+        "--out", type=Path, help="output folder (default: tests/zoo/models or benchmarks/.zoo)"
+    )
     parser.add_argument("--only", help="comma-separated names (yolov8n_op12, yolov8n_op17, nanodet_plus)")
     parser.add_argument("--photos", type=Path, help="folder of photos (default: ../shared's, else sklearn's)")
     args = parser.parse_args(argv)
-    out = FULL_DIR if args.full else SMALL_DIR
+    out = args.out or (FULL_DIR if args.full else SMALL_DIR)
     out.mkdir(parents=True, exist_ok=True)
     photos = zoo_data.bn_photos(args.photos, zoo_export.default_shared())
     torch.set_num_threads(2)

@@ -341,11 +341,14 @@ def real_cls_entry(folder: Path, source: Path | None) -> dict | None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="full-size models into benchmarks/.zoo/")
+    parser.add_argument(
+        "--out", type=Path, help="output folder (default: tests/zoo/models or benchmarks/.zoo)"
+    )
     parser.add_argument("--only", help="comma-separated model names (the others' entries are kept)")
     parser.add_argument("--real", type=Path, help="ch_ppocr_mobile_v2.0_cls_infer.onnx to copy into the zoo")
     parser.add_argument("--photos", type=Path, help="folder of photos (default: ../shared's, else sklearn's)")
     args = parser.parse_args(argv)
-    out = FULL_DIR if args.full else SMALL_DIR
+    out = args.out or (FULL_DIR if args.full else SMALL_DIR)
     only = set(args.only.split(",")) if args.only else None
     photos = zoo_data.bn_photos(args.photos, default_shared())
     specs = [s for s in SPECS if (only is None or s.name in only) and (args.full or s.reduced)]
