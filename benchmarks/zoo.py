@@ -84,7 +84,9 @@ def zoo_models(manifest: Path, data_dir: Path, photos: Path | None, calib: int, 
     for entry in zoo_data.entries(manifest):
         if only and entry["name"] not in only:
             continue
-        c, e = zoo_data.write_data(entry, data_dir, calib=calib, evaluation=evaluation, photos=photos)
+        c, e = zoo_data.write_data(
+            entry, data_dir, calib=calib, evaluation=evaluation, photos=photos, source=manifest.parent
+        )
         models.append(
             zoo_cases.Model(
                 entry["name"],

@@ -15,10 +15,18 @@
 - ``layer_norms``: LayerNorm written out as ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div (+ the affine Mul/Add),
   as PyTorch exports it below opset 17, and T5's RMSNorm (Pow/ReduceMean/Add/Sqrt/Div/Mul, + the scale Mul):
   float inside like the LayerNormalization op (an int8 variance of int8 deviations loses most of its precision,
-  and one step of a row's variance rescales the whole row), quantized at its input and output.
+  and one step of a row's variance rescales the whole row), quantized at its input and output. Also flax's
+  LayerNorm as jax2tf / tf2onnx write it, the variance as ``max(0, mean(x*x) - mean(x)^2)`` (ReduceSum times
+  1/n, Reshape/Expand of the statistics, Sqrt, Reciprocal; ``moments_layer_norm_at``): in int8 the two moments
+  cancel (Magika's first LayerNorm: its variance at cosine 0.97 to float, the normalised rows at 0.47).
 - ``erf_gelus``: the nodes of ``x * 0.5 * (1 + erf(x / sqrt 2))`` (PyTorch's exact GELU). Kept float inside,
   with ``x`` and the result quantized, the converter fuses them into TFLite's GELU and runs its int8 kernel
   (a lookup table of the same function), which is what the QDQ model computes.
+- ``tanh_gelus``: ``x * 0.5 * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` (GELU's tanh approximation: jax's
+  default ``gelu``, as jax2tf / tf2onnx write it, and PyTorch's ``approximate="tanh"`` below opset 20), its inner
+  polynomial recognised by value. Kept float inside, ``x`` and the result quantized: one int8 step of ``x^3``
+  spans the whole useful range of the tanh (Magika's second GELU: ``x^3`` up to 3.4e5, a step of 1300, every
+  tanh input of a row below it rounded to 0: the tanh at cosine 0.04 to float).
 - ``attention_cores``: ``softmax(Q K^T * scale + mask) V``: the scores MatMul (two activations), the scaling and
   masking up to the Softmax (and the ``where(isnan(p), 0, p)`` guard after it that dynamo exports write), and
   the MatMul reading the probabilities. Real encoders' scores span +-100
@@ -208,6 +216,70 @@ def _gelu_at(erf: ir.Node) -> list[ir.Node] | None:
     return None
 
 
+#: The ops of a polynomial in x with constant coefficients (the tanh GELU's inner ``c (x + 0.044715 x^3)``).
+_POLYNOMIAL_OPS = frozenset({"Mul", "Add", "Sub", "Div", "Pow"})
+_POLYNOMIAL_STEPS = {"Mul": np.multiply, "Add": np.add, "Sub": np.subtract, "Div": np.divide, "Pow": np.power}
+#: Where the tanh GELU's inner polynomial is compared with ``sqrt(2 / pi) (x + 0.044715 x^3)``.
+_TANH_GELU_PROBES = np.linspace(-6.0, 6.0, 25)
+
+
+def _polynomial(value: ir.Value, x: ir.Value, nodes: dict[int, ir.Node]) -> np.ndarray | None:
+    """``value`` evaluated at :data:`_TANH_GELU_PROBES` when it is computed from ``x`` and scalar constants by
+    :data:`_POLYNOMIAL_OPS` only (each node added to ``nodes``), else None."""
+    if value is x:
+        return _TANH_GELU_PROBES
+    array = const_array(value)
+    if array is not None:
+        return np.float64(array.reshape(-1)[0]) if array.size == 1 else None
+    node = value.producer()
+    if node is None or node.op_type not in _POLYNOMIAL_OPS or len(node.inputs) != 2 or len(nodes) > 8:
+        return None
+    nodes[id(node)] = node
+    a, b = (_polynomial(v, x, nodes) for v in node.inputs)
+    return None if a is None or b is None else _POLYNOMIAL_STEPS[node.op_type](a, b)
+
+
+def _tanh_gelu_at(tanh: ir.Node) -> list[ir.Node] | None:
+    """``x * 0.5 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))`` (GELU's tanh approximation, as jax2tf / tf2onnx
+    and PyTorch below opset 20 write it, in any association): its nodes, or None. ``x`` is the other factor of the
+    last Mul; the inner polynomial is checked by value."""
+    add = _only_user(tanh.outputs[0], "Add")
+    if add is None or not _scalar(_other(add, tanh.outputs[0]), 1.0):
+        return None
+    m1 = _only_user(add.outputs[0], "Mul")
+    if m1 is None:
+        return None
+    nodes = [add, m1]
+    other = _other(m1, add.outputs[0])
+    half = other.producer() if other is not None else None
+    if half is not None and half.op_type == "Mul" and any(_scalar(v, 0.5) for v in half.inputs):
+        x = next(v for v in half.inputs if not _scalar(v, 0.5))  # (x * 0.5) * (1 + tanh)
+        nodes.append(half)
+    else:
+        m2 = _only_user(m1.outputs[0], "Mul")
+        last = _other(m2, m1.outputs[0]) if m2 is not None else None
+        if _scalar(other, 0.5) and last is not None:
+            x = last  # (0.5 * (1 + tanh)) * x
+        elif _scalar(last, 0.5):
+            x = other  # (x * (1 + tanh)) * 0.5
+        else:
+            return None
+        nodes.append(m2)
+    inner: dict[int, ir.Node] = {}
+    values = _polynomial(tanh.inputs[0], x, inner)
+    expected = np.sqrt(2 / np.pi) * (_TANH_GELU_PROBES + 0.044715 * _TANH_GELU_PROBES**3)
+    if values is None or np.ndim(values) == 0 or not np.allclose(values, expected, rtol=1e-4, atol=1e-5):
+        return None
+    if any(v is not x and len(list(v.uses())) != 1 for n in inner.values() for v in n.outputs):
+        return None
+    return [*inner.values(), tanh, *nodes]
+
+
+def tanh_gelus(model: ir.Model) -> dict[str, str]:
+    """The nodes of every tanh-approximated GELU written out in ``model``."""
+    return _every(model, "Tanh", _tanh_gelu_at, GELU_REASON)
+
+
 def _every(model: ir.Model, op_type: str, match, reason: str) -> dict[str, str]:
     """The nodes of every match of ``match`` (tried at each ``op_type`` node), each with ``reason``."""
     found: dict[str, str] = {}
@@ -291,10 +363,98 @@ def rms_norm_at(sqrt: ir.Node) -> list[ir.Node] | None:
     return nodes
 
 
+#: Ops that only move or broadcast a value (jax2tf writes a Reshape and an Expand between a LayerNorm's statistics
+#: and their use).
+_SHAPE_OPS = frozenset({"Reshape", "Expand", "Squeeze", "Unsqueeze", "Identity"})
+
+
+def _through_shape_ops(value: ir.Value | None, nodes: list[ir.Node]) -> ir.Value | None:
+    """``value`` before the shape-only ops producing it (each added to ``nodes``)."""
+    while value is not None and (node := value.producer()) is not None and node.op_type in _SHAPE_OPS:
+        nodes.append(node)
+        value = node.inputs[0]
+    return value
+
+
+def _mean_of(value: ir.Value | None) -> tuple[ir.Value, list[ir.Node]] | None:
+    """``value`` as a mean over some axes: ReduceMean(x), or ReduceSum(x) times (or divided by) a constant
+    (jax2tf: ``sum(x) * (1 / n)``): (x, its nodes, the reduction first)."""
+    node = value.producer() if value is not None else None
+    if node is not None and node.op_type == "ReduceMean":
+        return node.inputs[0], [node]
+    if node is None or node.op_type not in ("Mul", "Div") or len(node.inputs) != 2:
+        return None
+    total = _producer(node.inputs[0], "ReduceSum")
+    if total is None and node.op_type == "Mul":
+        total = _producer(node.inputs[1], "ReduceSum")
+    if total is None or const_array(_other(node, total.outputs[0])) is None:
+        return None
+    return total.inputs[0], [total, node]
+
+
+def moments_layer_norm_at(sqrt: ir.Node) -> list[ir.Node] | None:
+    """A LayerNorm written with the variance as ``mean(x^2) - mean(x)^2`` (flax's ``nn.LayerNorm`` through jax2tf /
+    tf2onnx, Magika): ``(x - mean) * (1 / sqrt(max(0, mean(x*x) - mean*mean) + eps)) [* gamma]`` [+ beta], the
+    statistics possibly reshaped / broadcast on the way: its nodes (the mean's reduction first, the last node the
+    result), or None. In int8 the difference of the two moments cancels: one step of mean(x^2) is larger than the
+    variance of a row whose mean is large."""
+    nodes: list[ir.Node] = []
+    add = _producer(_through_shape_ops(sqrt.inputs[0], nodes), "Add")
+    if add is None or not any(const_array(v) is not None for v in add.inputs):
+        return None
+    nodes.append(add)
+    var = _through_shape_ops(next((v for v in add.inputs if const_array(v) is None), None), nodes)
+    guard = _producer(var, "Max")
+    if guard is not None and any(_scalar(v, 0.0) for v in guard.inputs):
+        nodes.append(guard)
+        var = _through_shape_ops(next((v for v in guard.inputs if const_array(v) is None), None), nodes)
+    sub = _producer(var, "Sub")
+    squared_mean = _producer(sub.inputs[1], "Mul") if sub is not None else None
+    if squared_mean is None or squared_mean.inputs[0] is not squared_mean.inputs[1]:
+        return None
+    first, second = _mean_of(squared_mean.inputs[0]), _mean_of(sub.inputs[0])
+    if first is None or second is None:
+        return None
+    x = first[0]
+    square = _producer(second[0], "Mul", "Pow")
+    if square is None or square.inputs[0] is not x:
+        return None
+    if (square.op_type == "Mul" and square.inputs[1] is not x) or (
+        square.op_type == "Pow" and not _scalar(square.inputs[1], 2.0)
+    ):
+        return None
+    nodes = [*first[1], square, *second[1], squared_mean, sub, *nodes, sqrt]
+    # 1 / sqrt (Reciprocal or Div(1, .)), [* gamma], then times the centred x
+    inverse = _only_user(sqrt.outputs[0], "Reciprocal") or _only_user(sqrt.outputs[0], "Div")
+    if inverse is None or (inverse.op_type == "Div" and not _scalar(inverse.inputs[0], 1.0)):
+        return None
+    nodes.append(inverse)
+    out = inverse.outputs[0]
+    scale = _only_user(out, "Mul")
+    if scale is not None and const_array(_other(scale, out)) is not None:
+        nodes.append(scale)
+        out = scale.outputs[0]
+        scale = _only_user(out, "Mul")
+    centered = _other(scale, out) if scale is not None else None
+    center = _producer(centered, "Sub")
+    if center is None or center.inputs[0] is not x:
+        return None
+    mean_copies: list[ir.Node] = []
+    if _through_shape_ops(center.inputs[1], mean_copies) is not first[1][-1].outputs[0]:
+        return None
+    nodes += [*mean_copies, center, scale]
+    out = scale.outputs[0]
+    shift = _only_user(out, "Add")
+    if shift is not None and const_array(_other(shift, out)) is not None:
+        nodes.append(shift)
+    return nodes
+
+
 def layer_norms(model: ir.Model) -> dict[str, str]:
     """The nodes of every LayerNorm (and RMSNorm) written out in ``model``."""
     return {
         **_every(model, "Sqrt", rms_norm_at, LAYER_NORM_REASON),
+        **_every(model, "Sqrt", moments_layer_norm_at, LAYER_NORM_REASON),
         **_every(model, "Div", layer_norm_at, LAYER_NORM_REASON),
     }
 
@@ -361,7 +521,9 @@ def _layer_norm_ends(model: ir.Model) -> tuple[set[int], set[int]]:
         if node.op_type == "LayerNormalization":
             inputs.add(id(node.inputs[0]))
             outputs.add(id(node.outputs[0]))
-        elif node.op_type == "Div" and (nodes := layer_norm_at(node)) is not None:
+        elif (node.op_type == "Div" and (nodes := layer_norm_at(node)) is not None) or (
+            node.op_type == "Sqrt" and (nodes := moments_layer_norm_at(node)) is not None
+        ):
             inputs.add(id(nodes[0].inputs[0]))
             outputs.add(id(nodes[-1].outputs[0]))
     return inputs, outputs
@@ -479,6 +641,7 @@ def float_patterns(model: ir.Model) -> dict[str, str]:
         **linear_attention_cores(model),
         **layer_norms(model),
         **erf_gelus(model),
+        **tanh_gelus(model),
         **attention_cores(model),
         **residual_sums(model),
         **mask_paths(model),

@@ -121,3 +121,65 @@ def test_an_if_on_a_run_time_value_is_still_declined(tmp_path, capsys):
         "error: If node 'if_len': control flow (If/Loop/Scan) is not supported"
     ), err
     assert "its condition is computed from the value of input(s) 'x'" in err, err
+
+
+def _verified_head() -> onnx.ModelProto:
+    """openWakeWord's "hey jarvis" head: x [1, 16, 8] -> MLP -> p1 [1, 1]; If p1 >= 0.5 (then: a verifier MLP on
+    the same x, its score; else: p1)."""
+    rng = np.random.default_rng(2)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((128, 1)).astype(np.float32) * 0.1, "w1"),
+        numpy_helper.from_array(rng.standard_normal((128, 1)).astype(np.float32) * 0.1, "w2"),
+        numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+    ]
+    out_info = [helper.make_tensor_value_info("r", FLOAT, [1, 1])]
+    verifier = [
+        helper.make_node("Flatten", ["x"], ["xv"]),
+        helper.make_node("Gemm", ["xv", "w2"], ["s2"]),
+        helper.make_node("Sigmoid", ["s2"], ["r"]),
+    ]
+    nodes = [
+        helper.make_node("Flatten", ["x"], ["xf"]),
+        helper.make_node("Gemm", ["xf", "w1"], ["s1"]),
+        helper.make_node("Sigmoid", ["s1"], ["p1"]),
+        helper.make_node("GreaterOrEqual", ["p1", "half"], ["ge"]),
+        helper.make_node("Cast", ["ge"], ["cond"], to=TensorProto.BOOL),
+        helper.make_node(
+            "If", ["cond"], ["score"], name="verify",
+            then_branch=helper.make_graph(verifier, "verifier", [], out_info),
+            else_branch=helper.make_graph([helper.make_node("Identity", ["p1"], ["r"])], "first", [], out_info),
+        ),
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "verified_head", [helper.make_tensor_value_info("x", FLOAT, [1, 16, 8])],
+        [helper.make_tensor_value_info("score", FLOAT, [1, 1])], inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_an_if_of_plain_branches_on_a_run_time_value_deploys_as_a_select(tmp_path, capsys):
+    """Both branches computed and the output chosen by Where: the .tflite gives onnxruntime's score on inputs
+    that take the verifier branch and on inputs that do not (declined as control flow before)."""
+    model = _verified_head()
+    path = tmp_path / "verified_head.onnx"
+    onnx.save(model, path)
+    try:
+        run_app(app, ["deploy", str(path), "-t", "arm-cpu", "-o", str(tmp_path / "out")])
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    assert code == 0, capsys.readouterr().err
+    (tflite,) = (tmp_path / "out" / "arm-cpu").glob("*.tflite")
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    w1 = numpy_helper.to_array(model.graph.initializer[0]).reshape(16, 8)
+    taken = set()
+    for sign in (1.0, -1.0, 0.3, -0.3):  # along w1 and against it: first scores above and below 0.5
+        x = (sign * 10 * w1 + np.random.default_rng(3).normal(0, 0.05, w1.shape)).astype(np.float32)[None]
+        first = 1 / (1 + np.exp(-float(x.reshape(-1) @ w1.reshape(-1))))
+        taken.add(first >= 0.5)
+        (expected,) = session.run(None, {"x": x})
+        got = run_tflite_file(tflite, {"x": x})["score"]
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    assert taken == {True, False}

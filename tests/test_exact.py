@@ -455,3 +455,14 @@ def test_lrn_sums_over_the_channel_window_as_onnxruntime(size):
     want = _ort(model, {"x": x})
     got = ExactRunner(model).run({"x": x})["y"]
     assert np.abs(got - want).max() <= 1e-5 * np.ptp(want)
+
+
+@pytest.mark.parametrize("shape", [(2, 5, 9), (1, 3, 4, 6), (1, 2, 3, 4, 5)], ids=["1d", "2d", "3d"])
+def test_global_max_pool_keeps_the_channels_as_onnxruntime(shape):
+    """Magika's ``[N, 512, L]`` GlobalMaxPool over the byte positions: onnx's reference evaluator takes the max
+    over the last two axes whatever the rank, so a 1-D (or 3-D) input lost its channels ([N, 1] instead of
+    [N, 512, 1]) and the real Magika's QDQ model had no exact semantics (the Squeeze after it raised)."""
+    x = np.random.default_rng(len(shape)).standard_normal(shape).astype(np.float32)
+    model = _model([helper.make_node("GlobalMaxPool", ["x"], ["y"])], {"x": x.shape}, {})
+    got = ExactRunner(model).run({"x": x})["y"]
+    np.testing.assert_array_equal(got, _ort(model, {"x": x}))

@@ -490,6 +490,12 @@ def _ops(
         def _run(self, x):
             return (erf(x),)
 
+    class GlobalMaxPool(OpRun):
+        # onnx's (1.17 to 1.23) takes the max over axes (ndim - 2, ndim - 1) and then appends ndim - 2 unit axes:
+        # right for an image, but a [N, C, L] input loses its channels (max over C and L, shape [N, 1]; Magika)
+        def _run(self, x):
+            return (np.max(x, axis=tuple(range(2, x.ndim)), keepdims=True),)
+
     return [
         DequantizeLinear,
         QuantizeLinear,
@@ -501,6 +507,7 @@ def _ops(
         LRN,
         GridSample,
         Erf,
+        GlobalMaxPool,
     ]
 
 

@@ -322,33 +322,111 @@ class InlineConstantIfPass(ir.passes.InPlacePass):
             if cond is None or cond.size != 1:
                 continue
             taken = node.attributes["then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"].as_graph()
-            modified = self._inline(graph, node, taken) or modified
+            if not _inlinable(node, taken):
+                continue
+            for out, new in zip(node.outputs, _inline_branch(graph, node, taken), strict=True):
+                replace_value(out, new)
+            graph.remove(node, safe=True)
+            modified = True
         return ir.passes.PassResult(model, modified)
 
-    @staticmethod
-    def _inline(graph: ir.Graph, node: ir.Node, branch: ir.Graph) -> bool:
-        outputs = list(branch.outputs)
-        if len(outputs) != len(node.outputs) or any(
-            out.producer() is None or out.producer().graph is not branch for out in outputs
-        ):  # a branch output read from the outer scope as it is: rare, left as control flow
+
+def _inlinable(node: ir.Node, branch: ir.Graph) -> bool:
+    """Every output of ``branch`` is computed inside it (one read from the outer scope as it is: rare, left as
+    control flow)."""
+    outputs = list(branch.outputs)
+    return len(outputs) == len(node.outputs) and all(
+        out.producer() is not None and out.producer().graph is branch for out in outputs
+    )
+
+
+def _inline_branch(graph: ir.Graph, node: ir.Node, branch: ir.Graph) -> list[ir.Value]:
+    """Move ``branch``'s initializers and nodes into ``graph`` before ``node``; return its outputs. A value named
+    like one of ``graph``'s own is renamed (the two branches of an If may both write ``r``)."""
+    outputs = list(branch.outputs)
+    names = NameScope(graph)
+    taken = {v.name for n in graph for v in (*n.inputs, *n.outputs) if v is not None and v.name}
+    taken |= {v.name for v in (*graph.inputs, *graph.outputs, *graph.initializers.values())}
+    branch.outputs.clear()
+    for name, init in list(branch.initializers.items()):
+        branch.initializers.pop(name)
+        init.name = names.fresh(name)
+        graph.register_initializer(init)
+    nodes = list(branch)
+    branch.remove(nodes)
+    graph.insert_before(node, nodes)
+    for inner in nodes:
+        for value in inner.outputs:
+            if value.name in taken:
+                value.name = names.fresh(value.name)
+            # a branch's symbolic shapes (its own dim names) are inferred again out here
+            if value.shape is not None and not is_static(value.shape):
+                value.shape = None
+    return outputs
+
+
+class SelectIfPass(ir.passes.InPlacePass):
+    """An If on a value computed at run time whose two branches are plain dataflow (no nested control flow) and
+    give outputs of the same static shapes and types becomes both branches inlined and ``Where(cond, then,
+    else)`` per output: the same values, at the cost of computing the branch not taken (TensorFlow lowers a
+    ``tf.cond`` of cheap branches to a select the same way). openWakeWord's "hey jarvis" head runs its verifier
+    MLP when its first MLP's score passes 0.5 (``If(score >= 0.5)`` -> the verifier's score, else the first
+    score). An If whose branches hold control flow or whose outputs differ in shape is left (and declined by
+    :class:`DeclineControlFlowPass`)."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        graph = model.graph
+        modified = False
+        for node in list(graph):
+            if node.op_type != "If" or node.domain not in ("", "ai.onnx") or node.graph is not graph:
+                continue
+            branches = [node.attributes[k].as_graph() for k in ("then_branch", "else_branch")]
+            plain = all(_inlinable(node, b) and _plain(b) for b in branches)
+            if not plain or not _selectable(node, *branches):
+                continue
+            names = NameScope(graph)
+            picked = [_inline_branch(graph, node, b) for b in branches]
+            for out, then_value, else_value in zip(node.outputs, *picked, strict=True):
+                select = ir.node(
+                    "Where",
+                    [node.inputs[0], then_value, else_value],
+                    name=names.fresh(f"{node.name or 'If'}_select"),
+                )
+                select.outputs[0].name = names.fresh(f"{out.name or 'if_out'}_selected")
+                select.outputs[0].shape, select.outputs[0].type = then_value.shape, then_value.type
+                graph.insert_before(node, select)
+                replace_value(out, select.outputs[0])
+            graph.remove(node, safe=True)
+            modified = True
+        return ir.passes.PassResult(model, modified)
+
+
+def _plain(branch: ir.Graph) -> bool:
+    """No node of ``branch`` holds a graph (a nested If, Loop or Scan)."""
+    return not any(
+        a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+        for n in branch
+        for a in n.attributes.values()
+    )
+
+
+def _selectable(node: ir.Node, then_branch: ir.Graph, else_branch: ir.Graph) -> bool:
+    """The condition has one element and no more dims than the outputs; each output pair has one type and one
+    static shape (Where's broadcast then gives that shape)."""
+    cond = node.inputs[0]
+    if (
+        cond is None
+        or cond.shape is None
+        or not is_static(cond.shape)
+        or int(np.prod(cond.shape.numpy())) != 1
+    ):
+        return False
+    for a, b in zip(then_branch.outputs, else_branch.outputs, strict=True):
+        if a.type is None or a.type != b.type or a.shape is None or b.shape is None:
             return False
-        names = NameScope(graph)
-        branch.outputs.clear()
-        for name, init in list(branch.initializers.items()):
-            branch.initializers.pop(name)
-            init.name = names.fresh(name)
-            graph.register_initializer(init)
-        nodes = list(branch)
-        branch.remove(nodes)
-        graph.insert_before(node, nodes)
-        for inner in nodes:  # a branch's symbolic shapes (its own dim names) are inferred again out here
-            for value in inner.outputs:
-                if value.shape is not None and not is_static(value.shape):
-                    value.shape = None
-        for out, new in zip(node.outputs, outputs, strict=True):
-            replace_value(out, new)
-        graph.remove(node, safe=True)
-        return True
+        if not is_static(a.shape) or a.shape.numpy() != b.shape.numpy() or len(a.shape) < len(cond.shape):
+            return False
+    return True
 
 
 class ForgetAbsentOutputShapesPass(ir.passes.InPlacePass):
@@ -403,6 +481,7 @@ def prepare(model: ir.Model) -> ir.Model:
             StandaloneBatchNormPass(),  # these two need the channel count
             AveragePoolAsConvPass(),
             FoldShapesPass(),  # shapes now known everywhere: fold shape sub-graphs
+            SelectIfPass(),  # an If folding left: both branches and a Where, when they are plain dataflow
             DropWholeSlicesPass(),
             DropRequantizeIdentityPass(),  # after the Slices and no-ops that sat between DQ and Q
             RemoveUnusedNodesPass(),

@@ -126,21 +126,27 @@ def reciprocal(ctx: Context, node: ir.Node) -> None:
     binary(ctx, "DIV", _scalar(ctx, 1.0, x.dtype), x, ctx.output(node.outputs[0]))
 
 
-def _clip(ctx: Context, node: ir.Node, low: float | None, high: float | None) -> None:
+def _clip(ctx: Context, node: ir.Node, low: float | Tensor | None, high: float | Tensor | None) -> None:
+    """``min(max(x, low), high)``; a bound is a constant (float), a run-time tensor or absent (None)."""
     x = ctx.tensor(node.inputs[0])
     y = ctx.output(node.outputs[0])
     fused = {(0.0, None): "RELU", (0.0, 6.0): "RELU6", (-1.0, 1.0): "RELU_N1_TO_1", (0.0, 1.0): "RELU_0_TO_1"}
     key = (low, high)
     # TFLite's RELU kernels take float32 / int8 / uint8 (int16 some): an integer Clip (Longformer's
     # attention_mask.clamp(0, 1) on int64 ids, written as int32) is MAXIMUM / MINIMUM, which take int32 / int64
-    if key in fused and np.dtype(x.dtype).kind == "f":
+    constant = not isinstance(low, Tensor) and not isinstance(high, Tensor)
+    if constant and key in fused and np.dtype(x.dtype).kind == "f":
         ctx.op(fused[key], [x], [y])
         return
+
+    def operand(bound: float | Tensor) -> Tensor:
+        return bound if isinstance(bound, Tensor) else _scalar(ctx, bound, x.dtype)
+
     if low is not None:
         clipped = y if high is None else ctx.tmp("clip_low", x.shape, x.dtype)
-        x = binary(ctx, "MAXIMUM", x, _scalar(ctx, low, x.dtype), clipped)
+        x = binary(ctx, "MAXIMUM", x, operand(low), clipped)
     if high is not None:
-        binary(ctx, "MINIMUM", x, _scalar(ctx, high, x.dtype), y)
+        binary(ctx, "MINIMUM", x, operand(high), y)
     if low is None and high is None:
         ctx.reshape(x, y.shape, out=y)
 
@@ -167,8 +173,13 @@ def clip_v11(ctx: Context, node: ir.Node) -> None:
             if len(node.inputs) > i and node.inputs[i] is not None and node.inputs[i].name
             else None
         )
-        array = ctx.require_const(value, "Clip bounds") if value is not None else None
-        bounds.append(_bound(float(array)) if array is not None else None)
+        if value is None:
+            bounds.append(None)
+            continue
+        # A bound computed at run time (torchaudio's AmplitudeToDB(top_db): max(x, x.max() - 80), exported as a
+        # Clip whose min is ReduceMax - 80; openWakeWord's melspectrogram) is the tensor MAXIMUM / MINIMUM read.
+        array = ctx.const(value)
+        bounds.append(_bound(float(array)) if array is not None else ctx.tensor(value))
     _clip(ctx, node, bounds[0], bounds[1])
 
 

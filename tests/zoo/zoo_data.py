@@ -23,6 +23,20 @@ manifest entry's ``data`` says how to make its inputs:
   ``positions`` are 0, 1, 2, ... (a decoder's ``position_ids`` as optimum's text-generation export takes them).
   With ``"vocab": "path/to/vocab.txt"`` (a BERT WordPiece vocabulary) the bodies are real sentences (this
   repository's README and docs) tokenised by the plain uncased BERT WordPiece, cut to the sequence length.
+  With ``"log": false, "mel": "slaney", "dbfs": -30`` it is librosa's mel power (not log) of the utterance at
+  -30 dBFS, as Resemblyzer's speaker encoder takes it.
+- ``{"type": "waveform", ..., "signal": "music", "normalize": false}``: notes instead of speech (:func:`synthetic_music`:
+  harmonic tones with attack/decay envelopes, chords, vibrato, noise), left as they are in [-1, 1] (as librosa
+  loads a file) instead of unit variance; the samples are the input's longest dim (basic-pitch's [1, 43844, 1]).
+  ``"pcm16": true``: 16-bit PCM sample values (integers up to 32767, peak at 10-90 % of full scale) as floats.
+- ``{"type": "bytes", "beg": 1024, "end": 1024, "padding": 256, "block": 4096}``: the bytes of real files (this
+  Python's standard library and ``/usr/share``: source, bytecode, shared objects, text, images, archives, one file
+  type after another) as integer tokens, as Magika reads them (:func:`file_tokens`): the first ``beg`` bytes of
+  the first ``block`` after stripping leading whitespace, padded after, and the last ``end`` bytes of the last
+  ``block`` after stripping trailing whitespace, padded before; the input's dtype (int32 for Magika).
+- ``{"type": "arrays", "file": "name.samples.npz"}``: stored inputs beside the model (the manifest's folder), a
+  pipeline's real intermediate features that only its upstream models make (openWakeWord's melspectrogram ->
+  speech-embedding -> wake-word heads); calibration takes the first rows, evaluation the next.
 
 Arrays have a leading sample axis and the input's shape without its batch dim (``edgekit``'s .npz format).
 """
@@ -271,9 +285,48 @@ def synthetic_utterance(rng: np.random.Generator, sample_rate: int, seconds: flo
     return (signal / (np.abs(signal).max() + 1e-9)).astype(np.float64)
 
 
+def slaney_mel_filters(sample_rate: int, n_fft: int, bins: int) -> np.ndarray:
+    """librosa.filters.mel's defaults: the Slaney mel scale (linear below 1 kHz, logarithmic above) from 0 to
+    Nyquist, triangles normalised to unit area (``norm="slaney"``); [bins, n_fft // 2 + 1]."""
+
+    def hz_to_mel(f):
+        f = np.asarray(f, np.float64)
+        return np.where(f < 1000, f / (200 / 3), 15 + np.log(np.maximum(f, 1e-9) / 1000) / (np.log(6.4) / 27))
+
+    def mel_to_hz(m):
+        return np.where(m < 15, m * (200 / 3), 1000 * np.exp((m - 15) * (np.log(6.4) / 27)))
+
+    mel_f = mel_to_hz(np.linspace(hz_to_mel(0.0), hz_to_mel(sample_rate / 2), bins + 2))
+    fft_f = np.linspace(0, sample_rate / 2, n_fft // 2 + 1)
+    ramps = mel_f[:, None] - fft_f[None, :]
+    fdiff = np.diff(mel_f)
+    weights = np.maximum(0, np.minimum(-ramps[:-2] / fdiff[:-1, None], ramps[2:] / fdiff[1:, None]))
+    return weights * (2.0 / (mel_f[2:] - mel_f[:-2]))[:, None]
+
+
+def mel_power(data: Mapping[str, Any], frames: int, bins: int, rng: np.random.Generator) -> np.ndarray:
+    """librosa.feature.melspectrogram of an utterance (n_fft = the window, centred frames zero-padded, periodic Hann,
+    power 2, Slaney filters) at ``"dbfs"`` RMS level: [frames, bins], not log (Resemblyzer's encoder input)."""
+    sample_rate = int(data.get("sample_rate", 16000))
+    hop = int(sample_rate * data.get("hop_ms", 10) / 1000)
+    n_fft = int(sample_rate * data.get("window_ms", 25) / 1000)
+    signal = synthetic_utterance(rng, sample_rate, (frames - 1) * hop / sample_rate)
+    signal = signal * 10 ** (data.get("dbfs", -30) / 20) / np.sqrt(np.mean(signal**2))
+    padded = np.pad(signal, n_fft // 2)
+    window = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n_fft) / n_fft)
+    segments = np.stack([padded[s : s + n_fft] for s in np.arange(frames) * hop]) * window
+    power = np.abs(np.fft.rfft(segments, n_fft)) ** 2
+    return power @ slaney_mel_filters(sample_rate, n_fft, bins).T
+
+
 def logmel_array(data: Mapping[str, Any], shape: Sequence[int], count: int, seed: int) -> np.ndarray:
-    """``count`` log-mel feature maps shaped like one sample of ``shape`` ([1, frames, bins])."""
+    """``count`` log-mel feature maps shaped like one sample of ``shape`` ([1, frames, bins]); with ``"log":
+    false`` librosa's mel power instead (:func:`mel_power`)."""
     frames, bins = int(shape[-2]), int(shape[-1])
+    if data.get("log", True) is False:
+        rng = np.random.default_rng(seed)
+        out = np.stack([mel_power(data, frames, bins, rng) for _ in range(count)])
+        return out.reshape((count, *[int(d) for d in shape[1:]])).astype(np.float32)
     sample_rate = int(data.get("sample_rate", 16000))
     hop = int(sample_rate * data.get("hop_ms", 20) / 1000)
     window = int(sample_rate * data.get("window_ms", 30) / 1000)
@@ -294,19 +347,104 @@ def logmel_array(data: Mapping[str, Any], shape: Sequence[int], count: int, seed
     return out
 
 
+def synthetic_music(rng: np.random.Generator, sample_rate: int, seconds: float) -> np.ndarray:
+    """A music-like signal in [-1, 1]: a sequence of notes and chords (equal-tempered pitches from A1 to C7, 3-12
+    harmonics with a decaying spectrum, a fast attack and an exponential decay, some with vibrato), plus noise."""
+    n = int(sample_rate * seconds)
+    t = np.arange(n) / sample_rate
+    signal = np.zeros(n)
+    for _ in range(int(rng.integers(3, 9))):
+        onset, length = rng.uniform(-0.2, 0.9) * seconds, rng.uniform(0.15, 0.8) * seconds
+        local = t - onset
+        envelope = np.clip(local / 0.01, 0, 1) * np.exp(-np.clip(local, 0, None) * rng.uniform(1.0, 6.0))
+        envelope *= (local >= 0) & (local < length)
+        for key in rng.integers(21, 97, int(rng.integers(1, 4))):  # MIDI keys: a note or a chord
+            f0 = 440.0 * 2 ** ((key - 69) / 12)
+            vibrato = 1 + (0.004 * np.sin(2 * np.pi * 5.5 * t) if rng.random() < 0.3 else 0)
+            phase = 2 * np.pi * np.cumsum(f0 * vibrato) / sample_rate
+            for h in range(1, int(rng.integers(3, 13))):
+                if f0 * h < sample_rate / 2:
+                    signal += (
+                        envelope * rng.uniform(0.3, 1.0) / h**1.2 * np.sin(h * phase + rng.uniform(0, 6.3))
+                    )
+    signal += rng.normal(0, rng.uniform(0.002, 0.02), n)
+    return signal / (np.abs(signal).max() + 1e-9) * rng.uniform(0.3, 0.95)
+
+
 def waveform_array(data: Mapping[str, Any], shape: Sequence[int], count: int, seed: int) -> np.ndarray:
-    """``count`` raw utterances shaped like one sample of ``shape`` (samples on the last dim), normalised."""
-    samples, sample_rate = int(shape[-1]), int(data.get("sample_rate", 16000))
+    """``count`` raw utterances (``"signal": "music"``: notes) shaped like one sample of ``shape`` (samples on
+    its longest dim), zero mean and unit variance unless ``"normalize": false``."""
+    dims = [int(d) for d in shape[1:]]
+    samples, sample_rate = max(dims), int(data.get("sample_rate", 16000))
+    music = data.get("signal", "speech") == "music"
     rng = np.random.default_rng(seed)
-    out = np.empty((count, *[int(d) for d in shape[1:]]), np.float32)
+    out = np.empty((count, *dims), np.float32)
     # A chunk shorter than an utterance (a VAD's 512 samples) is a window of a half-second one.
     length = max(samples + 1, sample_rate // 2)
     for i in range(count):
-        signal = synthetic_utterance(rng, sample_rate, length / sample_rate)
+        signal = (synthetic_music if music else synthetic_utterance)(rng, sample_rate, length / sample_rate)
         start = int(rng.integers(0, length - samples)) if length > samples + 1 else 0
         signal = signal[start : start + samples]
-        out[i] = ((signal - signal.mean()) / (signal.std() + 1e-7)).reshape(out.shape[1:])
+        if data.get("pcm16"):  # 16-bit PCM sample values as floats, peak at 10-90 % of full scale
+            signal = np.round(signal / (np.abs(signal).max() + 1e-9) * 32767 * rng.uniform(0.1, 0.9))
+        elif data.get("normalize", True):
+            signal = (signal - signal.mean()) / (signal.std() + 1e-7)
+        out[i] = signal.reshape(out.shape[1:])
     return out
+
+
+# -------------------------------------------------------------------------------------------------- bytes
+
+
+@functools.lru_cache(maxsize=1)
+def real_files() -> tuple[Path, ...]:
+    """Real files of many types, one file type (suffix) after another: this Python's standard library and
+    ``/usr/share`` (sorted, files of 8 bytes or more; at most 40 per suffix)."""
+    import sysconfig
+
+    by_suffix: dict[str, list[Path]] = {}
+    for root in (Path(sysconfig.get_paths()["stdlib"]), Path("/usr/share")):
+        if not root.is_dir():
+            continue
+        for path in sorted(root.rglob("*")):
+            group = by_suffix.setdefault(path.suffix.lower(), [])
+            if len(group) < 40 and path.is_file() and not path.is_symlink() and path.stat().st_size >= 8:
+                group.append(path)
+    groups = [by_suffix[k] for k in sorted(by_suffix) if by_suffix[k]]
+    return tuple(g[i] for i in range(40) for g in groups if i < len(g))
+
+
+def file_tokens(content: bytes, beg: int, end: int, padding: int, block: int) -> np.ndarray:
+    """Magika's features of a file's bytes: the first ``beg`` of its first ``block`` bytes (leading whitespace
+    stripped) padded after, then the last ``end`` of its last ``block`` (trailing whitespace stripped) padded
+    before, with the ``padding`` token."""
+    head = list(content[:block].lstrip()[:beg])
+    tail = list(content[-block:].rstrip()[-end:]) if end else []
+    return np.asarray(head + [padding] * (beg - len(head)) + [padding] * (end - len(tail)) + tail, np.int64)
+
+
+def bytes_array(data: Mapping[str, Any], spec: Mapping[str, Any], count: int, seed: int) -> np.ndarray:
+    """``count`` token rows of real files (:func:`real_files`, a random file of each next type) for a ``bytes``
+    input."""
+    files = real_files()
+    rng = np.random.default_rng(seed)
+    start = int(rng.integers(len(files)))
+    step = max(1, len(files) // (count * 3))
+    beg, end = int(data.get("beg", 1024)), int(data.get("end", 1024))
+    rows = []
+    for i in range(count):
+        path = files[(start + i * step) % len(files)]
+        with open(path, "rb") as f:
+            head = f.read(int(data.get("block", 4096)))
+            size = f.seek(0, 2)
+            f.seek(max(0, size - int(data.get("block", 4096))))
+            tail = f.read()
+        content = head if size <= len(head) else head + tail  # the last block is at the end either way
+        rows.append(
+            file_tokens(content, beg, end, int(data.get("padding", 256)), int(data.get("block", 4096)))
+        )
+    shape = [int(d) for d in spec["shape"][1:]]
+    return np.stack(rows).reshape((count, *shape)).astype(spec["dtype"])
 
 
 def state_array(shape: Sequence[int], count: int, seed: int) -> np.ndarray:
@@ -455,9 +593,27 @@ def make_arrays(
             out[spec["name"]] = state_array(spec["shape"], count, seed + k)
         elif kind == "waveform":
             out[spec["name"]] = waveform_array(data, spec["shape"], count, seed + k)
+        elif kind == "bytes":
+            out[spec["name"]] = bytes_array(data, spec, count, seed + k)
         else:
             raise ValueError(f"{entry.get('name')}: unknown data type {kind!r}")
     return out
+
+
+def stored_arrays(entry: Mapping[str, Any], source: Path, calib: int, evaluation: int) -> tuple[dict, dict]:
+    """An ``"arrays"`` entry's calibration and evaluation samples: the first ``calib`` and the next ``evaluation``
+    rows of each input in ``source / data["file"]`` (a pipeline's real intermediate features, written by the
+    builder script beside the model)."""
+    path = Path(source) / entry["data"]["file"]
+    with np.load(path) as stored:
+        arrays = {spec["name"]: stored[spec["name"]] for spec in entry["inputs"]}
+    have = min(len(a) for a in arrays.values())
+    if have < calib + evaluation:
+        raise ValueError(f"{entry.get('name')}: {path} holds {have} samples, {calib + evaluation} asked")
+    return (
+        {k: v[:calib] for k, v in arrays.items()},
+        {k: v[calib : calib + evaluation] for k, v in arrays.items()},
+    )
 
 
 def write_data(
@@ -467,10 +623,19 @@ def write_data(
     calib: int = 16,
     evaluation: int = 8,
     photos: Path | None = None,
+    source: Path | None = None,
 ) -> tuple[Path, Path]:
-    """Write ``folder/<name>.calib.npz`` and ``folder/<name>.eval.npz`` (disjoint samples); return both."""
+    """Write ``folder/<name>.calib.npz`` and ``folder/<name>.eval.npz`` (disjoint samples); return both.
+    ``source``: the manifest's folder (an ``"arrays"`` entry's file is there)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    if entry["data"]["type"] == "arrays":
+        if source is None:
+            raise ValueError(f"{entry.get('name')}: an 'arrays' entry needs the manifest's folder")
+        paths = folder / f"{entry['name']}.calib.npz", folder / f"{entry['name']}.eval.npz"
+        for path, arrays in zip(paths, stored_arrays(entry, source, calib, evaluation), strict=True):
+            np.savez(path, **arrays)
+        return paths
     images = cached_photos(photos) if entry["data"]["type"] == "image" else None
     if images is not None and photos is not None and len(images) >= calib + evaluation:
         calib_arrays = make_arrays(entry, calib, 1, images[:calib])
