@@ -227,6 +227,11 @@ def test_a_budget_with_a_recipe_the_search_does_not_quantize_is_refused_not_igno
         f"error: --min-cosine restores layers of the int8 model the deploy quantizes; --precision {precision} "
         "is not quantized with --calib (give --precision auto, int8 or int16x8)"
     )
+
+
+def test_a_budget_on_an_already_quantized_model_is_refused(fragile, tmp_path):
+    path, data, _ = fragile
+    budget = ("--calib", data, "--accuracy-data", data, "--min-cosine", "0.999999999", "-q")
     qdq = tmp_path / "qdq.onnx"
     assert edgekit("quantize", path, "--calib", data, "-o", qdq, "-q").returncode == 0
     run = edgekit("deploy", qdq, "--target", "intel-vpu", *budget, "-o", tmp_path / "c")

@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 
 CASES = ("arm-cpu fp32", "arm-cpu int8", "nnapi", "intel-vpu fp16", "intel-vpu int8", "quantize")
+#: The cases the issue sets a figure for (:func:`figure_problems`); the others' figures are the table's.
+JUDGED_CASES = ("arm-cpu fp32", "arm-cpu int8", "intel-vpu fp16")
 #: Signs of an internal detail leaking into a user-facing error line (an object repr, a pass name).
 INTERNAL_LEAKS = (" object at 0x", "Traceback", "Pass object", "<edgekit.")
 #: Calibration and evaluation samples per model in tests/test_zoo.py (and benchmarks/zoo.py --record-expected).
@@ -214,12 +216,12 @@ def run_all(
     workers: int = 2,
     timeout: float = 300.0,
     figures: bool = True,
-    side_references: bool = True,
+    table_figures: bool = True,
     progress: Callable[[CaseResult], None] | None = None,
 ) -> list[CaseResult]:
     """Every model x case through the CLI (``workers`` at a time), then each model's figures in a child
-    (``side_references``: also the QDQ file's float32 runs beside arm-cpu int8's verdict, which the benchmark's
-    table prints and the verdict does not use)."""
+    (``table_figures``: also the figures no verdict reads, which the benchmark's table prints: the cases outside
+    :data:`JUDGED_CASES` and the QDQ file's float32 runs beside arm-cpu int8's verdict)."""
     jobs = [(m, c) for m in models for c in cases]
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = [pool.submit(run_case, m, c, work, timeout) for m, c in jobs]
@@ -234,7 +236,7 @@ def run_all(
             list(
                 pool.map(
                     lambda m: _model_figures(
-                        m, [r for r in results if r.model == m.name], work, timeout, side_references
+                        m, [r for r in results if r.model == m.name], work, timeout, table_figures
                     ),
                     by_model.values(),
                 )
@@ -243,9 +245,9 @@ def run_all(
 
 
 def _model_figures(
-    model: Model, results: list[CaseResult], work: Path, timeout: float, side_references: bool = True
+    model: Model, results: list[CaseResult], work: Path, timeout: float, table_figures: bool = True
 ) -> None:
-    passed = [r for r in results if r.outcome == "pass"]
+    passed = [r for r in results if r.outcome == "pass" and (table_figures or r.case in JUDGED_CASES)]
     if not passed:
         return
     spec = {
@@ -256,7 +258,7 @@ def _model_figures(
         "extra_args": model.extra_args,
         "cases": {r.case: r.out_dir for r in passed},
         "edgekit": edgekit_command(),
-        "side_references": side_references,
+        "side_references": table_figures,
     }
     folder = work / model.name
     figures, problem = _figures_child(spec, folder / "figures", timeout)
@@ -294,7 +296,7 @@ def _figures_child(spec: Mapping[str, Any], stem: Path, timeout: float) -> tuple
 
 def figure_problems(case: str, figures: Mapping[str, Any]) -> list[str]:
     """The issue's figures this passing case misses (empty: all met, or none apply to the case)."""
-    if case not in ("arm-cpu fp32", "arm-cpu int8", "intel-vpu fp16"):
+    if case not in JUDGED_CASES:
         return []
     if not figures:
         return ["no figures were computed"]
