@@ -427,30 +427,38 @@ def test_shared_squeezenet_fp16_and_int8(tmp_path: Path) -> None:
     assert report["int8_compute_layers"] == 26
 
 
-def padded_uint8_average_pool() -> onnx.ModelProto:
-    """x -> Q -> DQ -> AveragePool (3x3, pads 1, counting the padding) -> Q -> DQ, uint8 with zero point 100."""
+def uint8_qdq_around(
+    op: onnx.NodeProto, scale: float, zero: int, out_shape: list[int], inits: list[onnx.TensorProto] = ()
+) -> onnx.ModelProto:
+    """x [1, 3, 16, 16] -> Q -> DQ -> ``op`` (reading ``xd``, writing ``p``) -> Q -> DQ -> y, uint8 on one grid."""
     h = onnx.helper
-    inits = [
-        onnx.numpy_helper.from_array(np.array(0.02, np.float32), "s"),
-        onnx.numpy_helper.from_array(np.array(100, np.uint8), "z"),
+    grid = [
+        onnx.numpy_helper.from_array(np.array(scale, np.float32), "s"),
+        onnx.numpy_helper.from_array(np.array(zero, np.uint8), "z"),
     ]
     nodes = [
         h.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
         h.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
-        h.make_node(
-            "AveragePool", ["xd"], ["p"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1
-        ),
+        op,
         h.make_node("QuantizeLinear", ["p", "s", "z"], ["pq"]),
         h.make_node("DequantizeLinear", ["pq", "s", "z"], ["y"]),
     ]
     graph = h.make_graph(
         nodes,
-        "padded_pool",
+        f"uint8_{op.op_type.lower()}",
         [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 16, 16])],
-        [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 3, 16, 16])],
-        inits,
+        [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, out_shape)],
+        [*grid, *inits],
     )
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 19)])
+
+
+def padded_uint8_average_pool() -> onnx.ModelProto:
+    """x -> Q -> DQ -> AveragePool (3x3, pads 1, counting the padding) -> Q -> DQ, uint8 with zero point 100."""
+    pool = onnx.helper.make_node(
+        "AveragePool", ["xd"], ["p"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1
+    )
+    return uint8_qdq_around(pool, 0.02, 100, [1, 3, 16, 16])
 
 
 def test_int8_ir_pads_an_average_pool_with_the_zero_point(tmp_path: Path) -> None:
@@ -469,28 +477,12 @@ def test_int8_ir_pads_an_average_pool_with_the_zero_point(tmp_path: Path) -> Non
 def padded_uint8_constant(value: float) -> onnx.ModelProto:
     """x -> Q -> DQ -> Pad (constant ``value``, the last axis by 2 and 3) -> Q -> DQ, uint8 on one grid (Longformer
     fills its chunked attention scores with -1 so)."""
-    h = onnx.helper
     inits = [
-        onnx.numpy_helper.from_array(np.array(0.0061, np.float32), "s"),
-        onnx.numpy_helper.from_array(np.array(164, np.uint8), "z"),
         onnx.numpy_helper.from_array(np.array([0, 0, 0, 2, 0, 0, 0, 3], np.int64), "pads"),
         onnx.numpy_helper.from_array(np.array(value, np.float32), "value"),
     ]
-    nodes = [
-        h.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
-        h.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
-        h.make_node("Pad", ["xd", "pads", "value"], ["p"], mode="constant"),
-        h.make_node("QuantizeLinear", ["p", "s", "z"], ["pq"]),
-        h.make_node("DequantizeLinear", ["pq", "s", "z"], ["y"]),
-    ]
-    graph = h.make_graph(
-        nodes,
-        "padded_constant",
-        [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 16, 16])],
-        [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 3, 16, 21])],
-        inits,
-    )
-    return h.make_model(graph, opset_imports=[h.make_opsetid("", 19)])
+    pad = onnx.helper.make_node("Pad", ["xd", "pads", "value"], ["p"], mode="constant")
+    return uint8_qdq_around(pad, 0.0061, 164, [1, 3, 16, 21], inits)
 
 
 @pytest.mark.parametrize("value", [-1.0, 0.3])
