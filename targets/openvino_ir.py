@@ -32,7 +32,6 @@ from edgekit.core.errors import TargetError
 from edgekit.core.model import qdq_precision
 from edgekit.core.qdq_forms import dequantized_constant, for_openvino, graph_index
 from edgekit.core.runtime import F32_CONFIG, preflight_ir, stable_top_k
-from edgekit.core.unsigned import unsigned_activations
 from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, write_bundle
 from edgekit.targets.base import (
     PackageOptions,
@@ -82,6 +81,7 @@ class IntelVpuOptions:
 @dataclass(frozen=True)
 class _Converted:
     source: Path  # the ONNX file converted
+    form: onnx.ModelProto  # what it holds: the model as OpenVINO gets it (for_openvino)
     xml: Path
     bin: Path
     ov_model: Any  # openvino.Model, read back from the saved IR
@@ -130,14 +130,15 @@ class IntelVpuTarget(Target):
 
     def check(self, model: ir.Model) -> list[Problem]:
         problems = _static_input_problems(model)
-        problems += _activation_dtype_problems(model)
+        form = for_openvino(ir.to_proto(model))
+        problems += _activation_dtype_problems(form)
         if qdq_precision(model) == "int16x8":
             why = self.precisions["int16x8"]
             problems.append(Problem("error", "QuantizeLinear", None, f"int16 activations: {why}"))
         if problems and any(p.severity == "error" for p in problems):
             return problems
         with tempfile.TemporaryDirectory(prefix="edgekit-ov-") as tmp:
-            return problems + _openvino_problems(model, _write_onnx(model, Path(tmp)))
+            return problems + _openvino_problems(model, _write_form(form, Path(tmp)))
 
     # ---------------------------------------------------------------------------------------- package
 
@@ -179,11 +180,10 @@ class IntelVpuTarget(Target):
             )
             compiled = _import_cpu(core, compiled_in_child["ir"]) or _compile_cpu(core, converted.ov_model)
             if quantized:
-                rewritten = for_openvino(proto)  # what _convert converted
-                # int8 activations: the refusal suggests uint8 (_activation_dtype_problems' warning)
-                signed = bool(_activation_dtype_problems(model))
+                # int8 activations left: the refusal suggests uint8 (_activation_dtype_problems' warning)
+                signed = bool(_activation_dtype_problems(converted.form))
                 report["int8"] = _check_int8(
-                    rewritten, converted.source, converted.ov_model, compiled, signed
+                    converted.form, converted.source, converted.ov_model, compiled, signed
                 )
             if weight_only:
                 compressed = any(n.op_type == "DequantizeLinear" for n in proto.graph.node)
@@ -243,13 +243,13 @@ def _static_input_problems(model: ir.Model) -> list[Problem]:
     return problems
 
 
-def _activation_dtype_problems(model: ir.Model) -> list[Problem]:
-    """QDQ activations left in int8: OpenVINO's int8 path expects uint8 activations (SqueezeNet lost 12 pp). The
-    conversion re-expresses every int8 QuantizeLinear -> DequantizeLinear chain on uint8 (the same values,
-    :mod:`edgekit.core.unsigned`); this names one whose values do more than move between the two."""
-    proto = unsigned_activations(ir.serde.serialize_model(model))
-    inits = {t.name: t.data_type for t in proto.graph.initializer}
-    for node in proto.graph.node:
+def _activation_dtype_problems(form: onnx.ModelProto) -> list[Problem]:
+    """QDQ activations left in int8 in ``form`` (the model as OpenVINO gets it, :func:`for_openvino`): OpenVINO's
+    int8 path expects uint8 activations (SqueezeNet lost 12 pp). The conversion re-expresses every int8
+    QuantizeLinear -> DequantizeLinear chain on uint8 (the same values, :mod:`edgekit.core.unsigned`); this names
+    one whose values do more than move between the two."""
+    inits = {t.name: t.data_type for t in form.graph.initializer}
+    for node in form.graph.node:
         if node.op_type != "QuantizeLinear" or len(node.input) < 3 or node.input[0] in inits:
             continue
         if inits.get(node.input[2]) == onnx.TensorProto.INT8:
@@ -502,11 +502,10 @@ def _float_transposed_pointwise(proto: onnx.ModelProto) -> list[str]:
     return names
 
 
-def _write_onnx(model: ir.Model | onnx.ModelProto, folder: Path) -> Path:
-    """``model`` as OpenVINO gets it (:func:`edgekit.core.qdq_forms.for_openvino`: the same values) in a file."""
-    proto = model if isinstance(model, onnx.ModelProto) else ir.to_proto(model)
+def _write_form(form: onnx.ModelProto, folder: Path) -> Path:
+    """``form``, a model as OpenVINO gets it (:func:`edgekit.core.qdq_forms.for_openvino`), in a file."""
     path = folder / "source.onnx"
-    path.write_bytes(for_openvino(proto).SerializeToString())
+    path.write_bytes(form.SerializeToString())
     return path
 
 
@@ -525,7 +524,8 @@ def _convert(proto: onnx.ModelProto, folder: Path, compress: bool) -> _Converted
     Q/DQ pair on a Concat's output goes (:func:`edgekit.core.qdq_forms.drop_concat_identity_qdq`: OpenVINO crashed).
     """
     ov = _ov()
-    path = _write_onnx(proto, folder)
+    form = for_openvino(proto)  # the same values, around OpenVINO 2026.4's problems
+    path = _write_form(form, folder)
     from edgekit.quantize.weight_only import weight_only_precision
 
     try:
@@ -542,7 +542,7 @@ def _convert(proto: onnx.ModelProto, folder: Path, compress: bool) -> _Converted
     xml = folder / "model.xml"
     ov.save_model(ov_model, str(xml), compress_to_fp16=compress)
     return _Converted(
-        source=path, xml=xml, bin=xml.with_suffix(".bin"), ov_model=ov.Core().read_model(str(xml))
+        source=path, form=form, xml=xml, bin=xml.with_suffix(".bin"), ov_model=ov.Core().read_model(str(xml))
     )
 
 
