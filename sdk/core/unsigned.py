@@ -54,25 +54,20 @@ def unsigned_activations(proto: onnx.ModelProto) -> onnx.ModelProto:
             readers.setdefault(name, []).append(node)
     outputs = {o.name for o in graph.output}
 
-    def region(name: str) -> Iterator[tuple[onnx.NodeProto | None, str]]:
-        """(reader, tensor) pairs downstream of ``name`` through moves; (None, name) where the region leaks."""
+    def region(name: str) -> Iterator[onnx.NodeProto | None]:
+        """The readers downstream of ``name`` through moves; None where the values leak (a graph output, a
+        reader that computes on them, a move that also reads them as a shape or an index)."""
         if name in outputs:
-            yield None, name
+            yield None
         for reader in readers.get(name, []):
-            if (
-                reader.op_type == "DequantizeLinear"
-                and reader.domain in ("", "ai.onnx")
-                and reader.input[0] == name
-            ):
-                yield reader, name
-            elif reader.op_type in MOVES and reader.domain in ("", "ai.onnx") and reader.input[0] == name:
-                if name in reader.input[1:]:
-                    yield None, name
-                yield reader, name
-                for out in reader.output[:1]:
-                    yield from region(out)
+            data = reader.domain in ("", "ai.onnx") and reader.input[0] == name
+            if data and reader.op_type == "DequantizeLinear":
+                yield reader
+            elif data and reader.op_type in MOVES and name not in reader.input[1:]:
+                yield reader
+                yield from region(reader.output[0])
             else:
-                yield None, name
+                yield None
 
     changes: list[tuple[onnx.NodeProto, list[onnx.NodeProto], list[str]]] = []
     for node in graph.node:
@@ -81,14 +76,14 @@ def unsigned_activations(proto: onnx.ModelProto) -> onnx.ModelProto:
         if node.input[0] in inits or _int8_constant(node.input[2], inits) is None:
             continue
         reached = list(region(node.output[0]))
-        if any(reader is None for reader, _ in reached):
+        if None in reached:
             continue
-        dequantizes = [r for r, _ in reached if r is not None and r.op_type == "DequantizeLinear"]
+        dequantizes = [r for r in reached if r.op_type == "DequantizeLinear"]
         if not dequantizes or any(
             len(d.input) < 3 or _int8_constant(d.input[2], inits) is None for d in dequantizes
         ):
             continue
-        moved = [r.output[0] for r, _ in reached if r is not None and r.op_type != "DequantizeLinear"]
+        moved = [r.output[0] for r in reached if r.op_type != "DequantizeLinear"]
         changes.append((node, dequantizes, moved))
     if not changes:
         return proto
@@ -117,7 +112,7 @@ def unsigned_activations(proto: onnx.ModelProto) -> onnx.ModelProto:
             copy = out.graph.node[nodes[id(original)]]
             copy.input[2] = twin(original.input[2])
         retyped.update([quantize.output[0], *moved])
-    for info in (*out.graph.value_info,):
+    for info in out.graph.value_info:
         if info.name in retyped and info.type.tensor_type.elem_type == onnx.TensorProto.INT8:
             info.type.tensor_type.elem_type = onnx.TensorProto.UINT8
     return out
