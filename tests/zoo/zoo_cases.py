@@ -258,7 +258,7 @@ def _model_figures(
         "extra_args": model.extra_args,
         "cases": {r.case: r.out_dir for r in passed},
         "edgekit": edgekit_command(),
-        "side_references": table_figures,
+        "table_figures": table_figures,
     }
     folder = work / model.name
     figures, problem = _figures_child(spec, folder / "figures", timeout)
@@ -566,7 +566,7 @@ def _case_figures(case, root: Path, spec, kind, samples, ref, onnx_shapes) -> di
             # flips: how far each float32 run is from the exact model is printed as its floor.
             # A side reference that cannot run the QDQ file (OpenVINO's CPU plugin refuses some, e.g. a
             # BlazeFace decode tail) is recorded beside it and does not take the verdict's figure with it.
-            for reference in ("onnxruntime", "host") if spec.get("side_references", True) else ():
+            for reference in ("onnxruntime", "host") if spec.get("table_figures", True) else ():
                 try:
                     runner, _, _ = _onnx_runner(str(qdq_path), reference)
                     outputs = _stack([runner(s) for s in samples])
