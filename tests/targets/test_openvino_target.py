@@ -18,7 +18,7 @@ from edgekit.core.errors import TargetError
 from edgekit.core.model import load_proto
 from edgekit.core.qdq_forms import drop_concat_identity_qdq
 from edgekit.device_agents.bundle import read_bundle
-from edgekit.targets import base, yardstick
+from edgekit.targets import base, openvino_ir, yardstick
 from edgekit.targets.base import PackageOptions, Problem, Target, get_target, register_target, target_names
 from edgekit.targets.openvino_ir import IntelVpuOptions, IntelVpuTarget, export_blob
 from ort_reference import node_by_node
@@ -158,6 +158,26 @@ def test_check_warns_about_int8_activations_it_cannot_put_on_uint8(
     problems = get_target("intel-vpu").check(prepared(qdq))
     assert [p.severity for p in problems] == ["warning"]
     assert "expect uint8 activations" in problems[0].message and problems[0].node == quantize.name
+
+
+def test_a_target_asks_openvino_about_a_model_once(
+    tmp_path: Path, float_model: onnx.ModelProto, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deploy checks its model (the warnings), then ``package`` checks it again: the child process running
+    OpenVINO's frontend and ``query_model`` (about what compiling costs) runs once per model form."""
+    asked: list[str] = []
+    real = openvino_ir._openvino_problems
+    monkeypatch.setattr(
+        openvino_ir, "_openvino_problems", lambda m, path: asked.append(path) or real(m, path)
+    )
+    target = get_target("intel-vpu")
+    unsupported = prepared(with_unsupported_op(float_model))
+    first = target.check(unsupported)
+    assert [p.op_type for p in first] == ["Det"] and target.check(unsupported) == first and len(asked) == 1
+    model = prepared(float_model)
+    assert target.check(model) == [] and len(asked) == 2  # another model is asked about
+    target.package(model, tmp_path / "b", PackageOptions())
+    assert len(asked) == 2
 
 
 def test_unsupported_model_fails_packaging_and_leaves_nothing(
