@@ -67,7 +67,10 @@ def zoo_results(
             )
         )
     # (the figures no verdict reads are the benchmark table's: not computed here)
-    results = zoo_cases.run_all(models, zoo_cases.CASES, work, workers=2, timeout=300, table_figures=False)
+    # (each CLI run forked from a process that imported edgekit once: no CPU times or peaks measured here)
+    results = zoo_cases.run_all(
+        models, zoo_cases.CASES, work, workers=2, timeout=300, table_figures=False, launch="fork"
+    )
     record = os.environ.get("EDGEKIT_ZOO_RECORD")
     if record:  # opt-in: write today's outcomes as the expectations table
         run = {m.name for m in models}  # the rows of models not run here stay as recorded
@@ -187,3 +190,20 @@ def test_a_side_reference_that_cannot_run_the_qdq_file_keeps_the_verdict_figure(
     )
     assert "vs_qdq_host" not in figures and figures["vs_qdq_onnxruntime"]["cosine"] > 0.999999
     assert zoo_cases.figure_problems("arm-cpu int8", figures) == []
+
+
+def test_a_forked_cli_run_is_the_console_scripts_run(tmp_path):
+    """The suite forks its CLI runs from a process that imported edgekit once (``launch="fork"``): the exit code
+    and the output are the console script's, for a pass, a typed error and a bad usage."""
+    env = dict(os.environ, NO_COLOR="1", COLUMNS="200")
+    for argv in (
+        ["--version"],
+        ["deploy", str(tmp_path / "missing.onnx"), "--target", "arm-cpu", "-o", str(tmp_path / "out")],
+        ["deploy", "--no-such-flag"],
+    ):
+        forked = zoo_cases._run_forked(argv, env, 120, tmp_path / "forked.log")
+        code, output, timed_out, _, _ = zoo_cases._run_measured(
+            [*zoo_cases.edgekit_command(), *argv], env, 120, tmp_path / "exec.log"
+        )
+        assert forked == (code, output, timed_out), argv
+    assert [forked[0], zoo_cases.classify(forked[0], forked[1])[0]] == [2, "typed"]

@@ -6,6 +6,11 @@ Shared by ``tests/test_zoo.py`` and ``benchmarks/zoo.py``. A case is one CLI run
 - ``typed``: exit 2, no traceback, exactly one output line starting with ``error:`` (the typed error);
 - ``crash``: anything else (a traceback, a signal, exit 1, several or no ``error:`` lines, a timeout).
 
+The suite (``launch="fork"``) starts each CLI run as a process forked from a forkserver that imported what a
+deploy imports once (1 s of every run's 2.5-3.5 s of CPU): the same ``edgekit.cli.main.main`` the
+console script calls, in a process of its own, its output in ``cli.log``, its exit code or signal observed.
+``benchmarks/zoo.py`` starts the console script (``launch="exec"``), whose CPU time and peak memory it prints.
+
 Figures are computed afterwards, per model, in a child process (``python zoo_cases.py figures SPEC OUT``) so
 that a runtime that aborts cannot take the caller down. Each runs the packaged artifacts on the model's
 evaluation samples and compares with onnxruntime running the source model (fp32), and for ``arm-cpu int8``
@@ -15,7 +20,9 @@ with the QDQ model of the same scheme (``edgekit quantize --activations int8``) 
 
 from __future__ import annotations
 
+import atexit
 import json
+import multiprocessing
 import os
 import shutil
 import signal
@@ -144,15 +151,22 @@ def classify(returncode: int | None, output: str, timed_out: bool = False) -> tu
     return "crash", f"exit {returncode} with {len(errors)} error line(s): {first[:300]}"
 
 
-def run_case(model: Model, case: str, work: Path, timeout: float) -> CaseResult:
+def run_case(model: Model, case: str, work: Path, timeout: float, launch: str = "exec") -> CaseResult:
+    """One case: ``launch`` ``exec`` runs the console script (CPU time and peak memory measured), ``fork`` runs
+    the CLI in a process forked from :func:`_cli_forkserver` (the imports paid once)."""
     out = work / model.name / case.replace(" ", "-")
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1", NO_COLOR="1", COLUMNS="200")
     start = time.perf_counter()
-    code, output, timed_out, peak_mb, cpu = _run_measured(
-        case_command(model, case, out), env, timeout, out / "cli.log"
-    )
+    command = case_command(model, case, out)
+    if launch == "fork":
+        code, output, timed_out = _run_forked(
+            command[len(edgekit_command()) :], env, timeout, out / "cli.log"
+        )
+        peak_mb = cpu = None
+    else:
+        code, output, timed_out, peak_mb, cpu = _run_measured(command, env, timeout, out / "cli.log")
     seconds = time.perf_counter() - start
     outcome, message = classify(code, output, timed_out)
     return CaseResult(
@@ -193,6 +207,59 @@ def _run_measured(
     return (None if timed_out else proc.returncode), output, timed_out, peak_mb, cpu
 
 
+#: What the suite's CLI runs fork from, imported once: the modules a deploy or quantize imports when it runs. Not
+#: the CLI's own (its consoles read NO_COLOR and COLUMNS when they are made, which each run sets), and not
+#: OpenVINO or LiteRT's interpreter (each run imports them): OpenVINO's import sends telemetry from a fork.
+_CLI_PRELOAD = (
+    "edgekit.quantize.accuracy",
+    "edgekit.deployment.package",
+    "edgekit.targets.tflite.converter",
+    "edgekit.targets.tflite.quantized",
+)
+
+
+def _cli_forkserver() -> Any:
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(_CLI_PRELOAD))  # (no effect once this process's forkserver runs)
+    return context
+
+
+def _cli_in_fork(argv: Sequence[str], env: Mapping[str, str], log: str) -> None:
+    """(In the forked process.) The console script's work: ``edgekit ARGV``, its output into ``log``; atexit
+    handlers run as at the end of an interpreter (multiprocessing ends its processes with ``os._exit``)."""
+    sink = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(sink, 1)
+    os.dup2(sink, 2)
+    os.close(sink)
+    os.environ.clear()
+    os.environ.update(env)
+    sys.argv = ["edgekit", *argv]
+    from edgekit.cli.main import main
+
+    try:
+        main()
+    finally:
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+def _run_forked(
+    argv: Sequence[str], env: Mapping[str, str], timeout: float, log: Path
+) -> tuple[int | None, str, bool]:
+    """``edgekit ARGV`` in a process forked from :func:`_cli_forkserver`: ``(returncode or None when it timed out,
+    output, timed_out)``; a signal is a negative return code, as from ``subprocess``."""
+    proc = _cli_forkserver().Process(target=_cli_in_fork, args=(list(argv), dict(env), str(log)))
+    proc.start()
+    proc.join(timeout)
+    timed_out = proc.exitcode is None
+    if timed_out:
+        proc.kill()
+        proc.join()
+    output = log.read_bytes().decode(errors="replace") if log.exists() else ""
+    return (None if timed_out else proc.exitcode), output, timed_out
+
+
 def _wait4_within(proc: subprocess.Popen, timeout: float) -> None:
     """Reap ``proc`` with ``os.wait4`` (its rusage: peak RSS), polling so that ``timeout`` still applies."""
     deadline = time.monotonic() + timeout
@@ -218,13 +285,14 @@ def run_all(
     figures: bool = True,
     table_figures: bool = True,
     progress: Callable[[CaseResult], None] | None = None,
+    launch: str = "exec",
 ) -> list[CaseResult]:
     """Every model x case through the CLI (``workers`` at a time), then each model's figures in a child
     (``table_figures``: also the figures no verdict reads, which the benchmark's table prints: the cases outside
     :data:`JUDGED_CASES` and the QDQ file's float32 runs beside arm-cpu int8's verdict)."""
     jobs = [(m, c) for m in models for c in cases]
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(run_case, m, c, work, timeout) for m, c in jobs]
+        futures = [pool.submit(run_case, m, c, work, timeout, launch) for m, c in jobs]
         results = []
         for fut in futures:
             results.append(fut.result())
