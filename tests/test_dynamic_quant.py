@@ -254,3 +254,38 @@ def test_a_4_bit_encoder_deploys_to_arm_cpu(tmp_path) -> None:
         assert bundle.manifest.verification["passed"]
     for want, got in zip(session.run(None, feeds), _run(ir.to_proto(model), feeds), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("quant_type", [0, 1])  # FP4, NF4
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_matmul_bnb4_is_a_matmul_on_its_dequantized_weight(quant_type, dtype) -> None:
+    """onnxruntime's NF4 / FP4 weights (MatMulBnb4, the ``model_bnb4.onnx`` of Hugging Face repositories: the
+    transposed weight flattened, blocks of 64 across its rows, a float32 or float16 absmax per block), with N * K
+    odd (the last byte half used) and not a multiple of the block: the rewrite gives onnxruntime's own results
+    (the identity matrix as x: its weight itself, float16 included; float32: any x, bit for bit)."""
+    from onnxruntime.quantization.matmul_bnb4_quantizer import MatMulBnb4Quantizer
+
+    rng = np.random.default_rng(quant_type)
+    k, n = 37, 9
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "dense",
+        [helper.make_tensor_value_info("x", elem, ["rows", k])],
+        [helper.make_tensor_value_info("y", elem, ["rows", n])],
+        [numpy_helper.from_array(rng.normal(0.1, 1, (k, n)).astype(dtype), "w")],
+    )
+    quantizer = MatMulBnb4Quantizer(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), quant_type, 64
+    )
+    quantizer.process()
+    quantized = quantizer.model.model
+    assert [n.op_type for n in quantized.graph.node] == ["MatMulBnb4"]
+    rewritten = onnx.ModelProto()
+    rewritten.CopyFrom(quantized)
+    assert "MatMulBnb4" in dynamic_quant.dequantize(rewritten)[0]
+    assert [n.op_type for n in rewritten.graph.node] == ["MatMul"]
+    xs = [np.eye(k, dtype=dtype)] + ([rng.normal(0, 1, (3, k)).astype(dtype)] if dtype == np.float32 else [])
+    for x in xs:
+        (want,), (got,) = _run(quantized, {"x": x}), _run(rewritten, {"x": x})
+        np.testing.assert_array_equal(got, want)
