@@ -120,9 +120,33 @@ def specs() -> list[Spec]:
 
 
 def _fp16(proto, keep_io_types: bool):
+    """onnxconverter-common's float16 model, made loadable as the Hub's files are (transformers.js converts with
+    its own patched copy of the converter): 1.16 keeps the export's own ``Cast(to=float)`` nodes (transformers'
+    eager attention casts its Softmax to float32 and back) and their value_info, so float32 meets float16 at the
+    next MatMul and onnxruntime refuses the file. Those casts inside the graph become float16 (the graph's output
+    casts of ``keep_io_types`` stay); a float32 input it left read directly (CLIP's pixel_values by the patch
+    Conv) gets its Cast to float16; and the value_info is inferred again."""
+    import onnx
     from onnxconverter_common import float16
 
-    return float16.convert_float_to_float16(proto, keep_io_types=keep_io_types)
+    converted = float16.convert_float_to_float16(proto, keep_io_types=keep_io_types)
+    outputs = {o.name for o in converted.graph.output}
+    for node in converted.graph.node:
+        if node.op_type == "Cast" and not set(node.output) & outputs:
+            for a in node.attribute:
+                if a.name == "to" and a.i == onnx.TensorProto.FLOAT:
+                    a.i = onnx.TensorProto.FLOAT16
+    for i in converted.graph.input:
+        readers = [
+            n for n in converted.graph.node if i.name in n.input and n.op_type not in ("Cast", "Shape")
+        ]
+        if i.type.tensor_type.elem_type == onnx.TensorProto.FLOAT and readers:
+            cast = onnx.helper.make_node("Cast", [i.name], [i.name + "_fp16"], to=onnx.TensorProto.FLOAT16)
+            for n in readers:
+                n.input[:] = [i.name + "_fp16" if x == i.name else x for x in n.input]
+            converted.graph.node.insert(0, cast)
+    del converted.graph.value_info[:]
+    return onnx.shape_inference.infer_shapes(converted)
 
 
 def _dynamic(src: Path, dst: Path, weight: str, per_channel: bool, reduce_range: bool, no_conv: bool) -> None:
