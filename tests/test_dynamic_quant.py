@@ -289,3 +289,72 @@ def test_matmul_bnb4_is_a_matmul_on_its_dequantized_weight(quant_type, dtype) ->
     for x in xs:
         (want,), (got,) = _run(quantized, {"x": x}), _run(rewritten, {"x": x})
         np.testing.assert_array_equal(got, want)
+
+
+def _embedding_model(rng, vocab: int, dim: int, opset: int = 21) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["e"]), helper.make_node("Relu", ["e"], ["y"])],
+        "embedding",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, dim])],
+        [numpy_helper.from_array(rng.normal(0.1, 1, (vocab, dim)).astype(np.float32), "table")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_gather_block_quantized_is_a_gather_of_its_dequantized_table(symmetric) -> None:
+    """onnxruntime's 4-bit embedding tables (GatherBlockQuantized: MatMulNBitsQuantizer with Gather among its op
+    types writes int4 / uint4 blocks of 32 along the embedding axis, with zero points when asymmetric, at opset
+    21): the rewrite gives onnxruntime's own results bit for bit."""
+    from onnxruntime.quantization import matmul_nbits_quantizer as nbits
+
+    rng = np.random.default_rng(int(symmetric))
+    config = nbits.DefaultWeightOnlyQuantConfig(
+        block_size=32, is_symmetric=symmetric, op_types_to_quantize=("Gather",), quant_axes=(("Gather", 1),)
+    )
+    quantizer = nbits.MatMulNBitsQuantizer(_embedding_model(rng, 50, 96), algo_config=config)
+    quantizer.process()
+    quantized = quantizer.model.model
+    assert [n.op_type for n in quantized.graph.node][0] == "GatherBlockQuantized"
+    rewritten = onnx.ModelProto()
+    rewritten.CopyFrom(quantized)
+    assert "GatherBlockQuantized" in dynamic_quant.dequantize(rewritten)[0]
+    assert [n.op_type for n in rewritten.graph.node] == ["Gather", "Relu"]
+    ids = rng.integers(0, 50, (2, 5)).astype(np.int64)
+    np.testing.assert_array_equal(_run(rewritten, {"ids": ids})[0], _run(quantized, {"ids": ids})[0])
+
+
+@pytest.mark.parametrize("zero_points", [True, False])
+def test_gather_block_quantized_reads_uint8_packed_tables(zero_points) -> None:
+    """The uint8 form (two 4-bit values a byte, the first in the low nibble; zero points packed the same way
+    along the blocks, default 8; float16 scales): the rewrite equals onnxruntime's kernel."""
+    rng = np.random.default_rng(7)
+    vocab, dim, block = 20, 48, 16  # 3 blocks a row: the zero points' last byte half used
+    data = rng.integers(0, 256, (vocab, dim // 2)).astype(np.uint8)
+    scales = rng.uniform(0.01, 0.1, (vocab, dim // block)).astype(np.float16)
+    inits = [numpy_helper.from_array(data, "q"), numpy_helper.from_array(scales, "s")]
+    inputs = ["q", "ids", "s"]
+    if zero_points:
+        inits.append(numpy_helper.from_array(rng.integers(0, 256, (vocab, 2)).astype(np.uint8), "z"))
+        inputs.append("z")
+    node = helper.make_node(
+        "GatherBlockQuantized", inputs, ["y"], domain="com.microsoft", bits=4, block_size=block,
+        gather_axis=0, quantize_axis=1,
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [3, dim])],
+        inits,
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
+    rewritten = onnx.ModelProto()
+    rewritten.CopyFrom(model)
+    dynamic_quant.dequantize(rewritten)
+    assert [n.op_type for n in rewritten.graph.node] == ["Gather"]
+    ids = np.array([0, 19, 7], np.int64)
+    np.testing.assert_array_equal(_run(rewritten, {"ids": ids})[0], _run(model, {"ids": ids})[0])
