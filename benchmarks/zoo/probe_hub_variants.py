@@ -19,7 +19,10 @@ small seeded model (random tiny configs, LayerNorm affine parameters spread, Bat
   ``uint8``: ``model_uint8.onnx``, uint8 weights per tensor;
 - ``q4``: ``model_q4.onnx``, ``MatMulNBitsQuantizer`` (block 32, symmetric); ``q4a``: asymmetric (zero points);
   ``q4f16``: the fp16 model through ``MatMulNBitsQuantizer`` (float16 scales);
-- ``bnb4``: ``model_bnb4.onnx``, ``MatMulBnb4Quantizer`` NF4 (block 64); ``bnb4fp4``: FP4.
+- ``bnb4``: ``model_bnb4.onnx``, ``MatMulBnb4Quantizer`` NF4 (block 64); ``bnb4fp4``: FP4;
+- ``q4emb``: ``MatMulNBitsQuantizer`` with ``Gather`` among its op types (the embedding tables as com.microsoft
+  GatherBlockQuantized, int4 blocks of 32), on the export converted to opset 21 first (the quantizer writes
+  int4 tensors and sets opset 21 without converting the graph's ops).
 
 Models: a sentence encoder (all-MiniLM style BERT, three int64 inputs, mean pooling in the graph), a DistilBERT
 sequence classifier, ViT, DETR (ResNet from a random config), Whisper encoder (log-mel [1, 80, 100]), SegFormer,
@@ -45,7 +48,20 @@ from export import Spec  # noqa: E402
 t = p2.t
 OUT = Path(__file__).resolve().parents[1] / ".zoo" / "probe11t"
 SEED = 1111
-VARIANTS = ("fp32", "fp16", "fp16io", "quantized", "int8", "uint8", "q4", "q4a", "q4f16", "bnb4", "bnb4fp4")
+VARIANTS = (
+    "fp32",
+    "fp16",
+    "fp16io",
+    "quantized",
+    "int8",
+    "uint8",
+    "q4",
+    "q4a",
+    "q4f16",
+    "bnb4",
+    "bnb4fp4",
+    "q4emb",
+)
 
 
 class MeanPooled(nn.Module):
@@ -169,10 +185,23 @@ def _dynamic(src: Path, dst: Path, weight: str, per_channel: bool, reduce_range:
     )
 
 
-def _q4(proto, symmetric: bool):
-    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+def _q4(proto, symmetric: bool, gather: bool = False):
+    from onnxruntime.quantization import matmul_nbits_quantizer as nbits
 
-    q = MatMulNBitsQuantizer(proto, block_size=32, is_symmetric=symmetric, op_types_to_quantize=("MatMul",))
+    if not gather:
+        q = nbits.MatMulNBitsQuantizer(
+            proto, block_size=32, is_symmetric=symmetric, op_types_to_quantize=("MatMul",)
+        )
+    else:
+        import onnx.version_converter
+
+        config = nbits.DefaultWeightOnlyQuantConfig(
+            block_size=32,
+            is_symmetric=symmetric,
+            op_types_to_quantize=("MatMul", "Gather"),
+            quant_axes=(("MatMul", 0), ("Gather", 1)),
+        )
+        q = nbits.MatMulNBitsQuantizer(onnx.version_converter.convert_version(proto, 21), algo_config=config)
     q.process()
     return q.model.model
 
@@ -197,6 +226,8 @@ def write_variant(variant: str, base: Path, dst: Path) -> None:
         _dynamic(base, dst, weight, variant == "quantized", variant == "quantized", variant == "int8")
     elif variant in ("q4", "q4a"):
         onnx.save(_q4(onnx.load(str(base)), variant == "q4"), str(dst))
+    elif variant == "q4emb":
+        onnx.save(_q4(onnx.load(str(base)), True, gather=True), str(dst))
     elif variant == "q4f16":
         onnx.save(_q4(_fp16(onnx.load(str(base)), True), True), str(dst))
     elif variant in ("bnb4", "bnb4fp4"):
