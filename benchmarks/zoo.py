@@ -150,7 +150,7 @@ def figure_cell(case: str, fig: dict[str, Any]) -> str:
     if case == "arm-cpu fp32":
         cell = f"max err {fmt(v.get('max_rel_error'), 2)} (verif {fmt(fig.get('verification_max_rel_error'), 2)})"
         if source:
-            cell += f"; the file as given (run-time rounding) vs its dequantized model: {fmt(source['max_rel_error'], 2)}"
+            cell += f"; the file as onnxruntime runs it vs its dequantized model: {fmt(source['max_rel_error'], 2)}"
         return cell
     if case == "intel-vpu fp16":
         return f"cos {fmt(v.get('cosine'), 6)}"
