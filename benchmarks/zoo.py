@@ -146,8 +146,12 @@ def figure_cell(case: str, fig: dict[str, Any]) -> str:
     if "error" in fig:
         return f"figures: {fig['error'][:60]}"
     v = fig.get("vs_fp32", {})
+    source = fig.get("source_file_vs_reference")  # a dynamically quantized source (zoo_cases._onnx_runner)
     if case == "arm-cpu fp32":
-        return f"max err {fmt(v.get('max_rel_error'), 2)} (verif {fmt(fig.get('verification_max_rel_error'), 2)})"
+        cell = f"max err {fmt(v.get('max_rel_error'), 2)} (verif {fmt(fig.get('verification_max_rel_error'), 2)})"
+        if source:
+            cell += f"; the file as onnxruntime runs it vs its dequantized model: {fmt(source['max_rel_error'], 2)}"
+        return cell
     if case == "intel-vpu fp16":
         return f"cos {fmt(v.get('cosine'), 6)}"
     parts = [f"cos {fmt(v.get('cosine'))}", f"{fmt(v.get('sqnr_db'), 3)} dB"]

@@ -254,3 +254,107 @@ def test_a_4_bit_encoder_deploys_to_arm_cpu(tmp_path) -> None:
         assert bundle.manifest.verification["passed"]
     for want, got in zip(session.run(None, feeds), _run(ir.to_proto(model), feeds), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("quant_type", [0, 1])  # FP4, NF4
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_matmul_bnb4_is_a_matmul_on_its_dequantized_weight(quant_type, dtype) -> None:
+    """onnxruntime's NF4 / FP4 weights (MatMulBnb4, the ``model_bnb4.onnx`` of Hugging Face repositories: the
+    transposed weight flattened, blocks of 64 across its rows, a float32 or float16 absmax per block), with N * K
+    odd (the last byte half used) and not a multiple of the block: the rewrite gives onnxruntime's own results
+    (the identity matrix as x: its weight itself, float16 included; float32: any x, bit for bit)."""
+    from onnxruntime.quantization.matmul_bnb4_quantizer import MatMulBnb4Quantizer
+
+    rng = np.random.default_rng(quant_type)
+    k, n = 37, 9
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "dense",
+        [helper.make_tensor_value_info("x", elem, ["rows", k])],
+        [helper.make_tensor_value_info("y", elem, ["rows", n])],
+        [numpy_helper.from_array(rng.normal(0.1, 1, (k, n)).astype(dtype), "w")],
+    )
+    quantizer = MatMulBnb4Quantizer(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), quant_type, 64
+    )
+    quantizer.process()
+    quantized = quantizer.model.model
+    assert [n.op_type for n in quantized.graph.node] == ["MatMulBnb4"]
+    rewritten = onnx.ModelProto()
+    rewritten.CopyFrom(quantized)
+    assert "MatMulBnb4" in dynamic_quant.dequantize(rewritten)[0]
+    assert [n.op_type for n in rewritten.graph.node] == ["MatMul"]
+    xs = [np.eye(k, dtype=dtype)] + ([rng.normal(0, 1, (3, k)).astype(dtype)] if dtype == np.float32 else [])
+    for x in xs:
+        (want,), (got,) = _run(quantized, {"x": x}), _run(rewritten, {"x": x})
+        np.testing.assert_array_equal(got, want)
+
+
+def _embedding_model(rng, vocab: int, dim: int, opset: int = 21) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["e"]), helper.make_node("Relu", ["e"], ["y"])],
+        "embedding",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, dim])],
+        [numpy_helper.from_array(rng.normal(0.1, 1, (vocab, dim)).astype(np.float32), "table")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_gather_block_quantized_is_a_gather_of_its_dequantized_table(symmetric) -> None:
+    """onnxruntime's 4-bit embedding tables (GatherBlockQuantized: MatMulNBitsQuantizer with Gather among its op
+    types writes int4 / uint4 blocks of 32 along the embedding axis, with zero points when asymmetric, at opset
+    21): the rewrite gives onnxruntime's own results bit for bit."""
+    from onnxruntime.quantization import matmul_nbits_quantizer as nbits
+
+    rng = np.random.default_rng(int(symmetric))
+    config = nbits.DefaultWeightOnlyQuantConfig(
+        block_size=32, is_symmetric=symmetric, op_types_to_quantize=("Gather",), quant_axes=(("Gather", 1),)
+    )
+    quantizer = nbits.MatMulNBitsQuantizer(_embedding_model(rng, 50, 96), algo_config=config)
+    quantizer.process()
+    quantized = quantizer.model.model
+    assert [n.op_type for n in quantized.graph.node][0] == "GatherBlockQuantized"
+    rewritten = onnx.ModelProto()
+    rewritten.CopyFrom(quantized)
+    assert "GatherBlockQuantized" in dynamic_quant.dequantize(rewritten)[0]
+    assert [n.op_type for n in rewritten.graph.node] == ["Gather", "Relu"]
+    ids = rng.integers(0, 50, (2, 5)).astype(np.int64)
+    np.testing.assert_array_equal(_run(rewritten, {"ids": ids})[0], _run(quantized, {"ids": ids})[0])
+
+
+@pytest.mark.parametrize("zero_points", [True, False])
+def test_gather_block_quantized_reads_uint8_packed_tables(zero_points) -> None:
+    """The uint8 form (two 4-bit values a byte, the first in the low nibble; zero points packed the same way
+    along the blocks, default 8; float16 scales): the rewrite equals onnxruntime's kernel."""
+    rng = np.random.default_rng(7)
+    vocab, dim, block = 20, 48, 16  # 3 blocks a row: the zero points' last byte half used
+    data = rng.integers(0, 256, (vocab, dim // 2)).astype(np.uint8)
+    scales = rng.uniform(0.01, 0.1, (vocab, dim // block)).astype(np.float16)
+    inits = [numpy_helper.from_array(data, "q"), numpy_helper.from_array(scales, "s")]
+    inputs = ["q", "ids", "s"]
+    if zero_points:
+        inits.append(numpy_helper.from_array(rng.integers(0, 256, (vocab, 2)).astype(np.uint8), "z"))
+        inputs.append("z")
+    node = helper.make_node(
+        "GatherBlockQuantized", inputs, ["y"], domain="com.microsoft", bits=4, block_size=block,
+        gather_axis=0, quantize_axis=1,
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [3, dim])],
+        inits,
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
+    rewritten = onnx.ModelProto()
+    rewritten.CopyFrom(model)
+    dynamic_quant.dequantize(rewritten)
+    assert [n.op_type for n in rewritten.graph.node] == ["Gather"]
+    ids = np.array([0, 19, 7], np.int64)
+    np.testing.assert_array_equal(_run(rewritten, {"ids": ids})[0], _run(model, {"ids": ids})[0])

@@ -207,3 +207,53 @@ def test_a_forked_cli_run_is_the_console_scripts_run(tmp_path):
         )
         assert forked == (code, output, timed_out), argv
     assert [forked[0], zoo_cases.classify(forked[0], forked[1])[0]] == [2, "typed"]
+
+
+def test_a_dynamically_quantized_source_is_judged_as_edgekit_loads_it(tmp_path):
+    """A quantize_dynamic file (ConvInteger, MatMulInteger: Hub repositories' model_quantized.onnx) loads as the
+    float model on its dequantized weights and is calibrated like one: the figures' reference is that model
+    (as a float16 model's is its weights in float32), the file's own run-time rounding is reported beside, and
+    it is not a quantized source whose scales the int8 artifact keeps (ConvInteger counted it as one)."""
+    import numpy as np
+    import onnxruntime as ort
+    from edgekit.core import dynamic_quant
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c"], ["r"]),
+            helper.make_node("Flatten", ["r"], ["f"]),
+            helper.make_node("MatMul", ["f", "fc"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        [
+            numpy_helper.from_array(rng.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32), "w"),
+            numpy_helper.from_array(rng.normal(0, 0.2, (144, 10)).astype(np.float32), "fc"),
+        ],
+    )
+    src, path = tmp_path / "float.onnx", tmp_path / "dynamic.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(src))
+    quantize_dynamic(str(src), str(path), weight_type=QuantType.QUInt8)
+    proto = onnx.load(str(path))
+    assert {"ConvInteger", "MatMulInteger"} <= {n.op_type for n in proto.graph.node}
+    assert not zoo_cases._is_quantized(str(path))
+
+    samples = [{"x": rng.normal(0, 1, (1, 3, 6, 6)).astype(np.float32)} for _ in range(4)]
+    rewritten = onnx.ModelProto()
+    rewritten.CopyFrom(proto)
+    dynamic_quant.dequantize(rewritten)
+    want = [ort.InferenceSession(rewritten.SerializeToString()).run(None, s)[0] for s in samples]
+    as_given = [ort.InferenceSession(str(path)).run(None, s)[0] for s in samples]
+    run, _, _ = zoo_cases._onnx_runner(str(path))
+    ref = zoo_cases._stack([run(s) for s in samples])
+    np.testing.assert_allclose(ref["y"], np.stack(want), rtol=1e-6, atol=1e-6)
+    beside = zoo_cases._source_file_vs_reference(proto, "classifier", samples, ref)[
+        "source_file_vs_reference"
+    ]
+    expected = zoo_cases.max_rel_error(ref["y"], np.stack(as_given))
+    assert beside["max_rel_error"] == expected > 1e-4  # the file's activation rounding, reported

@@ -6,7 +6,9 @@ run time: ``DynamicQuantizeLinear`` computes an activation's scale and zero poin
 ``MatMulIntegerToFloat``, ``DynamicQuantizeLSTM``) multiply in integers, and a ``Cast`` and a ``Mul`` by the
 product of the two scales give the real result back. Hugging Face repositories ship such files
 (``model_quantized.onnx``), and so do libraries (ddddocr's OCR). onnxruntime's blockwise weight-only format,
-``com.microsoft`` ``MatMulNBits`` (``model_q4.onnx``), is read here too: a MatMul on its dequantized weight.
+``com.microsoft`` ``MatMulNBits`` (``model_q4.onnx``), its NF4 / FP4 format, ``MatMulBnb4``
+(``model_bnb4.onnx``), and its blockwise embedding tables, ``GatherBlockQuantized``, are read here too: a MatMul
+on the dequantized weight, a Gather of the dequantized table.
 
 No target runs a scale computed at run time (TFLite's hybrid kernels and OpenVINO's compressed weights keep the
 weights in int8 and compute in float), so the model is rewritten as what it stands for: each integer op on the
@@ -45,7 +47,7 @@ MS_DOMAIN = "com.microsoft"
 #: The ops of dynamic quantization this module rewrites (``DynamicQuantizeLinear`` itself is handled apart).
 DYNAMIC_OPS = frozenset(
     {"DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "DynamicQuantizeMatMul", "MatMulIntegerToFloat",
-     "DynamicQuantizeLSTM", "MatMulNBits"}
+     "DynamicQuantizeLSTM", "MatMulNBits", "MatMulBnb4", "GatherBlockQuantized"}
 )  # fmt: skip
 _ROUNDING = frozenset({"Floor", "Round", "Ceil"})
 _FLOAT_TYPES = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16})
@@ -263,6 +265,76 @@ def _matmul_nbits(g: _Graph, node: onnx.NodeProto) -> None:
     _matmul_bias(g, node, node.input[0], b, 5)
 
 
+#: bitsandbytes' 4-bit codes (onnxruntime's ``blockwise_quant_block_bnb4.h``): the value of each code, times
+#: its block's absmax. FP4: sign bit, then 3 bits (bias 3, subnormals), normalised by 12, the FP4 absmax.
+BNB4_CODES = {
+    0: np.array([0, 0.0625, 8, 12, 4, 6, 2, 3, -0.0, -0.0625, -8, -12, -4, -6, -2, -3], np.float64) / 12,
+    1: np.array([-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
+                 -0.18477343022823334, -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725,
+                 0.24611230194568634, 0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
+                 0.7229568362236023, 1.0]),
+}  # fmt: skip
+
+
+@_rewrite("MatMulBnb4")
+def _matmul_bnb4(g: _Graph, node: onnx.NodeProto) -> None:
+    """com.microsoft MatMulBnb4 (onnxruntime's ``MatMulBnb4Quantizer``, the ``model_bnb4.onnx`` of Hugging Face
+    repositories): A, B packed [(N * K + 1) / 2] (the [N, K] transposed weight flattened, two codes a byte, the
+    first in the high nibble), absmax [blocks of block_size over that flat weight]; ``quant_type`` 0 FP4, 1 NF4.
+    A MatMul on the dequantized [K, N] weight: each code's value times its block's absmax in float32, stored
+    in the absmax's type (a float16 model's weight is that product rounded to float16, as onnxruntime's)."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    k, n, block, kind = attrs["K"], attrs["N"], attrs["block_size"], attrs.get("quant_type", 1)
+    if kind not in BNB4_CODES:
+        raise ModelError(f"MatMulBnb4 node {node.name!r}: quant_type {kind} (0 FP4 and 1 NF4 are read)")
+    packed = g.constant(node, 1, "weight").reshape(-1)
+    codes = np.stack([packed >> 4, packed & 0x0F], axis=-1).reshape(-1)[: n * k]
+    absmax = g.constant(node, 2, "absmax")
+    values = BNB4_CODES[kind].astype(np.float32)[codes] * np.repeat(absmax.astype(np.float32), block)[: n * k]
+    weight = values.astype(absmax.dtype).reshape(n, k)  # the type of A, which float16 loading widens
+    _matmul_bias(g, node, node.input[0], g.const(node.input[1], np.ascontiguousarray(weight.T)), 3)
+
+
+def _unpacked(packed: np.ndarray, bits: int) -> np.ndarray:
+    """uint8 bytes holding 8 / bits values each along the last axis, the first in the lowest bits."""
+    if bits == 8:
+        return packed
+    per = 8 // bits
+    parts = [(packed >> (bits * i)) & ((1 << bits) - 1) for i in range(per)]
+    return np.stack(parts, axis=-1).reshape(*packed.shape[:-1], packed.shape[-1] * per)
+
+
+@_rewrite("GatherBlockQuantized")
+def _gather_block_quantized(g: _Graph, node: onnx.NodeProto) -> None:
+    """com.microsoft GatherBlockQuantized (``MatMulNBitsQuantizer`` with ``Gather`` among its op types: an
+    embedding table in 4-bit blocks along ``quantize_axis``): data (uint8 packing 8 / bits values along the last
+    axis, the first in the low bits, or int4 / uint4), indices, scales (a block's scale per ``block_size`` values
+    of the quantize axis), zero points (packed like the data; default 2^(bits - 1) for uint8 data, 0 for int4 /
+    uint4). A Gather along ``gather_axis`` of the dequantized table, in the scales' type."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    bits, block = attrs.get("bits", 4), attrs.get("block_size", 128)
+    data = g.constant(node, 0, "table")
+    packed = data.dtype == np.uint8  # int4 / uint4 tensors read as their own (ml_dtypes) types
+    if packed and bits not in (2, 4, 8):
+        raise ModelError(f"GatherBlockQuantized node {node.name!r}: {bits}-bit values (2, 4 and 8 are read)")
+    q = (_unpacked(data, bits) if packed else data).astype(np.float32)
+    axis = attrs.get("quantize_axis", 1) % q.ndim
+    scales = g.constant(node, 2, "scales")
+    length = q.shape[axis]
+
+    def per_value(blocks: np.ndarray) -> np.ndarray:  # one entry per block -> one per value along the axis
+        return np.take(np.repeat(blocks, block, axis=axis), np.arange(length), axis=axis)
+
+    zero: np.ndarray | float = float(1 << (bits - 1)) if packed else 0.0
+    if len(node.input) > 3 and node.input[3]:
+        z = g.constant(node, 3, "zero points")
+        z = _unpacked(z, bits) if packed else z
+        zero = per_value(np.take(z, np.arange(scales.shape[axis]), axis=axis).astype(np.float32))
+    values = (q - zero) * per_value(scales.astype(np.float32))
+    table = g.const(node.input[0], values.astype(scales.dtype))
+    g.op("Gather", [table, node.input[1]], node.output[0], axis=attrs.get("gather_axis", 0))
+
+
 def _runtime_node(g: _Graph, node: onnx.NodeProto) -> bool:
     """Rewrite a node reading run-time values (module docstring); False when it is left as it is."""
     readers = [i for i in node.input if i and i not in g.consts]
@@ -315,13 +387,18 @@ def dequantize(proto: onnx.ModelProto) -> list[str]:
     for t in [t for t in graph.initializer if t.name not in used]:
         graph.initializer.remove(t)  # the 8-bit weights, now float
     notes = []
-    if counts.get("MatMulNBits"):
-        notes.append(
-            f"{counts['MatMulNBits']} MatMulNBits op(s) (onnxruntime's blockwise 4/8-bit weights) computed in float "
-            "on their dequantized weights"
-        )
+    blockwise = {
+        "MatMulNBits": "blockwise 4/8-bit weights",
+        "MatMulBnb4": "NF4 / FP4 4-bit weights",
+        "GatherBlockQuantized": "blockwise 4-bit embedding tables",
+    }
+    for op, what in blockwise.items():
+        if counts.get(op):
+            notes.append(
+                f"{counts[op]} {op} op(s) (onnxruntime's {what}) computed in float on their dequantized weights"
+            )
     integer = sum(
-        v for k, v in counts.items() if k not in ("DynamicQuantizeLinear", "DequantizeLinear", "MatMulNBits")
+        v for k, v in counts.items() if k not in ("DynamicQuantizeLinear", "DequantizeLinear", *blockwise)
     )
     if integer:
         notes.append(

@@ -511,11 +511,16 @@ def _onnx_runner(path: str, reference: str = "onnxruntime") -> tuple[Callable[[d
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    from edgekit.core import dynamic_quant
     from edgekit.core.model import float16_to_float32
 
     # A float16 model's reference is its float16 weights computed in float32, as edgekit runs it: onnxruntime's
     # float16 kernels are 0.6 % of the output range off those values (MobileNetV2), 60x the fp32 figure's bound.
-    if float16_to_float32(proto):
+    # Likewise a dynamically quantized model's (quantize_dynamic, MatMulNBits, MatMulBnb4) is the float model on
+    # its dequantized weights (edgekit.core.dynamic_quant, in the order edgekit loads): the file's own run-time
+    # activation rounding is 1e-4 to 2.2e-2 of the range off it (round 11t's Hub variants), not a conversion's
+    # error; compute_figures reports that distance beside (``source_file_vs_reference``).
+    if dynamic_quant.dequantize(proto) + float16_to_float32(proto):
         path = proto.SerializeToString()
     session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
     return (lambda feeds: dict(zip(outputs, session.run(outputs, feeds), strict=True))), outputs, {}
@@ -565,15 +570,35 @@ def compute_figures(spec: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     ref = _stack(ref_list)
     onnx_shapes = {k: v.shape for k, v in ref_list[0].items()}
     kind = spec["kind"]
+    beside = _source_file_vs_reference(proto, kind, samples, ref)
     figures: dict[str, dict[str, Any]] = {}
     for case, folder in spec["cases"].items():
         try:
-            figures[case] = _case_figures(case, Path(folder), spec, kind, samples, ref, onnx_shapes)
+            figures[case] = _case_figures(case, Path(folder), spec, kind, samples, ref, onnx_shapes) | beside
         except Exception as exc:  # noqa: BLE001 - a figure that cannot be computed is reported, not raised
             figures[case] = {
                 "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
             }
     return figures
+
+
+def _source_file_vs_reference(proto, kind: str, samples: list[dict], ref: Mapping[str, np.ndarray]) -> dict:
+    """A dynamically quantized source: onnxruntime running the file as given (its activations rounded at run
+    time) against the reference the figures use (:func:`_onnx_runner`), {"source_file_vs_reference": ...}; {}
+    for any other model."""
+    from edgekit.core import dynamic_quant
+
+    if not dynamic_quant.has_dynamic_quantization(proto):
+        return {}
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    session = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    names, half = list(ref), {i.name for i in session.get_inputs() if i.type == "tensor(float16)"}
+    feeds = [{k: v.astype(np.float16) if k in half else v for k, v in s.items()} for s in samples]
+    runs = [dict(zip(names, session.run(names, f), strict=True)) for f in feeds]
+    return {"source_file_vs_reference": compare(kind, ref, _stack(runs))}
 
 
 def _manifest_verification(folder: Path) -> dict[str, Any]:
@@ -649,9 +674,15 @@ def _case_figures(case, root: Path, spec, kind, samples, ref, onnx_shapes) -> di
 
 def _is_quantized(path: str) -> bool:
     import onnx
+    from edgekit.core import dynamic_quant
 
-    ops = {n.op_type for n in onnx.load(path, load_external_data=False).graph.node}
-    return bool(ops & {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger"})
+    proto = onnx.load(path, load_external_data=False)
+    if dynamic_quant.has_dynamic_quantization(proto):
+        # loaded as the float model on its dequantized weights and calibrated like one: its own QDQ model is the
+        # int8 reference (its ConvInteger and the DequantizeLinear of its embedding tables keep no scales)
+        return False
+    ops = {n.op_type for n in proto.graph.node}
+    return bool(ops & {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul"})
 
 
 def main(argv: Sequence[str]) -> int:
