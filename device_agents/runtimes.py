@@ -257,6 +257,18 @@ def _load_nnapi(load_delegate: Any, options: Any = None) -> Any:
     )
 
 
+def openvino_cpu_config(config: dict[str, Any], threads: int | None = None) -> dict[str, Any]:
+    """``config`` for a compile on OpenVINO's CPU plugin with ``threads`` (None: the plugin's default, one per core
+    this process may run on). On one thread, snippets off: OpenVINO 2026.4's CPU snippets (its fused Subgraph
+    kernels) compute wrong values there on an int8 DistilBERT IR (every logit the same; ``SNIPPETS_MODE``
+    ``DISABLE`` gives the 2-thread values, tests/agent/test_openvino_one_thread.py), and a host or device with one
+    core runs on one thread whatever is asked."""
+    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if min(int(threads or available), available) <= 1 and "SNIPPETS_MODE" not in config:
+        return {**config, "SNIPPETS_MODE": "DISABLE"}
+    return config
+
+
 class OpenVINORunner(Runner):
     def __init__(
         self, model_path: Path, manifest: Any, threads: int, device: str | None, compiled: Path | None
@@ -276,7 +288,9 @@ class OpenVINORunner(Runner):
             )
         config: dict[str, Any] = {}
         if device == "CPU":
-            config = {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32"}
+            config = openvino_cpu_config(
+                {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32"}, threads
+            )
         try:
             if compiled is not None and device != "CPU":
                 with open(compiled, "rb") as f:

@@ -34,6 +34,7 @@ from edgekit.core.model import qdq_precision
 from edgekit.core.qdq_forms import dequantized_constant, for_openvino, graph_index
 from edgekit.core.runtime import F32_CONFIG, preflight_ir, stable_top_k
 from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, write_bundle
+from edgekit.device_agents.runtimes import openvino_cpu_config
 from edgekit.targets.base import (
     PackageOptions,
     Problem,
@@ -572,7 +573,7 @@ def _import_cpu(core: Any, blob: bytes) -> Any:
 
 def _compile_cpu(core: Any, ov_model: Any) -> Any:
     try:
-        return core.compile_model(ov_model, "CPU", F32_CONFIG)
+        return core.compile_model(ov_model, "CPU", openvino_cpu_config(F32_CONFIG))
     except Exception as exc:
         raise TargetError(
             f"intel-vpu: the OpenVINO CPU plugin cannot compile the IR: {_first_line(exc)}"

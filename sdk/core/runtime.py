@@ -76,8 +76,12 @@ def stable_top_k(ov_model):  # noqa: ANN001, ANN201 - an openvino.Model (openvin
 
 def _compile(path: str, config: Mapping[str, str]) -> Any:
     """The model file at ``path`` (ONNX or IR) read and compiled on OpenVINO's CPU plugin (TopK made stable)."""
+    from edgekit.device_agents.runtimes import openvino_cpu_config
+
     core = _core()
-    return core.compile_model(stable_top_k(core.read_model(path)), "CPU", dict(config))
+    threads = config.get("INFERENCE_NUM_THREADS")
+    config = openvino_cpu_config(dict(config), int(threads) if threads else None)
+    return core.compile_model(stable_top_k(core.read_model(path)), "CPU", config)
 
 
 def local_parallelism() -> int:
