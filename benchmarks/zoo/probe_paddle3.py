@@ -3,10 +3,16 @@
 in), seeded, BatchNorm statistics from real images (photos; rendered text for the OCR models) in train mode,
 PaddleOCR's export re-parameterization of the PP-LCNetV3 rep layers (one conv per branch set, as
 ``tools/export_model.py`` does), then ``paddle.jit.save`` + paddle2onnx 2.x with the dims PaddleOCR / PaddleX export
-dynamic written as ``dim_value -1``. Needs a Paddle venv (paddlepaddle 3.3.1, paddle2onnx 2.1.0, paddlex 3.7.2):
+dynamic written as ``dim_value -1``. Needs a Paddle venv with paddlepaddle 3.0.0, paddle2onnx 2.0.1 and paddlex 3.7.2
+(PaddleOCR 3.0's pairing; paddle2onnx 2.1.0 on Paddle 3.3.1 aborts on every nearest ``scale_factor`` upsampling, "the
+0th elementwise MUST be ir::FloatAttribute", and writes PP-HGNetV2's stem Pad value from uninitialised memory: a
+different network on each export); paddle2onnx raises the opset to what an op needs (14: HardSwish), as its CLI does:
 
-    python -m venv /work/venv-paddle11 && /work/venv-paddle11/bin/pip install paddlepaddle paddle2onnx paddleocr
-    /work/venv-paddle11/bin/python benchmarks/zoo/probe_paddle3.py --out benchmarks/.zoo/probe11p [--full]
+    python -m venv /work/venv-paddle11b
+    /work/venv-paddle11b/bin/pip install paddlepaddle==3.0.0 paddle2onnx==2.0.1 paddlex==3.7.2 onnxruntime scikit-learn
+    /work/venv-paddle11b/bin/python benchmarks/zoo/probe_paddle3.py --out benchmarks/.zoo/probe11p
+    /work/venv-paddle11b/bin/python benchmarks/zoo/probe_paddle3.py --full --out benchmarks/.zoo/probe11p_full \
+        --only ppocrv5_mobile_det_op11,ppocrv5_mobile_rec_op11
     python benchmarks/zoo.py --manifest benchmarks/.zoo/probe11p/zoo.json --no-shared --workers 1 --calib 8 --eval 8
 
 - **PP-OCRv5 mobile det**: PP-LCNetV3 x0.75 (learnable affine blocks, rep layers, SE), 1x1 laterals to
