@@ -21,7 +21,7 @@ different network on each export); paddle2onnx raises the opset to what an op ne
 - **PP-OCRv5 mobile rec**: PP-LCNetV3 x0.75 with PaddleOCR's rec strides ((2, 1), (1, 2)), AvgPool (3, 2), SVTR
   neck (conv block, 2 attention blocks, LayerNorm, concat shortcut), CTC Linear + Softmax; input [-1, 3, 48, -1];
   the reduced model has 97 characters (the real one 18385);
-- **PP-OCRv5 server det**: PP-HGNetV2-B4 backbone, LKPAN-style neck with intraclass blocks, PFHeadLocal (upsample,
+- **PP-OCRv5 server det** and **server rec** (PP-HGNetV2-B4 with the rec strides, the same SVTR neck and CTC head): PP-HGNetV2-B4 backbone, LKPAN-style neck with intraclass blocks, PFHeadLocal (upsample,
   local refinement, ``0.5 * (a + b)``);
 - **PP-LCNet_x1_0_doc_ori** (4 classes, 224) and **PP-LCNet_x0_25_textline_ori** (2 classes, 80 x 160): PP-LCNet
   with the 1280-wide 1x1 head and Softmax;
@@ -162,6 +162,24 @@ def ocrv5_rec(full: bool):
         def __init__(self):
             super().__init__()
             net = m.PPOCRV5MobileRec(cfg)
+            self.model, self.head = net.model, net.head
+
+        def forward(self, x):
+            return self.head(self.model(x))
+
+    return Rec()
+
+
+def ocrv5_server_rec(full: bool):
+    _, _, nn = _mods()
+    from paddlex.inference.models.text_recognition.modeling import pp_ocrv5_server_rec as m
+
+    cfg = m.PPOCRV5ServerRecConfig(head_out_channels=18385 if full else 97)
+
+    class Rec(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            net = m.PPOCRV5ServerRec(cfg)
             self.model, self.head = net.model, net.head
 
         def forward(self, x):
@@ -332,6 +350,9 @@ MODELS = [
           "neck (attention, LayerNorm, Swish MLP), CTC Linear + Softmax"),
     Model("ppocrv5_server_det", "PP-OCRv5 server det (PaddleX 3.7 modeling)", SEG, ocrv5_server_det, (128, 128),
           (640, 640), data=DET_DATA, note="PP-HGNetV2-B4, LKPAN intraclass blocks (1x7/7x1 convs), PFHeadLocal"),
+    Model("ppocrv5_server_rec", "PP-OCRv5 server rec (PaddleX 3.7 modeling)", "sequence", ocrv5_server_rec,
+          (48, 160), (48, 320), (False, True), data=REC_DATA, note="PP-HGNetV2-B4 with (2,1)/(1,2) downsampling "
+          "strides, AvgPool (3,2), SVTR neck, CTC Linear + Softmax", tol=1e-3),  # seeded B4: Paddle vs ort 1.8e-4
     Model("pp_lcnet_x1_0_doc_ori", "PP-LCNet_x1_0_doc_ori (PaddleX 3.7 modeling)", CLS, lcnet_cls(1.0, 4),
           (96, 96), (224, 224), (False, False), note="PP-LCNet x1.0, SE, 1280 1x1 head, 4 orientations, Softmax"),
     Model("pp_lcnet_x0_25_textline_ori", "PP-LCNet_x0_25_textline_ori (PaddleX 3.7 modeling)", CLS,
