@@ -36,6 +36,9 @@ class OutputKind:
     why: str = "no classifier or probability head found"
     #: the op whose data-dependent choice (TopK/ArgMax indices) the output depends on, or None
     selection: str | None = None
+    #: the op that samples data at computed positions the output depends on (GridSample), or None: float32
+    #: rounding of a position moves the value by the data's gradient there (see :data:`_RESAMPLING`)
+    resampling: str | None = None
 
 
 #: Ops that move or (de)quantize values without changing what they mean.
@@ -57,7 +60,8 @@ _AXIS_PRESERVING = frozenset({"Identity", "QuantizeLinear", "DequantizeLinear"})
 def output_kinds(model: ir.Model) -> dict[str, OutputKind]:
     """The :class:`OutputKind` of every graph output of ``model``."""
     kinds: dict[str, OutputKind] = {}
-    chosen = _selection_values(model)
+    chosen = _derived_values(model, _CHOOSING)
+    resampled = _derived_values(model, _RESAMPLING)
     for out in model.graph.outputs:
         value, moved = out, False
         node = value.producer()
@@ -66,21 +70,28 @@ def output_kinds(model: ir.Model) -> dict[str, OutputKind]:
             value = node.inputs[0]
             node = value.producer()
         kind = _kind_of(node, value, out, moved)
-        selection = chosen.get(id(out))
-        kinds[out.name or ""] = replace(kind, selection=selection) if selection else kind
+        kinds[out.name or ""] = replace(
+            kind, selection=chosen.get(id(out)), resampling=resampled.get(id(out))
+        )
     return kinds
 
 
 #: Ops whose outputs are data-dependent choices: indices of the largest values (an order among near-ties).
 _CHOOSING = {"TopK": 1, "ArgMax": 0, "ArgMin": 0}
+#: Ops whose output samples data at positions the graph computes: a rounding of a position moves the value by the
+#: data's gradient there, so on data with edges (a document's text) every float32 run is off float64 by far more
+#: than its positions are. UVDoc (PaddleX 3.7, seeded, BatchNorm from rendered documents, 96 x 64): its grid is
+#: 1.3e-5 to 2.3e-5 off float64 in onnxruntime's float32 run (of [-1, 1]: 4e-4 to 7e-4 of a pixel), its unwarped
+#: image 2.2e-4 to 5.8e-4 of the range, on every sample.
+_RESAMPLING = {"GridSample": 0}
 
 
-def _selection_values(model: ir.Model) -> dict[int, str]:
-    """id of every value computed from a choice of :data:`_CHOOSING` (e.g. boxes gathered at a TopK's indices:
-    a rounding that swaps two near-tied scores swaps whole rows) -> the choosing op."""
+def _derived_values(model: ir.Model, sources: Mapping[str, int]) -> dict[int, str]:
+    """id of every value computed from output ``sources[op]`` of an op of ``sources`` (e.g. boxes gathered at a
+    TopK's indices: a rounding that swaps two near-tied scores swaps whole rows) -> that op."""
     chosen: dict[int, str] = {}
     for node in model.graph:  # topological order
-        index = _CHOOSING.get(node.op_type)
+        index = sources.get(node.op_type)
         if index is not None and len(node.outputs) > index:
             chosen[id(node.outputs[index])] = node.op_type
         source = next((chosen[id(v)] for v in node.inputs if v is not None and id(v) in chosen), None)
@@ -283,6 +294,7 @@ def compare_outputs(
             "kind": kind.kind,
             "kind_reason": kind.why,
             **({"selection": kind.selection} if kind.selection else {}),
+            **({"resampling": kind.resampling} if kind.resampling else {}),
             "max_abs_error": worst,
             "mean_abs_error": float(err.mean()) if err.size else 0.0,
             "reference_range": value_range,
@@ -378,14 +390,24 @@ def judge_outputs(
                 near = host > ILL_CONDITIONED_FRACTION * stick.max_rel_error  # ill, or too near to judge by
                 if not passed and near.any():
                     entry["float64_reference"]["ill_conditioned_samples"] = int(near.sum())
-                if not passed and ill.any() and not ill.all():
-                    bound = np.where(ill, FLOAT32_FLOOR_FACTOR * host, stick.max_rel_error)
+                # An output resampled at computed positions (_RESAMPLING) is ill-conditioned by construction, not
+                # by its samples: every sample near the bar is held to the host's own distance, none needs to be
+                # well-conditioned (a wrong conversion moves the positions themselves: far beyond 16x rounding).
+                resampling = entry.get("resampling")
+                floored = near if resampling else ill
+                if not passed and floored.any() and (resampling or not floored.all()):
+                    bound = np.where(
+                        floored,
+                        np.maximum(FLOAT32_FLOOR_FACTOR * host, stick.max_rel_error),
+                        stick.max_rel_error,
+                    )
                     worst = float((per_sample / bound).max())
                     checks.pop()  # judged per sample instead (the line above is kept in the figures)
                     passed = check("max_rel_error_vs_float64_per_sample_bound", worst, 1.0, at_most=True)
                     why += (
-                        f"; on {int(ill.sum())} sample(s) where float32 itself is off float64, within "
+                        f"; on {int(floored.sum())} sample(s) where float32 itself is off float64, within "
                         f"{FLOAT32_FLOOR_FACTOR:g}x the host's own error"
+                        + (f" (a {resampling} output: positions rounded in float32)" if resampling else "")
                     )
         elif check("max_rel_error", entry["max_rel_error"], stick.resolution, at_most=True):
             passed, why = True, f"{stick.precision}: every error within the precision's step of the scale"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from edgekit.core.errors import TargetError
 from edgekit.core.model import load_model, load_proto
@@ -560,3 +561,96 @@ def test_mobilenet_v3_int8_tflite_judged_against_kernel_noise(mobilenet_v3, tmp_
         "top1_agreement_ties",
         "sqnr_db_vs_kernel_noise",
     )
+
+
+# --------------------------------------------------------------------------------------- resampled outputs
+UVDOC = Path(__file__).parent / "data" / "uvdoc_narrow.onnx"
+
+
+def _document_samples(count: int) -> list[dict[str, np.ndarray]]:
+    """Rendered text on photo crops, 96 x 64, ImageNet normalisation: UVDoc's input."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from zoo import zoo_data
+
+    data = {"type": "image", "color": "RGB", "scale": 1 / 255, "mean": [0.485, 0.456, 0.406],
+            "std": [0.229, 0.224, 0.225], "text": True}  # fmt: skip
+    entry = {"name": "uvdoc", "data": data, "inputs": [{"name": "x", "shape": [1, 3, 96, 64]}]}
+    x = zoo_data.make_arrays(entry, count, 3)["x"]
+    return [{"x": x[i : i + 1]} for i in range(count)]
+
+
+def _litert_image(path: Path, feeds: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(path / "model.tflite"))
+    interpreter.allocate_tensors()
+    (inp,), (out,) = interpreter.get_input_details(), interpreter.get_output_details()
+    results = []
+    for f in feeds:
+        nhwc = tuple(inp["shape"]) != f["x"].shape
+        interpreter.set_tensor(inp["index"], f["x"].transpose(0, 2, 3, 1).copy() if nhwc else f["x"])
+        interpreter.invoke()
+        y = interpreter.get_tensor(out["index"]).copy()
+        results.append(y.transpose(0, 3, 1, 2) if nhwc else y)
+    return results
+
+
+def _negate_last_conv(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy with output channel 0 of the last Conv's weight negated (paddle2onnx writes weights as Constant
+    nodes): the positions' x offset."""
+    bad = onnx.ModelProto()
+    bad.CopyFrom(proto)
+    weight = [n for n in bad.graph.node if n.op_type == "Conv"][-1].input[1]
+    node = next(n for n in bad.graph.node if n.op_type == "Constant" and n.output[0] == weight)
+    array = numpy_helper.to_array(node.attribute[0].t).copy()
+    array[0] = -array[0]
+    node.attribute[0].t.CopyFrom(numpy_helper.from_array(array))
+    return bad
+
+
+def test_a_gridsample_output_is_held_to_float32s_own_distance_on_every_sample(tmp_path: Path) -> None:
+    """UVDoc (PaddleX 3.7's modeling code at an eighth of the widths, seeded, BatchNorm from rendered documents,
+    paddle2onnx opset 16: ``benchmarks/zoo/probe_paddle3.py --only uvdoc_narrow``) unwarps its input with
+    GridSample at positions the network computes. A position's float32 rounding moves the sampled value by the
+    image's gradient there (a text edge: up to the range per pixel), so on documents every float32 run is near or
+    beyond 1e-4 of the range from float64 (onnxruntime 3e-5 to 1.9e-4; the full-width model 2.2e-4 to 5.8e-4 on
+    every sample) and the right .tflite was refused as ill-conditioned samples. A resampled output is judged per
+    sample against 16x the host's own distance; a wrong conversion (one weight channel negated) is still refused."""
+    from edgekit.core.exact import ExactRunner
+
+    proto = onnx.load(str(UVDOC))
+    model = load_model(UVDOC, {"x": (1, 3, 96, 64)})
+    samples = _document_samples(3)
+    bundle = get_target("arm-cpu").package(
+        model, tmp_path / "arm", PackageOptions(verify_samples=tuple(samples))
+    )
+    verification = read_bundle(bundle).manifest.verification
+    assert verification["passed"]
+    kinds = yardstick.output_kinds(model)
+    assert [k.resampling for k in kinds.values()] == ["GridSample"]
+    name = next(iter(kinds))
+    assert "GridSample output" in verification["outputs"][name]["yardstick"]
+    # the .tflite against the source model in float64, measured here: as near as onnxruntime's float32 run
+    exact = ExactRunner(proto)
+    session = ort.InferenceSession(str(UVDOC), providers=["CPUExecutionProvider"])
+    float64 = [exact.run({"x": s["x"].astype(np.float64)})[name] for s in samples]
+    host = [session.run(None, s)[0] for s in samples]
+    tflite = _litert_image(tmp_path / "arm", samples)
+    scale = float(np.ptp(np.stack(host)))
+    host_off = np.array([np.abs(h - e).max() for h, e in zip(host, float64, strict=True)]) / scale
+    tflite_off = np.array([np.abs(t - e).max() for t, e in zip(tflite, float64, strict=True)]) / scale
+    # float32 itself is near the bar on every sample: nothing is well-conditioned
+    assert (host_off > 2.5e-5).all()
+    assert (tflite_off <= 16 * np.maximum(host_off, 1e-4 / 16)).all() and tflite_off.max() < 1e-3
+    # a wrong conversion moves the positions: far beyond rounding, refused
+    bad = ort.InferenceSession(
+        _negate_last_conv(proto).SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    wrong = [{name: bad.run(None, s)[0]} for s in samples]
+    reference = [{name: h} for h in host]
+    figures = yardstick.compare_outputs(reference, wrong, kinds)
+    stick = yardstick.yardstick("fp32", 1e-4)
+    failures = yardstick.judge_outputs(figures, stick, reference, wrong, lambda: [{name: e} for e in float64])
+    assert failures and "per_sample_bound" in failures[0]
