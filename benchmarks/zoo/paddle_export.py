@@ -338,6 +338,25 @@ def real_cls_entry(folder: Path, source: Path | None) -> dict | None:
     }
 
 
+def export_each(models, export, out: Path, only: set[str] | None, width: int = 28) -> list[dict]:
+    """``export(model, opset)`` of every model of a probe at each of its ``opsets`` (``only``: names or
+    ``NAME_opN``), saying what each wrote; one that fails to export is said and skipped (a probe goes on)."""
+    entries = []
+    for m in models:
+        for op in m.opsets:
+            if only and m.name not in only and f"{m.name}_op{op}" not in only:
+                continue
+            try:
+                entry = export(m, op)
+            except Exception as exc:  # noqa: BLE001 - a probe: say what failed and go on
+                print(f"{m.name}_op{op}: EXPORT FAILED {type(exc).__name__}: {str(exc)[:400]}", flush=True)
+                continue
+            entries.append(entry)
+            size = (out / entry["file"]).stat().st_size / 1e6
+            print(f"{entry['name']:{width}s} {size:.2f} MB {entry['note'][-40:]} {entry['ops']}", flush=True)
+    return entries
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="full-size models into benchmarks/.zoo/")

@@ -448,19 +448,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     only = set(args.only.split(",")) if args.only else None
     photos = pe.zoo_data.bn_photos(None, pe.default_shared())
-    entries = []
-    for m in MODELS:
-        for op in m.opsets:
-            if only and m.name not in only and f"{m.name}_op{op}" not in only:
-                continue
-            try:
-                entry = export(m, op, args.out, photos, args.full)
-            except Exception as exc:  # noqa: BLE001 - a probe: say what failed and go on
-                print(f"{m.name}_op{op}: EXPORT FAILED {type(exc).__name__}: {str(exc)[:400]}", flush=True)
-                continue
-            entries.append(entry)
-            size = (args.out / entry["file"]).stat().st_size / 1e6
-            print(f"{entry['name']:36s} {size:.2f} MB {entry['note'][-40:]} {entry['ops']}", flush=True)
+    entries = pe.export_each(
+        MODELS, lambda m, op: export(m, op, args.out, photos, args.full), args.out, only, 36
+    )
     pe.zoo_data.merge_manifest(args.out, entries)
     return 0
 
