@@ -241,21 +241,30 @@ def _randomize_affine(model, seed: int) -> None:
             m.bias.set_value((0.1 * rng.standard_normal(m.bias.shape)).astype(np.float32))
 
 
-def paddle_to_onnx(model, path: Path, opset: int, shape=(None, 3, None, None), name: str = "x") -> None:
-    """paddle.jit.save with an InputSpec of ``shape`` (None: dynamic) named ``name``, then paddle2onnx at ``opset``."""
+def paddle_to_onnx(
+    model,
+    path: Path,
+    opset: int,
+    shape=(None, 3, None, None),
+    name: str = "x",
+    specs=None,
+    upgrade: bool = False,
+) -> None:
+    """paddle.jit.save with an InputSpec of ``shape`` (None: dynamic) named ``name`` (or the InputSpecs ``specs``),
+    then paddle2onnx at ``opset`` (``upgrade``: raised to what an op needs, as PaddleX's CLI runs it)."""
     import paddle
     import paddle2onnx
 
     with tempfile.TemporaryDirectory(prefix="paddle-export-") as tmp:
         prefix = str(Path(tmp, "inference"))
-        spec = paddle.static.InputSpec(list(shape), "float32", name)
-        paddle.jit.save(model, prefix, input_spec=[spec])
+        specs = specs or [paddle.static.InputSpec(list(shape), "float32", name)]
+        paddle.jit.save(model, prefix, input_spec=specs)
         program = prefix + (".json" if Path(prefix + ".json").exists() else ".pdmodel")
         data = paddle2onnx.export(
-            program, prefix + ".pdiparams", opset_version=opset, auto_upgrade_opset=False
+            program, prefix + ".pdiparams", opset_version=opset, auto_upgrade_opset=upgrade
         )
     if not data:
-        raise SystemExit(f"paddle2onnx failed on {path.name} (see its log above)")
+        raise RuntimeError(f"paddle2onnx failed on {path.name} (see its log above)")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
 

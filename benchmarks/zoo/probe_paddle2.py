@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -891,17 +890,7 @@ def export(m: Model, opset: int, out: Path, photos) -> dict:
             dyn = [None, shape[1], None, None]
         specs.append(paddle.static.InputSpec(dyn, "float32", n))
     path = out / f"{name}.onnx"
-    with tempfile.TemporaryDirectory(prefix="paddle-export-") as tmp:
-        prefix = str(Path(tmp, "inference"))
-        paddle.jit.save(model, prefix, input_spec=specs)
-        program = prefix + (".json" if Path(prefix + ".json").exists() else ".pdmodel")
-        data = paddle2onnx.export(
-            program, prefix + ".pdiparams", opset_version=opset, auto_upgrade_opset=False
-        )
-    if not data:
-        raise RuntimeError(f"paddle2onnx failed on {name}")
-    out.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
+    pe.paddle_to_onnx(model, path, opset, specs=specs)
     minus_one_dims(path)
     proto = onnx.load(str(path))
     onnx.checker.check_model(proto)

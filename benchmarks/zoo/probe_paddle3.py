@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -392,17 +391,7 @@ def export(m: Model, opset: int, out: Path, photos, full: bool) -> dict:
     model.eval()
     shape = [None, 3, None if m.dynamic[0] else hw[0], None if m.dynamic[1] else hw[1]]
     path = out / f"{name}.onnx"
-    with tempfile.TemporaryDirectory(prefix="paddle-export-") as tmp:
-        prefix = str(Path(tmp, "inference"))
-        paddle.jit.save(model, prefix, input_spec=[paddle.static.InputSpec(shape, "float32", "x")])
-        program = prefix + (".json" if Path(prefix + ".json").exists() else ".pdmodel")
-        data = paddle2onnx.export(
-            program, prefix + ".pdiparams", opset_version=opset, auto_upgrade_opset=True
-        )
-    if not data:
-        raise RuntimeError(f"paddle2onnx failed on {name}")
-    out.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
+    pe.paddle_to_onnx(model, path, opset, shape, upgrade=True)
     minus_one_dims(path)
     proto = onnx.load(str(path))
     real = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
