@@ -127,34 +127,30 @@ class IntelVpuTarget(Target):
         "bundles run on; today's Intel VPU is the NPU plugin: use --device-hint NPU"
     }
     options_type = IntelVpuOptions
-    #: the last form :meth:`_plugin_problems` checked (its sha256) and what it found
+    #: the last model :meth:`check` checked (its proto's sha256) and what it found
     _checked: tuple[bytes, list[Problem]] | None = None
 
     # ------------------------------------------------------------------------------------------ check
 
     def check(self, model: ir.Model) -> list[Problem]:
+        """Once per model: a deploy checks its model for the report's warnings, then :meth:`package` checks the
+        same model again (the check's child process runs OpenVINO's frontend and ``query_model``, which costs about
+        what compiling the model does: 3 s of NanoDet-Plus' 30)."""
+        proto = ir.to_proto(model)
+        key = hashlib.sha256(proto.SerializeToString()).digest()
+        if self._checked is not None and self._checked[0] == key:
+            return list(self._checked[1])
         problems = _static_input_problems(model)
-        form = for_openvino(ir.to_proto(model))
+        form = for_openvino(proto)
         problems += _activation_dtype_problems(form)
         if qdq_precision(model) == "int16x8":
             why = self.precisions["int16x8"]
             problems.append(Problem("error", "QuantizeLinear", None, f"int16 activations: {why}"))
-        if problems and any(p.severity == "error" for p in problems):
-            return problems
-        return problems + self._plugin_problems(model, form)
-
-    def _plugin_problems(self, model: ir.Model, form: onnx.ModelProto) -> list[Problem]:
-        """:func:`_openvino_problems` of ``form``, once per form: a deploy checks its model for the report's
-        warnings, then :meth:`package` checks the same model again (a child process running OpenVINO's frontend
-        and ``query_model``, which costs about what compiling the model does: 3 s of NanoDet-Plus' 30)."""
-        serialized = form.SerializeToString()
-        key = hashlib.sha256(serialized).digest()
-        if self._checked is None or self._checked[0] != key:
+        if not any(p.severity == "error" for p in problems):
             with tempfile.TemporaryDirectory(prefix="edgekit-ov-") as tmp:
-                path = Path(tmp) / "source.onnx"
-                path.write_bytes(serialized)
-                self._checked = (key, _openvino_problems(model, path))
-        return list(self._checked[1])
+                problems += _openvino_problems(model, _write_form(form, Path(tmp)))
+        self._checked = (key, problems)
+        return list(problems)
 
     # ---------------------------------------------------------------------------------------- package
 
