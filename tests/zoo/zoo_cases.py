@@ -506,11 +506,6 @@ def _onnx_runner(path: str, reference: str = "onnxruntime") -> tuple[Callable[[d
 
         runner = ExactRunner(proto) if reference == "exact" else HostRunner(proto)
         return (lambda feeds: runner.run(feeds)), outputs, {}
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     from edgekit.core import dynamic_quant
     from edgekit.core.model import float16_to_float32
 
@@ -522,8 +517,20 @@ def _onnx_runner(path: str, reference: str = "onnxruntime") -> tuple[Callable[[d
     # error; compute_figures reports that distance beside (``source_file_vs_reference``).
     if dynamic_quant.dequantize(proto) + float16_to_float32(proto):
         path = proto.SerializeToString()
-    session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    session = _ort_session(path)
     return (lambda feeds: dict(zip(outputs, session.run(outputs, feeds), strict=True))), outputs, {}
+
+
+def _ort_session(model: str | bytes, node_by_node: bool = True) -> Any:
+    """An onnxruntime CPU session of ``model`` (a path or bytes) on one thread; ``node_by_node``: no graph
+    optimizations (no fused kernels: each node's own semantics)."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    if node_by_node:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
 
 
 def _bundle_runner(folder: Path, onnx_shapes: Mapping[str, Sequence[int]]) -> Callable[[dict], dict]:
@@ -590,11 +597,7 @@ def _source_file_vs_reference(proto, kind: str, samples: list[dict], ref: Mappin
 
     if not dynamic_quant.has_dynamic_quantization(proto):
         return {}
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    session = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    session = _ort_session(proto.SerializeToString(), node_by_node=False)
     names, half = list(ref), {i.name for i in session.get_inputs() if i.type == "tensor(float16)"}
     feeds = [{k: v.astype(np.float16) if k in half else v for k, v in s.items()} for s in samples]
     runs = [dict(zip(names, session.run(names, f), strict=True)) for f in feeds]
