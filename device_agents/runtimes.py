@@ -257,17 +257,16 @@ def _load_nnapi(load_delegate: Any, options: Any = None) -> Any:
     )
 
 
-def openvino_cpu_config(
-    config: dict[str, Any], threads: int | None = None, streams: int = 1
-) -> dict[str, Any]:
-    """``config`` for a compile on OpenVINO's CPU plugin with ``threads`` (None: the plugin's default, one per core
-    this process may run on) shared by ``streams``. With one thread a stream, snippets off: OpenVINO 2026.4's CPU
-    snippets (its fused Subgraph kernels) compute wrong values there on an int8 DistilBERT IR and its QDQ model
-    (every logit the same; ``SNIPPETS_MODE`` ``DISABLE`` gives the values of two threads a stream,
-    tests/targets/test_openvino_one_thread.py), and a host or device with one core runs on one thread whatever
-    is asked."""
+def openvino_cpu_config(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` for a compile on OpenVINO's CPU plugin: its ``INFERENCE_NUM_THREADS`` (absent or 0: the plugin's
+    default, one per core this process may run on) shared by its ``NUM_STREAMS``. With one thread a stream,
+    snippets off: OpenVINO 2026.4's CPU snippets (its fused Subgraph kernels) compute wrong values there on an int8
+    DistilBERT IR and its QDQ model (every logit the same; ``SNIPPETS_MODE`` ``DISABLE`` gives the values of two
+    threads a stream, tests/targets/test_openvino_one_thread.py), and a host or device with one core runs on one
+    thread whatever is asked."""
     available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if min(int(threads or available), available) // max(1, streams) <= 1 and "SNIPPETS_MODE" not in config:
+    threads = min(int(config.get("INFERENCE_NUM_THREADS") or available), available)
+    if threads // max(1, int(config.get("NUM_STREAMS", 1))) <= 1 and "SNIPPETS_MODE" not in config:
         return {**config, "SNIPPETS_MODE": "DISABLE"}
     return config
 
@@ -292,7 +291,7 @@ class OpenVINORunner(Runner):
         config: dict[str, Any] = {}
         if device == "CPU":
             config = openvino_cpu_config(
-                {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32"}, threads
+                {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32"}
             )
         try:
             if compiled is not None and device != "CPU":

@@ -79,9 +79,7 @@ def _compile(path: str, config: Mapping[str, str]) -> Any:
     from edgekit.device_agents.runtimes import openvino_cpu_config
 
     core = _core()
-    threads, streams = config.get("INFERENCE_NUM_THREADS"), int(config.get("NUM_STREAMS", 1))
-    config = openvino_cpu_config(dict(config), int(threads) if threads else None, streams)
-    return core.compile_model(stable_top_k(core.read_model(path)), "CPU", config)
+    return core.compile_model(stable_top_k(core.read_model(path)), "CPU", openvino_cpu_config(dict(config)))
 
 
 def local_parallelism() -> int:

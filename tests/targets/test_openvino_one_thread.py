@@ -46,9 +46,11 @@ def test_the_host_runner_with_a_thread_a_stream_runs_the_qdq_model_as_on_two_thr
 
 def test_snippets_are_off_exactly_where_a_run_has_one_thread():
     config = {"INFERENCE_PRECISION_HINT": "f32"}
-    assert openvino_cpu_config(config, 1) == {**config, "SNIPPETS_MODE": "DISABLE"}
-    assert openvino_cpu_config({**config, "SNIPPETS_MODE": "ENABLE"}, 1)["SNIPPETS_MODE"] == "ENABLE"
+    one, two = {**config, "INFERENCE_NUM_THREADS": 1}, {**config, "INFERENCE_NUM_THREADS": "2"}
+    assert openvino_cpu_config(one) == {**one, "SNIPPETS_MODE": "DISABLE"}
+    assert openvino_cpu_config({**one, "SNIPPETS_MODE": "ENABLE"})["SNIPPETS_MODE"] == "ENABLE"
     available = len(os.sched_getaffinity(0))
-    assert (openvino_cpu_config(config, 2) == config) == (available > 1)
+    assert (openvino_cpu_config(two) == two) == (available > 1)
     assert (openvino_cpu_config(config) == config) == (available > 1)
-    assert (openvino_cpu_config(config, None, 2) == config) == (available > 3)
+    streams = {**config, "NUM_STREAMS": "2"}
+    assert (openvino_cpu_config(streams) == streams) == (available > 3)
