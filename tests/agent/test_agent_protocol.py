@@ -103,7 +103,10 @@ def mutated_stream(draw: st.DrawFn) -> tuple[bytes, list[Frame]]:
         if kind == "flip":
             raw[pos] ^= 1 << draw(st.integers(0, 7))
         elif kind == "insert":
-            raw[pos:pos] = draw(st.binary(min_size=1, max_size=8))
+            inserted = draw(st.binary(min_size=1, max_size=8))
+            raw[pos:pos] = inserted
+            if pos == 1 and inserted.endswith(MAGIC[:1]):
+                intact.append(f)  # junk, then the whole frame again: the magic's first byte starts it anew
         elif kind == "delete":
             del raw[pos : pos + draw(st.integers(1, 8))]
         elif kind == "truncate":
