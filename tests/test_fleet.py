@@ -73,31 +73,29 @@ def wait_serving(agent) -> None:
     time.sleep(1.0)
 
 
-def killer(agent, after: int, sig: int = signal.SIGKILL):
-    """A progress callback that sends ``sig`` to ``agent`` once ``after`` shards are merged and it serves."""
+def at_shard(n: int, action):
+    """A progress callback that calls ``action()`` once ``n`` shards are merged (shards are made as results are
+    merged, a window per device: while it runs, the devices only finish the shards already made)."""
 
     def track(items, description, total):
         for i, item in enumerate(items, 1):
             yield item
-            if i == after:
-                wait_serving(agent)
-                agent.proc.send_signal(sig)
+            if i == n:
+                action()
 
     return track
+
+
+def killer(agent, after: int, sig: int = signal.SIGKILL):
+    """A progress callback that sends ``sig`` to ``agent`` once ``after`` shards are merged and it serves."""
+    return at_shard(after, lambda: (wait_serving(agent), agent.proc.send_signal(sig)))
 
 
 def waiting_for(agent):
-    """A progress callback that, once the first shard is merged, waits until ``agent`` serves: shards are made as
-    results are merged (a window per device), so the other device cannot run them all before this one is set
-    up (under load it did: 360 samples to one agent, 0 to the other)."""
-
-    def track(items, description, total):
-        for i, item in enumerate(items, 1):
-            yield item
-            if i == 1:
-                wait_serving(agent)
-
-    return track
+    """A progress callback that, once the first shard is merged, waits until ``agent`` serves, so the other device
+    cannot run every shard before this one is set up (under load it did: 360 samples to one agent, 0 to the
+    other)."""
+    return at_shard(1, lambda: wait_serving(agent))
 
 
 def test_two_agents_share_the_shards_and_equal_one_agent(setup, agents):
