@@ -232,6 +232,15 @@ def _dynamic_quantize_lstm(g: _Graph, node: onnx.NodeProto) -> None:
     g.nodes.append(helper.make_node("LSTM", inputs, list(node.output), name=node.name, **attrs))
 
 
+def _unpacked(packed: np.ndarray, bits: int) -> np.ndarray:
+    """uint8 bytes holding 8 / bits values each along the last axis, the first in the lowest bits."""
+    if bits == 8:
+        return packed
+    per = 8 // bits
+    parts = [(packed >> (bits * i)) & ((1 << bits) - 1) for i in range(per)]
+    return np.stack(parts, axis=-1).reshape(*packed.shape[:-1], packed.shape[-1] * per)
+
+
 @_rewrite("MatMulNBits")
 def _matmul_nbits(g: _Graph, node: onnx.NodeProto) -> None:
     """com.microsoft MatMulNBits (blockwise 4- or 8-bit weights, onnxruntime's ``MatMulNBitsQuantizer``, the
@@ -244,17 +253,15 @@ def _matmul_nbits(g: _Graph, node: onnx.NodeProto) -> None:
         raise ModelError(f"MatMulNBits node {node.name!r}: {bits}-bit weights (4 and 8 are read)")
     blocks = -(-k // block)
     packed = g.constant(node, 1, "weight").reshape(n, blocks, -1)
-    q = np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(n, blocks, block) if bits == 4 else packed
+    q = _unpacked(packed, bits)
     scale = g.constant(node, 2, "weight scale").astype(np.float32).reshape(n, blocks)
     zero: np.ndarray | float = float(1 << (bits - 1))
     if len(node.input) > 3 and node.input[3]:
         z = g.constant(node, 3, "weight zero point")
         if z.dtype != np.uint8:
             zero = z.astype(np.float32).reshape(n, blocks)
-        elif bits == 4:
-            zero = np.stack([z.reshape(n, -1) & 0x0F, z.reshape(n, -1) >> 4], -1).reshape(n, -1)[:, :blocks]
         else:
-            zero = z.reshape(n, blocks)
+            zero = _unpacked(z.reshape(n, -1), bits)[:, :blocks]
         zero = np.asarray(zero, np.float32)[..., None]
     if len(node.input) > 4 and node.input[4]:
         g_idx = g.constant(node, 4, "g_idx")
@@ -293,15 +300,6 @@ def _matmul_bnb4(g: _Graph, node: onnx.NodeProto) -> None:
     values = BNB4_CODES[kind].astype(np.float32)[codes] * np.repeat(absmax.astype(np.float32), block)[: n * k]
     weight = values.astype(absmax.dtype).reshape(n, k)  # the type of A, which float16 loading widens
     _matmul_bias(g, node, node.input[0], g.const(node.input[1], np.ascontiguousarray(weight.T)), 3)
-
-
-def _unpacked(packed: np.ndarray, bits: int) -> np.ndarray:
-    """uint8 bytes holding 8 / bits values each along the last axis, the first in the lowest bits."""
-    if bits == 8:
-        return packed
-    per = 8 // bits
-    parts = [(packed >> (bits * i)) & ((1 << bits) - 1) for i in range(per)]
-    return np.stack(parts, axis=-1).reshape(*packed.shape[:-1], packed.shape[-1] * per)
 
 
 @_rewrite("GatherBlockQuantized")
