@@ -3,6 +3,8 @@
     nice -n 5 python benchmarks/recipe_survey.py --workers 1 --json survey.json
     python benchmarks/recipe_survey.py --only mobilenet_v2,bert_tiny_op13 --cases "arm-cpu w4,nnapi w8"
     python benchmarks/recipe_survey.py --search-only ultraface_slim,yunet --sweep-models mnist8,kws_gru
+    python benchmarks/recipe_survey.py --manifest benchmarks/.zoo/probe12r/zoo.json --no-shared --no-search
+    # (--manifest: a probe round's zoo.json, read by benchmarks/zoo.py's reader, as zoo.py --manifest takes it)
 
 Per model (the reduced zoo of tests/zoo/models, plus the real models of ../shared unless --no-shared), each
 case is one real ``edgekit deploy`` subprocess:

@@ -74,8 +74,9 @@ class Kernel:
     #: The kernel takes a fused activation.
     fused_activation: bool = False
     #: The general int8 path rescales each input by its scale / twice the larger input scale (float32) and the
-    #: sum by that / (2^20 x output scale): QuantizeMultiplierSmallerThanOneExp aborts (TFLITE_CHECK, no message)
-    #: unless each is a positive normal float below 1 (:func:`rescaled_inputs_fit`). Else the op stays float.
+    #: sum by that / (2^20 x output scale), the general int16 path (``pot_scale_int16`` false) by that / (2^15 x
+    #: output scale): QuantizeMultiplierSmallerThanOneExp aborts (TFLITE_CHECK, no message) unless each is a
+    #: positive normal float below 1 (:func:`rescaled_inputs_fit`). Else the op stays float.
     rescales_inputs: bool = False
     #: The ONNX op whose 256-entry table (``edgekit.core.lut``) the converter writes instead of this kernel
     #: between a DEQUANTIZE and a QUANTIZE: the kernel rounds some levels differently from DQ -> op -> Q (with
@@ -106,7 +107,7 @@ _SAME_ASSUMED = (
 _ZP0 = "input and output zero points 0"
 _RESCALES = (
     "own scales; input scale / (2 x the larger input scale) a normal float32 and (2 x the larger input scale) / "
-    "(2^20 x output scale) below 1 (Prepare: QuantizeMultiplierSmallerThanOneExp aborts otherwise)"
+    "(2^20 x output scale; int16: 2^15) below 1 (Prepare: QuantizeMultiplierSmallerThanOneExp aborts otherwise)"
 )
 _CONV16 = (
     "input and output zero points 0; filter int8 symmetric; bias int64 (or int32) with scale input x filter "
@@ -305,15 +306,22 @@ TFLITE_KERNELS: dict[str, Kernel] = {
 }
 
 
-def rescaled_inputs_fit(input_scales: list[float], output_scale: float) -> bool:
-    """Whether a ``rescales_inputs`` kernel (ADD, SUB) can take these int8 scales: its multipliers, computed in
-    float32 as add.cc does, are positive normal floats below 1 (e.g. an attention mask quantized at scale 1e36
-    beside scores at 0.01 gives an input multiplier of 5e-39, flushed to 0: LiteRT aborts in Prepare)."""
+#: add.cc's ``left_shift`` of the general path: the inputs are shifted left by it before they are rescaled.
+RESCALE_LEFT_SHIFT = {"int8": 20, "int16": 15}
+
+
+def rescaled_inputs_fit(input_scales: list[float], output_scale: float, activations: str = "int8") -> bool:
+    """Whether a ``rescales_inputs`` kernel (ADD, SUB) can take these ``activations`` (int8 or int16) scales: its
+    multipliers, computed in float32 as add.cc does, are positive normal floats below 1 (e.g. an attention mask
+    quantized at scale 1e36 beside scores at 0.01 gives an input multiplier of 5e-39, flushed to 0; an int16
+    all-zero bias at scale 1.0 added to an output at scale 1.7e-5 gives an output multiplier of 3.6: LiteRT
+    aborts in Prepare)."""
     scales = np.asarray(input_scales, np.float32)
+    shift = RESCALE_LEFT_SHIFT[activations]
     with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
         twice_max = np.float32(2) * scales.max()
         multipliers = scales / twice_max
-        out = np.float64(twice_max) / (2.0**20 * np.float64(np.float32(output_scale)))
+        out = np.float64(twice_max) / (2.0**shift * np.float64(np.float32(output_scale)))
     tiny = np.finfo(np.float32).tiny
     return bool(
         np.isfinite(twice_max) and np.all(multipliers >= tiny) and np.all(multipliers < 1) and 0 < out < 1

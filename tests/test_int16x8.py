@@ -200,3 +200,37 @@ def test_without_onnxruntime_the_host_says_so_and_the_search_restores_float(int1
     with pytest.raises(ModelError, match="pip install onnxruntime"):
         HostRunner(int16_model)
     assert [r.name for r in available_restores(get_target("arm-cpu"))] == ["float"]
+
+
+def test_an_int16x8_pool_that_counts_its_padding_runs_on_the_host_and_packages(tmp_path):
+    """The host runs a 16-bit QDQ model on onnxruntime, which has no int16 Pad; the form that pads the integer
+    tensor before an AveragePool with count_include_pad (``qdq_forms.pad_before_dequantize``, for OpenVINO) made
+    such a model unloadable there: torchvision's Inception-v3 to arm-cpu int16x8 was refused with "onnxruntime
+    cannot load the model: ... Pad(21)" (probe 12r). It runs as written: the host equals onnxruntime, and the
+    bundle is verified."""
+    rng = np.random.default_rng(0)
+    conv_w = numpy_helper.from_array(rng.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32), "w")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node(
+            "AveragePool", ["c"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1
+        ),
+    ]
+    graph = helper.make_graph(
+        nodes, "pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [conv_w],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    samples = [
+        Sample({"x": rng.normal(0, 1, (1, 3, 8, 8)).astype(np.float32)}, None, str(i)) for i in range(4)
+    ]
+    options = QuantizeOptions(samples=4, precision="int16x8", float_output_heads=False)
+    qdq = quantize(load_proto(model), samples, options).proto()
+    feeds = {"x": rng.normal(0, 1, (1, 3, 8, 8)).astype(np.float32)}
+    (expected,) = _session(qdq).run(None, feeds)
+    for exact in (True, False):
+        (actual,) = HostRunner(qdq, exact_qdq=exact).run(feeds).values()
+        np.testing.assert_array_equal(actual, expected)
+    path = get_target("arm-cpu").package(load_proto(qdq), tmp_path / "bundle", PackageOptions())
+    verification = json.loads((path / "manifest.json").read_text())["verification"]
+    assert verification["precision"] == "int16x8" and verification["passed"]

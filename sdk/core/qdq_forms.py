@@ -106,11 +106,13 @@ def pad_before_dequantize(proto: onnx.ModelProto) -> onnx.ModelProto:
     OpenVINO 2026.4 pads a dequantized tensor with the integer 0 instead of its zero point (its low-precision
     transformations move the dequantization below the padding), which put such a pool off by zero point x scale
     at the borders. ``proto`` itself when there is no such pool. Constant Pads with a non-zero value go the same
-    way (:func:`_constant_pads_in_integers`).
+    way (:func:`_constant_pads_in_integers`). A 16-bit tensor is left alone: 16-bit QDQ models run on onnxruntime
+    (OpenVINO strips their QDQ), which has no int16 Pad (Inception-v3 in int16x8 did not load there).
     """
     proto = _constant_pads_in_integers(proto)
     producers = {name: n for n in proto.graph.node for name in n.output}
     sizes = {t.name: int(np.prod(t.dims)) for t in proto.graph.initializer}
+    inits = {t.name: t for t in proto.graph.initializer}
     found = []
     for n in proto.graph.node:
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
@@ -124,6 +126,7 @@ def pad_before_dequantize(proto: onnx.ModelProto) -> onnx.ModelProto:
             or sizes.get(dq.input[1]) != 1
             or (len(dq.input) > 2 and dq.input[2] and sizes.get(dq.input[2]) != 1)
             or attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET")
+            or _sixteen_bit(dq, inits)
         ):
             continue
         found.append((n, dq, pads, attrs))
@@ -166,6 +169,15 @@ def pad_before_dequantize(proto: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
+_SIXTEEN_BIT = frozenset({onnx.TensorProto.INT16, onnx.TensorProto.UINT16})
+
+
+def _sixteen_bit(dq: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto]) -> bool:
+    """A DequantizeLinear of 16-bit integers (its zero point's type; the data's when it is a constant)."""
+    tensor = inits.get(dq.input[2]) if len(dq.input) > 2 and dq.input[2] else inits.get(dq.input[0])
+    return tensor is not None and tensor.data_type in _SIXTEEN_BIT
+
+
 def _constant_pads_in_integers(proto: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of ``proto`` where each constant-mode Pad with a non-zero constant ``v`` between a per-tensor
     DequantizeLinear and QuantizeLinears of the same grid pads the integer tensor with ``v``'s integer (what the
@@ -191,6 +203,8 @@ def _constant_pads_in_integers(proto: onnx.ModelProto) -> onnx.ModelProto:
         v = onnx.numpy_helper.to_array(value).astype(np.float32).reshape(-1)
         grid, users = _per_tensor_grid(dq, inits), readers.get(n.output[0], [])
         if v.size != 1 or v[0] == 0 or grid is None or not np.isfinite(v[0]) or not users:
+            continue
+        if _sixteen_bit(dq, inits):  # onnxruntime, where 16-bit QDQ runs, has no int16 Pad
             continue
         if any(u.op_type != "QuantizeLinear" or _per_tensor_grid(u, inits) != grid for u in users):
             continue

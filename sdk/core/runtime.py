@@ -49,8 +49,16 @@ T = TypeVar("T")
 #: OpenVINO's CPU plugin runs bf16 on capable CPUs unless told otherwise (results drift by ~1e-3). It also pins
 #: its threads to cores by default, each process alike: two processes (the accuracy search's pool workers, a
 #: compile beside them) then share one core at half speed each (MobileNetV2 fp32, two one-thread processes on two
-#: cores: 11.1 ms an inference pinned, 5.6 unpinned, 5.4 alone; docs/benchmarks.md, stop 25).
-F32_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY", "ENABLE_CPU_PINNING": False}
+#: cores: 11.1 ms an inference pinned, 5.6 unpinned, 5.4 alone; docs/benchmarks.md, stop 25). And it quantizes the
+#: input of a MatMul with compressed (int8/int4) weights to int8 on the fly, in groups of 32: a weight-only ViT
+#: came out 3e-3 to 1.2e-2 of its output range off the model's values (onnxruntime without optimizations: 1e-5 to
+#: 3e-5 with the groups off), and a .tflite computing them exactly failed verification against it (probe 12r).
+F32_CONFIG = {
+    "INFERENCE_PRECISION_HINT": "f32",
+    "PERFORMANCE_HINT": "LATENCY",
+    "ENABLE_CPU_PINNING": False,
+    "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0,
+}
 
 
 def _core():

@@ -262,15 +262,16 @@ def _quantize_kernels(graph: Graph, per_tensor_weights: frozenset[str]) -> Graph
 
 
 def _scales_fit(graph: Graph, op: Op, inputs: list[Tensor | None], qouts: list[Tensor], wide: bool) -> bool:
-    """Whether the int8 kernel can take these scales (``Kernel.rescales_inputs``); if not, the op stays float
-    between its DEQUANTIZEs and QUANTIZE (the QDQ model's arithmetic) and a note says why."""
-    if wide or op.code not in _RESCALES_INPUTS:
+    """Whether the int8 (``wide``: int16) kernel can take these scales (``Kernel.rescales_inputs``); if not, the
+    op stays float between its DEQUANTIZEs and QUANTIZE (the QDQ model's arithmetic) and a note says why."""
+    if op.code not in _RESCALES_INPUTS:
         return True
+    activations = "int16" if wide else "int8"
     scales = [float(t.quant.scale[0]) for t in inputs if t is not None and t.quant is not None]
-    if rescaled_inputs_fit(scales, float(qouts[0].quant.scale[0])):
+    if rescaled_inputs_fit(scales, float(qouts[0].quant.scale[0]), activations):
         return True
     graph.notes.append(
-        f"{op.code} ({op.origin}) stays float: its int8 kernel cannot rescale input scales "
+        f"{op.code} ({op.origin}) stays float: its {activations} kernel cannot rescale input scales "
         f"{', '.join(f'{s:.4g}' for s in scales)} to output scale {float(qouts[0].quant.scale[0]):.4g}"
     )
     return False

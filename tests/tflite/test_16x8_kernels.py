@@ -294,3 +294,27 @@ def test_hard_sigmoid_runs_as_16x8_mul_and_add() -> None:
         feeds = random_feeds(model, seed, -3.0, 3.0)
         (actual,), (expected,) = run_tflite_isolated(result, feeds), run_onnx(qdq, feeds)
         assert_within_one_step(actual, expected, 2 * output_steps(qdq)[0], fraction=1.0)
+
+
+def test_a_16x8_add_whose_scales_overflow_add_cc_multiplier_stays_float() -> None:
+    """add.cc's general 16x8 path shifts its inputs left by 15 (int8: 20), so (2 x the larger input scale) /
+    (2^15 x output scale) must stay below 1. An all-zero bias (a quantize_dynamic BERT's projections, MatMul then
+    Mul by the weight scale then Add of the bias) is quantized at scale 1.0 beside a sum at ~1e-5: that multiplier
+    is ~6 and LiteRT aborted in Prepare (SIGABRT, no message; probe 12r, p_bert_dynq arm-cpu int16x8). That ADD
+    stays float between DEQUANTIZE and QUANTIZE, with the reason, and the .tflite matches the QDQ model."""
+    assert not rules.rescaled_inputs_fit([1.0, 1.68e-5], 1.68e-5, "int16")
+    assert rules.rescaled_inputs_fit([1.0, 1.68e-5], 1.68e-5, "int8")  # 2 / (2^20 x 1.68e-5) = 0.11
+    assert rules.rescaled_inputs_fit([2e-5, 3e-5], 4e-5, "int16")
+    inits = {"s": np.array(0.25, np.float32), "bias": np.zeros(8, np.float32)}
+    nodes = [node("Mul", ["x", "x2"], "p"), node("Mul", ["p", "s"], "q"), node("Add", ["q", "bias"], "y")]
+    model = make_model(nodes, {"x": (1, 4, 8), "x2": (1, 4, 8)}, ["y"], inits)
+    calib = [random_feeds(model, seed, -1.0, 1.0) for seed in range(4)]
+    qdq = _quantize16(model, calib, precision="int16x8")
+    result = convert_proto(qdq, ConvertOptions(target="test"))
+    for seed in (100, 101):
+        feeds = random_feeds(model, seed, -1.0, 1.0)
+        (actual,), (expected,) = run_tflite_isolated(result, feeds), run_onnx(qdq, feeds)
+        assert_within_one_step(actual, expected, 2 * output_steps(qdq)[0], fraction=1.0)
+    assert any(n.startswith("ADD") and "its int16 kernel cannot rescale" in n for n in result.notes), (
+        result.notes
+    )
