@@ -212,7 +212,7 @@ TFLITE_KERNELS: dict[str, Kernel] = {
         checks=_SAME_ASSUMED,
         int16=_ZP0,
     ),
-    "GATHER": Kernel("gather.cc", same_scale=True, checks=_SAME_ASSUMED, int16=_ZP0),
+    "GATHER": Kernel("gather.cc", same_scale=True, sink_dequantize=True, checks=_SAME_ASSUMED, int16=_ZP0),
     "SLICE": Kernel("slice.cc", same_scale=True, checks=_SAME_ASSUMED, int16=_ZP0),
     "STRIDED_SLICE": Kernel("strided_slice.cc", same_scale=True, checks=_SAME_ASSUMED, int16=_ZP0),
     "SPLIT": Kernel("split.cc", same_scale=True, checks=_SAME_ASSUMED),

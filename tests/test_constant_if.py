@@ -183,3 +183,46 @@ def test_an_if_of_plain_branches_on_a_run_time_value_deploys_as_a_select(tmp_pat
         got = run_tflite_file(tflite, {"x": x})["score"]
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
     assert taken == {True, False}
+
+
+def _torchvision_nms_tail(path: Path) -> None:
+    """The post-processing torchvision's detectors export (SSD, RetinaNet, FCOS, Faster R-CNN): score
+    threshold, TopK, ``batched_nms`` (scripted while tracing: ``If(boxes.numel() == 0)``, an empty [0] tensor
+    in one branch and NonMaxSuppression's kept indices in the other), the kept boxes and scores."""
+    torch = pytest.importorskip("torch")
+    ops = pytest.importorskip("torchvision.ops")
+
+    class Tail(torch.nn.Module):
+        def forward(self, boxes, scores):
+            scores, labels = scores[0].max(dim=1)
+            keep = torch.where(scores > 0.2)[0]
+            boxes, scores, labels = boxes[0][keep], scores[keep], labels[keep]
+            kept = ops.batched_nms(boxes, scores, labels, 0.5)[:10]
+            return boxes[kept], scores[kept]
+
+    xy = torch.rand(1, 32, 2) * 48
+    boxes, scores = torch.cat([xy, xy + 16], dim=2), torch.rand(1, 32, 3)
+    torch.onnx.export(Tail(), (boxes, scores), str(path), input_names=["boxes", "scores"],
+                      output_names=["kept_boxes", "kept_scores"], opset_version=17, dynamo=False)  # fmt: skip
+
+
+@pytest.mark.parametrize("target", ["arm-cpu", "intel-vpu"])
+def test_torchvision_batched_nms_if_is_declined_in_one_line(tmp_path, capsys, target):
+    """torchvision's ``batched_nms`` If has a static empty branch and a data-dependent one: the If selection
+    crashed on the other branch's symbolic shape ("SelectIfPass failed: ValueError: Cannot convert the shape");
+    now a typed refusal naming the NMS and the export that deploys."""
+    path = tmp_path / "nms_tail.onnx"
+    _torchvision_nms_tail(path)
+    assert any(n.op_type == "If" for n in onnx.load(str(path)).graph.node)
+    try:
+        run_app(app, ["deploy", str(path), "-t", target, "-o", str(tmp_path / "out"), "--precision", "fp32"])
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith("error: If node") and "control flow" in err[0], err
+    assert "the graph runs NonMaxSuppression" in err[0] and "torchvision: its backbone and head" in err[0], (
+        err
+    )
+    assert "SelectIfPass" not in err[0] and "ValueError" not in err[0], err

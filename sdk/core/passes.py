@@ -425,7 +425,9 @@ def _selectable(node: ir.Node, then_branch: ir.Graph, else_branch: ir.Graph) -> 
     for a, b in zip(then_branch.outputs, else_branch.outputs, strict=True):
         if a.type is None or a.type != b.type or a.shape is None or b.shape is None:
             return False
-        if not is_static(a.shape) or a.shape.numpy() != b.shape.numpy() or len(a.shape) < len(cond.shape):
+        if not (is_static(a.shape) and is_static(b.shape)):  # a data-dependent branch (e.g. NMS's kept boxes)
+            return False
+        if a.shape.numpy() != b.shape.numpy() or len(a.shape) < len(cond.shape):
             return False
     return True
 

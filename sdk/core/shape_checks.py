@@ -101,13 +101,21 @@ def _nms_hint(graph: ir.Graph) -> str:
     threshold, NonMaxSuppression; PaddleDetection's multiclass_nms3, which paddle2onnx writes as
     NonMaxSuppression, Gather and TopK) keeps a number of boxes known only at run time: say so, and how it
     deploys."""
-    nms = next((n for n in graph if n.op_type == "NonMaxSuppression" and n.domain in ("", "ai.onnx")), None)
+    nms = next(
+        (
+            n
+            for n in ir.traversal.RecursiveGraphIterator(graph)  # torchvision's batched_nms runs it in an If
+            if n.op_type == "NonMaxSuppression" and n.domain in ("", "ai.onnx")
+        ),
+        None,
+    )
     if nms is None:
         return ""
     return (
         f"; the graph runs NonMaxSuppression ({nms.name!r}), whose number of boxes depends on the scores: "
         "export the detector without NMS (ultralytics: without nms=True; PaddleDetection: export_model.py -o "
-        "export.nms=False) and run NMS on its output"
+        "export.nms=False; torchvision: its backbone and head, without the transform and postprocess) and run "
+        "NMS on its output"
     )
 
 
@@ -117,10 +125,15 @@ class DeclineControlFlowPass(ir.passes.InPlacePass):
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         for node in model.graph:
             if node.op_type in CONTROL_FLOW and node.domain in ("", "ai.onnx"):
+                nms = _nms_hint(model.graph)
                 raise ModelError(
                     f"{node.op_type} node {node.name!r}: control flow ({'/'.join(CONTROL_FLOW)}) is not supported "
-                    "by any target; export the model with the loop unrolled or the branch chosen"
-                    + _condition_inputs(node)
+                    "by any target"
+                    + (
+                        nms
+                        or "; export the model with the loop unrolled or the branch chosen"
+                        + _condition_inputs(node)
+                    )
                 )
         return ir.passes.PassResult(model, False)
 

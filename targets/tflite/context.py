@@ -117,9 +117,13 @@ class Context:
         perm: Sequence[int] | None = None,
         dtype: type | None = None,
         insert_axis: int | None = None,
+        shape: Sequence[int] | None = None,
     ) -> Tensor:
         """A constant tensor of ``value`` (a unit dim inserted at ``insert_axis``, then transposed by
-        ``perm``), keeping integer weights from a DequantizeLinear."""
+        ``perm``, then reshaped to ``shape`` merging axes after the per-channel one), keeping integer weights
+        from a DequantizeLinear."""
+        if shape is not None:
+            return self._reshaped_weight(value, perm, tuple(int(d) for d in shape))
         array = self.require_const(value, f"input {value.name!r}")
         if insert_axis is not None:
             array = np.expand_dims(array, insert_axis)
@@ -144,6 +148,21 @@ class Context:
             axis = axis if perm is None else list(perm).index(axis)
             tensor.qdata = np.asarray(qdata if perm is None else np.transpose(qdata, perm), order="C")
             tensor.qparams = Quant(quant.scale, quant.zero_point, axis, quant.block_size)
+        return tensor
+
+    def _reshaped_weight(self, value: ir.Value, perm: Sequence[int] | None, shape: tuple[int, ...]) -> Tensor:
+        moved = self.weight(value, perm)
+        quant = moved.qparams
+        if quant is not None and not (
+            quant.axis < len(shape)
+            and shape[quant.axis] == moved.shape[quant.axis]
+            and shape[: quant.axis] == tuple(moved.shape[: quant.axis])
+        ):
+            raise self.error(f"per-channel weights {moved.shape} cannot be reshaped to {shape}")
+        tensor = self.graph.const(value.name, np.reshape(moved.data, shape))
+        if quant is not None:
+            tensor.qdata = np.ascontiguousarray(np.reshape(moved.qdata, shape))
+            tensor.qparams = quant
         return tensor
 
     def bind(self, value: ir.Value, tensor: Tensor) -> None:

@@ -118,8 +118,79 @@ def conv(
     elif len(x_shape) == 4:
         y = _conv2d(ctx, x, x_shape, w_value, b_value, y_shape, auto_pad, dilations, group, pads, strides)
         ctx.transpose(y, NHWC_TO_NCHW, out=ctx.output(y_value))
+    elif len(x_shape) == 5:
+        y = _conv3d(ctx, x, x_shape, w_value, b_value, y_shape, auto_pad, dilations, group, pads, strides)
+        ctx.transpose(y, (0, 4, 1, 2, 3), out=ctx.output(y_value))
     else:
-        raise ctx.error(f"only 1-D and 2-D convolutions are supported (input rank {len(x_shape)})")
+        raise ctx.error(f"only 1-D, 2-D and 3-D convolutions are supported (input rank {len(x_shape)})")
+
+
+def _conv3d(
+    ctx: Context,
+    x_ncdhw: Tensor,
+    x_shape: Sequence[int],
+    w_value: ir.Value,
+    b_value: ir.Value | None,
+    y_shape: Sequence[int],
+    auto_pad: str,
+    dilations: Sequence[int] | None,
+    group: int,
+    pads: Sequence[int] | None,
+    strides: Sequence[int] | None,
+) -> Tensor:
+    """A 3-D convolution as one CONV_2D over the output frames; returns [N, T', H', W', O].
+
+    Each output frame's kT input frames (zero-padded in time) are gathered into the channels, ordered
+    [C, kT] so that a group's channels stay contiguous, and the weights [O, C/g, kT, kH, kW] become
+    [O, kH, kW, C/g * kT]: one accumulation per output, as CONV_3D computes it (LiteRT's conv3d.cc is float32
+    only), so an int8 model keeps the QDQ model's single requantization."""
+    n, c, t, h, w = (int(d) for d in x_shape)
+    w_shape = ctx.require_const(w_value, "Conv weights").shape
+    out_channels, in_per_group, kt, kh, kw = w_shape
+    strides = list(strides or (1, 1, 1))
+    dilations = list(dilations or (1, 1, 1))
+    explicit = _explicit_pads((t, h, w), (kt, kh, kw), strides, dilations, _decode(auto_pad), pads)
+    (before, after), spatial_pads = explicit[0], explicit[1:]
+    t_out = int(y_shape[2])
+    x = ctx.transpose(x_ncdhw, (0, 2, 3, 4, 1))  # [N, T, H, W, C]
+    if before or after:
+        paddings = np.array([(0, 0), (before, after), (0, 0), (0, 0), (0, 0)], np.int32)
+        padded = ctx.tmp("pad_time", (n, t + before + after, h, w, c), x.dtype)
+        ctx.op("PAD", [x, ctx.graph.const("paddings", paddings)], [padded], fb.PadOptionsT())
+        x = padded
+    frames = x.shape[1]
+    x = ctx.reshape(x, (n * frames, h, w, c))
+    # taps[b, o, k]: the input frame of batch b's output frame o, temporal tap k
+    taps_index = (
+        np.arange(n)[:, None, None] * frames
+        + np.arange(t_out)[None, :, None] * strides[0]
+        + np.arange(kt)[None, None, :] * dilations[0]
+    ).reshape(-1)
+    if not np.array_equal(taps_index, np.arange(n * frames)):
+        x = taps.gather(ctx, x, 0, taps_index)
+    if kt > 1:
+        x = ctx.reshape(x, (n * t_out, kt, h, w, c))
+        x = ctx.reshape(ctx.transpose(x, (0, 2, 3, 4, 1)), (n * t_out, h, w, c * kt))
+    spatial = (h, w)
+    mode = _padding_mode(spatial, (kh, kw), strides[1:], dilations[1:], spatial_pads)
+    if mode is None:
+        x = _pad_nhwc(ctx, x, spatial_pads)
+        mode = "VALID"
+    y_nhwc = ctx.tmp("conv3d_nhwc", (n * t_out, *(int(d) for d in y_shape[3:]), out_channels))
+    bias = _bias(ctx, b_value, out_channels)
+    if group == c and group > 1 and in_per_group * kt == 1:
+        opts = fb.DepthwiseConv2DOptionsT()
+        opts.depthMultiplier = out_channels // c
+        code = "DEPTHWISE_CONV_2D"
+        weights = ctx.weight(w_value, perm=(1, 3, 4, 0, 2), shape=(1, kh, kw, out_channels))
+    else:
+        opts, code = fb.Conv2DOptionsT(), "CONV_2D"
+        weights = ctx.weight(w_value, perm=(0, 3, 4, 1, 2), shape=(out_channels, kh, kw, in_per_group * kt))
+    opts.padding = _PADDING[mode]
+    opts.strideH, opts.strideW = strides[1:]
+    opts.dilationHFactor, opts.dilationWFactor = dilations[1:]
+    ctx.op(code, [x, weights, bias], [y_nhwc], opts)
+    return ctx.reshape(y_nhwc, (n, t_out, *y_nhwc.shape[1:]))
 
 
 def _conv2d(

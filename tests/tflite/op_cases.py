@@ -140,6 +140,28 @@ CASES: list[Case] = [
         inits={"w": w(4, 3, 3), "b": w(4)},
         int8=True,
     ),
+    # 3-D (video models: R3D / R(2+1)D / S3D / MViT): one CONV_2D over temporal taps gathered into channels
+    Case(
+        "conv3d",
+        [n("Conv", ["x", "w", "b"], pads=[1, 1, 0, 1, 1, 2], strides=[2, 1, 2])],
+        {"x": (1, 3, 5, 7, 6)},
+        inits={"w": w(4, 3, 3, 3, 3), "b": w(4)},
+        int8=True,
+    ),
+    Case(
+        "conv3d_depthwise_dilated",
+        [n("Conv", ["x", "w"], pads=[2, 1, 1, 2, 1, 1], dilations=[2, 1, 1], group=4)],
+        {"x": (2, 4, 6, 5, 5)},
+        inits={"w": w(4, 1, 3, 3, 3)},
+        int8=True,
+    ),
+    Case(
+        "conv3d_spatial_depthwise",
+        [n("Conv", ["x", "w", "b"], pads=[0, 1, 1, 0, 1, 1], strides=[1, 2, 2], group=3)],
+        {"x": (1, 3, 4, 8, 8)},
+        inits={"w": w(6, 1, 1, 3, 3), "b": w(6)},
+        int8=True,
+    ),
     Case("maxpool1d", [n("MaxPool", ["x"], kernel_shape=[3], strides=[2])], {"x": (1, 3, 11)}),
     Case("avgpool1d", [n("AveragePool", ["x"], kernel_shape=[2], strides=[2])], {"x": (1, 3, 10)}),
     # matrix products
