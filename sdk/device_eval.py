@@ -80,8 +80,9 @@ class Reference:
                 layout.append((name, a.shape, a.dtype, offset))
                 offset += a.nbytes
             self._layout, self._record = layout, offset
+            # fields by position: an output may be named "label" (scikit-learn classifiers' is)
             self._dtype = np.dtype({
-                "names": ["label", *self.output_names],
+                "names": ["label", *[f"output{i}" for i in range(len(layout))]],
                 "formats": [np.int64, *[(dt, shape) for _, shape, dt, _ in layout]],
                 "offsets": [0, *[o for *_, o in layout]],
                 "itemsize": offset,
@@ -106,7 +107,7 @@ class Reference:
         raw = os.pread(self._file.fileno(), self._record * count, start * self._record)
         records = np.frombuffer(raw, self._dtype, count)
         labels = [None if x == _NO_LABEL else x for x in records["label"].tolist()]
-        return {name: records[name] for name in self.output_names}, labels
+        return {name: records[f"output{i}"] for i, name in enumerate(self.output_names)}, labels
 
     def sample(self, index: int) -> tuple[dict[str, np.ndarray], int | None]:
         """The reference outputs and label of sample ``index``."""
