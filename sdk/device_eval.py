@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 import onnx_ir as ir
-from edgekit.core.metrics import Comparison, LatencyStats
+from edgekit.core.metrics import Comparison, LatencyStats, primary_output
 from edgekit.core.sanity import InputRanges
 from edgekit.device_agents.bundle import Manifest, TensorSpec
 
@@ -136,7 +136,7 @@ def host_reference(
         {v.name: tuple(v.shape) for v in model.graph.inputs}, [v.name for v in model.graph.outputs]
     )
     total = min(len(dataset), limit or len(dataset)) if hasattr(dataset, "__len__") else (limit or 0)
-    name = ref.output_names[0]
+    name: str | None = None  # the output top-1 reads (metrics.primary_output), from the first sample
     agree = correct = ref_correct = 0
     try:
         for sample in track(islice(iter(dataset), limit), "fp32 on the host", total):
@@ -144,6 +144,7 @@ def host_reference(
             outputs = runner.run(sample.inputs)
             ref.append(outputs, sample.label)
             if other is not None:
+                name = name or primary_output(outputs)
                 got = int(np.argmax(np.asarray(other.run(sample.inputs)[name]).reshape(-1)))
                 want = int(np.argmax(np.asarray(outputs[name]).reshape(-1)))
                 agree += got == want

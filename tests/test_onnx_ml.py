@@ -208,3 +208,20 @@ def test_rest_of_the_domain_is_one_typed_line(tmp_path: Path, capsys, source, ex
     errors = [line for line in text.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1 and expected in errors[0], text
     assert "Traceback" not in text and not (tmp_path / "o" / "arm-cpu").exists()
+
+
+def test_top1_reads_the_probabilities_behind_a_label_output() -> None:
+    """skl2onnx writes a classifier's predicted label (int64) first and its probabilities second: top-1 and
+    agreement read the probabilities (before: the label, one value, was no score vector: no top-1 at all)."""
+    from edgekit.core.metrics import Comparison, primary_output
+
+    probs = np.array([[0.1, 0.7, 0.2], [0.5, 0.3, 0.2], [0.2, 0.2, 0.6]], np.float32)
+    ref = {"label": np.array([[1], [0], [2]], np.int64), "probabilities": probs[:, None]}
+    cand = {"label": np.array([[1], [1], [2]], np.int64), "probabilities": probs[[0, 0, 2]][:, None]}
+    assert primary_output({n: a[0] for n, a in ref.items()}) == "probabilities"
+    assert primary_output({"logits": probs[0], "label": np.array([1])}) == "logits"
+    comparison = Comparison()
+    comparison.update_batch(ref, cand, [1, 0, 0])
+    result = comparison.to_json()
+    assert result["primary_output"] == "probabilities" and result["top1_agreement"] == pytest.approx(200 / 3)
+    assert result["accuracy"]["labelled_samples"] == 3
