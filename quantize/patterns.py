@@ -89,6 +89,13 @@ RANKED_SCORES_REASON = (
     "scores a TopK only ranks (k-NN distances, its indices read, not its values): kept float, as int8 steps tie "
     "near neighbours and one rounding flip gathers other rows"
 )
+STANDARDIZATION_REASON = (
+    "per-feature standardisation of a model input ((x - offset) * scale, scikit-learn's Scaler): kept float, as the "
+    "raw features' ranges differ by orders of magnitude and one int8 scale for them rounds the small ones away"
+)
+#: How much the per-feature scales of an input's standardisation must spread (largest / smallest) to keep it
+#: float: a table's columns (load_wine: 1/std from 0.003 to 9) and not an image's channels (1/0.229 .. 1/0.225).
+_STANDARDIZATION_SPREAD = 10.0
 #: The patterns kept float for int8's coarse step only: an ``int16x8`` layer (256 times finer) quantizes them.
 INT8_ONLY_REASONS = frozenset({ATTENTION_REASON, RESIDUAL_REASON, LINEAR_ATTENTION_REASON})
 
@@ -688,6 +695,51 @@ def ranked_scores(model: ir.Model) -> dict[str, str]:
     return _every(model, "TopK", _ranked_scores_at, RANKED_SCORES_REASON)
 
 
+def _only_reader(value: ir.Value) -> ir.Node | None:
+    readers = [u.node for u in value.uses()]
+    return readers[0] if len(readers) == 1 and not value.is_graph_output() else None
+
+
+def _feature_vector(node: ir.Node, value: ir.Value) -> np.ndarray | None:
+    """The constant per-feature operand of ``node`` (more than one value), beside ``value``."""
+    other = _other(node, value)
+    array = const_array(other) if other is not None else None
+    return None if array is None or array.size < 2 else np.asarray(array, np.float64)
+
+
+def _standardization_at(value: ir.Value) -> list[ir.Node] | None:
+    """``(x - offset) * scale`` (or ``/ std``) on the graph input ``value`` (through a Cast), per-feature
+    constants whose scales spread :data:`_STANDARDIZATION_SPREAD` times or more."""
+    nodes: list[ir.Node] = []
+    node = _only_reader(value)
+    if node is not None and node.op_type == "Cast":
+        nodes.append(node)
+        value, node = node.outputs[0], _only_reader(node.outputs[0])
+    if node is None or node.op_type not in ("Sub", "Add") or node.inputs[0] is not value:
+        return None
+    if _feature_vector(node, value) is None:
+        return None
+    nodes.append(node)
+    value, node = node.outputs[0], _only_reader(node.outputs[0])
+    if node is None or node.op_type not in ("Mul", "Div") or node.inputs[0] is not value:
+        return None
+    scale = _feature_vector(node, value)
+    if scale is None or not np.all(np.abs(scale) > 0):
+        return None
+    spread = np.abs(scale).max() / np.abs(scale).min()
+    return [*nodes, node] if spread >= _STANDARDIZATION_SPREAD else None
+
+
+def input_standardizations(model: ir.Model) -> dict[str, str]:
+    """The nodes of every spread per-feature standardisation of a model input."""
+    found: dict[str, str] = {}
+    for value in model.graph.inputs:
+        nodes = _standardization_at(value)
+        if nodes is not None:
+            found.update((n.name, STANDARDIZATION_REASON) for n in nodes)
+    return found
+
+
 def float_patterns(model: ir.Model) -> dict[str, str]:
     """Every node one of the patterns keeps float, with the reason."""
     return {
@@ -701,4 +753,5 @@ def float_patterns(model: ir.Model) -> dict[str, str]:
         **mask_paths(model),
         **non_finite_paths(model),
         **ranked_scores(model),
+        **input_standardizations(model),
     }

@@ -225,3 +225,42 @@ def test_top1_reads_the_probabilities_behind_a_label_output() -> None:
     result = comparison.to_json()
     assert result["primary_output"] == "probabilities" and result["top1_agreement"] == pytest.approx(200 / 3)
     assert result["accuracy"]["labelled_samples"] == 3
+
+
+def scaler_pca(spread: float) -> onnx.ModelProto:
+    """StandardScaler + PCA(4) on features whose standard deviations span ``spread`` (load_wine's: 0.1 to 300)."""
+    rng = np.random.default_rng(5)
+    std = np.geomspace(1.0, spread, FEATURES)
+    node = helper.make_node
+    nodes = [
+        node("Scaler", ["input"], ["scaled"], domain=ML, offset=(std * 2).tolist(), scale=(1 / std).tolist()),
+        node("MatMul", ["scaled", "components"], ["pca"]),
+    ]
+    inits = {"components": np.linalg.qr(rng.normal(size=(FEATURES, FEATURES)))[0][:, :4].astype(np.float32)}
+    return _graph(nodes, inits, [helper.make_tensor_value_info("pca", TensorProto.FLOAT, [None, 4])], "pca")
+
+
+def test_a_tables_standardisation_stays_float_in_int8() -> None:
+    """One int8 scale for raw table columns of very different ranges rounds the small ones away: round 12a's
+    StandardScaler + PCA on load_wine gave cosine 0.39 to fp32 in every int8 case. The standardisation is
+    float now (quantize.patterns.input_standardizations) and the PCA reads int8 standardised features; an
+    image's per-channel normalisation (a spread of 1.02) is not such a case."""
+    from edgekit.core.data import Sample
+    from edgekit.core.model import load_proto
+    from edgekit.quantize import patterns
+    from edgekit.quantize.options import QuantizeOptions
+    from edgekit.quantize.pipeline import quantize
+
+    source = scaler_pca(3000.0)
+    std = np.geomspace(1.0, 3000.0, FEATURES).astype(np.float32)
+    x = (np.random.default_rng(6).normal(size=(48, FEATURES)) * std + 2 * std).astype(np.float32)
+    samples = [Sample({"input": x[i : i + 1]}, None, str(i)) for i in range(32)]
+    qdq = quantize(load_proto(source), samples, QuantizeOptions(activations="int8", samples=32)).proto()
+    want = run_ort(source, x[32:])[0]
+    got = np.concatenate([run_ort(qdq, x[i : i + 1])[0] for i in range(32, 48)])
+    cosine = float((want * got).sum() / np.linalg.norm(want) / np.linalg.norm(got))
+    assert cosine >= 0.999, cosine  # 0.51 with the raw input quantized
+    image_like = patterns.input_standardizations(load_proto(scaler_pca(1.02)))
+    assert (
+        image_like == {} and len(patterns.input_standardizations(load_proto(source))) == 3
+    )  # Cast, Sub, Mul
