@@ -46,6 +46,10 @@
 - ``linear_attention_cores``: around such a division, ``out = q (k^T [v, 1])`` (EfficientViT) divided by its last
   column: the two activation MatMuls and the Slices of ``out``. Their int8 steps, on sums the division then
   divides, left timm's efficientvit_b0 reduced at cosine 0.53 from fp32 (0.96 float).
+- ``ranked_scores``: the scores of a TopK read for its indices only (DGCNN's k-NN: pairwise distances
+  ``-|x_i|^2 + 2 x_i.x_j - |x_j|^2`` from MatMul / Pow / ReduceSum / Neg / Sub), back to the tensors read elsewhere
+  (the points, int8). One int8 step of the distances' range ties near neighbours, and one rounding flip of an
+  integer kernel gathers another row (round 12a's DGCNN: its int8 .tflite at cosine 0.9965 to its own QDQ model).
 """
 
 from __future__ import annotations
@@ -81,6 +85,17 @@ LINEAR_ATTENTION_REASON = (
     "ReLU linear attention (q (k^T [v, 1]), normalised by its last column): kept float, as its numerator and "
     "denominator are sums whose int8 steps the division multiplies"
 )
+RANKED_SCORES_REASON = (
+    "scores a TopK only ranks (k-NN distances, its indices read, not its values): kept float, as int8 steps tie "
+    "near neighbours and one rounding flip gathers other rows"
+)
+STANDARDIZATION_REASON = (
+    "per-feature standardisation of a model input ((x - offset) * scale, scikit-learn's Scaler): kept float, as the "
+    "raw features' ranges differ by orders of magnitude and one int8 scale for them rounds the small ones away"
+)
+#: How much the per-feature scales of an input's standardisation must spread (largest / smallest) to keep it
+#: float: a table's columns (load_wine: 1/std from 0.003 to 9) and not an image's channels (1/0.229 .. 1/0.225).
+_STANDARDIZATION_SPREAD = 10.0
 #: The patterns kept float for int8's coarse step only: an ``int16x8`` layer (256 times finer) quantizes them.
 INT8_ONLY_REASONS = frozenset({ATTENTION_REASON, RESIDUAL_REASON, LINEAR_ATTENTION_REASON})
 
@@ -634,6 +649,97 @@ def linear_attention_cores(model: ir.Model) -> dict[str, str]:
     return _every(model, "Div", _linear_attention_at, LINEAR_ATTENTION_REASON)
 
 
+#: The arithmetic of a pairwise distance ``|x_i|^2 - 2 x_i.x_j + |x_j|^2`` (or a difference's norm), and the layout
+#: ops between its parts.
+_DISTANCE_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Neg", "Pow", "Sqrt", "Abs", "ReduceSum", "ReduceMean",
+                           "ReduceSumSquare", "ReduceL2", "MatMul"})  # fmt: skip
+_LAYOUT_OPS = frozenset({"Transpose", "Reshape", "Unsqueeze", "Squeeze", "Expand", "Identity"})
+
+
+def _ranked_scores_at(topk: ir.Node) -> list[ir.Node] | None:
+    """The nodes computing the scores of a TopK whose values are not read (only its indices: DGCNN's k-NN over
+    pairwise distances): back from its input through distance arithmetic and layout ops, each node taken when
+    every reader of its outputs is taken too (the features the distances are computed from, read elsewhere, are
+    the ends). The arithmetic nodes, or None when there is none."""
+    if (
+        len(topk.outputs) < 2
+        or any(True for _ in topk.outputs[0].uses())
+        or topk.outputs[0].is_graph_output()
+    ):
+        return None
+    taken: dict[int, ir.Node] = {id(topk): topk}
+    grown = True
+    while grown:
+        grown = False
+        for node in list(taken.values()):
+            for value in node.inputs:
+                producer = value.producer() if value is not None else None
+                if producer is None or id(producer) in taken:
+                    continue
+                if producer.op_type not in _DISTANCE_OPS | _LAYOUT_OPS or const_array(value) is not None:
+                    continue
+                readers = [u.node for out in producer.outputs for u in out.uses()]
+                if any(out.is_graph_output() for out in producer.outputs) or any(
+                    id(r) not in taken for r in readers
+                ):
+                    continue
+                taken[id(producer)] = producer
+                grown = True
+    # the layout ops between them are walked through, not named: they move int8 values as they are
+    nodes = [n for n in taken.values() if n.op_type in _DISTANCE_OPS]
+    return nodes or None
+
+
+def ranked_scores(model: ir.Model) -> dict[str, str]:
+    """The score computations of every TopK read for its indices only."""
+    return _every(model, "TopK", _ranked_scores_at, RANKED_SCORES_REASON)
+
+
+def _only_reader(value: ir.Value) -> ir.Node | None:
+    readers = [u.node for u in value.uses()]
+    return readers[0] if len(readers) == 1 and not value.is_graph_output() else None
+
+
+def _feature_vector(node: ir.Node, value: ir.Value) -> np.ndarray | None:
+    """The constant per-feature operand of ``node`` (more than one value), beside ``value``."""
+    other = _other(node, value)
+    array = const_array(other) if other is not None else None
+    return None if array is None or array.size < 2 else np.asarray(array, np.float64)
+
+
+def _standardization_at(value: ir.Value) -> list[ir.Node] | None:
+    """``(x - offset) * scale`` (or ``/ std``) on the graph input ``value`` (through a Cast), per-feature
+    constants whose scales spread :data:`_STANDARDIZATION_SPREAD` times or more."""
+    nodes: list[ir.Node] = []
+    node = _only_reader(value)
+    if node is not None and node.op_type == "Cast":
+        nodes.append(node)
+        value, node = node.outputs[0], _only_reader(node.outputs[0])
+    if node is None or node.op_type not in ("Sub", "Add") or node.inputs[0] is not value:
+        return None
+    if _feature_vector(node, value) is None:
+        return None
+    nodes.append(node)
+    value, node = node.outputs[0], _only_reader(node.outputs[0])
+    if node is None or node.op_type not in ("Mul", "Div") or node.inputs[0] is not value:
+        return None
+    scale = _feature_vector(node, value)
+    if scale is None or not np.all(np.abs(scale) > 0):
+        return None
+    spread = np.abs(scale).max() / np.abs(scale).min()
+    return [*nodes, node] if spread >= _STANDARDIZATION_SPREAD else None
+
+
+def input_standardizations(model: ir.Model) -> dict[str, str]:
+    """The nodes of every spread per-feature standardisation of a model input."""
+    found: dict[str, str] = {}
+    for value in model.graph.inputs:
+        nodes = _standardization_at(value)
+        if nodes is not None:
+            found.update((n.name, STANDARDIZATION_REASON) for n in nodes)
+    return found
+
+
 def float_patterns(model: ir.Model) -> dict[str, str]:
     """Every node one of the patterns keeps float, with the reason."""
     return {
@@ -646,4 +752,6 @@ def float_patterns(model: ir.Model) -> dict[str, str]:
         **residual_sums(model),
         **mask_paths(model),
         **non_finite_paths(model),
+        **ranked_scores(model),
+        **input_standardizations(model),
     }

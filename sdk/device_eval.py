@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 import onnx_ir as ir
-from edgekit.core.metrics import Comparison, LatencyStats
+from edgekit.core.metrics import Comparison, LatencyStats, primary_output
 from edgekit.core.sanity import InputRanges
 from edgekit.device_agents.bundle import Manifest, TensorSpec
 
@@ -80,8 +80,9 @@ class Reference:
                 layout.append((name, a.shape, a.dtype, offset))
                 offset += a.nbytes
             self._layout, self._record = layout, offset
+            # fields by position: an output may be named "label" (scikit-learn classifiers' is)
             self._dtype = np.dtype({
-                "names": ["label", *self.output_names],
+                "names": ["label", *[f"output{i}" for i in range(len(layout))]],
                 "formats": [np.int64, *[(dt, shape) for _, shape, dt, _ in layout]],
                 "offsets": [0, *[o for *_, o in layout]],
                 "itemsize": offset,
@@ -106,7 +107,7 @@ class Reference:
         raw = os.pread(self._file.fileno(), self._record * count, start * self._record)
         records = np.frombuffer(raw, self._dtype, count)
         labels = [None if x == _NO_LABEL else x for x in records["label"].tolist()]
-        return {name: records[name] for name in self.output_names}, labels
+        return {name: records[f"output{i}"] for i, name in enumerate(self.output_names)}, labels
 
     def sample(self, index: int) -> tuple[dict[str, np.ndarray], int | None]:
         """The reference outputs and label of sample ``index``."""
@@ -135,7 +136,7 @@ def host_reference(
         {v.name: tuple(v.shape) for v in model.graph.inputs}, [v.name for v in model.graph.outputs]
     )
     total = min(len(dataset), limit or len(dataset)) if hasattr(dataset, "__len__") else (limit or 0)
-    name = ref.output_names[0]
+    name: str | None = None  # the output top-1 reads (metrics.primary_output), from the first sample
     agree = correct = ref_correct = 0
     try:
         for sample in track(islice(iter(dataset), limit), "fp32 on the host", total):
@@ -143,6 +144,7 @@ def host_reference(
             outputs = runner.run(sample.inputs)
             ref.append(outputs, sample.label)
             if other is not None:
+                name = name or primary_output(outputs)
                 got = int(np.argmax(np.asarray(other.run(sample.inputs)[name]).reshape(-1)))
                 want = int(np.argmax(np.asarray(outputs[name]).reshape(-1)))
                 agree += got == want

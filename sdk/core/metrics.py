@@ -86,6 +86,18 @@ def is_classifier_output(array: np.ndarray) -> bool:
     return squeezed.ndim == 1 and squeezed.size > 1
 
 
+def primary_output(outputs: Mapping[str, np.ndarray]) -> str:
+    """The output top-1 reads: the first, unless it is integer (a classifier's predicted label, as scikit-learn
+    converters write it first: ``label``, then ``probabilities``) and a later output is a score vector."""
+    names = list(outputs)
+    if np.asarray(outputs[names[0]]).dtype.kind in "iu":
+        scores = [n for n in names[1:] if np.asarray(outputs[n]).dtype.kind == "f"]
+        scores = [n for n in scores if is_classifier_output(np.asarray(outputs[n]))]
+        if scores:
+            return scores[0]
+    return names[0]
+
+
 @dataclass
 class Comparison:
     """Reference vs candidate over a data set: per-output errors, accuracy, agreement, confusion."""
@@ -119,7 +131,7 @@ class Comparison:
         for name, r in ref.items():
             self.outputs.setdefault(name, TensorError()).update_batch(r, cand[name])
         if self.primary is None:
-            self.primary = next(iter(ref))
+            self.primary = primary_output({n: np.asarray(a)[0] for n, a in ref.items()})
             self.classifier = is_classifier_output(ref[self.primary][0])
         n = len(labels)
         self.samples += n

@@ -444,6 +444,9 @@ def load_proto(
     forget_nonpositive_dims(copy)
     inlined = inline_local_functions(copy)
     expanded = _expand_fused_ops(copy)
+    from edgekit.core import onnx_ml
+
+    expanded += onnx_ml.lower(copy)  # scikit-learn's Scaler / LinearClassifier ...; the rest refused
     from edgekit.core import dynamic_quant
 
     expanded += dynamic_quant.dequantize(copy)
