@@ -33,17 +33,16 @@ MS_DOMAIN = "com.microsoft"
 MASK_FILTER = -10000.0
 
 
-class _Writer:
-    """Emits the standard nodes of one fused node, at the model's opset, with names under its name."""
+class NodeWriter:
+    """Collects the standard nodes (``nodes``) and constants (added to ``graph``) that stand for one node, each
+    named under that node's name and ``suffix``: the load-time rewrites of onnxruntime's fused ops here and of
+    the ONNX-ML ops (``edgekit.core.onnx_ml``) write through it."""
 
-    def __init__(self, graph: onnx.GraphProto, opset: int, node: onnx.NodeProto, index: int):
-        self.graph, self.opset, self.fused = graph, opset, node
-        self.prefix = f"{node.name or node.op_type + '_' + str(index)}/expanded"
+    def __init__(self, graph: onnx.GraphProto, node: onnx.NodeProto, index: int, suffix: str):
+        self.graph, self.node = graph, node
+        self.prefix = f"{node.name or node.op_type + '_' + str(index)}/{suffix}"
         self.nodes: list[onnx.NodeProto] = []
         self._count = 0
-        self.consts = {t.name: t for t in graph.initializer}
-        # Where value types and shapes are read: ``expand`` infers them for _ONNX_EXPANSIONS.
-        self.typed = graph
 
     def name(self, hint: str) -> str:
         self._count += 1
@@ -58,6 +57,17 @@ class _Writer:
         out = out or self.name(op_type.lower())
         self.nodes.append(helper.make_node(op_type, inputs, [out], name=self.name(op_type), **attrs))
         return out
+
+
+class _Writer(NodeWriter):
+    """Emits the standard nodes of one fused node, at the model's opset, with names under its name."""
+
+    def __init__(self, graph: onnx.GraphProto, opset: int, node: onnx.NodeProto, index: int):
+        super().__init__(graph, node, index, "expanded")
+        self.opset, self.fused = opset, node
+        self.consts = {t.name: t for t in graph.initializer}
+        # Where value types and shapes are read: ``expand`` infers them for _ONNX_EXPANSIONS.
+        self.typed = graph
 
     def array(self, name: str) -> np.ndarray | None:
         t = self.consts.get(name)

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+from edgekit.core.contrib import NodeWriter
 from edgekit.core.errors import ModelError
-from onnx import helper, numpy_helper
+from onnx import helper
 
 ML_DOMAIN = "ai.onnx.ml"
 
@@ -44,28 +45,11 @@ _DEFAULT_REFUSAL = "the ONNX-ML domain's ops have no TFLite or OpenVINO form, an
     "LinearClassifier, LinearRegressor and ArrayFeatureExtractor"  # fmt: skip
 
 
-class _Writer:
+class _Writer(NodeWriter):
     """Emits the default-domain nodes that stand for one ``ai.onnx.ml`` node, named under its name."""
 
     def __init__(self, graph: onnx.GraphProto, node: onnx.NodeProto, index: int):
-        self.graph, self.node = graph, node
-        self.prefix = f"{node.name or node.op_type + '_' + str(index)}/onnx_ml"
-        self.nodes: list[onnx.NodeProto] = []
-        self._count = 0
-
-    def name(self, hint: str) -> str:
-        self._count += 1
-        return f"{self.prefix}/{hint}_{self._count}"
-
-    def const(self, hint: str, array: np.ndarray) -> str:
-        name = self.name(hint)
-        self.graph.initializer.append(numpy_helper.from_array(np.asarray(array), name))
-        return name
-
-    def op(self, op_type: str, inputs: list[str], out: str | None = None, **attrs) -> str:
-        out = out or self.name(op_type.lower())
-        self.nodes.append(helper.make_node(op_type, inputs, [out], name=self.name(op_type), **attrs))
-        return out
+        super().__init__(graph, node, index, "onnx_ml")
 
     def refuse(self, why: str) -> ModelError:
         return ModelError(f"{ML_DOMAIN}.{self.node.op_type} node {self.node.name!r}: {why}")
