@@ -15,8 +15,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from edgekit.cli.common import run_app
-from edgekit.cli.main import app
+from cli_in_process import cli_text
 from edgekit.core import contrib
 from edgekit.device_agents.bundle import read_bundle
 from onnx import TensorProto, helper, numpy_helper
@@ -126,21 +125,11 @@ def test_expansion_matches_onnxruntimes_fused_kernels(opset: int) -> None:
     np.testing.assert_allclose(got, reference, atol=2e-5 * np.abs(reference).max())
 
 
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
-    try:
-        run_app(app, list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out + captured.err
-
-
 def deploys_to_arm_cpu_fp32(source: onnx.ModelProto, tmp_path: Path, capsys) -> None:
     """``source`` deploys to arm-cpu fp32 through the CLI and its verification passes within 1e-4 of the range."""
     model = tmp_path / "model.onnx"
     onnx.save(source, model)
-    code, text = cli(
+    code, text = cli_text(
         capsys, "deploy", str(model), "-t", "arm-cpu", "--precision", "fp32", "-o", str(tmp_path / "o")
     )
     assert code == 0, text
@@ -155,8 +144,8 @@ def test_fused_encoder_deploys(tmp_path: Path, capsys, target: str, precision: s
     model, calib = tmp_path / "fused.onnx", tmp_path / "calib.npz"
     onnx.save(fused_encoder(14), model)
     np.savez(calib, **token_rows(16, seed=2))
-    code, text = cli(
-        capsys, "deploy", str(model), "-t", target, "--precision", precision, "--calib", str(calib),
+    code, text = cli_text(
+capsys, "deploy", str(model), "-t", target, "--precision", precision, "--calib", str(calib),
         "-o", str(tmp_path / "out"),
     )  # fmt: skip
     assert code == 0, text
@@ -169,7 +158,7 @@ def test_unexpanded_variant_is_one_typed_line(tmp_path: Path, capsys) -> None:
     """A causal (unidirectional) fused Attention is not expanded: one error line naming the node and why."""
     model = tmp_path / "causal.onnx"
     onnx.save(fused_encoder(14, attention={"unidirectional": 1}), model)
-    code, text = cli(
+    code, text = cli_text(
         capsys, "deploy", str(model), "-t", "arm-cpu", "--precision", "fp32", "-o", str(tmp_path / "o")
     )
     assert code == 2, text
@@ -253,7 +242,7 @@ def test_onnx23_attention_and_rms_norm_deploy(tmp_path: Path, capsys, three_d: b
 def test_causal_onnx_attention_is_one_typed_line(tmp_path: Path, capsys) -> None:
     model = tmp_path / "causal.onnx"
     onnx.save(onnx23_encoder(False, is_causal=1), model)
-    code, text = cli(
+    code, text = cli_text(
         capsys, "deploy", str(model), "-t", "arm-cpu", "--precision", "fp32", "-o", str(tmp_path / "o")
     )
     assert code == 2, text

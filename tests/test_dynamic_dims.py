@@ -8,8 +8,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from edgekit.cli.common import run_app
-from edgekit.cli.main import app
+from cli_in_process import cli
 from edgekit.device_agents.bundle import read_bundle
 from onnx import TensorProto, helper, numpy_helper
 
@@ -36,16 +35,6 @@ def _cnn(batch, height, width) -> onnx.ModelProto:
         value_info=[info("c1", 4), info("r1", 4), info("c2", 5)],
     )  # fmt: skip
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        run_app(app, list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 @pytest.fixture(scope="module")

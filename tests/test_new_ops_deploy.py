@@ -13,8 +13,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from edgekit.cli.common import run_app
-from edgekit.cli.main import app
+from cli_in_process import cli
 from edgekit.device_agents.bundle import read_bundle
 from onnx import TensorProto, helper, numpy_helper
 
@@ -96,16 +95,6 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     crops = zoo_data.photo_crops(zoo_data.cached_photos(), 16, 16, 16, seed=0)  # real photos, NHWC uint8
     np.save(paths["calib"], (crops.transpose(0, 3, 1, 2) / 255.0).astype(np.float32))
     return paths
-
-
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    try:
-        run_app(app, list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 @pytest.mark.parametrize(

@@ -18,8 +18,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from edgekit.cli.common import run_app
-from edgekit.cli.main import app
+from cli_in_process import cli_text
 from edgekit.core import onnx_ml
 from edgekit.device_agents.bundle import read_bundle
 from onnx import TensorProto, helper, numpy_helper
@@ -132,16 +131,6 @@ def test_lowering_matches_onnxruntimes_ml_kernels(build) -> None:
     assert len(set(run_ort(source, x)[0].tolist())) > 1  # the label is not a constant on these rows
 
 
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
-    try:
-        run_app(app, list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out + captured.err
-
-
 def test_tabular_classifier_deploys_int8_with_npy_calibration(tmp_path: Path, capsys) -> None:
     """The user's path with a tabular model: 2-D [N, features] rows as .npy, int8 arm-cpu: the .tflite's label
     output equals onnxruntime's on the original file, and its probabilities are within int8's reach."""
@@ -149,8 +138,8 @@ def test_tabular_classifier_deploys_int8_with_npy_calibration(tmp_path: Path, ca
     source = mlp_pipeline()
     onnx.save(source, model)
     np.save(calib, rows(32, 3))
-    code, text = cli(
-        capsys, "deploy", str(model), "-t", "arm-cpu", "--precision", "int8", "--calib", str(calib),
+    code, text = cli_text(
+capsys, "deploy", str(model), "-t", "arm-cpu", "--precision", "int8", "--calib", str(calib),
         "-o", str(tmp_path / "o"),
     )  # fmt: skip
     assert code == 0, text
@@ -202,7 +191,7 @@ def test_reference_keeps_an_output_named_label() -> None:
 def test_rest_of_the_domain_is_one_typed_line(tmp_path: Path, capsys, source, expected: str) -> None:
     model = tmp_path / "model.onnx"
     onnx.save(source(), model)
-    code, text = cli(
+    code, text = cli_text(
         capsys, "deploy", str(model), "-t", "arm-cpu", "--precision", "fp32", "-o", str(tmp_path / "o")
     )
     errors = [line for line in text.splitlines() if line.startswith("error:")]
