@@ -364,9 +364,11 @@ def float16_rounded(proto: onnx.ModelProto, min_elements: int = 0) -> onnx.Model
 def for_openvino(proto: onnx.ModelProto) -> onnx.ModelProto:
     """``proto`` as edgekit hands models to OpenVINO: :func:`~edgekit.core.unsigned.unsigned_activations`,
     :func:`pad_before_dequantize`, :func:`drop_concat_identity_qdq`, :func:`sliced_gather_elements_apart`,
-    :func:`scalar_gathers_squeezed` and :func:`antialias_resizes_as_matmuls` (the same values, around six
-    OpenVINO 2026.4 problems)."""
-    proto = pad_before_dequantize(unsigned_activations(proto))
+    :func:`scalar_gathers_squeezed`, :func:`antialias_resizes_as_matmuls` and
+    :func:`~edgekit.core.ov_conv1d.grouped_conv1d_as_2d` (the same values, around seven OpenVINO 2026.4 problems)."""
+    from edgekit.core.ov_conv1d import grouped_conv1d_as_2d
+
+    proto = grouped_conv1d_as_2d(pad_before_dequantize(unsigned_activations(proto)))
     return antialias_resizes_as_matmuls(
         scalar_gathers_squeezed(sliced_gather_elements_apart(drop_concat_identity_qdq(proto)))
     )

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 import onnx
 from edgekit.core.errors import DataError, ModelError
+from edgekit.core.ov_conv1d import grouped_conv1d_as_2d
 from edgekit.core.qdq_forms import (
     antialias_resizes_as_matmuls,
     drop_concat_identity_qdq,
@@ -153,7 +154,8 @@ def runner_form(proto: onnx.ModelProto, exact_qdq: bool, keep: Sequence[str] = (
     proto = antialias_resizes_as_matmuls(proto)
     if exact_qdq:
         return exact_input_quantize(tabulate_elementwise(fold_constant_dequantize(proto), keep=keep))
-    return pad_before_dequantize(proto)  # as the intel-vpu target converts it (targets/openvino_ir.py)
+    # as the intel-vpu target converts it (targets/openvino_ir.py, qdq_forms.for_openvino)
+    return grouped_conv1d_as_2d(pad_before_dequantize(proto))
 
 
 #: What a 16-bit QDQ model needs on the host (onnxruntime is a dev extra: ``pip install -e ".[dev]"``).
