@@ -4,8 +4,8 @@ OpenVINO 2026.4's CPU plugin computes some int8 grouped 1-D convolutions wrong: 
 ``group=4`` and a 16-tap kernel (the positional convolution of Wav2Vec2 / HuBERT / WavLM, ``num_conv_pos_embeddings``
 16 and 16 groups in the real models) gave cosine 0.01 to the same QDQ Conv run by onnxruntime, per channel or per
 tensor; group 1, 2 and 64, kernel 3 or 15, and the same convolution written over [1, 64, L, 1] are exact
-(``tests/test_ov_conv1d.py``). The 2-D form holds the same values: the input gets a trailing axis of 1, the weight
-a trailing tap axis of 1, the output loses it again.
+(``tests/targets/test_ov_conv1d.py``). The 2-D form holds the same values: the input gets a trailing axis of 1,
+the weight a trailing tap axis of 1, the output loses it again.
 """
 
 from __future__ import annotations
