@@ -44,7 +44,7 @@ def test_the_pass_reads_the_table() -> None:
     assert set(quantized._WEIGHT_AXIS) == {c for c, k in kernels.items() if k.symmetric_weights}
     assert quantized._FIXED_OUTPUT["SOFTMAX"] == kernels["SOFTMAX"].fixed_output == (1 / 256, -128)
     assert quantized._BIAS_INDEX["TRANSPOSE_CONV"] == 3 and quantized._INPUT_INDEX == {"TRANSPOSE_CONV": 2}
-    assert {"PAD", "PADV2"} == quantized._SINK_DEQUANTIZE - quantized._HOIST_QUANTIZE
+    assert {"GATHER", "PAD", "PADV2"} == quantized._SINK_DEQUANTIZE - quantized._HOIST_QUANTIZE
     assert {"AVERAGE_POOL_2D"} == quantized._AVERAGING and quantized._SAME_SCALE >= quantized._AVERAGING
     assert (
         quantized._TABULATED
