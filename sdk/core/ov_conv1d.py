@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+from edgekit.core.qdq_forms import _attr, graph_index
 from onnx import helper, numpy_helper
-
-
-def _attr(node: onnx.NodeProto, name: str, default=None):
-    return next((helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
 
 
 def grouped_conv1d_as_2d(proto: onnx.ModelProto) -> onnx.ModelProto:
@@ -29,8 +26,7 @@ def grouped_conv1d_as_2d(proto: onnx.ModelProto) -> onnx.ModelProto:
     """
     if not any(n.op_type == "QuantizeLinear" for n in proto.graph.node):
         return proto
-    inits = {t.name: t for t in proto.graph.initializer}
-    producers = {o: n for n in proto.graph.node for o in n.output}
+    inits, producers, _ = graph_index(proto)
     found: list[int] = []
     for i, n in enumerate(proto.graph.node):
         if n.op_type != "Conv" or n.domain not in ("", "ai.onnx") or _attr(n, "group", 1) <= 1:
