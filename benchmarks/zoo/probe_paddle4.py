@@ -302,10 +302,8 @@ def ppmatting_v2():
 
         def forward(self, feats):
             ref = feats[0]
-            ys = [
-                resize_to(lat(f), ref) if i else lat(f)
-                for i, (lat, f) in enumerate(zip(self.lat, feats, strict=True))
-            ]
+            # by index: Paddle's dy2static rejects zip(strict=...)
+            ys = [self.lat[0](ref)] + [resize_to(self.lat[i](feats[i]), ref) for i in range(1, len(feats))]
             y = paddle.concat(ys, 1)
             a = self.att(paddle.concat([paddle.mean(y, 1, keepdim=True), paddle.max(y, 1, keepdim=True)], 1))
             return self.out(y * a)
