@@ -530,7 +530,9 @@ def _table_ops(
     table = Tensor(
         graph.unique_name(qout.name + "/table"), values.shape, np.int8, data=values, quant=qout.quant
     )
-    offset = graph.const("offset", np.array(lut.index_offset(np.int8), np.int32) if offset is None else offset)
+    offset = graph.const(
+        "offset", np.array(lut.index_offset(np.int8), np.int32) if offset is None else offset
+    )
     gather = fb.GatherOptionsT()
     gather.axis = 0
     return [
