@@ -329,3 +329,30 @@ def test_prelu_is_a_table_per_slope_and_int8_exact(tmp_path, channels):
     assert "PRELU" not in ops and ops.get("GATHER") == 1
     for e, t in zip(exact, tflite, strict=True):
         np.testing.assert_array_equal(t, e)
+
+
+def test_pad_by_minus_inf_before_maxpool_is_its_pads(tmp_path):
+    """timm's MaxPool2dSame (EfficientDet tf_ variants' BiFPN downsampling) pads by -inf, then max-pools: the Pad
+    becomes the MaxPool's own pads (the same maximum), so calibration never sees -inf (its zero point was NaN: a
+    crash) and the int8 .tflite equals the exact semantics."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["a"], pads=[1, 1, 1, 1]),
+        helper.make_node("Pad", ["a", "pads", "ninf"], ["p"]),
+        helper.make_node("MaxPool", ["p"], ["m"], kernel_shape=[3, 3], strides=[2, 2]),
+        helper.make_node("Conv", ["m", "w2", "b2"], ["y"]),
+    ]
+    inits = {
+        "w1": _w(4, 3, 3, 3),
+        "b1": _w(4),
+        "pads": np.array([0, 0, 0, 0, 0, 0, 1, 1], np.int64),
+        "ninf": np.array(-np.inf, np.float32),
+        "w2": _w(4, 4, 1, 1),
+        "b2": _w(4),
+    }
+    model = _model(nodes, inits)
+    prepared = onnx.ModelProto.FromString(_prepared(model))
+    assert "Pad" not in _ops(prepared)
+    _same_as_onnxruntime(model, prepared)
+    _, exact, tflite, _ = _deploy_and_compare(model, tmp_path)
+    for e, t in zip(exact, tflite, strict=True):
+        np.testing.assert_array_equal(t, e)

@@ -22,6 +22,7 @@ from edgekit.core.fusions import (
     FuseBiasAddPass,
     FuseHardSwishPass,
     MatMulAddToGemmPass,
+    PadIntoMaxPoolPass,
     StandaloneBatchNormPass,
 )
 from edgekit.core.irutil import NameScope, add_initializer, attr, const_array, replace_value
@@ -483,6 +484,7 @@ def prepare(model: ir.Model) -> ir.Model:
             SequenceSplitPass(),  # needs the split axis' size
             StandaloneBatchNormPass(),  # these two need the channel count
             AveragePoolAsConvPass(),
+            PadIntoMaxPoolPass(),  # a Pad by -inf before a MaxPool: its own pads
             FoldShapesPass(),  # shapes now known everywhere: fold shape sub-graphs
             SelectIfPass(),  # an If folding left: both branches and a Where, when they are plain dataflow
             DropWholeSlicesPass(),
