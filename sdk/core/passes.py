@@ -484,8 +484,8 @@ def prepare(model: ir.Model) -> ir.Model:
             SequenceSplitPass(),  # needs the split axis' size
             StandaloneBatchNormPass(),  # these two need the channel count
             AveragePoolAsConvPass(),
-            PadIntoMaxPoolPass(),  # a Pad by -inf before a MaxPool: its own pads
             FoldShapesPass(),  # shapes now known everywhere: fold shape sub-graphs
+            PadIntoMaxPoolPass(),  # a Pad by -inf before a MaxPool (its pads folded now): its own pads
             SelectIfPass(),  # an If folding left: both branches and a Where, when they are plain dataflow
             DropWholeSlicesPass(),
             DropRequantizeIdentityPass(),  # after the Slices and no-ops that sat between DQ and Q
