@@ -1,7 +1,7 @@
 """The preparation passes that put layers in the form the integer kernels take (:func:`edgekit.core.passes.prepare`
 runs them): BatchNorm and per-channel affines folded into convolutions, bias Adds into their layer, MatMul + Add
 as Gemm, Div by a constant as Mul, HardSwish written out as one op, a standalone BatchNorm or an AveragePool as a
-depthwise convolution.
+depthwise convolution, a Pad by -inf into the MaxPool it feeds.
 """
 
 from __future__ import annotations
