@@ -301,7 +301,15 @@ TFLITE_KERNELS: dict[str, Kernel] = {
         table="LeakyRelu",
         table_attributes=("alpha",),
     ),
-    "PRELU": Kernel("activations.cc", checks="own scales (PreluPrepare)"),
+    "PRELU": Kernel(
+        "activations.cc",
+        checks="own scales (PreluPrepare)",
+        # Its negative side is MultiplyByQuantizedMultiplier(x * alpha, input x alpha / output scale), which
+        # rounds twice: first to 2^-shift of a step (1/64 at MTCNN P-Net's 0.008), then half away from zero, so
+        # values within 1/128 of a half step go one step off (0.7 % of P-Net's last PReLU, cosine 0.9983 on its
+        # boxes at 240x320). One table per slope value (channel) is exact.
+        table="PRelu",
+    ),
     "GELU": Kernel("gelu.cc", checks="own scales (lookup table)"),
 }
 

@@ -296,3 +296,63 @@ def test_float_input_quantizes_as_quantizelinear():
         )[0]["y"]  # fmt: skip
     np.testing.assert_array_equal(outputs["arm-cpu"], want)
     assert np.count_nonzero(outputs["nnapi"] != want) > 0  # what the pass is for
+
+
+@pytest.mark.parametrize("channels", [True, False])
+def test_prelu_is_a_table_per_slope_and_int8_exact(tmp_path, channels):
+    """TFLite's int8 PRELU multiplies its negative side by input x alpha / output scale (1/125 at MTCNN P-Net's last
+    PReLU) with MultiplyByQuantizedMultiplier, which rounds to 2^-shift of a step before rounding to the step: values
+    within 1/128 of a half step came out one step off the QDQ model (0.7 % of P-Net's, its boxes at cosine 0.9983
+    at 240x320). As one 256-level table per slope value (CAST, ADD of 128 + 256 x channel, GATHER) the .tflite
+    equals the exact semantics; a single slope is one table."""
+    from edgekit.targets.tflite.converter import ConvertOptions, convert
+
+    c = 6
+    slope = RNG.uniform(-0.2, 0.6, (c, 1, 1)) if channels else np.array([0.23])
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["a"], pads=[1, 1, 1, 1]),
+        helper.make_node("PRelu", ["a", "slope"], ["p"]),
+        helper.make_node("Conv", ["p", "w2", "b2"], ["y"]),
+    ]
+    inits = {
+        "w1": _w(c, 3, 3, 3),
+        "b1": _w(c),
+        "slope": slope.astype(np.float32),
+        "w2": _w(4, c, 1, 1),
+        "b2": _w(4),
+    }
+    shape = (1, 3, 32, 32)
+    qdq, exact, tflite, _ = _deploy_and_compare(
+        _model(nodes, inits, shape=shape), tmp_path, samples=8, shape=shape
+    )
+    ops = convert(qdq, ConvertOptions(target="arm-cpu")).op_counts
+    assert "PRELU" not in ops and ops.get("GATHER") == 1
+    for e, t in zip(exact, tflite, strict=True):
+        np.testing.assert_array_equal(t, e)
+
+
+def test_pad_by_minus_inf_before_maxpool_is_its_pads(tmp_path):
+    """timm's MaxPool2dSame (EfficientDet tf_ variants' BiFPN downsampling) pads by -inf, then max-pools: the Pad
+    becomes the MaxPool's own pads (the same maximum), so calibration never sees -inf (its zero point was NaN: a
+    crash) and the int8 .tflite equals the exact semantics."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["a"], pads=[1, 1, 1, 1]),
+        helper.make_node("Pad", ["a", "pads", "ninf"], ["p"]),
+        helper.make_node("MaxPool", ["p"], ["m"], kernel_shape=[3, 3], strides=[2, 2]),
+        helper.make_node("Conv", ["m", "w2", "b2"], ["y"]),
+    ]
+    inits = {
+        "w1": _w(4, 3, 3, 3),
+        "b1": _w(4),
+        "pads": np.array([0, 0, 0, 0, 0, 0, 1, 1], np.int64),
+        "ninf": np.array(-np.inf, np.float32),
+        "w2": _w(4, 4, 1, 1),
+        "b2": _w(4),
+    }
+    model = _model(nodes, inits)
+    prepared = onnx.ModelProto.FromString(_prepared(model))
+    assert "Pad" not in _ops(prepared)
+    _same_as_onnxruntime(model, prepared)
+    _, exact, tflite, _ = _deploy_and_compare(model, tmp_path)
+    for e, t in zip(exact, tflite, strict=True):
+        np.testing.assert_array_equal(t, e)

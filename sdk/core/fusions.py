@@ -1,7 +1,7 @@
 """The preparation passes that put layers in the form the integer kernels take (:func:`edgekit.core.passes.prepare`
 runs them): BatchNorm and per-channel affines folded into convolutions, bias Adds into their layer, MatMul + Add
 as Gemm, Div by a constant as Mul, HardSwish written out as one op, a standalone BatchNorm or an AveragePool as a
-depthwise convolution.
+depthwise convolution, a Pad by -inf into the MaxPool it feeds.
 """
 
 from __future__ import annotations
@@ -485,3 +485,53 @@ def _ceil_changes_nothing(pool: ir.Node, shape, kernel: list[int], pads: list[in
 def weight_is_shared(node: ir.Node) -> bool:
     """The node's weight or bias initializer is read by another node too (folding would change that one)."""
     return any(v is not None and len(list(v.uses())) > 1 for v in node.inputs[1:3])
+
+
+def _minus_inf_pads(pad: ir.Node, rank: int) -> list[int] | None:
+    """The spatial pads of a constant Pad by -inf (timm's MaxPool2dSame: TF's "same" max pooling), else None."""
+    if (
+        pad.op_type != "Pad"
+        or pad.domain not in ("", "ai.onnx")
+        or attr(pad, "mode", "constant") != "constant"
+    ):
+        return None
+    if len(pad.inputs) > 3 and pad.inputs[3] is not None:  # Pad-18 axes
+        return None
+    pads = const_array(pad.inputs[1]) if len(pad.inputs) > 1 else np.asarray(attr(pad, "pads", []))
+    value = const_array(pad.inputs[2]) if len(pad.inputs) > 2 and pad.inputs[2] is not None else None
+    if value is None and len(pad.inputs) <= 1:
+        value = np.asarray(attr(pad, "value", 0.0))
+    if pads is None or value is None or value.size != 1 or not np.isneginf(float(value.reshape(-1)[0])):
+        return None
+    pads = [int(p) for p in pads.reshape(-1)]
+    if len(pads) != 2 * rank or min(pads) < 0 or any(pads[i] or pads[rank + i] for i in (0, 1)):
+        return None
+    return pads[2:rank] + pads[rank + 2 :]
+
+
+class PadIntoMaxPoolPass(ir.passes.InPlacePass):
+    """A constant Pad by -inf read only by a MaxPool becomes the MaxPool's own pads, which it ignores the same way.
+    timm's MaxPool2dSame (EfficientDet's tf_ BiFPN downsampling) pads by -inf first: calibration saw -inf in the
+    padded tensor, and its scale and zero point came out NaN (a crash); the integer kernels have no -inf."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for pool in list(model.graph):
+            if pool.op_type != "MaxPool" or pool.domain not in ("", "ai.onnx"):
+                continue
+            pad = pool.inputs[0].producer()
+            kernel = list(attr(pool, "kernel_shape", []))
+            if (
+                pad is None
+                or only_consumer(pool.inputs[0]) is not pool
+                or attr(pool, "auto_pad", "NOTSET") != "NOTSET"
+            ):
+                continue
+            extra = _minus_inf_pads(pad, len(kernel) + 2)
+            if extra is None:
+                continue
+            own = list(attr(pool, "pads", [0] * 2 * len(kernel)))
+            pool.attributes["pads"] = ir.AttrInt64s("pads", [a + b for a, b in zip(own, extra, strict=True)])
+            pool.replace_input_with(0, pad.inputs[0])
+            modified = True
+        return ir.passes.PassResult(model, modified)

@@ -39,6 +39,8 @@ FUNCTIONS: dict[str, Callable[[np.ndarray, Mapping[str, Any]], np.ndarray]] = {
     "Sigmoid": lambda x, a: np.float32(1) / (np.float32(1) + np.exp(-x)),
     "Tanh": lambda x, a: np.tanh(x),
     "LeakyRelu": lambda x, a: np.where(x >= 0, x, x * np.float32(a.get("alpha", 0.01))),
+    # one table per slope value (the converter's per-channel PRELU: its ``slope`` input, not an attribute)
+    "PRelu": lambda x, a: np.where(x >= 0, x, x * np.float32(a["slope"])),
 }
 #: The ops the host runner's exact form tabulates (OpenVINO's own formulas round them differently); the others
 #: are the TFLite converter's only: Sigmoid and Tanh at an output scale their kernel does not write, and Identity

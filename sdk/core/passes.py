@@ -22,6 +22,7 @@ from edgekit.core.fusions import (
     FuseBiasAddPass,
     FuseHardSwishPass,
     MatMulAddToGemmPass,
+    PadIntoMaxPoolPass,
     StandaloneBatchNormPass,
 )
 from edgekit.core.irutil import NameScope, add_initializer, attr, const_array, replace_value
@@ -484,6 +485,7 @@ def prepare(model: ir.Model) -> ir.Model:
             StandaloneBatchNormPass(),  # these two need the channel count
             AveragePoolAsConvPass(),
             FoldShapesPass(),  # shapes now known everywhere: fold shape sub-graphs
+            PadIntoMaxPoolPass(),  # a Pad by -inf before a MaxPool (its pads folded now): its own pads
             SelectIfPass(),  # an If folding left: both branches and a Where, when they are plain dataflow
             DropWholeSlicesPass(),
             DropRequantizeIdentityPass(),  # after the Slices and no-ops that sat between DQ and Q

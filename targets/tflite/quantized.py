@@ -478,9 +478,14 @@ def _tabulated(graph: Graph) -> None:
         if fixed is not None and qout.quant.same_as(Quant([fixed[0]], [fixed[1]])):
             continue  # the kernel writes this grid itself
         attributes = {name: float(getattr(op.options, name)) for name in _TABLE_ATTRIBUTES.get(op.code, ())}
-        values = _levels(_TABULATED[op.code], attributes, x, qout)
+        if len(op.inputs) == 1:
+            values, offset = _levels(_TABULATED[op.code], attributes, x, qout), None
+        elif (tables := _channel_levels(op, x, qout)) is not None:
+            values, offset = tables
+        else:
+            continue
         at = graph.ops.index(op)
-        graph.ops[at : at + 1] = _table_ops(graph, x, qout, values, op.origin)
+        graph.ops[at : at + 1] = _table_ops(graph, x, qout, values, op.origin, offset)
         graph.ops.remove(users[0])
         producers, consumers = graph.producers(), graph.consumers()
 
@@ -499,14 +504,35 @@ def _levels(function: str, attributes: dict, x: Tensor, qout: Tensor) -> np.ndar
     )
 
 
-def _table_ops(graph: Graph, x: Tensor, qout: Tensor, values: np.ndarray, origin: str) -> list[Op]:
-    """CAST -> ADD 128 -> GATHER: ``qout`` = ``values[x + 128]`` for an int8 ``x``."""
+def _channel_levels(op: Op, x: Tensor, qout: Tensor) -> tuple[np.ndarray, np.ndarray] | None:
+    """A two-input table op (PRELU: ``x``, constant slope): one 256-level table per slope value along the one axis
+    the slope varies on, flattened, and the int32 index offset ``128 + 256 * channel`` in the slope's shape (a
+    broadcast ADD). None when the slope is not constant or varies along more than one axis."""
+    slope = op.inputs[1]
+    if slope is None or not slope.is_const or len(slope.shape) > len(x.shape):
+        return None
+    data = np.asarray(slope.data, np.float32)
+    if sum(d > 1 for d in data.shape) > 1:
+        return None
+    per = data.reshape(-1)
+    values = np.concatenate([_levels(_TABULATED[op.code], {"slope": float(v)}, x, qout) for v in per])
+    base = lut.index_offset(np.int8) + 256 * np.arange(per.size, dtype=np.int32)
+    return values, base.reshape(data.shape).astype(np.int32)
+
+
+def _table_ops(
+    graph: Graph, x: Tensor, qout: Tensor, values: np.ndarray, origin: str, offset: np.ndarray | None = None
+) -> list[Op]:
+    """CAST -> ADD 128 -> GATHER: ``qout`` = ``values[x + 128]`` for an int8 ``x`` (``offset``: another int32
+    index offset, broadcast over ``x``: one table per channel)."""
     levels = Tensor(graph.unique_name(x.name + "/levels"), x.shape, np.dtype(np.int32))
     index = Tensor(graph.unique_name(x.name + "/index"), x.shape, np.dtype(np.int32))
     table = Tensor(
         graph.unique_name(qout.name + "/table"), values.shape, np.int8, data=values, quant=qout.quant
     )
-    offset = graph.const("offset", np.array(lut.index_offset(np.int8), np.int32))
+    offset = graph.const(
+        "offset", np.array(lut.index_offset(np.int8), np.int32) if offset is None else offset
+    )
     gather = fb.GatherOptionsT()
     gather.axis = 0
     return [

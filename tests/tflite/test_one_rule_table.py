@@ -48,7 +48,13 @@ def test_the_pass_reads_the_table() -> None:
     assert {"AVERAGE_POOL_2D"} == quantized._AVERAGING and quantized._SAME_SCALE >= quantized._AVERAGING
     assert (
         quantized._TABULATED
-        == {"HARD_SWISH": "HardSwish", "LEAKY_RELU": "LeakyRelu", "LOGISTIC": "Sigmoid", "TANH": "Tanh"}
+        == {
+            "HARD_SWISH": "HardSwish",
+            "LEAKY_RELU": "LeakyRelu",
+            "LOGISTIC": "Sigmoid",
+            "PRELU": "PRelu",  # one table per slope value (its slope input)
+            "TANH": "Tanh",
+        }
         == {c: k.table for c, k in kernels.items() if k.table}
     )
     assert quantized._TABLE_ATTRIBUTES == {"LEAKY_RELU": ("alpha",)}
