@@ -154,6 +154,49 @@ capsys, "deploy", str(model), "-t", target, "--precision", precision, "--calib",
     assert verification["passed"], verification
 
 
+def roberta_fused_attention() -> onnx.ModelProto:
+    """What the optimizer writes for RoBERTa / XLM-R (probe round 13s: XLM-R and a bge-reranker-style model at O2
+    / O3): their CumSum position ids keep EmbedLayerNormalization from fusing, so the Attention's 1-D mask_index is
+    its own ``ReduceSum(Cast(attention_mask, int32), axes=[1], keepdims=0)``, with no shape declared for it."""
+    rng = np.random.default_rng(5)
+    inits = {
+        "word": rng.standard_normal((VOCAB, HIDDEN)).astype(np.float32),
+        "qkv": (rng.standard_normal((HIDDEN, 3 * HIDDEN)) * 0.4).astype(np.float32),
+        "qkvb": (rng.standard_normal(3 * HIDDEN) * 0.1).astype(np.float32),
+        "axes": np.array([1], np.int64),
+    }
+    nodes = [
+        helper.make_node("Gather", ["word", "input_ids"], ["emb"]),
+        helper.make_node("Cast", ["attention_mask"], ["mask32"], to=TensorProto.INT32),
+        helper.make_node("ReduceSum", ["mask32", "axes"], ["mask_index"], keepdims=0),
+        helper.make_node(
+            "Attention", ["emb", "qkv", "qkvb", "mask_index"], ["y"], domain=MS, num_heads=HEADS
+        ),
+    ]
+    ids = [
+        helper.make_tensor_value_info(n, TensorProto.INT64, [1, SEQ]) for n in ("input_ids", "attention_mask")
+    ]
+    graph = helper.make_graph(
+        nodes, "roberta_fused", ids, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, SEQ, HIDDEN])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14), helper.make_opsetid(MS, 1)])
+    model.ir_version = 8
+    return model
+
+
+def test_attention_mask_index_from_reduce_sum(tmp_path: Path, capsys) -> None:
+    fused = roberta_fused_attention()
+    rows = {k: v for k, v in token_rows(12, seed=4).items() if k != "token_type_ids"}
+    reference = run_ort(fused, rows)
+    expanded = onnx.ModelProto()
+    expanded.CopyFrom(fused)
+    # before: ModelError "Attention node '': a mask_index of rank None is not expanded (1 to 3 are)"
+    assert contrib.expand(expanded) == ["Attention"]
+    np.testing.assert_allclose(run_ort(expanded, rows), reference, atol=2e-5 * np.abs(reference).max())
+    deploys_to_arm_cpu_fp32(fused, tmp_path, capsys)
+
+
 def test_unexpanded_variant_is_one_typed_line(tmp_path: Path, capsys) -> None:
     """A causal (unidirectional) fused Attention is not expanded: one error line naming the node and why."""
     model = tmp_path / "causal.onnx"

@@ -270,7 +270,7 @@ def _attention(w: _Writer, node: onnx.NodeProto) -> None:
 def _mask_bias(w: _Writer, node: onnx.NodeProto, fill: float) -> str:
     """The additive mask [B, 1, 1|S, T]: ``fill`` where a key is masked, 0 elsewhere."""
     mask = node.input[3]
-    rank = _rank(w.graph, mask)
+    rank = _rank(w.typed, mask)
     zero, masked = w.const("zero", np.array(0.0, np.float32)), w.const("fill", np.array(fill, np.float32))
     if rank == 1:  # end position of the valid keys per batch row (right padding)
         keys = w.op("Shape", [node.input[0]])
@@ -466,8 +466,14 @@ def expand(proto: onnx.ModelProto) -> list[str]:
     nodes: list[onnx.NodeProto] = []
     fused_inputs: set[str] = set()
     typed = graph
-    if any(n.domain in ("", "ai.onnx") and n.op_type in _ONNX_EXPANSIONS for n in graph.node):
-        typed = onnx.shape_inference.infer_shapes(proto).graph  # head sizes, mask types
+    # head sizes and mask types of the standard ops; the rank of a fused Attention's computed mask_index (the
+    # optimizer's ReduceSum of the mask where no EmbedLayerNormalization gives it: RoBERTa / XLM-R)
+    if any(
+        (n.domain in ("", "ai.onnx") and n.op_type in _ONNX_EXPANSIONS)
+        or (n.domain == MS_DOMAIN and n.op_type == "Attention" and _opt(n, 3))
+        for n in graph.node
+    ):
+        typed = onnx.shape_inference.infer_shapes(proto).graph
     for index, node in enumerate(graph.node):
         # onnxruntime also registers (Simplified)LayerNormalization in the default domain (below opset 17)
         fused = node.domain == MS_DOMAIN or node.op_type == "SimplifiedLayerNormalization"

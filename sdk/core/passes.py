@@ -218,7 +218,10 @@ class ConstantFoldPass(ir.passes.InPlacePass):
                     opset_imports=[onnx.helper.make_opsetid("", opset)],
                 )
             )
-            results = evaluator.run(None, feeds)
+            # ONNX's float semantics are IEEE's: log(0) = -inf, and a bucket computation (MPNet, T5) casts that
+            # to int64 in a branch its Where discards; numpy's warnings about it are not the user's
+            with np.errstate(all="ignore"):
+                results = evaluator.run(None, feeds)
         except Exception as exc:  # an op the evaluator cannot run stays a computation
             log.debug("not folding %s (%s): %s", node.name, node.op_type, exc)
             return None
