@@ -48,11 +48,31 @@ def read_proto(path: str | os.PathLike[str]) -> onnx.ModelProto:
     if not proto.HasField("graph") or not proto.graph.node:
         raise ModelError(f"not an ONNX model (no graph): {p}")
     if any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
+        _check_external_files(proto, p)
         try:
             onnx.load_external_data_for_model(proto, str(p.parent))
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, onnx.checker.ValidationError) as exc:
             raise ModelError(f"model {p}: cannot read its external weights: {exc}") from None
     return proto
+
+
+def _check_external_files(proto: onnx.ModelProto, path: Path) -> None:
+    """Refuse, naming the file, an external-data location that is not a file beside the model (onnx says only
+    that a tensor's data 'is not regular file', by raising its checker's ValidationError)."""
+    missing: dict[str, list[str]] = {}
+    for t in proto.graph.initializer:
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        location = next((e.value for e in t.external_data if e.key == "location"), "")
+        if not (path.parent / location).is_file():
+            missing.setdefault(location, []).append(t.name)
+    if missing:
+        location, tensors = next(iter(missing.items()))
+        more = f" and {len(missing) - 1} more file(s)" if len(missing) > 1 else ""
+        raise ModelError(
+            f"model {path}: its external weights file {location!r}{more} is missing beside it "
+            f"({len(tensors)} tensor(s), e.g. {tensors[0]!r}): copy the data file(s) with the .onnx"
+        )
 
 
 def default_opset(proto: onnx.ModelProto) -> int:
@@ -243,32 +263,39 @@ def float16_to_float32(proto: onnx.ModelProto) -> list[str]:
     or float32 inputs/outputs) as the float32 model it was made from, in place: float16 initializers, Constant
     and ConstantOfShape values, Casts to float16 and float16 inputs/outputs/value_info become float32. No target
     computes in the file's float16 (TFLite's float kernels take float32, its int8 kernels are calibrated in
-    float32; ``--precision fp16`` makes float16 weights again), and the values widen exactly. Returns the note
-    to show (empty when the model has no float16)."""
-    f16, f32 = onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT
+    float32; ``--precision fp16`` makes float16 weights again), and the values widen exactly. A bfloat16 model
+    (torch's export after ``model.to(torch.bfloat16)``: ONNX defines no bfloat16 Conv, Gemm, ... below opset 22,
+    so neither onnxruntime nor the onnx checker takes the file) widens the same way, exactly too. Returns the
+    note to show (empty when the model has no float16 / bfloat16)."""
+    halves, f32 = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16), onnx.TensorProto.FLOAT
+    found: set[int] = set()
 
     def widen(t: onnx.TensorProto) -> bool:
-        if t.data_type != f16:
+        if t.data_type not in halves:
             return False
+        found.add(t.data_type)
         t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
         return True
 
     changed = sum(widen(t) for t in proto.graph.initializer)
-    inputs = [v.name for v in proto.graph.input if v.type.tensor_type.elem_type == f16]
+    inputs = [v.name for v in proto.graph.input if v.type.tensor_type.elem_type in halves]
     for v in [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]:
-        if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type == f16:
+        if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type in halves:
+            found.add(v.type.tensor_type.elem_type)
             v.type.tensor_type.elem_type = f32
             changed += 1
     for node in proto.graph.node:
         for a in node.attribute:
             if a.type == onnx.AttributeProto.TENSOR and node.op_type in ("Constant", "ConstantOfShape"):
                 changed += widen(a.t)
-            elif node.op_type == "Cast" and a.name == "to" and a.i == f16:
+            elif node.op_type == "Cast" and a.name == "to" and a.i in halves:
+                found.add(a.i)
                 a.i = f32
                 changed += 1
     if not changed:
         return []
-    note = "float16 model: computed in float32 (its float16 weights widened exactly)"
+    kind = " / ".join(n for t, n in ((halves[0], "float16"), (halves[1], "bfloat16")) if t in found)
+    note = f"{kind} model: computed in float32 (its {kind} weights widened exactly)"
     return [note + (f"; input(s) {', '.join(inputs)} are float32" if inputs else "")]
 
 
