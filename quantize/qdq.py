@@ -418,8 +418,9 @@ class InsertActivationQDQPass(ir.passes.InPlacePass):
             ]
             for reader, idx in readers:
                 reader.replace_input_with(idx, dequant.outputs[0])
-            if value.is_graph_output():
-                # Keep the output's name on the dequantized tensor; the float tensor gets a new one.
+            if value.is_graph_output() and not value.is_graph_input():
+                # Keep the output's name on the dequantized tensor; the float tensor gets a new one. (An output
+                # that is a graph input stays the input: its name is what users feed.)
                 original = value.name
                 value.name = names.fresh(f"{original}_float")
                 out_idx = [i for i, o in enumerate(graph.outputs) if o is value]

@@ -48,11 +48,31 @@ def read_proto(path: str | os.PathLike[str]) -> onnx.ModelProto:
     if not proto.HasField("graph") or not proto.graph.node:
         raise ModelError(f"not an ONNX model (no graph): {p}")
     if any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
+        _check_external_files(proto, p)
         try:
             onnx.load_external_data_for_model(proto, str(p.parent))
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, onnx.checker.ValidationError) as exc:
             raise ModelError(f"model {p}: cannot read its external weights: {exc}") from None
     return proto
+
+
+def _check_external_files(proto: onnx.ModelProto, path: Path) -> None:
+    """Refuse, naming the file, an external-data location that is not a file beside the model (onnx says only
+    that a tensor's data 'is not regular file', by raising its checker's ValidationError)."""
+    missing: dict[str, list[str]] = {}
+    for t in proto.graph.initializer:
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        location = next((e.value for e in t.external_data if e.key == "location"), "")
+        if not (path.parent / location).is_file():
+            missing.setdefault(location, []).append(t.name)
+    if missing:
+        location, tensors = next(iter(missing.items()))
+        more = f" and {len(missing) - 1} more file(s)" if len(missing) > 1 else ""
+        raise ModelError(
+            f"model {path}: its external weights file {location!r}{more} is missing beside it "
+            f"({len(tensors)} tensor(s), e.g. {tensors[0]!r}): copy the data file(s) with the .onnx"
+        )
 
 
 def default_opset(proto: onnx.ModelProto) -> int:
@@ -138,26 +158,34 @@ def upgrade_opset(proto: onnx.ModelProto, target: int = TARGET_OPSET) -> onnx.Mo
 
 
 def batchnorm_batch_statistics(proto: onnx.ModelProto) -> int:
-    """Training-mode BatchNormalization (opsets 9-13: more than one output) as the inference-mode node it
-    computes, in place; returns how many were rewritten.
+    """Training-mode BatchNormalization (opsets 9-13: more than one output; opset 14 on: ``training_mode=1``) as
+    the inference-mode node it computes, in place; returns how many were rewritten.
 
-    Below opset 14 a BatchNormalization with its running-statistics outputs normalises with the statistics of
-    its input batch (mean and biased variance over every axis but 1), not its mean / var inputs (onnxruntime
-    does so). timm's weight-standardized convolutions (NF-ResNet, NFNet: ``F.batch_norm(weight, training=True)``)
-    export so, on the weights; onnx's version converter refuses the node (its outputs 4 and 5 do not exist at
-    opset 14). When only ``Y`` is read, the node becomes ReduceMean / Sub / Mul / ReduceMean for the batch mean
-    and variance feeding a one-output BatchNormalization; a node whose statistics outputs are read is left to
-    the converter's refusal."""
-    if not 9 <= default_opset(proto) < 14:
+    A training-mode BatchNormalization normalises with the statistics of its input batch (mean and biased
+    variance over every axis but 1), not its mean / var inputs (onnxruntime does so). timm's weight-standardized
+    convolutions (NF-ResNet, NFNet: ``F.batch_norm(weight, training=True)``) export so, on the weights, and so
+    does torch's ``training=TrainingMode.PRESERVE`` export of a model left in train mode; onnx's version
+    converter refuses the opset-9 node (its outputs 4 and 5 do not exist at opset 14), and below, passes would
+    fold the running statistics. When only ``Y`` is read, the node becomes ReduceMean / Sub / Mul / ReduceMean
+    for the batch mean and variance feeding a one-output BatchNormalization; a node whose statistics outputs are
+    read is left to the converter's refusal."""
+    opset = default_opset(proto)
+    if opset < 9:
         return 0
     graph = proto.graph
     used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
+
+    def training(n: onnx.NodeProto) -> bool:
+        if opset < 14:
+            return len([o for o in n.output if o]) > 1
+        return any(a.name == "training_mode" and a.i == 1 for a in n.attribute)
+
     candidates = [
         n
         for n in graph.node
         if n.op_type == "BatchNormalization"
         and n.domain in ("", "ai.onnx")
-        and len([o for o in n.output if o]) > 1
+        and training(n)
         and not any(o in used for o in n.output[1:] if o)
     ]
     if not candidates:
@@ -165,6 +193,7 @@ def batchnorm_batch_statistics(proto: onnx.ModelProto) -> int:
     ranks = _ranks(proto)
     nodes, done = [], 0
     targets = {id(n) for n in candidates}
+    mk = onnx.helper.make_node
     for node in graph.node:
         rank = ranks.get(node.input[0]) if id(node) in targets else None
         if rank is None or rank < 2:
@@ -172,13 +201,20 @@ def batchnorm_batch_statistics(proto: onnx.ModelProto) -> int:
             continue
         x, p = node.input[0], f"{node.name or node.output[0]}/batch_stats"
         axes = [0, *range(2, rank)]
-        mk = onnx.helper.make_node
+        if opset >= 18:  # ReduceMean takes its axes as an input from opset 18
+            graph.initializer.append(numpy_helper.from_array(np.array(axes, np.int64), f"{p}/axes"))
+
+        def mean(src: str, dst: str, keep: int, p: str = p, axes: list[int] = axes) -> onnx.NodeProto:
+            if opset >= 18:
+                return mk("ReduceMean", [src, f"{p}/axes"], [dst], keepdims=keep)
+            return mk("ReduceMean", [src], [dst], axes=axes, keepdims=keep)
+
         nodes += [
-            mk("ReduceMean", [x], [f"{p}/mean"], axes=axes, keepdims=0),
-            mk("ReduceMean", [x], [f"{p}/mean_kept"], axes=axes, keepdims=1),
+            mean(x, f"{p}/mean", 0),
+            mean(x, f"{p}/mean_kept", 1),
             mk("Sub", [x, f"{p}/mean_kept"], [f"{p}/centred"]),
             mk("Mul", [f"{p}/centred", f"{p}/centred"], [f"{p}/squared"]),
-            mk("ReduceMean", [f"{p}/squared"], [f"{p}/var"], axes=axes, keepdims=0),
+            mean(f"{p}/squared", f"{p}/var", 0),
         ]
         eps = [a for a in node.attribute if a.name == "epsilon"]
         bn = mk(
@@ -192,6 +228,29 @@ def batchnorm_batch_statistics(proto: onnx.ModelProto) -> int:
     if done:
         log.info("%d training-mode BatchNormalization node(s) normalise with their input's statistics", done)
     return done
+
+
+def refuse_training_dropout(proto: onnx.ModelProto) -> None:
+    """Refuse a Dropout whose ``training_mode`` input is a constant true (opset 12 on): it zeroes a random part
+    of its input on every run (onnxruntime does so), which no deployed model can reproduce; torch writes it
+    when a model left in train mode is exported with ``training=TrainingMode.PRESERVE``."""
+    graph = proto.graph
+    consts = {t.name: t for t in graph.initializer}
+    consts |= {
+        n.output[0]: a.t
+        for n in graph.node
+        if n.op_type == "Constant"
+        for a in n.attribute
+        if a.name == "value"
+    }
+    for node in graph.node:
+        if node.op_type != "Dropout" or len(node.input) < 3 or node.input[2] not in consts:
+            continue
+        if bool(np.any(numpy_helper.to_array(consts[node.input[2]]))):
+            raise ModelError(
+                f"Dropout {node.name or node.output[0]!r} runs in training mode (its training_mode input is true: "
+                "a random output on every run); export the model after model.eval()"
+            )
 
 
 def _ranks(proto: onnx.ModelProto) -> dict[str, int]:
@@ -243,32 +302,39 @@ def float16_to_float32(proto: onnx.ModelProto) -> list[str]:
     or float32 inputs/outputs) as the float32 model it was made from, in place: float16 initializers, Constant
     and ConstantOfShape values, Casts to float16 and float16 inputs/outputs/value_info become float32. No target
     computes in the file's float16 (TFLite's float kernels take float32, its int8 kernels are calibrated in
-    float32; ``--precision fp16`` makes float16 weights again), and the values widen exactly. Returns the note
-    to show (empty when the model has no float16)."""
-    f16, f32 = onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT
+    float32; ``--precision fp16`` makes float16 weights again), and the values widen exactly. A bfloat16 model
+    (torch's export after ``model.to(torch.bfloat16)``: ONNX defines no bfloat16 Conv, Gemm, ... below opset 22,
+    so neither onnxruntime nor the onnx checker takes the file) widens the same way, exactly too. Returns the
+    note to show (empty when the model has no float16 / bfloat16)."""
+    halves, f32 = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16), onnx.TensorProto.FLOAT
+    found: set[int] = set()
 
     def widen(t: onnx.TensorProto) -> bool:
-        if t.data_type != f16:
+        if t.data_type not in halves:
             return False
+        found.add(t.data_type)
         t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
         return True
 
     changed = sum(widen(t) for t in proto.graph.initializer)
-    inputs = [v.name for v in proto.graph.input if v.type.tensor_type.elem_type == f16]
+    inputs = [v.name for v in proto.graph.input if v.type.tensor_type.elem_type in halves]
     for v in [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]:
-        if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type == f16:
+        if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type in halves:
+            found.add(v.type.tensor_type.elem_type)
             v.type.tensor_type.elem_type = f32
             changed += 1
     for node in proto.graph.node:
         for a in node.attribute:
             if a.type == onnx.AttributeProto.TENSOR and node.op_type in ("Constant", "ConstantOfShape"):
                 changed += widen(a.t)
-            elif node.op_type == "Cast" and a.name == "to" and a.i == f16:
+            elif node.op_type == "Cast" and a.name == "to" and a.i in halves:
+                found.add(a.i)
                 a.i = f32
                 changed += 1
     if not changed:
         return []
-    note = "float16 model: computed in float32 (its float16 weights widened exactly)"
+    kind = " / ".join(n for t, n in ((halves[0], "float16"), (halves[1], "bfloat16")) if t in found)
+    note = f"{kind} model: computed in float32 (its {kind} weights widened exactly)"
     return [note + (f"; input(s) {', '.join(inputs)} are float32" if inputs else "")]
 
 
@@ -321,7 +387,8 @@ def fix_input_shapes(
                     f"--input-shape {value.name}={','.join(map(str, shape))} has rank {len(shape)}, "
                     f"the model's input has rank {len(dims)} {current}"
                 )
-            for d, fixed in zip(dims, shape, strict=True):
+            # an input with no shape at all (no rank either) takes the one given
+            for d, fixed in zip(dims, shape, strict=False):
                 if d.HasField("dim_value") and d.dim_value > 0 and d.dim_value != fixed:
                     raise ModelError(
                         f"--input-shape {value.name}: dimension {fixed} contradicts the model's {current}"
@@ -361,10 +428,15 @@ def fix_input_shapes(
 
 
 def _clear_stale_shapes(proto: onnx.ModelProto) -> None:
-    """Drop intermediate shape annotations and dynamic output dims so inference recomputes them."""
+    """Drop intermediate shape annotations and dynamic output dims so inference recomputes them. An output that
+    is a graph input takes the input's (fixed) type: no node computes it, so inference would leave it unknown,
+    and the graph reader gives the value the output's annotation."""
     del proto.graph.value_info[:]
+    inputs = {i.name: i for i in proto.graph.input}
     for out in proto.graph.output:
-        if out.type.tensor_type.HasField("shape"):
+        if out.name in inputs:
+            out.type.CopyFrom(inputs[out.name].type)
+        elif out.type.tensor_type.HasField("shape"):
             out.type.tensor_type.ClearField("shape")
 
 
@@ -439,6 +511,7 @@ def load_proto(
 
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)  # the caller's proto stays as it was
+    sort_nodes(copy.graph)  # some tools write nodes out of order; ONNX's shape inference reads them in order
     # Before anything reads the shapes: onnx's version converter aborts the process (a failed std::clamp
     # assertion) on a value_info dim of -1, as older paddle2onnx releases write them.
     forget_nonpositive_dims(copy)
@@ -450,6 +523,7 @@ def load_proto(
     from edgekit.core import dynamic_quant
 
     expanded += dynamic_quant.dequantize(copy)
+    refuse_training_dropout(copy)
     batchnorm_batch_statistics(copy)
     from edgekit.core import legacy
 
@@ -486,6 +560,49 @@ def load_proto(
     if prepare:
         model = passes.prepare(model)
     return model
+
+
+def _reads(node: onnx.NodeProto) -> set[str]:
+    """The values ``node`` reads: its inputs and what its subgraphs (If / Loop / Scan bodies) read."""
+    names = {i for i in node.input if i}
+    for a in node.attribute:
+        for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+            for inner in sub.node:
+                names |= _reads(inner)
+    return names
+
+
+def sort_nodes(graph: onnx.GraphProto) -> bool:
+    """Order ``graph``'s nodes so that each comes after the producers of what it reads, in place (the given
+    order kept where it already is one: Kahn's algorithm, taking the earliest ready node first). ONNX requires
+    that order, onnxruntime sorts the nodes itself, and some editing tools write them unsorted; onnx's shape
+    inference and version converter read them in the given order. A cycle is left as it is, for the checks that
+    follow to refuse. Returns whether the order changed."""
+    import heapq
+
+    nodes = list(graph.node)
+    producer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
+    after: list[list[int]] = [[] for _ in nodes]
+    waiting = [0] * len(nodes)
+    for k, node in enumerate(nodes):
+        for p in {producer[i] for i in _reads(node) if i in producer and producer[i] != k}:
+            after[p].append(k)
+            waiting[k] += 1
+    ready = [k for k in range(len(nodes)) if not waiting[k]]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        k = heapq.heappop(ready)
+        order.append(k)
+        for j in after[k]:
+            waiting[j] -= 1
+            if not waiting[j]:
+                heapq.heappush(ready, j)
+    if len(order) < len(nodes) or order == sorted(order):
+        return False
+    del graph.node[:]
+    graph.node.extend(nodes[k] for k in order)
+    return True
 
 
 def _node_domains(graph: onnx.GraphProto) -> set[str]:

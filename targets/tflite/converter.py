@@ -316,7 +316,9 @@ def finalize(graph: Graph) -> Graph:
                 taken[t.name] = t
     for t, name in zip(graph.outputs, graph.output_names, strict=True):
         other = taken.get(name)
-        if other is not None and other is not t:
+        # an output that is a graph input: the input keeps the name users feed, its output copy shares it (a
+        # signature names inputs and outputs apart)
+        if other is not None and other is not t and not any(other is x for x in graph.inputs):
             other.name = graph.unique_name(name + "_internal")
             taken[other.name] = other
         if t.name != name:

@@ -485,7 +485,7 @@ def _samples(
     with np.load(path) as data:
         arrays = {n: data[n] for n in names}
     count = len(next(iter(arrays.values())))
-    return [{n: arrays[n][i].reshape(shapes[n]) for n in names} for i in range(count)]
+    return [{n: np.asarray(arrays[n][i]).reshape(shapes[n]) for n in names} for i in range(count)]
 
 
 def _stack(outputs: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
