@@ -134,10 +134,14 @@ def _layer_norm(w: _Writer, node: onnx.NodeProto) -> None:
 
 def _skip_sum(w: _Writer, node: onnx.NodeProto, bias_index: int) -> str:
     """The normalized sum of the Skip*LayerNormalization ops: input + skip (+ the optional bias at
-    ``bias_index``), also written to the optional fourth output."""
-    total = w.op("Add", [node.input[0], node.input[1]])
+    ``bias_index``), also written to the optional fourth output. The bias is added to the input first: the input
+    is the projection the optimizer took the bias from (MatMul), and MatMul + Add becomes one Gemm whose bias
+    the integer kernels accumulate in int32, as in the unfused export (added after the skip, it was requantized
+    on its own: BERT QA's int8 35.2 -> 27.4 dB against fp32)."""
+    total = node.input[0]
     if _opt(node, bias_index):
         total = w.op("Add", [total, node.input[bias_index]])
+    total = w.op("Add", [total, node.input[1]])
     if len(node.output) > 3 and node.output[3]:
         total = w.op("Identity", [total], node.output[3])
     return total
