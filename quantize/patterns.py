@@ -160,7 +160,9 @@ def _non_finite(array) -> bool:
 def non_finite_paths(model: ir.Model) -> dict[str, str]:
     """Nodes computing from a constant holding -inf / inf / NaN (an initializer, or a ConstantOfShape / Constant
     of such a value), up to the op that ends a mask's range (Softmax, or a weighing op) or a MaxPool; a Clip's
-    bounds and a Pad's value read only by a MaxPool do not start a path (their outputs are finite)."""
+    bounds do not start a path (its output is finite). A Pad by -inf holds -inf in its output, so it stays float
+    up to the MaxPool that reads it (a Pad read only by one MaxPool is that MaxPool's pads by then:
+    ``PadIntoMaxPoolPass``)."""
     reached: set[int] = set()
     found: dict[str, str] = {}
     for node in model.graph:  # topological order
@@ -171,8 +173,6 @@ def non_finite_paths(model: ir.Model) -> dict[str, str]:
             reads = node.inputs[:1] if node.op_type == "Clip" else node.inputs
             seeded = any(v is not None and (id(v) in reached or _non_finite(const_array(v))) for v in reads)
         if not seeded:
-            continue
-        if node.op_type == "Pad" and all(u.op_type == "MaxPool" for u, _ in node.outputs[0].uses()):
             continue
         found[node.name] = NON_FINITE_REASON
         if node.op_type in _MASK_ENDS or node.op_type == "MaxPool":

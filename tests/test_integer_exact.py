@@ -356,3 +356,33 @@ def test_pad_by_minus_inf_before_maxpool_is_its_pads(tmp_path):
     _, exact, tflite, _ = _deploy_and_compare(model, tmp_path)
     for e, t in zip(exact, tflite, strict=True):
         np.testing.assert_array_equal(t, e)
+
+
+def test_pad_by_minus_inf_read_by_two_maxpools_stays_float(tmp_path):
+    """A Pad by -inf that two MaxPools read cannot become one MaxPool's pads: its output holds -inf, so the
+    quantizer keeps it float up to the MaxPools (``quantize.patterns.non_finite_paths``). Before, a Pad read only
+    by MaxPools was taken for a finite value, and calibration's zero point came out NaN (exit 3)."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["a"], pads=[1, 1, 1, 1]),
+        helper.make_node("Pad", ["a", "pads", "ninf"], ["p"]),
+        helper.make_node("MaxPool", ["p"], ["m"], kernel_shape=[3, 3], strides=[2, 2]),
+        helper.make_node("MaxPool", ["p"], ["m2"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Add", ["m", "m2"], ["s"]),
+        helper.make_node("Conv", ["s", "w2", "b2"], ["y"]),
+    ]
+    inits = {
+        "w1": _w(4, 3, 3, 3),
+        "b1": _w(4),
+        "pads": np.array([0, 0, 0, 0, 0, 0, 1, 1], np.int64),
+        "ninf": np.array(-np.inf, np.float32),
+        "w2": _w(4, 4, 1, 1),
+        "b2": _w(4),
+    }
+    model = _model(nodes, inits)
+    assert "Pad" in _ops(onnx.ModelProto.FromString(_prepared(model)))
+    qdq, exact, tflite, _ = _deploy_and_compare(model, tmp_path)
+    # the MaxPools read the float Pad requantized in integers (fixed-point rounding): one output step at a tie
+    (dq,) = [n for n in qdq.graph.node if n.output[0] == "y"]
+    step = float(numpy_helper.to_array(next(t for t in qdq.graph.initializer if t.name == dq.input[1])))
+    for e, t in zip(exact, tflite, strict=True):
+        assert np.abs(t - e).max() <= step * 1.001
