@@ -89,3 +89,51 @@ def test_a_call_that_does_not_finish_is_stopped_and_the_next_one_runs():
         isolated.call(isolated_fns.sleep_long, what="LiteRT", doing="running the converted model", timeout=1)
     assert str(info.value) == "LiteRT did not finish within 1 s while running the converted model"
     assert isolated.call(isolated_fns.double, {"x": np.ones(2)}, what="t", doing="d")["x"].tolist() == [2, 2]
+
+
+def test_openvino_kernel_failure_at_run_time_names_the_node_and_its_check(tmp_path):
+    """OpenVINO's run-time failure starts with the node ("Node /pos/GatherElements of type GatherElements") and
+    says what went wrong two lines below, after its source-file header: the one line keeps both (a token
+    sequence longer than a position table used to end at the node's name)."""
+    import onnx
+    from edgekit.core.errors import EdgekitError
+    from edgekit.core.runtime import HostRunner
+    from onnx import TensorProto, helper, numpy_helper
+
+    table = numpy_helper.from_array(np.arange(8 * 4, dtype=np.float32).reshape(8, 4), "table")
+    graph = helper.make_graph(
+        [
+            helper.make_node("CumSum", ["ids", "axis"], ["pos"]),
+            helper.make_node("Unsqueeze", ["pos", "last"], ["pos3"]),
+            helper.make_node("Expand", ["pos3", "shape"], ["idx"]),
+            helper.make_node("Unsqueeze", ["table", "first"], ["table3"]),
+            helper.make_node("GatherElements", ["table3", "idx"], ["y"], axis=1),
+        ],
+        "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 12])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 12, 4])],
+        [
+            table,
+            numpy_helper.from_array(np.array(1, np.int64), "axis"),
+            numpy_helper.from_array(np.array([2], np.int64), "last"),
+            numpy_helper.from_array(np.array([0], np.int64), "first"),
+            numpy_helper.from_array(np.array([1, 12, 4], np.int64), "shape"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model, full_check=True)
+    runner = HostRunner(model, isolate=True)
+    got = runner.run({"ids": np.zeros((1, 12), np.int64)})["y"][0]  # every position 0: row 0
+    np.testing.assert_array_equal(got, np.tile(np.arange(4, dtype=np.float32), (12, 1)))
+    with pytest.raises(EdgekitError) as info:  # positions 1..12 in a table of 8 rows
+        isolated.call(
+            isolated_fns.host_runner_outputs,
+            model.SerializeToString(),
+            {"ids": np.ones((1, 12), np.int64)},
+            what="OpenVINO",
+            doing="running the source model on the host",
+        )
+    message = str(info.value)
+    assert message.startswith("OpenVINO failed while running the source model on the host: Node ")
+    assert "of type GatherElements: indices values of GatherElement exceed data size" in message
+    assert "\n" not in message

@@ -86,7 +86,16 @@ def first_message(text: str) -> str | None:
     rule found for operations: X") if there is one, else the first meaningful line (LiteRT's check)."""
     lines = meaningful_lines(text)
     item = next((ln for ln in lines if ln.startswith("-- ")), None)
-    return item[3:] if item else (lines[0] if lines else None)
+    if item:
+        return item[3:]
+    # OpenVINO names the failing node first, then (after its source-file header) what the node's check found
+    if len(lines) > 1 and _OV_NODE.match(lines[0]):
+        return f"{lines[0]}: {lines[1]}"
+    return lines[0] if lines else None
+
+
+#: OpenVINO's first line of a kernel's failure at run time ("Node /emb/GatherElements of type GatherElements").
+_OV_NODE = re.compile(r"Node \S+ of type \w+$")
 
 
 def call(
