@@ -1013,6 +1013,14 @@ CASES += [
         {"x": (5, 3), "z": (2, 3)},
         inits={"i": np.array([[4], [-5]], np.int64)},
     ),
+    # TabNet's categorical columns: float values cast to ids of an embedding table; a negative id counts from the
+    # end in ONNX, and TFLite's GATHER refuses it (the indices are wrapped first)
+    Case(
+        "gather_ids_cast_from_float",
+        [n("Cast", ["x"], ["ids"], to=7), n("Gather", ["t", "ids"], ["y"])],
+        {"x": (2, 5)},
+        inits={"t": np.arange(24, dtype=np.float32).reshape(8, 3)},
+    ),
     # torch's scatter_add / scatter_reduce (torch_geometric's aggregation): ScatterElements over full coordinates
     Case(
         "scatter_elements_axis0_add_duplicates",
