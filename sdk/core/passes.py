@@ -26,6 +26,7 @@ from edgekit.core.fusions import (
     StandaloneBatchNormPass,
 )
 from edgekit.core.irutil import NameScope, add_initializer, attr, const_array, replace_value
+from edgekit.core.loops import UnrollConstantLoopPass
 from edgekit.core.shape_checks import CheckStaticShapesPass, DeclineControlFlowPass, is_static
 from onnx_ir.passes.common import (
     LiftConstantsToInitializersPass,
@@ -453,15 +454,17 @@ class ForgetAbsentOutputShapesPass(ir.passes.InPlacePass):
 
 
 class FoldShapesPass(ir.passes.InPlacePass):
-    """Constant folding, the Ifs that folding decided (:class:`InlineConstantIfPass`) and shape inference in turn
-    until nothing folds: each folded shape computation gives the next its static input (timm's TF-"SAME" padding
-    computes every Pad from the shape the previous one made: tf_mixnet_s needed five rounds)."""
+    """Constant folding, the Ifs that folding decided (:class:`InlineConstantIfPass`), the Loops whose trip count
+    it made constant (:class:`~edgekit.core.loops.UnrollConstantLoopPass`: torch's EmbeddingBag) and shape
+    inference in turn until nothing folds: each folded shape computation gives the next its static input (timm's
+    TF-"SAME" padding computes every Pad from the shape the previous one made: tf_mixnet_s needed five rounds)."""
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         modified = False
         for _ in range(64):
             folded = ConstantFoldPass()(model).modified
-            if not (InlineConstantIfPass()(model).modified or folded):
+            inlined = InlineConstantIfPass()(model).modified
+            if not (UnrollConstantLoopPass()(model).modified or inlined or folded):
                 break
             ShapeInferencePass()(model)
             modified = True

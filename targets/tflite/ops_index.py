@@ -1,10 +1,11 @@
-"""Converters for indexing ops: GatherElements, GatherND, ScatterND, TopK, Trilu, OneHot, Hardmax, and Range /
-ConstantOfShape where constant folding (``converter._fold``) could not evaluate them.
+"""Converters for indexing ops: GatherElements, GatherND, ScatterND, ScatterElements, TopK, Trilu, OneHot, Hardmax,
+and Range / ConstantOfShape where constant folding (``converter._fold``) could not evaluate them.
 
 GatherElements and GatherND (with ``batch_dims``) become one GATHER_ND over full coordinates; ScatterND (constant
 indices, as detector heads write slices in place) a SCATTER_ND of the updates selected over the data by a constant
-mask; TopK the TOPK_V2 kernel (last axis, largest, sorted: other axes are transposed, smallest is the largest of
-the negated values). None has an int8 rule: in a quantized model they stay float.
+mask, and ScatterElements the same over full coordinates (run-time indices: reduction "add" only); TopK the TOPK_V2
+kernel (last axis, largest, sorted: other axes are transposed, smallest is the largest of the negated values).
+None has an int8 rule: in a quantized model they stay float.
 """
 
 from __future__ import annotations
@@ -121,23 +122,39 @@ def _rounds(flat: np.ndarray) -> list[np.ndarray]:
     return [np.asarray(r, np.int32) for r in rounds]
 
 
+#: ONNX ScatterND / ScatterElements reductions: the TFLite op that combines the scattered values with the data
+_COMBINE = {"none": None, "add": "ADD", "mul": "MUL", "max": "MAXIMUM", "min": "MINIMUM"}
+
+
+def _reduction(ctx: Context, reduction: str | bytes, op: str) -> str:
+    reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+    if reduction not in _COMBINE:
+        raise ctx.error(f"reduction {reduction!r} is not an ONNX {op} reduction")
+    return reduction
+
+
 @converter("ScatterND", since=11)
 def scatter_nd(ctx: Context, node: ir.Node, *, reduction: str = "none") -> None:
     """where(written, SCATTER_ND(updates), data) with a constant mask; reduction "add" is data + SCATTER_ND
     (which sums repeated indices), "mul"/"max"/"min" combine the scattered values with the data first. Repeated
     indices otherwise are applied in rounds, in order (the later update wins for "none"). Indices must be
     constant (run-time indices would need a run-time mask)."""
-    reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
-    combine = {"none": None, "add": "ADD", "mul": "MUL", "max": "MAXIMUM", "min": "MINIMUM"}
-    if reduction not in combine:
-        raise ctx.error(f"reduction {reduction!r} is not an ONNX ScatterND reduction")
+    reduction = _reduction(ctx, reduction, "ScatterND")
     data = ctx.tensor(node.inputs[0])
     indices = ctx.require_const(node.inputs[1], "ScatterND indices")
-    updates = ctx.tensor(node.inputs[2])
-    y = ctx.output(node.outputs[0])
     k = indices.shape[-1]
     dims = np.asarray(data.shape[:k], np.int64)
     flat = np.where(indices < 0, indices + dims, indices).astype(np.int64).reshape(-1, k)
+    _scatter_constant(ctx, data, flat, ctx.tensor(node.inputs[2]), reduction, ctx.output(node.outputs[0]))
+
+
+def _scatter_constant(
+    ctx: Context, data: Tensor, flat: np.ndarray, updates: Tensor, reduction: str, y: Tensor
+) -> None:
+    """Scatter ``updates`` (shape ``[*positions, *slice]``) into ``data`` at the constant coordinates ``flat``
+    ([positions, k], non-negative) with an ONNX reduction."""
+    k = flat.shape[-1]
+    dims = np.asarray(data.shape[:k], np.int64)
     if np.any(flat < 0) or np.any(flat >= dims):
         raise ctx.error(f"indices out of range for data of shape {list(data.shape)}")
     shape = ctx.graph.const("shape", np.asarray(data.shape, np.int32))
@@ -162,15 +179,62 @@ def scatter_nd(ctx: Context, node: ir.Node, *, reduction: str = "none") -> None:
         if reduction == "add":
             current = binary(ctx, "ADD", current, scattered, out)
             continue
-        if combine[reduction] is not None:
+        if _COMBINE[reduction] is not None:
             scattered = binary(
-                ctx, combine[reduction], current, scattered, ctx.tmp("combined", data.shape, data.dtype)
+                ctx, _COMBINE[reduction], current, scattered, ctx.tmp("combined", data.shape, data.dtype)
             )
         mask = np.zeros(data.shape[:k], np.bool_)
         mask[tuple(written.T)] = True
         mask = _compact(mask.reshape(mask.shape + (1,) * (data.rank - k)))
         ctx.op("SELECT_V2", [ctx.graph.const("written", mask), scattered, current], [out])
         current = out
+
+
+@converter("ScatterElements", since=11)
+def scatter_elements(ctx: Context, node: ir.Node, *, axis: int = 0, reduction: str = "none") -> None:
+    """ScatterND over full coordinates: each update's position in every dim but ``axis``, its index along it
+    (torch's ``scatter_add`` / ``index_add`` / ``scatter_reduce``: torch_geometric's message aggregation and
+    segment softmax). Constant indices (a fixed graph, folded) take every reduction, as ScatterND; indices
+    computed at run time (``edge_index`` an input) take "add": data + SCATTER_ND at run-time coordinates, which
+    sums repeated indices as ONNX's reduction does. Run-time indices with another reduction are refused: a
+    repeated index needs its updates applied in order ("none", "mul") or a maximum TFLite has no scatter for."""
+    reduction = _reduction(ctx, reduction, "ScatterElements")
+    data = ctx.tensor(node.inputs[0])
+    updates = ctx.tensor(node.inputs[2])
+    rank = data.rank
+    axis = axis + rank if axis < 0 else axis
+    shape = ctx.shape(node.inputs[1])
+    y = ctx.output(node.outputs[0])
+    grids = np.meshgrid(*[np.arange(d, dtype=np.int64) for d in shape], indexing="ij")
+    constant = ctx.const(node.inputs[1])
+    if constant is not None:
+        index = np.where(constant < 0, constant + data.shape[axis], constant).astype(np.int64)
+        coords = np.stack([index if d == axis else grids[d] for d in range(rank)], axis=-1)
+        _scatter_constant(ctx, data, coords.reshape(-1, rank), updates, reduction, y)
+        return
+    if reduction != "add":
+        raise ctx.error(
+            f"ScatterElements with reduction {reduction!r} needs constant indices (these are computed at run "
+            "time): TFLite's SCATTER_ND only sums repeated indices; fix the graph's index input (e.g. a "
+            "constant edge_index) or scatter with reduction 'add'"
+        )
+    index = _wrap_negative(ctx, ctx.tensor(node.inputs[1]), _c(ctx, data.shape[axis], np.int32))
+    index = ctx.reshape(index, (*shape, 1))
+    parts = [
+        index if d == axis else ctx.graph.const("grid", grids[d][..., None].astype(np.int32))
+        for d in range(rank)
+    ]
+    coords = ctx.tmp("coords", (*shape, rank), np.int32)
+    opts = fb.ConcatenationOptionsT()
+    opts.axis = rank
+    ctx.op("CONCATENATION", parts, [coords], opts)
+    scattered = ctx.tmp("scattered", data.shape, data.dtype)
+    ctx.op(
+        "SCATTER_ND",
+        [coords, updates, ctx.graph.const("shape", np.asarray(data.shape, np.int32))],
+        [scattered],
+    )
+    binary(ctx, "ADD", data, scattered, y)
 
 
 # -- TopK ------------------------------------------------------------------------------------------

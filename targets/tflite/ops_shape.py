@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import onnx_ir as ir
 from edgekit.targets.tflite.context import Context
+from edgekit.targets.tflite.ops_index import _wrap_negative
 from edgekit.targets.tflite.registry import converter
 from edgekit.targets.tflite.schema import fb
 
@@ -290,8 +291,58 @@ def pad_v11(ctx: Context, node: ir.Node, *, mode: str = "constant") -> None:
     _pad(ctx, node, mode, pads, value, axes)
 
 
+#: Ops whose output is never negative, and ops that keep their (data) inputs' signs: run-time Gather indices
+#: computed only through these need no wrapping of negative indices.
+_NON_NEGATIVE_OPS = frozenset({"Shape", "Size", "ArgMax", "ArgMin", "NonZero", "Abs", "Relu", "Equal", "Less",
+                               "LessOrEqual", "Greater", "GreaterOrEqual", "Not", "And", "Or", "IsNaN", "IsInf"})  # fmt: skip
+_SIGN_KEEPING_OPS = frozenset({"Add", "Mul", "CumSum", "Max", "Concat", "Identity", "Cast", "Reshape", "Squeeze",
+                               "Unsqueeze", "Flatten", "Expand", "Transpose", "Tile", "ReduceSum", "ReduceMax"})  # fmt: skip
+#: the data input alone carries the sign (the others are indices, axes or shapes)
+_DATA_ONLY_OPS = frozenset({"Slice", "Gather", "GatherElements", "GatherND", "Split", "TopK"})
+
+
+def _never_negative(ctx: Context, value: ir.Value | None, depth: int = 0) -> bool:
+    """Whether ``value`` (integer indices computed at run time) is provably >= 0: a constant, an integer graph
+    input (ids a user feeds; the verification seeds them within the table), or computed from such values by ops
+    that keep the sign. A Cast from float (TabNet casts its categorical columns to ids) or a Sub is not."""
+    if value is None or depth > 64:
+        return False
+    constant = ctx.const(value)
+    if constant is not None:
+        return bool(constant.size == 0 or constant.min() >= 0)
+    producer = value.producer()
+    if producer is None:
+        return value.dtype is not None and value.dtype.is_integer()
+    op = producer.op_type
+    if op == "TopK":
+        return value is producer.outputs[1] or _never_negative(ctx, producer.inputs[0], depth + 1)
+    if op in _NON_NEGATIVE_OPS:
+        return True
+    if op == "Cast":
+        source = producer.inputs[0]
+        if (
+            source is None
+            or source.dtype is None
+            or not (source.dtype.is_integer() or source.dtype == ir.DataType.BOOL)
+        ):
+            return False
+    if op in _SIGN_KEEPING_OPS:
+        operands = producer.inputs[:1] if op in ("Reshape", "Expand", "Tile", "CumSum") else producer.inputs
+        return all(_never_negative(ctx, v, depth + 1) for v in operands if v is not None)
+    if op in _DATA_ONLY_OPS:
+        return _never_negative(ctx, producer.inputs[0], depth + 1)
+    if op == "Where":
+        return all(_never_negative(ctx, v, depth + 1) for v in producer.inputs[1:])
+    if op == "Range":
+        start, delta = ctx.const(producer.inputs[0]), ctx.const(producer.inputs[2])
+        return start is not None and delta is not None and start.min() >= 0 and delta.min() >= 0
+    return False
+
+
 @converter("Gather", since=1)
 def gather(ctx: Context, node: ir.Node, *, axis: int = 0) -> None:
+    """GATHER; run-time indices that may be negative (ONNX counts them from the end, TFLite's GATHER refuses
+    them: "gather index out of bounds") are wrapped first, as GatherElements' are."""
     data_value, indices_value = node.inputs
     data = ctx.tensor(data_value)
     axis = _axis(axis, data.rank)
@@ -299,8 +350,11 @@ def gather(ctx: Context, node: ir.Node, *, axis: int = 0) -> None:
     if indices is not None:
         indices = np.where(indices < 0, indices + data.shape[axis], indices).astype(np.int32)
         index_tensor = ctx.graph.const(indices_value.name, indices)
-    else:
+    elif _never_negative(ctx, indices_value):
         index_tensor = ctx.tensor(indices_value)
+    else:
+        dims = ctx.graph.const("dims", np.asarray(data.shape[axis], np.int32))
+        index_tensor = _wrap_negative(ctx, ctx.tensor(indices_value), dims)
     opts = fb.GatherOptionsT()
     opts.axis = axis
     ctx.op("GATHER", [data, index_tensor], [ctx.output(node.outputs[0])], opts)

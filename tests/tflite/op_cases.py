@@ -1013,6 +1013,39 @@ CASES += [
         {"x": (5, 3), "z": (2, 3)},
         inits={"i": np.array([[4], [-5]], np.int64)},
     ),
+    # TabNet's categorical columns: float values cast to ids of an embedding table; a negative id counts from the
+    # end in ONNX, and TFLite's GATHER refuses it (the indices are wrapped first)
+    Case(
+        "gather_ids_cast_from_float",
+        [n("Cast", ["x"], ["ids"], to=7), n("Gather", ["t", "ids"], ["y"])],
+        {"x": (2, 5)},
+        inits={"t": np.arange(24, dtype=np.float32).reshape(8, 3)},
+    ),
+    # torch's scatter_add / scatter_reduce (torch_geometric's aggregation): ScatterElements over full coordinates
+    Case(
+        "scatter_elements_axis0_add_duplicates",
+        [n("ScatterElements", ["x", "i", "z"], axis=0, reduction="add")],
+        {"x": (5, 3), "z": (4, 3)},
+        inits={"i": np.array([[1, 0, 4], [3, 3, 4], [1, 0, -1], [1, 2, 0]], np.int64)},
+        opset=16,
+    ),
+    Case(
+        "scatter_elements_axis1_none",
+        [n("ScatterElements", ["x", "i", "z"], axis=1)],
+        {"x": (3, 6), "z": (3, 2)},
+        inits={"i": np.array([[0, 5], [-1, 2], [3, 1]], np.int64)},
+        opset=13,
+    ),
+    *[
+        Case(
+            f"scatter_elements_{reduction}_duplicates",
+            [n("ScatterElements", ["x", "i", "z"], axis=0, reduction=reduction)],
+            {"x": (4, 2), "z": (5, 2)},
+            inits={"i": np.array([[0, 2], [3, 1], [0, 2], [0, 0], [3, 1]], np.int64)},
+            opset=18,
+        )
+        for reduction in ("max", "min", "mul")
+    ],
     Case(
         "topk_axis1_largest",
         [n("TopK", ["x", "k"], ["y", "idx"], axis=1)],

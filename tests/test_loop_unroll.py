@@ -1,0 +1,183 @@
+"""A Loop whose trip count folds to a constant is unrolled (``edgekit.core.loops``).
+
+torch writes ``nn.EmbeddingBag`` as an ONNX Loop over the bags (Wide & Deep's wide part, DLRM's multi-hot
+features): declined as control flow before, in every case. With fixed-size bags (a 2-D id input) the trip count is
+the batch and every slice bound a constant once the shapes are fixed: the unrolled graph is static and deploys.
+Bags read with an ``offsets`` input have sizes that depend on its values: still refused, in one line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from edgekit.cli.common import run_app
+from edgekit.cli.main import app
+from onnx import TensorProto, helper, numpy_helper
+from tflite_files import run_tflite_file
+
+#: Written by :func:`_embedding_bags` (``python tests/test_loop_unroll.py``; torch is not in CI), committed: 7 KB
+BAGS = Path(__file__).parent / "data" / "embedding_bag_loops.onnx"
+
+
+def _embedding_bags(path: Path) -> None:
+    """ids [2, 4] (two bags of four ids) -> EmbeddingBag sum, mean and max (each its own Loop), concatenated with
+    a Linear of the dense features x [2, 3]; torch 2.x, TorchScript exporter, opset 13."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+
+    class Bags(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bags = nn.ModuleList([nn.EmbeddingBag(40, 6, mode=m) for m in ("sum", "mean", "max")])
+            self.dense = nn.Linear(3, 6)
+
+        def forward(self, ids, x):
+            return torch.cat([b(ids) for b in self.bags] + [self.dense(x)], 1)
+
+    ids, x = torch.randint(0, 40, (2, 4)), torch.randn(2, 3)
+    torch.onnx.export(
+        Bags().eval(), (ids, x), str(path), dynamo=False, opset_version=13, input_names=["ids", "x"],
+        output_names=["y"], dynamic_axes={"ids": {0: "batch"}, "x": {0: "batch"}, "y": {0: "batch"}},
+    )  # fmt: skip
+
+
+def _deploy(args: list[str], capsys) -> tuple[int, str]:
+    try:
+        run_app(app, args)
+        return 0, capsys.readouterr().err
+    except SystemExit as exc:
+        return int(exc.code or 0), capsys.readouterr().err
+
+
+def test_embedding_bags_deploy_unrolled(tmp_path, capsys):
+    """Three EmbeddingBag Loops (sum / mean / max) at batch 3: the .tflite gives onnxruntime's rows."""
+    assert sum(n.op_type == "Loop" for n in onnx.load(str(BAGS)).graph.node) == 3
+    out = tmp_path / "out"
+    code, err = _deploy(
+        ["deploy", str(BAGS), "-t", "arm-cpu", "--precision", "fp32", "-o", str(out),
+         "--input-shape", "ids=3,4", "--input-shape", "x=3,3"],
+        capsys,
+    )  # fmt: skip
+    assert code == 0, err
+    (tflite,) = (out / "arm-cpu").glob("*.tflite")
+    session = ort.InferenceSession(str(BAGS), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    for _ in range(4):
+        feeds = {
+            "ids": rng.integers(0, 40, (3, 4)).astype(np.int64),
+            "x": rng.standard_normal((3, 3), np.float32),
+        }
+        (expected,) = session.run(None, feeds)
+        tfl_feeds = {**feeds, "ids": feeds["ids"].astype(np.int32)}  # TFLite's ids are int32
+        got = run_tflite_file(tflite, tfl_feeds)["y"]
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def _carried_loop(trips_from_input: bool) -> onnx.ModelProto:
+    """x [2, 3] -> Loop over the rows of x (trip count Shape(x)[0], or the value of the input ``n``): a carried
+    running sum ``acc = acc * 0.5 + x[i]`` and a scan output ``acc * i``; outputs the final acc and the scan."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Gather", ["x", "i"], ["row"], axis=0),
+            helper.make_node("Mul", ["acc_in", "half"], ["decayed"]),
+            helper.make_node("Add", ["decayed", "row"], ["acc_out"]),
+            helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["acc_out", "fi"], ["scan"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [3]),
+         helper.make_tensor_value_info("scan", TensorProto.FLOAT, [3])],
+    )  # fmt: skip
+    trips = (
+        [helper.make_node("Cast", ["n"], ["trips"], to=TensorProto.INT64)]
+        if trips_from_input
+        else [
+            helper.make_node("Shape", ["x"], ["shape"]),
+            helper.make_node("Gather", ["shape", "zero"], ["trips"]),
+        ]
+    )
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])]
+    if trips_from_input:
+        inputs.append(helper.make_tensor_value_info("n", TensorProto.FLOAT, []))
+    graph = helper.make_graph(
+        [*trips, helper.make_node("Loop", ["trips", "", "acc0"], ["acc", "steps"], name="loop", body=body)],
+        "carried",
+        inputs,
+        [helper.make_tensor_value_info("acc", TensorProto.FLOAT, [3]),
+         helper.make_tensor_value_info("steps", TensorProto.FLOAT, [2, 3])],
+        [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+         numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+         numpy_helper.from_array(np.array([1.0, -2.0, 0.25], np.float32), "acc0")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_a_loop_with_carried_values_and_a_scan_output_unrolls(tmp_path, capsys):
+    path = tmp_path / "carried.onnx"
+    onnx.save(_carried_loop(False), path)
+    code, err = _deploy(["deploy", str(path), "-t", "arm-cpu", "-o", str(tmp_path / "out")], capsys)
+    assert code == 0, err
+    (tflite,) = (tmp_path / "out" / "arm-cpu").glob("*.tflite")
+    x = np.random.default_rng(2).standard_normal((2, 3)).astype(np.float32)
+    expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = run_tflite_file(tflite, {"x": x})
+    np.testing.assert_allclose(got["acc"], expected[0], rtol=1e-6)
+    np.testing.assert_allclose(got["steps"], expected[1], rtol=1e-6)
+
+
+@pytest.mark.parametrize("case", ["trips", "offsets"])
+def test_a_data_dependent_loop_is_refused_in_one_line(tmp_path, capsys, case):
+    """A trip count read from an input's value stays a Loop (declined); EmbeddingBag bags given by an ``offsets``
+    input unroll, but each bag's size is then the offsets' values: refused as a shape computed at run time."""
+    if case == "trips":
+        path = tmp_path / "trips.onnx"
+        onnx.save(_carried_loop(True), path)
+        args, expected = ["--input-shape", "x=2,3"], "error: Loop node 'loop': control flow (If/Loop/Scan)"
+    else:
+        path = Path(__file__).parent / "data" / "embedding_bag_offsets.onnx"
+        args, expected = [], "has no static shape"
+    code, err = _deploy(["deploy", str(path), "-t", "arm-cpu", "-o", str(tmp_path / "out"), *args], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and lines[-1].startswith("error:") and expected in lines[-1], err
+    if case == "offsets":
+        assert "computed at run time" in lines[-1], err
+
+
+def _embedding_bag_offsets(path: Path) -> None:
+    """DLRM's multi-hot feature: flat ids [6] and offsets [1] (one bag), EmbeddingBag sum; opset 13."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+
+    class Bag(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bag = nn.EmbeddingBag(30, 4, mode="sum")
+
+        def forward(self, ids, offsets):
+            return self.bag(ids, offsets)
+
+    args = (torch.randint(0, 30, (6,)), torch.zeros(1, dtype=torch.int64))
+    torch.onnx.export(
+        Bag().eval(), args, str(path), dynamo=False, opset_version=13, input_names=["ids", "offsets"],
+        output_names=["y"],
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    _embedding_bags(BAGS)
+    _embedding_bag_offsets(BAGS.parent / "embedding_bag_offsets.onnx")
