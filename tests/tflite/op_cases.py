@@ -432,6 +432,15 @@ CASES: list[Case] = [
         inits={"p": i64(1, 0, 0, 2), "v": f32(1.5).reshape(())},
     ),
     Case("pad_reflect", [n("Pad", ["x", "p"], mode="reflect")], X4, inits={"p": i64(0, 0, 1, 2, 0, 0, 2, 1)}),
+    # edge / wrap: one GATHER per padded axis (kornia's replicate-padded spatial gradients, KeyNet)
+    Case(
+        "pad_edge",
+        [n("Pad", ["x", "p"], mode="edge")],
+        X4,
+        inits={"p": i64(0, 1, 1, 3, 0, 0, 2, 1)},
+        int8=True,
+    ),
+    Case("pad_wrap", [n("Pad", ["x", "p"], mode="wrap")], X4, inits={"p": i64(0, 0, 2, 1, 0, 0, 1, 3)}),
     Case("pad_v2_attrs", [n("Pad", ["x"], pads=[0, 1, 1, 0], value=0.5)], {"x": (2, 3)}, opset=2),
     Case(
         "pad_v18_axes",
