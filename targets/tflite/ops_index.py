@@ -1,9 +1,9 @@
-"""Converters for indexing ops: GatherElements, GatherND, ScatterND, TopK, Trilu, OneHot, Hardmax, and Range /
+"""Converters for indexing ops: GatherElements, GatherND, ScatterND, ScatterElements, TopK, Trilu, OneHot, Hardmax, and Range /
 ConstantOfShape where constant folding (``converter._fold``) could not evaluate them.
 
 GatherElements and GatherND (with ``batch_dims``) become one GATHER_ND over full coordinates; ScatterND (constant
 indices, as detector heads write slices in place) a SCATTER_ND of the updates selected over the data by a constant
-mask; TopK the TOPK_V2 kernel (last axis, largest, sorted: other axes are transposed, smallest is the largest of
+mask (ScatterElements the same over full coordinates); TopK the TOPK_V2 kernel (last axis, largest, sorted: other axes are transposed, smallest is the largest of
 the negated values). None has an int8 rule: in a quantized model they stay float.
 """
 
@@ -121,25 +121,13 @@ def _rounds(flat: np.ndarray) -> list[np.ndarray]:
     return [np.asarray(r, np.int32) for r in rounds]
 
 
-@converter("ScatterND", since=11)
-def scatter_nd(ctx: Context, node: ir.Node, *, reduction: str = "none") -> None:
-    """where(written, SCATTER_ND(updates), data) with a constant mask; reduction "add" is data + SCATTER_ND
-    (which sums repeated indices), "mul"/"max"/"min" combine the scattered values with the data first. Repeated
-    indices otherwise are applied in rounds, in order (the later update wins for "none"). Indices must be
-    constant (run-time indices would need a run-time mask)."""
-    reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+def _scatter(
+    ctx: Context, data: Tensor, flat: np.ndarray, updates: Tensor, y: Tensor, reduction: str
+) -> None:
+    """``data`` with ``updates`` written at the constant coordinates ``flat`` ([N, k], non-negative: one row per
+    update slice, ``updates``' leading dims holding the N), combined by ``reduction`` (see :func:`scatter_nd`)."""
     combine = {"none": None, "add": "ADD", "mul": "MUL", "max": "MAXIMUM", "min": "MINIMUM"}
-    if reduction not in combine:
-        raise ctx.error(f"reduction {reduction!r} is not an ONNX ScatterND reduction")
-    data = ctx.tensor(node.inputs[0])
-    indices = ctx.require_const(node.inputs[1], "ScatterND indices")
-    updates = ctx.tensor(node.inputs[2])
-    y = ctx.output(node.outputs[0])
-    k = indices.shape[-1]
-    dims = np.asarray(data.shape[:k], np.int64)
-    flat = np.where(indices < 0, indices + dims, indices).astype(np.int64).reshape(-1, k)
-    if np.any(flat < 0) or np.any(flat >= dims):
-        raise ctx.error(f"indices out of range for data of shape {list(data.shape)}")
+    k = flat.shape[-1]
     shape = ctx.graph.const("shape", np.asarray(data.shape, np.int32))
     slice_shape = tuple(data.shape[k:])
     rounds = [np.arange(len(flat), dtype=np.int32)] if reduction == "add" else _rounds(flat)
@@ -171,6 +159,52 @@ def scatter_nd(ctx: Context, node: ir.Node, *, reduction: str = "none") -> None:
         mask = _compact(mask.reshape(mask.shape + (1,) * (data.rank - k)))
         ctx.op("SELECT_V2", [ctx.graph.const("written", mask), scattered, current], [out])
         current = out
+
+
+@converter("ScatterElements", since=11)
+def scatter_elements(ctx: Context, node: ir.Node, *, axis: int = 0, reduction: str = "none") -> None:
+    """ScatterND over full coordinates: each update element goes to its own position with the ``axis``
+    coordinate taken from the constant indices (torch's dynamo exporter writes ``select_scatter`` as one, e.g.
+    LightGlue's assignment matrix border). Indices must be constant."""
+    reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+    if reduction not in ("none", "add", "mul", "max", "min"):
+        raise ctx.error(f"reduction {reduction!r} is not an ONNX ScatterElements reduction")
+    data = ctx.tensor(node.inputs[0])
+    indices = ctx.require_const(node.inputs[1], "ScatterElements indices").astype(np.int64)
+    updates = ctx.tensor(node.inputs[2])
+    y = ctx.output(node.outputs[0])
+    axis = axis + data.rank if axis < 0 else axis
+    size = data.shape[axis]
+    indices = np.where(indices < 0, indices + size, indices)
+    if np.any(indices < 0) or np.any(indices >= size):
+        raise ctx.error(f"indices out of range for axis {axis} of size {size}")
+    coords = np.indices(indices.shape, dtype=np.int64)
+    coords[axis] = indices
+    flat = np.moveaxis(coords, 0, -1).reshape(-1, data.rank)
+    if np.any(flat >= np.asarray(data.shape)):
+        raise ctx.error(f"updates of shape {list(indices.shape)} do not fit data of shape {list(data.shape)}")
+    _scatter(ctx, data, flat, updates, y, reduction)
+
+
+@converter("ScatterND", since=11)
+def scatter_nd(ctx: Context, node: ir.Node, *, reduction: str = "none") -> None:
+    """where(written, SCATTER_ND(updates), data) with a constant mask; reduction "add" is data + SCATTER_ND
+    (which sums repeated indices), "mul"/"max"/"min" combine the scattered values with the data first. Repeated
+    indices otherwise are applied in rounds, in order (the later update wins for "none"). Indices must be
+    constant (run-time indices would need a run-time mask)."""
+    reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+    if reduction not in ("none", "add", "mul", "max", "min"):
+        raise ctx.error(f"reduction {reduction!r} is not an ONNX ScatterND reduction")
+    data = ctx.tensor(node.inputs[0])
+    indices = ctx.require_const(node.inputs[1], "ScatterND indices")
+    updates = ctx.tensor(node.inputs[2])
+    y = ctx.output(node.outputs[0])
+    k = indices.shape[-1]
+    dims = np.asarray(data.shape[:k], np.int64)
+    flat = np.where(indices < 0, indices + dims, indices).astype(np.int64).reshape(-1, k)
+    if np.any(flat < 0) or np.any(flat >= dims):
+        raise ctx.error(f"indices out of range for data of shape {list(data.shape)}")
+    _scatter(ctx, data, flat, updates, y, reduction)
 
 
 # -- TopK ------------------------------------------------------------------------------------------

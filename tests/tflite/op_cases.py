@@ -1022,6 +1022,26 @@ CASES += [
         {"x": (5, 3), "z": (2, 3)},
         inits={"i": np.array([[4], [-5]], np.int64)},
     ),
+    # torch's dynamo exporter writes select_scatter (LightGlue's assignment border) as a ScatterElements
+    Case(
+        "scatter_elements_select_scatter",
+        [n("ScatterElements", ["x", "i", "z"], axis=2)],
+        {"x": (1, 5, 6), "z": (1, 5, 1)},
+        inits={"i": np.full((1, 5, 1), -1, np.int64)},
+    ),
+    Case(
+        "scatter_elements_axis0_add_duplicates",
+        [n("ScatterElements", ["x", "i", "z"], axis=0, reduction="add")],
+        {"x": (4, 3), "z": (2, 3)},
+        inits={"i": np.array([[0, 3, 0], [0, 1, 2]], np.int64)},
+        opset=18,
+    ),
+    Case(
+        "scatter_elements_axis1_none",
+        [n("ScatterElements", ["x", "i", "z"], axis=1)],
+        {"x": (3, 5), "z": (3, 2)},
+        inits={"i": np.array([[4, 0], [1, 2], [-1, 3]], np.int64)},
+    ),
     Case(
         "topk_axis1_largest",
         [n("TopK", ["x", "k"], ["y", "idx"], axis=1)],
