@@ -338,6 +338,33 @@ def float16_to_float32(proto: onnx.ModelProto) -> list[str]:
     return [note + (f"; input(s) {', '.join(inputs)} are float32" if inputs else "")]
 
 
+def double_inputs_cast_to_float32(proto: onnx.ModelProto) -> list[str]:
+    """A float64 graph input that only Casts to float32 read becomes a float32 input, in place: the same values
+    (the Cast rounds a double to float32 first, as a float32 input's data is). torch's exporter writes one for a
+    Python float argument of ``forward`` (kornia's SOSNet: ``eps: float = 1e-10``, a DOUBLE scalar input cast to
+    float32 before its Add); no target has float64 inputs, and TFLite has no float64 kernels. A float64 input that
+    anything else reads is left as it is (and refused by the targets). Returns the note to show."""
+    double, f32 = onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in proto.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    widened = []
+    for value in proto.graph.input:
+        if value.type.tensor_type.elem_type != double or not readers.get(value.name):
+            continue
+        nodes = readers[value.name]
+        to_float = [
+            n.op_type == "Cast" and any(a.name == "to" and a.i == f32 for a in n.attribute) for n in nodes
+        ]
+        if all(to_float) and not any(o.name == value.name for o in proto.graph.output):
+            value.type.tensor_type.elem_type = f32
+            widened.append(value.name)
+    if not widened:
+        return []
+    return [f"float64 input(s) {', '.join(widened)} read only as float32 (Cast): now float32 inputs"]
+
+
 def _from_samples(dims: list[int], stored: tuple[int, ...] | None) -> tuple[int, ...] | None:
     """An input's shape from its data's array shape ``stored`` (a leading sample axis, then the input's full shape
     or its shape without the batch, which becomes 1), or None when the array does not fit ``dims`` (0: dynamic)."""
@@ -558,7 +585,8 @@ def load_proto(
     del proto.graph.input[:]
     proto.graph.input.extend(kept)
     forget_nonpositive_dims(proto)
-    notes = inlined + expanded + float16_to_float32(proto) + fix_input_shapes(proto, input_shapes, data)
+    notes = inlined + expanded + float16_to_float32(proto) + double_inputs_cast_to_float32(proto)
+    notes += fix_input_shapes(proto, input_shapes, data)
     if messages is not None:
         messages.extend(notes)  # the caller announces them (once per command, not once per load)
     else:

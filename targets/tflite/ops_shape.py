@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import onnx_ir as ir
 from edgekit.targets.tflite.context import Context
+from edgekit.targets.tflite.graph import Tensor
 from edgekit.targets.tflite.ops_index import _wrap_negative
 from edgekit.targets.tflite.registry import converter
 from edgekit.targets.tflite.schema import fb
@@ -264,8 +265,32 @@ def _pad(
         opts = fb.MirrorPadOptionsT()
         opts.mode = fb.MirrorPadMode.REFLECT
         ctx.op("MIRROR_PAD", [x, pad_const], [y], opts)
+    elif mode in ("edge", "wrap"):
+        _pad_by_gather(ctx, x, y, paddings, mode)
     else:
-        raise ctx.error(f"Pad mode {mode!r} is not supported (constant, reflect are)")
+        raise ctx.error(f"Pad mode {mode!r} is not supported (constant, reflect, edge, wrap are)")
+
+
+def _pad_by_gather(ctx: Context, x: Tensor, y: Tensor, paddings: np.ndarray, mode: str) -> None:
+    """``edge`` (replicate: kornia's spatial gradients, ``F.pad(mode="replicate")``) and ``wrap`` (circular)
+    padding, which TFLite has no op for: one GATHER per padded axis with constant source indices (clamped to the
+    border, or modulo the size), exact in float and in int8 (a GATHER keeps its input's scale)."""
+    axes = [a for a in range(x.rank) if paddings[a].any()]
+    current = x
+    for i, a in enumerate(axes):
+        size = x.shape[a]
+        before, after = (int(p) for p in paddings[a])
+        source = np.arange(-before, size + after)
+        source = np.clip(source, 0, size - 1) if mode == "edge" else np.mod(source, size)
+        shape = list(current.shape)
+        shape[a] = len(source)
+        out = y if i == len(axes) - 1 else ctx.tmp("pad_" + mode, shape, x.dtype)
+        opts = fb.GatherOptionsT()
+        opts.axis = a
+        ctx.op("GATHER", [current, ctx.graph.const("pad_source", source.astype(np.int32))], [out], opts)
+        current = out
+    if not axes:
+        ctx.reshape(x, y.shape, out=y)
 
 
 @converter("Pad", since=1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 from ai_edge_litert import schema_py_generated as fb
+from edgekit.core.errors import TargetError
 
 __all__ = ["fb", "builtin_code", "options_type", "tensor_type", "activation_code"]
 
@@ -33,8 +34,16 @@ def options_type(options: object) -> int:
     return getattr(fb.BuiltinOptions, name[:-1])
 
 
-def tensor_type(dtype: np.dtype) -> int:
-    return _TENSOR_TYPES[np.dtype(dtype)]
+def tensor_type(dtype: np.dtype, name: str = "") -> int:
+    """The ``TensorType`` of a numpy dtype; one TFLite has no kernels for (float64, ...) is a typed refusal."""
+    try:
+        return _TENSOR_TYPES[np.dtype(dtype)]
+    except KeyError:
+        where = f"tensor {name!r} is " if name else ""
+        raise TargetError(
+            f"{where}{np.dtype(dtype).name}: TFLite kernels do not take this type "
+            f"(they take {', '.join(sorted(d.name for d in _TENSOR_TYPES))}); export the model in float32"
+        ) from None
 
 
 def activation_code(name: str) -> int:

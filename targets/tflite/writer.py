@@ -239,7 +239,7 @@ def serialize(graph: Graph, description: str = "edgekit", *, names: bool = True)
         ft = _SharedShapeTensor(vectors)
         ft.name = t.name if names else None
         ft.shape = np.asarray(t.shape, dtype=np.int32)
-        ft.type = tensor_type(t.dtype)
+        ft.type = tensor_type(t.dtype, t.name)
         if t.quant is not None and t.quant.block_size:
             # LiteRT reads blockwise scales as float16 (float32 ones are misread)
             scales = Tensor(t.name + "/scales", t.quant.scale.shape, np.float16, data=t.quant.scale)

@@ -432,6 +432,15 @@ CASES: list[Case] = [
         inits={"p": i64(1, 0, 0, 2), "v": f32(1.5).reshape(())},
     ),
     Case("pad_reflect", [n("Pad", ["x", "p"], mode="reflect")], X4, inits={"p": i64(0, 0, 1, 2, 0, 0, 2, 1)}),
+    # edge / wrap: one GATHER per padded axis (kornia's replicate-padded spatial gradients, KeyNet)
+    Case(
+        "pad_edge",
+        [n("Pad", ["x", "p"], mode="edge")],
+        X4,
+        inits={"p": i64(0, 1, 1, 3, 0, 0, 2, 1)},
+        int8=True,
+    ),
+    Case("pad_wrap", [n("Pad", ["x", "p"], mode="wrap")], X4, inits={"p": i64(0, 0, 2, 1, 0, 0, 1, 3)}),
     Case("pad_v2_attrs", [n("Pad", ["x"], pads=[0, 1, 1, 0], value=0.5)], {"x": (2, 3)}, opset=2),
     Case(
         "pad_v18_axes",
@@ -1012,6 +1021,13 @@ CASES += [
         [n("ScatterND", ["x", "i", "z"])],
         {"x": (5, 3), "z": (2, 3)},
         inits={"i": np.array([[4], [-5]], np.int64)},
+    ),
+    # torch's dynamo exporter writes select_scatter (LightGlue's assignment border) as a ScatterElements
+    Case(
+        "scatter_elements_select_scatter",
+        [n("ScatterElements", ["x", "i", "z"], axis=2)],
+        {"x": (1, 5, 6), "z": (1, 5, 1)},
+        inits={"i": np.full((1, 5, 1), -1, np.int64)},
     ),
     # TabNet's categorical columns: float values cast to ids of an embedding table; a negative id counts from the
     # end in ONNX, and TFLite's GATHER refuses it (the indices are wrapped first)
