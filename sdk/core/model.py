@@ -338,6 +338,47 @@ def float16_to_float32(proto: onnx.ModelProto) -> list[str]:
     return [note + (f"; input(s) {', '.join(inputs)} are float32" if inputs else "")]
 
 
+def float64_to_float32(proto: onnx.ModelProto) -> list[str]:
+    """float64 computation narrowed to float32, in place: float64 initializers, Constant / ConstantOfShape values,
+    Casts to float64 and float64 inputs/outputs/value_info (subgraphs too) become float32. No target has float64
+    kernels (TFLite's arithmetic, GridSample's grid and OpenVINO's NPU take float32), and torch writes float64
+    islands into float32 models wherever Python floats or ``torch.float64`` reach a traced value: Mask2Former's
+    deformable attention computes its sampling grid from float64 reference points (Cast to double, Add, Mul, Sub,
+    then GridSample of float32 data with a float64 grid). Each narrowed value is the float64 one rounded to
+    float32: within float32's rounding of the float64 model, the fp32 verification's bar. Returns the note to
+    show (empty when the model has no float64)."""
+    f64, f32 = onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT
+    inputs = [v.name for v in proto.graph.input if v.type.tensor_type.elem_type == f64]
+
+    def narrow(t: onnx.TensorProto) -> int:
+        if t.data_type != f64:
+            return 0
+        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
+        return 1
+
+    def walk(graph: onnx.GraphProto) -> int:
+        changed = sum(narrow(t) for t in graph.initializer)
+        for v in [*graph.input, *graph.output, *graph.value_info]:
+            if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type == f64:
+                v.type.tensor_type.elem_type = f32
+                changed += 1
+        for node in graph.node:
+            for a in node.attribute:
+                if a.type == onnx.AttributeProto.TENSOR and node.op_type in ("Constant", "ConstantOfShape"):
+                    changed += narrow(a.t)
+                elif a.name in ("to", "dtype") and a.type == onnx.AttributeProto.INT and a.i == f64:
+                    a.i = f32  # Cast's to; RandomNormal / RandomUniform / EyeLike's dtype
+                    changed += 1
+                for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+                    changed += walk(sub)
+        return changed
+
+    if not walk(proto.graph):
+        return []
+    note = "float64 computation narrowed to float32 (no target has float64 kernels)"
+    return [note + (f"; input(s) {', '.join(inputs)} are float32" if inputs else "")]
+
+
 def _from_samples(dims: list[int], stored: tuple[int, ...] | None) -> tuple[int, ...] | None:
     """An input's shape from its data's array shape ``stored`` (a leading sample axis, then the input's full shape
     or its shape without the batch, which becomes 1), or None when the array does not fit ``dims`` (0: dynamic)."""
@@ -541,7 +582,8 @@ def load_proto(
     del proto.graph.input[:]
     proto.graph.input.extend(kept)
     forget_nonpositive_dims(proto)
-    notes = inlined + expanded + float16_to_float32(proto) + fix_input_shapes(proto, input_shapes, data)
+    notes = inlined + expanded + float16_to_float32(proto) + float64_to_float32(proto)
+    notes += fix_input_shapes(proto, input_shapes, data)
     if messages is not None:
         messages.extend(notes)  # the caller announces them (once per command, not once per load)
     else:
