@@ -3,9 +3,10 @@
 kornia's SOSNet (``forward(self, input, eps: float = 1e-10)``), exported with one tensor argument, gets a DOUBLE
 scalar input ``onnx::Cast_1`` that a Cast to float32 reads before the L2 normalisation's Add (round 14g). arm-cpu
 crashed ("internal error: KeyError: dtype('float64')", exit 3: the TFLite writer has no float64 type) and
-intel-vpu refused it ("tensor type DOUBLE is not supported by the bundle format"). A float64 input that only
-Casts to float32 read is a float32 input with the same values; one that float64 arithmetic reads is a typed
-refusal (TFLite has no float64 kernels).
+intel-vpu refused it ("tensor type DOUBLE is not supported by the bundle format"). float64 computation is
+narrowed to float32 at load (``edgekit.core.model.float64_to_float32``, round 14v): such an input becomes a
+float32 input, and float64 arithmetic on it float32 arithmetic, checked against onnxruntime running the model
+as written (float64).
 """
 
 from __future__ import annotations
@@ -75,10 +76,24 @@ def test_a_double_input_deploys_to_intel_vpu(model, tmp_path):
     assert result.bundles[0].verification["passed"]
 
 
-def test_float64_arithmetic_is_a_typed_refusal_on_arm_cpu(tmp_path):
+def test_float64_arithmetic_on_the_input_is_narrowed_and_matches_the_float64_model(tmp_path):
+    from ai_edge_litert.interpreter import Interpreter
+
     path = _model(tmp_path / "double_mul.onnx", double_arithmetic=True)
     result = deploy(path, "arm-cpu", output=tmp_path / "out")
-    assert not result.ok
-    ((target, message),) = result.failures
-    assert target == "arm-cpu"
-    assert message.startswith("tensor 'eps' is float64: TFLite kernels do not take this type"), message
+    assert result.ok, result
+    (tflite,) = (tmp_path / "out" / "arm-cpu").glob("*.tflite")
+    x = np.random.default_rng(2).standard_normal((1, 6)).astype(np.float32)
+    eps = np.array(0.7, np.float64)  # eps * eps computed in float64 by onnxruntime, in float32 by the .tflite
+    expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x, "eps": eps}
+    )[0]
+    interpreter = Interpreter(model_path=str(tflite), num_threads=1)
+    interpreter.allocate_tensors()
+    inputs = {d["name"]: d for d in interpreter.get_input_details()}
+    assert inputs["eps"]["dtype"] == np.float32
+    interpreter.set_tensor(inputs["x"]["index"], x)
+    interpreter.set_tensor(inputs["eps"]["index"], eps.astype(np.float32).reshape(inputs["eps"]["shape"]))
+    interpreter.invoke()
+    (out,) = interpreter.get_output_details()
+    np.testing.assert_allclose(interpreter.get_tensor(out["index"]), expected, rtol=1e-5, atol=1e-6)

@@ -338,31 +338,45 @@ def float16_to_float32(proto: onnx.ModelProto) -> list[str]:
     return [note + (f"; input(s) {', '.join(inputs)} are float32" if inputs else "")]
 
 
-def double_inputs_cast_to_float32(proto: onnx.ModelProto) -> list[str]:
-    """A float64 graph input that only Casts to float32 read becomes a float32 input, in place: the same values
-    (the Cast rounds a double to float32 first, as a float32 input's data is). torch's exporter writes one for a
-    Python float argument of ``forward`` (kornia's SOSNet: ``eps: float = 1e-10``, a DOUBLE scalar input cast to
-    float32 before its Add); no target has float64 inputs, and TFLite has no float64 kernels. A float64 input that
-    anything else reads is left as it is (and refused by the targets). Returns the note to show."""
-    double, f32 = onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in proto.graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
-    widened = []
-    for value in proto.graph.input:
-        if value.type.tensor_type.elem_type != double or not readers.get(value.name):
-            continue
-        nodes = readers[value.name]
-        to_float = [
-            n.op_type == "Cast" and any(a.name == "to" and a.i == f32 for a in n.attribute) for n in nodes
-        ]
-        if all(to_float) and not any(o.name == value.name for o in proto.graph.output):
-            value.type.tensor_type.elem_type = f32
-            widened.append(value.name)
-    if not widened:
+def float64_to_float32(proto: onnx.ModelProto) -> list[str]:
+    """float64 computation narrowed to float32, in place: float64 initializers, Constant / ConstantOfShape values,
+    Casts to float64 and float64 inputs/outputs/value_info (subgraphs too) become float32. No target has float64
+    kernels (TFLite's arithmetic, GridSample's grid and OpenVINO's NPU take float32), and torch writes float64
+    islands into float32 models wherever Python floats or ``torch.float64`` reach a traced value: Mask2Former's
+    deformable attention computes its sampling grid from float64 reference points (Cast to double, Add, Mul, Sub,
+    then GridSample of float32 data with a float64 grid). Each narrowed value is the float64 one rounded to
+    float32: within float32's rounding of the float64 model, the fp32 verification's bar. Returns the note to
+    show (empty when the model has no float64)."""
+    f64, f32 = onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT
+    inputs = [v.name for v in proto.graph.input if v.type.tensor_type.elem_type == f64]
+
+    def narrow(t: onnx.TensorProto) -> int:
+        if t.data_type != f64:
+            return 0
+        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
+        return 1
+
+    def walk(graph: onnx.GraphProto) -> int:
+        changed = sum(narrow(t) for t in graph.initializer)
+        for v in [*graph.input, *graph.output, *graph.value_info]:
+            if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type == f64:
+                v.type.tensor_type.elem_type = f32
+                changed += 1
+        for node in graph.node:
+            for a in node.attribute:
+                if a.type == onnx.AttributeProto.TENSOR and node.op_type in ("Constant", "ConstantOfShape"):
+                    changed += narrow(a.t)
+                elif a.name in ("to", "dtype") and a.type == onnx.AttributeProto.INT and a.i == f64:
+                    a.i = f32  # Cast's to; RandomNormal / RandomUniform / EyeLike's dtype
+                    changed += 1
+                for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+                    changed += walk(sub)
+        return changed
+
+    if not walk(proto.graph):
         return []
-    return [f"float64 input(s) {', '.join(widened)} read only as float32 (Cast): now float32 inputs"]
+    note = "float64 computation narrowed to float32 (no target has float64 kernels)"
+    return [note + (f"; input(s) {', '.join(inputs)} are float32" if inputs else "")]
 
 
 def _from_samples(dims: list[int], stored: tuple[int, ...] | None) -> tuple[int, ...] | None:
@@ -457,31 +471,14 @@ def fix_input_shapes(
 def _clear_stale_shapes(proto: onnx.ModelProto) -> None:
     """Drop intermediate shape annotations and dynamic output dims so inference recomputes them. An output that
     is a graph input takes the input's (fixed) type: no node computes it, so inference would leave it unknown,
-    and the graph reader gives the value the output's annotation. Inside If / Loop / Scan bodies too: torch's
-    exporter declares each branch's outputs with the shapes of the branch it traced, and torch_geometric's GATConv
-    writes an If whose other branch gives another rank; once folding makes that rank known, inference refused
-    the whole graph ("Inferred shape and existing shape differ in rank") and nothing after it folded."""
+    and the graph reader gives the value the output's annotation."""
     del proto.graph.value_info[:]
-    for node in proto.graph.node:
-        _clear_subgraph_shapes(node)
     inputs = {i.name: i for i in proto.graph.input}
     for out in proto.graph.output:
         if out.name in inputs:
             out.type.CopyFrom(inputs[out.name].type)
         elif out.type.tensor_type.HasField("shape"):
             out.type.tensor_type.ClearField("shape")
-
-
-def _clear_subgraph_shapes(node: onnx.NodeProto) -> None:
-    """The value_info and output shapes of ``node``'s sub-graphs, recursively (their element types stay)."""
-    for attribute in node.attribute:
-        for graph in [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else attribute.graphs:
-            del graph.value_info[:]
-            for out in graph.output:
-                if out.type.HasField("tensor_type") and out.type.tensor_type.HasField("shape"):
-                    out.type.tensor_type.ClearField("shape")
-            for inner in graph.node:
-                _clear_subgraph_shapes(inner)
 
 
 def infer_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
@@ -585,7 +582,7 @@ def load_proto(
     del proto.graph.input[:]
     proto.graph.input.extend(kept)
     forget_nonpositive_dims(proto)
-    notes = inlined + expanded + float16_to_float32(proto) + double_inputs_cast_to_float32(proto)
+    notes = inlined + expanded + float16_to_float32(proto) + float64_to_float32(proto)
     notes += fix_input_shapes(proto, input_shapes, data)
     if messages is not None:
         messages.extend(notes)  # the caller announces them (once per command, not once per load)
