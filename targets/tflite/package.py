@@ -235,14 +235,18 @@ def verify(
     else:  # a float model: its recipe's yardstick (fp16), else fp32's within the target's tolerance
         float_recipe = precision if precision in YARDSTICKS and precision != "fp32" else "fp32"
         stick = yardstick(float_recipe, tolerance if float_recipe == "fp32" else None, seeded)
+    kinds = output_kinds(model)
     figures = verify_outputs(
         reference,
         actual,
         stick,
-        output_kinds(model),
+        kinds,
         target,
         "the .tflite",
         int8_kernels if quantized else {"fp32": float64, "fp16": fp16_weights}.get(stick.precision),
+        index_scores(model, kinds, feeds, used)
+        if stick.max_rel_error is not None and not quantized
+        else None,
     )
     return {
         "reference": "source ONNX model on the host (onnxruntime: OpenVINO strips 16-bit QDQ)"
@@ -250,6 +254,50 @@ def verify(
         else REFERENCES[used],
         "runtime": "LiteRT interpreter (ai-edge-litert)",
         **figures,
+    }
+
+
+def index_scores(
+    model: ir.Model, kinds: Mapping[str, Any], feeds: Sequence[Mapping[str, np.ndarray]], used: str
+) -> dict[str, np.ndarray] | None:
+    """The scores each ArgMax/ArgMin index output of ``model`` chose from (``OutputKind.scores``), computed by the
+    host reference (``used``) on ``feeds`` and stacked over them (an ArgMin's negated), or None when ``model`` has
+    no such output or the reference was not the host's."""
+    wanted = {name: kind for name, kind in kinds.items() if kind.scores is not None}
+    if not wanted or used != "host":
+        return None
+    import onnx
+
+    values = {v.name: v for node in model.graph for v in node.outputs if v.name}
+    proto = ir.to_proto(model)
+    known = {o.name for o in proto.graph.output}
+    inferred: dict[str, int] = {}
+    for kind in wanted.values():
+        value = values.get(kind.scores[0])
+        if value is None:
+            return None
+        if value.dtype is None and not inferred:  # a graph without value types: read them off shape inference
+            graph = onnx.shape_inference.infer_shapes(proto).graph
+            inferred = {v.name: v.type.tensor_type.elem_type for v in graph.value_info}
+        elem = value.dtype.value if value.dtype is not None else inferred.get(value.name)
+        if not elem:
+            return None
+        if value.name not in known:
+            proto.graph.output.append(onnx.helper.make_tensor_value_info(value.name, elem, None))
+            known.add(value.name)
+    names = sorted({kind.scores[0] for kind in wanted.values()})
+    runs = isolated.call(
+        host_outputs,
+        proto.SerializeToString(),
+        feeds,
+        names,
+        what="OpenVINO",
+        doing="running the source model for the scores of its ArgMax outputs",
+    )
+    return {
+        name: np.stack([np.asarray(r[kind.scores[0]], np.float64) for r in runs])
+        * (-1.0 if kind.selection == "ArgMin" else 1.0)
+        for name, kind in wanted.items()
     }
 
 
