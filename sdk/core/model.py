@@ -471,14 +471,31 @@ def fix_input_shapes(
 def _clear_stale_shapes(proto: onnx.ModelProto) -> None:
     """Drop intermediate shape annotations and dynamic output dims so inference recomputes them. An output that
     is a graph input takes the input's (fixed) type: no node computes it, so inference would leave it unknown,
-    and the graph reader gives the value the output's annotation."""
+    and the graph reader gives the value the output's annotation. Inside If / Loop / Scan bodies too: torch's
+    exporter declares each branch's outputs with the shapes of the branch it traced, and torch_geometric's GATConv
+    writes an If whose other branch gives another rank; once folding makes that rank known, inference refused
+    the whole graph ("Inferred shape and existing shape differ in rank") and nothing after it folded."""
     del proto.graph.value_info[:]
+    for node in proto.graph.node:
+        _clear_subgraph_shapes(node)
     inputs = {i.name: i for i in proto.graph.input}
     for out in proto.graph.output:
         if out.name in inputs:
             out.type.CopyFrom(inputs[out.name].type)
         elif out.type.tensor_type.HasField("shape"):
             out.type.tensor_type.ClearField("shape")
+
+
+def _clear_subgraph_shapes(node: onnx.NodeProto) -> None:
+    """The value_info and output shapes of ``node``'s sub-graphs, recursively (their element types stay)."""
+    for attribute in node.attribute:
+        for graph in [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else attribute.graphs:
+            del graph.value_info[:]
+            for out in graph.output:
+                if out.type.HasField("tensor_type") and out.type.tensor_type.HasField("shape"):
+                    out.type.tensor_type.ClearField("shape")
+            for inner in graph.node:
+                _clear_subgraph_shapes(inner)
 
 
 def infer_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
