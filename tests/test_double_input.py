@@ -42,14 +42,27 @@ def _model(path, double_arithmetic: bool = False):
     return path
 
 
+def _run_tflite(tflite, x: np.ndarray, eps: np.ndarray) -> np.ndarray:
+    """The .tflite's output in LiteRT; its ``eps`` input must be float32 (given the float64 value rounded)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(tflite), num_threads=1)
+    interpreter.allocate_tensors()
+    inputs = {d["name"]: d for d in interpreter.get_input_details()}
+    assert inputs["eps"]["dtype"] == np.float32
+    interpreter.set_tensor(inputs["x"]["index"], x)
+    interpreter.set_tensor(inputs["eps"]["index"], eps.astype(np.float32).reshape(inputs["eps"]["shape"]))
+    interpreter.invoke()
+    (out,) = interpreter.get_output_details()
+    return interpreter.get_tensor(out["index"])
+
+
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     return _model(tmp_path_factory.mktemp("double") / "double_input.onnx")
 
 
 def test_a_double_input_read_as_float32_deploys_to_arm_cpu_and_matches_onnxruntime(model, tmp_path):
-    from ai_edge_litert.interpreter import Interpreter
-
     result = deploy(model, "arm-cpu", output=tmp_path / "out")
     assert result.ok, result
     assert result.bundles[0].verification["passed"]
@@ -59,15 +72,7 @@ def test_a_double_input_read_as_float32_deploys_to_arm_cpu_and_matches_onnxrunti
     expected = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(
         None, {"x": x, "eps": eps}
     )[0]
-    interpreter = Interpreter(model_path=str(tflite), num_threads=1)
-    interpreter.allocate_tensors()
-    inputs = {d["name"]: d for d in interpreter.get_input_details()}
-    assert inputs["eps"]["dtype"] == np.float32
-    interpreter.set_tensor(inputs["x"]["index"], x)
-    interpreter.set_tensor(inputs["eps"]["index"], eps.astype(np.float32).reshape(inputs["eps"]["shape"]))
-    interpreter.invoke()
-    (out,) = interpreter.get_output_details()
-    np.testing.assert_allclose(interpreter.get_tensor(out["index"]), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(_run_tflite(tflite, x, eps), expected, rtol=1e-5, atol=1e-6)
 
 
 def test_a_double_input_deploys_to_intel_vpu(model, tmp_path):
@@ -77,8 +82,6 @@ def test_a_double_input_deploys_to_intel_vpu(model, tmp_path):
 
 
 def test_float64_arithmetic_on_the_input_is_narrowed_and_matches_the_float64_model(tmp_path):
-    from ai_edge_litert.interpreter import Interpreter
-
     path = _model(tmp_path / "double_mul.onnx", double_arithmetic=True)
     result = deploy(path, "arm-cpu", output=tmp_path / "out")
     assert result.ok, result
@@ -88,12 +91,4 @@ def test_float64_arithmetic_on_the_input_is_narrowed_and_matches_the_float64_mod
     expected = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
         None, {"x": x, "eps": eps}
     )[0]
-    interpreter = Interpreter(model_path=str(tflite), num_threads=1)
-    interpreter.allocate_tensors()
-    inputs = {d["name"]: d for d in interpreter.get_input_details()}
-    assert inputs["eps"]["dtype"] == np.float32
-    interpreter.set_tensor(inputs["x"]["index"], x)
-    interpreter.set_tensor(inputs["eps"]["index"], eps.astype(np.float32).reshape(inputs["eps"]["shape"]))
-    interpreter.invoke()
-    (out,) = interpreter.get_output_details()
-    np.testing.assert_allclose(interpreter.get_tensor(out["index"]), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(_run_tflite(tflite, x, eps), expected, rtol=1e-5, atol=1e-6)

@@ -52,25 +52,35 @@ def _gather_nd(ctx: Context, data: Tensor, coords: Tensor, y: Tensor) -> None:
 def gather_elements(ctx: Context, node: ir.Node, *, axis: int = 0) -> None:
     """GATHER_ND over coordinates that are the index along ``axis`` and the position along every other."""
     data = ctx.tensor(node.inputs[0])
+    axis = axis + data.rank if axis < 0 else axis
+    coords = _element_coords(ctx, data, node.inputs[1], axis)
+    if isinstance(coords, np.ndarray):
+        coords = ctx.graph.const("coords", coords.astype(np.int32))
+    _gather_nd(ctx, data, coords, ctx.output(node.outputs[0]))
+
+
+def _element_coords(ctx: Context, data: Tensor, indices: ir.Value, axis: int) -> np.ndarray | Tensor:
+    """The full coordinates in ``data`` of each element of GatherElements' / ScatterElements' ``indices`` (its
+    index along ``axis``, its position along every other dim), [*indices' shape, rank]: an int64 array (negative
+    indices wrapped) when the indices are constant, else a run-time int32 tensor (wrapped at run time)."""
     rank = data.rank
-    axis = axis + rank if axis < 0 else axis
-    shape = ctx.shape(node.inputs[1])
-    y = ctx.output(node.outputs[0])
-    grids = np.meshgrid(*[np.arange(d, dtype=np.int32) for d in shape], indexing="ij")
-    constant = ctx.const(node.inputs[1])
+    shape = ctx.shape(indices)
+    grids = np.meshgrid(*[np.arange(d, dtype=np.int64) for d in shape], indexing="ij")
+    constant = ctx.const(indices)
     if constant is not None:
-        index = np.where(constant < 0, constant + data.shape[axis], constant).astype(np.int32)
-        coords = np.stack([index if d == axis else grids[d] for d in range(rank)], axis=-1)
-        _gather_nd(ctx, data, ctx.graph.const("coords", coords), y)
-        return
-    index = _wrap_negative(ctx, ctx.tensor(node.inputs[1]), _c(ctx, data.shape[axis], np.int32))
+        index = np.where(constant < 0, constant + data.shape[axis], constant).astype(np.int64)
+        return np.stack([index if d == axis else grids[d] for d in range(rank)], axis=-1)
+    index = _wrap_negative(ctx, ctx.tensor(indices), _c(ctx, data.shape[axis], np.int32))
     index = ctx.reshape(index, (*shape, 1))
-    parts = [index if d == axis else ctx.graph.const("grid", grids[d][..., None]) for d in range(rank)]
+    parts = [
+        index if d == axis else ctx.graph.const("grid", grids[d][..., None].astype(np.int32))
+        for d in range(rank)
+    ]
     coords = ctx.tmp("coords", (*shape, rank), np.int32)
     opts = fb.ConcatenationOptionsT()
     opts.axis = rank
     ctx.op("CONCATENATION", parts, [coords], opts)
-    _gather_nd(ctx, data, coords, y)
+    return coords
 
 
 @converter("GatherND", since=11)
@@ -201,33 +211,18 @@ def scatter_elements(ctx: Context, node: ir.Node, *, axis: int = 0, reduction: s
     reduction = _reduction(ctx, reduction, "ScatterElements")
     data = ctx.tensor(node.inputs[0])
     updates = ctx.tensor(node.inputs[2])
-    rank = data.rank
-    axis = axis + rank if axis < 0 else axis
-    shape = ctx.shape(node.inputs[1])
+    axis = axis + data.rank if axis < 0 else axis
     y = ctx.output(node.outputs[0])
-    grids = np.meshgrid(*[np.arange(d, dtype=np.int64) for d in shape], indexing="ij")
-    constant = ctx.const(node.inputs[1])
-    if constant is not None:
-        index = np.where(constant < 0, constant + data.shape[axis], constant).astype(np.int64)
-        coords = np.stack([index if d == axis else grids[d] for d in range(rank)], axis=-1)
-        _scatter_constant(ctx, data, coords.reshape(-1, rank), updates, reduction, y)
-        return
-    if reduction != "add":
+    if ctx.const(node.inputs[1]) is None and reduction != "add":
         raise ctx.error(
             f"ScatterElements with reduction {reduction!r} needs constant indices (these are computed at run "
             "time): TFLite's SCATTER_ND only sums repeated indices; fix the graph's index input (e.g. a "
             "constant edge_index) or scatter with reduction 'add'"
         )
-    index = _wrap_negative(ctx, ctx.tensor(node.inputs[1]), _c(ctx, data.shape[axis], np.int32))
-    index = ctx.reshape(index, (*shape, 1))
-    parts = [
-        index if d == axis else ctx.graph.const("grid", grids[d][..., None].astype(np.int32))
-        for d in range(rank)
-    ]
-    coords = ctx.tmp("coords", (*shape, rank), np.int32)
-    opts = fb.ConcatenationOptionsT()
-    opts.axis = rank
-    ctx.op("CONCATENATION", parts, [coords], opts)
+    coords = _element_coords(ctx, data, node.inputs[1], axis)
+    if isinstance(coords, np.ndarray):
+        _scatter_constant(ctx, data, coords.reshape(-1, data.rank), updates, reduction, y)
+        return
     scattered = ctx.tmp("scattered", data.shape, data.dtype)
     ctx.op(
         "SCATTER_ND",
