@@ -364,14 +364,16 @@ def float16_rounded(proto: onnx.ModelProto, min_elements: int = 0) -> onnx.Model
 def for_openvino(proto: onnx.ModelProto) -> onnx.ModelProto:
     """``proto`` as edgekit hands models to OpenVINO: :func:`~edgekit.core.unsigned.unsigned_activations`,
     :func:`pad_before_dequantize`, :func:`drop_concat_identity_qdq`, :func:`sliced_gather_elements_apart`,
-    :func:`scalar_gathers_squeezed`, :func:`antialias_resizes_as_matmuls` and
-    :func:`~edgekit.core.ov_conv1d.grouped_conv1d_as_2d` (the same values, around seven OpenVINO 2026.4 problems)."""
+    :func:`scalar_gathers_squeezed`, :func:`antialias_resizes_as_matmuls`,
+    :func:`~edgekit.core.ov_conv1d.grouped_conv1d_as_2d` and
+    :func:`~edgekit.core.ov_matmul.constant_first_matmuls_swapped` (the same values, around eight OpenVINO 2026.4
+    problems)."""
     from edgekit.core.ov_conv1d import grouped_conv1d_as_2d
+    from edgekit.core.ov_matmul import constant_first_matmuls_swapped
 
     proto = grouped_conv1d_as_2d(pad_before_dequantize(unsigned_activations(proto)))
-    return antialias_resizes_as_matmuls(
-        scalar_gathers_squeezed(sliced_gather_elements_apart(drop_concat_identity_qdq(proto)))
-    )
+    proto = scalar_gathers_squeezed(sliced_gather_elements_apart(drop_concat_identity_qdq(proto)))
+    return antialias_resizes_as_matmuls(constant_first_matmuls_swapped(proto))  # its H-axis MatMuls run right
 
 
 def _resize_matrix(
