@@ -30,14 +30,18 @@ def _custom_op_model() -> onnx.ModelProto:
 
 
 def _loop_model() -> onnx.ModelProto:
+    """A Loop whose exit depends on the values (at most 3 steps while the mean stays below 2): a constant trip count
+    alone is unrolled (``edgekit.core.loops``), this one stays control flow."""
     one = numpy_helper.from_array(np.array(1.0, np.float32), "one")
+    two = numpy_helper.from_array(np.array(2.0, np.float32), "two")
     body = helper.make_graph(
-        [helper.make_node("Add", ["v_in", "one"], ["v_out"]), helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        [helper.make_node("Add", ["v_in", "one"], ["v_out"]), helper.make_node("ReduceMean", ["v_out"], ["mean"], keepdims=0),
+         helper.make_node("Less", ["mean", "two"], ["cond_out"])],
         "body",
         [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
          helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [1, 4, 8, 8])],
         [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [1, 4, 8, 8])],
-        [one],
+        [one, two],
     )  # fmt: skip
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("Loop", ["trip", "cond", "c"], ["y"], body=body, name="steps")]  # fmt: skip
