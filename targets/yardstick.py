@@ -382,14 +382,15 @@ def judge_outputs(
     reference: Sequence[Mapping[str, np.ndarray]],
     actual: Sequence[Mapping[str, np.ndarray]],
     noise: Callable[[], Sequence[Mapping[str, np.ndarray]]] | None = None,
-    scores: Mapping[str, np.ndarray] | None = None,
+    scores: Callable[[], Mapping[str, np.ndarray] | None] | None = None,
 ) -> list[str]:
     """Judge every output of ``figures`` (from :func:`compare_outputs` on ``reference``/``actual``) by
     ``stick``; records per output ``checks`` (``metric``, ``value``, ``threshold``, ``passed``), ``passed``
     and ``yardstick`` (why). ``noise``: runs another runtime on the same samples (int8: another integer runtime
-    on the QDQ model; fp32: the source model in float64; called only when an output needs it). ``scores``: per
-    ArgMax/ArgMin index output (``index_of`` in its entry), the reference's scores it was chosen from (stacked
-    over the samples; an ArgMin's negated). Returns one line per failed output."""
+    on the QDQ model; fp32: the source model in float64; called only when an output needs it). ``scores``: gives,
+    per ArgMax/ArgMin index output (``index_of`` in its entry), the reference's scores it was chosen from (stacked
+    over the samples; an ArgMin's negated); called once, only when an index output misses its bar. Returns one
+    line per failed output."""
     failures = []
     noise_results: list[Sequence[Mapping[str, np.ndarray]]] = []
 
@@ -397,6 +398,13 @@ def judge_outputs(
         if not noise_results:
             noise_results.append(noise())
         return noise_results[0]
+
+    score_results: list[Mapping[str, np.ndarray]] = []
+
+    def scores_run() -> Mapping[str, np.ndarray]:  # run once, when the first index output needs it
+        if not score_results:
+            score_results.append((scores() if scores is not None else None) or {})
+        return score_results[0]
 
     for name, entry in figures["outputs"].items():
         checks: list[dict[str, Any]] = []
@@ -412,13 +420,13 @@ def judge_outputs(
             passed = check("max_rel_error", entry["max_rel_error"], stick.max_rel_error, at_most=True)
             why = f"{stick.precision}: max error within {stick.max_rel_error:g} of the output's scale"
             index_of = entry.get("index_of")
-            if not passed and index_of is not None and scores is not None and name in scores:
+            if not passed and index_of is not None and name in scores_run():
                 # An index map is a choice: a position whose best two scores are within float32 rounding swaps
                 # its whole index (smp's Unet with activation="argmax2d", seeded, 256x256: 1-5 of 65,536 pixels
                 # a sample between the .tflite and the host, every one at a margin under 2.3e-5 of the scores'
                 # range). It is judged on the scores: every index must be one whose source score is within twice
                 # the bar of the best (both runs within the bar of the truth); a wrong axis or layout is not.
-                ref_scores = scores[name]
+                ref_scores = scores_run()[name]
                 tie = 2 * stick.max_rel_error * float(ref_scores.max() - ref_scores.min())
                 allowed = index_choices_allowed(
                     ref_scores, _stack(actual, name), index_of["axis"], index_of["keepdims"], tie
@@ -570,7 +578,7 @@ def verify_outputs(
     target: str,
     artifact: str,
     noise: Callable[[], Sequence[Mapping[str, np.ndarray]]] | None = None,
-    scores: Mapping[str, np.ndarray] | None = None,
+    scores: Callable[[], Mapping[str, np.ndarray] | None] | None = None,
 ) -> dict[str, Any]:
     """:func:`compare_outputs` judged by :func:`judge_outputs`; a TargetError naming each failed output when
     one fails (the artifact is then not written), else the figures with ``passed`` and ``max_rel_error``."""
