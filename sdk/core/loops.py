@@ -110,8 +110,9 @@ def _unroll(graph: ir.Graph, node: ir.Node, body: ir.Graph, trips: int) -> None:
         for scan, value in zip(scans, outputs[1 + n_carried :], strict=True):
             scan.append(value)
     results = list(carried)
-    for k, values in enumerate(scans):
+    if scans:
         axis = add_initializer(graph, names, f"{node.name or 'Loop'}_axis0", np.array([0], np.int64))
+    for k, values in enumerate(scans):
         stacked = []
         for i, value in enumerate(values):
             unsq = ir.node("Unsqueeze", [value, axis], name=names.fresh(f"{node.name or 'Loop'}_scan{k}_{i}"))
