@@ -13,6 +13,7 @@ import numpy as np
 import onnx_ir as ir
 from edgekit.core.errors import QuantizationError
 from edgekit.core.irutil import attr, const_array, only_consumer
+from edgekit.core.shape_checks import data_dependent_tail
 from edgekit.quantize import patterns, rules
 from edgekit.quantize.recipes import resolve_layer_names
 
@@ -202,18 +203,43 @@ def _output_heads(model: ir.Model) -> dict[str, str]:
 
 #: Why a Concat that joins fixed-range values (Sigmoid/Softmax scores) with others into a model output is float.
 MIXED_CONCAT_REASON = (
-    "joins fixed-range scores (0..1) with values of another range (box coordinates) into a model output: one "
-    "int8 scale for both rounds the scores away, so it is kept float"
+    "joins fixed-range scores (0..1) with values of another range (box coordinates) into a model output, or for "
+    "a selection that splits them again: one int8 scale for both rounds the scores away, so it is kept float"
 )
+
+
+def _split_again(node: ir.Node) -> list[ir.Node] | None:
+    """The reshapes and the Slice / Split / Gather ops after a Concat whose values are only taken apart again by
+    those (through reshapes), or None: ultralytics' export with ``nms=True`` joins boxes and scores in the head, then slices them
+    apart for the selection (a seeded YOLOv8n: one int8 scale of 4.3 for both rounded every score to 0, and the
+    int8 model selected no box where fp32 selected 89 to 297)."""
+    chain: list[ir.Node] = []
+    value = node.outputs[0]
+    while True:
+        readers = [u.node for u in value.uses()]
+        if value.is_graph_output() or not readers:
+            return None
+        if len(readers) == 1 and readers[0].op_type in _RESHAPING and len(readers[0].outputs) == 1:
+            chain.append(readers[0])
+            value = readers[0].outputs[0]
+            continue
+        return [*chain, *readers] if all(r.op_type in ("Slice", "Split", "Gather") for r in readers) else None
 
 
 def _mixed_range_concats(model: ir.Model, float_output_heads: bool) -> dict[str, str]:
     """A detector's output ``Concat([boxes, sigmoid(scores)])`` (YOLOv8's ``[1, 4 + C, N]``): a Concat producing
-    a model output (directly or through reshapes) from both fixed-range op outputs and other values. The Concat
-    and the reshapes after it stay float; with ``float_output_heads`` the fixed-range ops read only by it too."""
+    a model output (directly or through reshapes), or values only split apart again (:func:`_split_again`), from
+    both fixed-range op outputs and other values. The Concat and the reshapes after it stay float; with
+    ``float_output_heads`` the fixed-range ops read only by it too."""
     found: dict[str, str] = {}
-    for out in model.graph.outputs:
-        chain, node = _through_reshapes(out.producer(), _single_use_producer)
+    ends: list[tuple[list[ir.Node], ir.Node | None]] = [
+        _through_reshapes(out.producer(), _single_use_producer) for out in model.graph.outputs
+    ]
+    for concat in model.graph:
+        after = _split_again(concat) if concat.op_type == "Concat" else None
+        if after is not None:
+            ends.append((after, concat))
+    for chain, node in ends:
         if node is None or node.op_type != "Concat":
             continue
         heads: list[ir.Node] = []
@@ -235,6 +261,21 @@ def _mixed_range_concats(model: ir.Model, float_output_heads: bool) -> dict[str,
             if float_output_heads:
                 found.update((n.name, FLOAT_HEAD_REASON) for n in heads)
     return found
+
+
+def _selection_tail(model: ir.Model) -> dict[str, str]:
+    """The nodes after an op whose output size depends on values (a detector's NMS, a NonZero over the score
+    threshold): post-processing of the boxes it selected, kept float, with the reason naming that op."""
+    tail = data_dependent_tail(model.graph)
+    first = next((n for n in model.graph if n in tail), None)
+    if first is None:
+        return {}
+    why = f"{SELECTION_TAIL_REASON} ({first.op_type} {first.name!r})"
+    return {n.name: why for n in tail if n.name}
+
+
+#: Why the nodes of a data-dependent selection stay float (their reason starts with it; the table groups them).
+SELECTION_TAIL_REASON = "post-processing after a data-dependent selection, kept float"
 
 
 #: The recipes a layer of a static (QDQ) model can take: ``fp32`` keeps it float.
@@ -264,6 +305,7 @@ def make_plan(
     fused_nodes: set[str] = set()
     heads = _output_heads(model) if float_output_heads else {}
     heads.update(_mixed_range_concats(model, float_output_heads))
+    heads.update(_selection_tail(model))
     kept_float = patterns.float_patterns(model)
 
     def kept_float_here(node: ir.Node, wide: bool) -> bool:

@@ -21,7 +21,7 @@ import logging
 import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from edgekit.core.errors import TargetError
 from edgekit.core.model import qdq_precision
 from edgekit.core.qdq_forms import dequantized_constant, for_openvino, graph_index
 from edgekit.core.runtime import F32_CONFIG, preflight_ir, stable_top_k
+from edgekit.core.shape_checks import DATA_DEPENDENT
 from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, write_bundle
 from edgekit.device_agents.runtimes import openvino_cpu_config
 from edgekit.targets.base import (
@@ -46,6 +47,7 @@ from edgekit.targets.base import (
     static_dims,
 )
 from edgekit.targets.runtime_versions import openvino_requirements
+from edgekit.targets.selection_tail import SelectionTail, selection_tail, verify_with_tail
 from edgekit.targets.yardstick import (
     compare_outputs,
     output_kinds,
@@ -211,7 +213,11 @@ class IntelVpuTarget(Target):
                     }
             kinds = output_kinds(model)
             stick = yardstick(report["precision"], seeded=not options.verify_samples)
-            report.update(_verify(proto, compiled, samples, stick, kinds, compiled_in_child["hosts"]))
+            tail = selection_tail(proto)
+            if tail is None:
+                report.update(_verify(proto, compiled, samples, stick, kinds, compiled_in_child["hosts"]))
+            else:
+                report.update(_verify_with_tail(proto, tail, core, converted.ov_model, samples, stick, kinds))
             files: dict[str, bytes | Path] = {"model.xml": converted.xml, "model.bin": converted.bin}
             roles = {"model.bin": "weights"}
             report["npu"] = _npu_blob(core, converted.ov_model, opts, files, roles)
@@ -284,13 +290,29 @@ def _openvino_problems(model: ir.Model, path: Path) -> list[Problem]:
     can crash on a model (a SIGSEGV on RetinaFace's QDQ SSH modules, before
     :func:`edgekit.core.qdq_forms.drop_concat_identity_qdq`); that must be an error line, not the end of the CLI.
     """
-    return isolated.call(
+    problems = isolated.call(
         _frontend_problems,
         str(path),
         _onnx_node_names(model),
         what="intel-vpu: OpenVINO",
         doing="checking which ops its CPU plugin runs (query_model)",
     )
+    selection = next(
+        (n for n in model.graph if n.op_type in DATA_DEPENDENT and n.domain in ("", "ai.onnx")), None
+    )
+    if selection is None:
+        return problems
+    # PaddleDetection's multiclass_nms3 gives [N, 6] boxes: as many rows as the selection keeps
+    why = (
+        f" (its size is what {selection.op_type} {selection.name!r} selects at run time: export the selection "
+        "padded to a fixed number of rows, as ultralytics' export with nms=True pads it to 300, or without NMS)"
+    )
+    return [
+        replace(p, message=p.message.replace("; VPUs and NPUs", why + "; VPUs and NPUs"))
+        if p.message.startswith("output has a dynamic shape")
+        else p
+        for p in problems
+    ]
 
 
 def _frontend_problems(path: str, names: Mapping[str, str]) -> list[Problem]:
@@ -648,6 +670,67 @@ def _verify(
             for n, o in exact["outputs"].items()
         }
     return report
+
+
+def _verify_with_tail(
+    proto: onnx.ModelProto,
+    tail: SelectionTail,
+    core: Any,
+    ov_model: Any,
+    samples: Sequence[Mapping[str, np.ndarray]],
+    stick: Any,
+    kinds: Mapping[str, Any],
+) -> dict[str, Any]:
+    """:func:`_verify` for a model with a data-dependent selection (a detector's NMS): its body and its tail
+    judged apart (:mod:`edgekit.targets.selection_tail`), the reference as :func:`_verify`'s."""
+    from edgekit.core.runtime import HostRunner
+
+    quantized = any(n.op_type == "QuantizeLinear" for n in proto.graph.node)
+
+    def reference(extra: Sequence[str]) -> list[dict[str, np.ndarray]]:
+        host = HostRunner(proto, list(extra), exact_qdq=not quantized)
+        return [host.run(s) for s in samples]
+
+    def artifact(extra: Sequence[str]) -> list[dict[str, np.ndarray]]:
+        tapped = ov_model.clone()
+        try:
+            tapped.add_outputs(list(extra))
+        except Exception as exc:
+            raise TargetError(
+                f"intel-vpu: verification cannot read the IR's tensors: {_first_line(exc)}"
+            ) from None
+        compiled = _compile_cpu(core, tapped)
+        return [run_compiled(compiled, s) for s in samples]
+
+    def tail_run(
+        model: onnx.ModelProto, feeds: Sequence[Mapping[str, np.ndarray]]
+    ) -> list[dict[str, np.ndarray]]:
+        host = HostRunner(model)
+        return [host.run(f) for f in feeds]
+
+    def fp16_weights(extra: Sequence[str]) -> list[dict[str, np.ndarray]]:
+        from edgekit.core.qdq_forms import float16_rounded
+
+        rounded = HostRunner(float16_rounded(proto), list(extra))
+        return [rounded.run(s) for s in samples]
+
+    return {
+        "reference": "source ONNX model on the host (OpenVINO CPU, f32; a QDQ model on its int8 kernels)",
+        "device": "CPU (INFERENCE_PRECISION_HINT f32)",
+        **verify_with_tail(
+            proto,
+            tail,
+            samples,
+            reference,
+            artifact,
+            tail_run,
+            stick,
+            kinds,
+            "intel-vpu",
+            "the IR",
+            fp16_weights if stick.precision == "fp16" else None,
+        ),
+    }
 
 
 def _warn_absent_device(core: Any, hint: str | None) -> None:

@@ -372,8 +372,16 @@ def _print_nodes(title: str, rows: list[dict]) -> None:
     table = Table(title=title)
     for column in ("node", "op", "reason"):
         table.add_column(column)
+    from edgekit.quantize.plan import SELECTION_TAIL_REASON
+
+    tail = [f for f in rows if f["reason"].startswith(SELECTION_TAIL_REASON)]
     for f in rows:
-        table.add_row(f["node"], f["op_type"], f["reason"])
+        if f not in tail:
+            table.add_row(f["node"], f["op_type"], f["reason"])
+        elif f is tail[0]:  # a detector's post-processing: one row, not one per node
+            ops = sorted({t["op_type"] for t in tail})
+            shown = ", ".join(ops[:6]) + (f" +{len(ops) - 6}" if len(ops) > 6 else "")
+            table.add_row(f"{len(tail)} nodes from {f['node']}", shown, f["reason"])
     console.print(table)
 
 

@@ -7,7 +7,7 @@ import onnx_ir as ir
 from edgekit.core.errors import ModelError
 
 #: Ops whose output size depends on the values of their inputs, never on shapes alone.
-_DATA_DEPENDENT = frozenset({"NonZero", "Unique", "Compress", "NonMaxSuppression", "StringSplit"})
+DATA_DEPENDENT = frozenset({"NonZero", "Unique", "Compress", "NonMaxSuppression", "StringSplit"})
 #: Control-flow ops: their sub-graphs run a data-dependent number of times or branch at run time, which no
 #: target here converts (TFLite has no loops of ONNX's kind; shapes behind them are not static).
 CONTROL_FLOW = ("If", "Loop", "Scan")
@@ -33,7 +33,7 @@ def _why_no_static_shape(node: ir.Node) -> str:
     """Why the outputs of ``node``, whose inputs all have static shapes, do not."""
     if node.domain not in ("", "ai.onnx"):
         return f"{node.domain}.{node.op_type} is a custom op whose output shape onnx cannot infer"
-    if node.op_type in _DATA_DEPENDENT:
+    if node.op_type in DATA_DEPENDENT:
         return f"the size of {node.op_type}'s output depends on its input values"
     if node.op_type in CONTROL_FLOW:
         return f"the output shape of control flow ({node.op_type}) depends on the data"
@@ -81,7 +81,9 @@ def explain_dynamic_shape(value: ir.Value) -> str:
 
 
 class CheckStaticShapesPass(ir.passes.InPlacePass):
-    """Every tensor must have a static shape after preparation (the targets need them).
+    """Every tensor must have a static shape after preparation (the targets need them), except after an op whose
+    output size depends on values (:func:`data_dependent_tail`: a detector's NMS), which OpenVINO and onnxruntime
+    run and the static-shape targets refuse (:func:`static_shapes_refusal`).
 
     A tensor whose shape is partly known (its rank, some dims) but not static is refused with the reason
     (:func:`explain_dynamic_shape`); tensors without any shape are left to the converters, which infer
@@ -89,11 +91,39 @@ class CheckStaticShapesPass(ir.passes.InPlacePass):
     """
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
+        tail = data_dependent_tail(model.graph)
         for node in model.graph:
+            if node in tail:
+                continue
             for out in node.outputs:
                 if out.shape is not None and not is_static(out.shape):
                     raise ModelError(explain_dynamic_shape(out) + _nms_hint(model.graph))
         return ir.passes.PassResult(model, False)
+
+
+def data_dependent_tail(graph: ir.Graph) -> set[ir.Node]:
+    """The nodes at or after an op whose output size depends on values (NonZero, NonMaxSuppression...): a
+    detector's selection of boxes, which OpenVINO and onnxruntime run as it is and static-shape targets cannot."""
+    tail: set[ir.Node] = set()
+    for node in graph:
+        if (node.op_type in DATA_DEPENDENT and node.domain in ("", "ai.onnx")) or any(
+            v is not None and v.producer() in tail for v in node.inputs
+        ):
+            tail.add(node)
+    return tail
+
+
+def static_shapes_refusal(model: ir.Model, target: str) -> str | None:
+    """Why ``target``, whose artifacts have static shapes only, cannot take ``model`` (its data-dependent tail,
+    which preparation lets through for the targets that run it), or None."""
+    tail = data_dependent_tail(model.graph)
+    first = next((n for n in model.graph if n in tail), None)
+    if first is None:
+        return None
+    return (
+        f"{explain_dynamic_shape(first.outputs[0])}{_nms_hint(model.graph)}; {target} writes static shapes only "
+        "(intel-vpu and edgekit quantize take the model as it is)"
+    )
 
 
 def _nms_hint(graph: ir.Graph) -> str:

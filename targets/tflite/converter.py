@@ -29,6 +29,7 @@ import onnx_ir as ir
 from edgekit.core.errors import TargetError, UnsupportedOpError
 from edgekit.core.litert_run import TensorInfo  # noqa: F401 - defined there to be light, used here
 from edgekit.core.model import forget_nonpositive_dims, infer_shapes_through_functions
+from edgekit.core.shape_checks import static_shapes_refusal
 from edgekit.targets.tflite import fp16, fusion, layout, lowering, quantized, weight_only, writer
 from edgekit.targets.tflite.context import Context, permute, to_nchw_perm, to_nhwc_perm
 from edgekit.targets.tflite.graph import Graph, Op, Tensor
@@ -131,6 +132,9 @@ def build_graph(model: ir.Model | onnx.ModelProto, options: ConvertOptions = Con
         forget_nonpositive_dims(proto)  # -1 is a dynamic dim (Paddle exports), not a size
         inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True)
         model = ir.from_proto(infer_shapes_through_functions(inferred))
+    why = static_shapes_refusal(model, options.target)
+    if why is not None:
+        raise TargetError(why)
     graph = translate(model, options)
     for run in _pipeline(options):
         graph = run(graph)

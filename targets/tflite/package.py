@@ -21,6 +21,7 @@ from edgekit.core.litert_run import (
     run_tflite_samples,
 )
 from edgekit.core.model import activation_types, qdq_precision
+from edgekit.core.shape_checks import static_shapes_refusal
 from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, TensorSpec, write_bundle
 from edgekit.targets.base import (
     PackageOptions,
@@ -59,7 +60,8 @@ def _has_8bit_qdq(model: ir.Model) -> bool:
 
 def check_model(model: ir.Model, target: str, convert_options: ConvertOptions) -> list[Problem]:
     """Dynamic shapes, ops without a converter, then a trial conversion for everything else."""
-    problems = []
+    why = static_shapes_refusal(model, target)
+    problems = [Problem("error", None, None, why)] if why is not None else []
     for value in model.graph.inputs:
         if static_dims(value) is None:
             message = f"input has a dynamic shape {value.shape}; pass --input-shape {value.name}=D0,D1,..."

@@ -1,0 +1,251 @@
+"""Verification of a model whose outputs come out of a data-dependent selection: a detector exported with its
+NMS (ultralytics ``export(nms=True)``: a NonZero over the score threshold and NonMaxSuppression; PaddleDetection's
+``multiclass_nms3``: NonMaxSuppression, Gather, TopK).
+
+Which boxes such a model keeps is a discontinuous function of its scores: a score one rounding step across the
+threshold, or two boxes whose overlap is one step across the IoU bar, add or drop a whole row. Comparing the
+artifact's detections with the source's therefore judges rounding, not the conversion (a seeded YOLOv8n with NMS,
+FP16 IR: cosine 0.93 to the source on 3 photos, every box right). So the model is judged in two parts:
+
+- the **body**, up to the tensors the selection reads (its *frontier*: boxes, scores, class ids before any
+  choice), by the precision's yardstick (:mod:`edgekit.targets.yardstick`), as if they were outputs;
+- the **tail**, from the first choice on (:data:`CHOICE_OPS` that feed the selection, and the
+  :data:`DATA_DEPENDENT` ops themselves), by running the source's tail on the artifact's own frontier values: the
+  artifact's outputs must be what the source computes from them, within the same yardstick.
+
+Both parts together are the whole model, and neither part forgives a wrong conversion: a wrong body misses the
+yardstick on the frontier, a wrong tail differs from the source's tail fed the same values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+from edgekit.core.errors import TargetError
+from edgekit.core.shape_checks import DATA_DEPENDENT
+from edgekit.targets.yardstick import (
+    YARDSTICKS,
+    OutputKind,
+    Yardstick,
+    compare_outputs,
+    judge_outputs,
+    verify_outputs,
+)
+
+#: Ops whose output is a choice made on float values (an index, a comparison, a rounding to an integer): one
+#: rounding step moves it by a whole unit. Those that feed a data-dependent selection start its tail.
+CHOICE_OPS = frozenset(
+    {"ArgMax", "ArgMin", "TopK", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Equal", "Round", "Floor",
+     "Ceil"}
+)  # fmt: skip
+
+
+#: The tail's bar: the artifact's tail and the source's, fed the same values, both compute in float32.
+TAIL_YARDSTICK = YARDSTICKS["fp32"]
+
+
+@dataclass(frozen=True)
+class SelectionTail:
+    """The tail of a model from its first choice on (see the module docstring).
+
+    ``nodes``: indices of the tail's nodes in the graph; ``frontier``: the tensors computed before it that it
+    reads; ``outputs``: the graph outputs it computes; ``selection``: the data-dependent op it holds (for
+    messages)."""
+
+    nodes: tuple[int, ...]
+    frontier: tuple[str, ...]
+    outputs: tuple[str, ...]
+    selection: str
+
+
+def _float_input(node: onnx.NodeProto, types: Mapping[str, int]) -> bool:
+    first = node.input[0] if node.input else ""
+    return types.get(first) in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE)
+
+
+def selection_tail(proto: onnx.ModelProto) -> SelectionTail | None:
+    """The :class:`SelectionTail` of ``proto`` (shapes inferred), or None when it runs no data-dependent op."""
+    graph = proto.graph
+    nodes = list(graph.node)
+    selections = [
+        k for k, n in enumerate(nodes) if n.op_type in DATA_DEPENDENT and n.domain in ("", "ai.onnx")
+    ]
+    if not selections:
+        return None
+    producer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
+    types = {v.name: v.type.tensor_type.elem_type for v in [*graph.input, *graph.value_info, *graph.output]}
+    types.update((t.name, t.data_type) for t in graph.initializer)
+
+    def descendants(starts: Sequence[int]) -> set[int]:
+        found = set(starts)
+        for k, node in enumerate(nodes):  # topological order
+            if k not in found and any(producer.get(i) in found for i in node.input if i):
+                found.add(k)
+        return found
+
+    first = descendants(selections)
+    ancestors: set[int] = set()
+    stack = [producer[i] for k in first for i in nodes[k].input if i in producer]
+    while stack:
+        k = stack.pop()
+        if k not in ancestors and k not in first:
+            ancestors.add(k)
+            stack.extend(producer[i] for i in nodes[k].input if i in producer)
+    choices = [k for k in ancestors if nodes[k].op_type in CHOICE_OPS and _float_input(nodes[k], types)]
+    tail = descendants(selections + choices)
+    frontier: dict[str, None] = {}
+    for k in sorted(tail):
+        for name in nodes[k].input:
+            p = producer.get(name)
+            if p is not None and p not in tail and nodes[p].op_type != "Constant":
+                frontier[name] = None
+    computed = {o for k in tail for o in nodes[k].output}
+    return SelectionTail(
+        nodes=tuple(sorted(tail)),
+        frontier=tuple(frontier),
+        outputs=tuple(o.name for o in graph.output if o.name in computed),
+        selection=f"{nodes[selections[0]].op_type} node {nodes[selections[0]].name!r}",
+    )
+
+
+def tail_model(
+    proto: onnx.ModelProto, tail: SelectionTail, frontier: Mapping[str, np.ndarray]
+) -> onnx.ModelProto:
+    """The source's tail alone: the frontier (typed and shaped as ``frontier``'s values) and the graph inputs it
+    reads in, the tail's outputs out; the Constant nodes and initializers it reads come along."""
+    graph = proto.graph
+    nodes = [graph.node[k] for k in tail.nodes]
+    read = {i for n in nodes for i in n.input if i}
+    for n in nodes:  # names read by sub-graphs (an If in the tail) come from the outer graph too
+        for a in n.attribute:
+            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+                read |= {i for inner in sub.node for i in inner.input if i}
+    constants = [n for n in graph.node if n.op_type == "Constant" and n.output[0] in read]
+    inputs = [
+        onnx.helper.make_tensor_value_info(
+            name, onnx.helper.np_dtype_to_tensor_dtype(frontier[name].dtype), list(frontier[name].shape)
+        )
+        for name in tail.frontier
+    ]
+    inputs += [i for i in graph.input if i.name in read and i.name not in tail.frontier]
+    outputs = [o for o in graph.output if o.name in tail.outputs]
+    sub = onnx.helper.make_graph(
+        constants + nodes,
+        f"{graph.name}_tail",
+        inputs,
+        outputs,
+        initializer=[t for t in graph.initializer if t.name in read],
+    )
+    model = onnx.helper.make_model(sub, opset_imports=list(proto.opset_import))
+    model.ir_version = proto.ir_version
+    return model
+
+
+def _flat(results: Sequence[Mapping[str, np.ndarray]], names: Sequence[str]) -> list[dict[str, np.ndarray]]:
+    """Each output of every sample flattened and the samples joined: one "sample" per output, whatever shape
+    each sample's selection had."""
+    return [{n: np.concatenate([np.ravel(r[n]).astype(np.float64) for r in results]) for n in names}]
+
+
+def verify_with_tail(
+    proto: onnx.ModelProto,
+    tail: SelectionTail,
+    samples: Sequence[Mapping[str, np.ndarray]],
+    reference: Callable[[Sequence[str]], list[dict[str, np.ndarray]]],
+    artifact_run: Callable[[Sequence[str]], list[dict[str, np.ndarray]]],
+    tail_run: Callable[[onnx.ModelProto, Sequence[Mapping[str, np.ndarray]]], list[dict[str, np.ndarray]]],
+    stick: Yardstick,
+    kinds: Mapping[str, OutputKind],
+    target: str,
+    artifact: str,
+    noise: Callable[[Sequence[str]], list[dict[str, np.ndarray]]] | None = None,
+) -> dict[str, Any]:
+    """Judge ``artifact_run``'s outputs in two parts (module docstring). ``reference`` / ``artifact_run`` run the
+    source / the artifact on ``samples`` with the given tensors as extra outputs; ``tail_run`` runs a tail model
+    on feeds; ``noise``: the yardstick's other reference (:func:`edgekit.targets.yardstick.judge_outputs`) with
+    the given extra outputs, for the body. A TargetError names what failed; else the figures."""
+    names = list(tail.frontier)
+    ref = reference(names)
+    got = artifact_run(names)
+    outputs = [n for n in ref[0] if n not in names]
+    missing = [n for n in [*names, *outputs] if n not in got[0]]
+    if missing:
+        raise TargetError(f"{target}: verification cannot read {missing[:3]} from {artifact}")
+    floats = [n for n in names if np.asarray(ref[0][n]).dtype.kind == "f"]
+    for name in (n for n in names if n not in floats):  # integer tensors before any choice: exact
+        if any(not np.array_equal(r[name], g[name]) for r, g in zip(ref, got, strict=True)):
+            raise TargetError(
+                f"{target}: verification failed: {artifact} computes {name!r}, read by the selection after "
+                f"it ({tail.selection}), differently from the source model"
+            )
+    plain = OutputKind(why="a tensor the data-dependent selection reads")
+    body_names = floats + [n for n in outputs if n not in tail.outputs]
+    body = verify_outputs(
+        [{n: r[n] for n in body_names} for r in ref],
+        [{n: g[n] for n in body_names} for g in got],
+        stick,
+        {n: kinds.get(n, plain) if n in outputs else plain for n in body_names},
+        target,
+        f"{artifact} (before the selection by {tail.selection})",
+        (lambda: [{n: r[n] for n in body_names} for r in noise(names)]) if noise is not None else None,
+    )
+    sub = tail_model(proto, tail, {n: np.asarray(got[0][n]) for n in names})
+    graph_inputs = {i.name for i in sub.graph.input} - set(names)
+    feeds = [
+        {**{n: s[n] for n in graph_inputs}, **{n: g[n] for n in names}}
+        for s, g in zip(samples, got, strict=True)
+    ]
+    expected = tail_run(sub, feeds)
+    for k, (e, g) in enumerate(zip(expected, got, strict=True)):
+        for name in tail.outputs:
+            if np.shape(e[name]) != np.shape(g[name]):
+                raise TargetError(
+                    f"{target}: verification failed: on sample {k + 1}, {artifact}'s output {name!r} has shape "
+                    f"{list(np.shape(g[name]))} where the source's selection ({tail.selection}) on the same "
+                    f"scores gives {list(np.shape(e[name]))}"
+                )
+    # Both tails run in float32 on the same values: one rounding apart at most, so they are held to fp32's bar.
+    flat_expected, flat_got = _flat(expected, tail.outputs), _flat(got, tail.outputs)
+    tail_figures = compare_outputs(
+        flat_expected,
+        flat_got,
+        {n: OutputKind(why=f"computed by the selection ({tail.selection})") for n in tail.outputs},
+    )
+    failures = judge_outputs(tail_figures, TAIL_YARDSTICK, flat_expected, flat_got)
+    if failures:
+        raise TargetError(
+            f"{target}: verification failed: the selection by {tail.selection} in {artifact} differs from the "
+            f"source's selection run on the same values, over {len(samples)} sample(s): {'; '.join(failures)}"
+        )
+    same = {
+        n: sum(
+            np.shape(r[n]) == np.shape(g[n]) and np.allclose(r[n], g[n])
+            for r, g in zip(ref, got, strict=True)
+        )
+        for n in tail.outputs
+    }
+    end_to_end: dict[str, Any] = {"samples_with_the_same_selection": same}
+    if all(v == len(ref) for v in same.values()):
+        end_to_end["figures"] = compare_outputs(_flat(ref, tail.outputs), _flat(got, tail.outputs))["outputs"]
+    judged = {**{n: body["outputs"][n] for n in outputs if n in body["outputs"]}, **tail_figures["outputs"]}
+    for name in tail.outputs:
+        judged[name]["judged_on"] = "the source's selection run on the artifact's values before it"
+    return {
+        "yardstick": stick.precision,
+        "max_rel_error": max(e["max_rel_error"] for e in judged.values()),
+        "passed": True,
+        "samples": len(samples),
+        "outputs": judged,
+        "selection_tail": {
+            "selection": tail.selection,
+            "how": "the body judged on the tensors the selection reads; the outputs against the source's selection "
+            "run on the artifact's own values of those tensors",
+            "frontier": {n: body["outputs"][n] for n in floats},
+            "tail_nodes": len(tail.nodes),
+            "end_to_end": end_to_end,
+        },
+    }

@@ -1,0 +1,286 @@
+"""Detectors exported with their NMS inside (ultralytics ``export(nms=True)``, PaddleDetection's ``multiclass_nms3``):
+the number of boxes is known only at run time.
+
+intel-vpu (OpenVINO runs NonMaxSuppression with its data-dependent output) and ``edgekit quantize`` take such a model;
+the static-shape targets (arm-cpu, nnapi) refuse it in one line naming the op. The IR is verified in two parts
+(``edgekit.targets.selection_tail``): the body on the tensors the selection reads, the selection against the
+source's run on the IR's own values. The model here is built in the test: a strided Conv head giving boxes and
+class scores, joined by a Concat and split again (as ultralytics' export does), then NonMaxSuppression and the
+boxes it kept, ``[K, 4]`` with K known only at run time.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from cli_in_process import cli_text
+from edgekit.core.errors import TargetError
+from edgekit.targets.selection_tail import selection_tail, verify_with_tail
+from edgekit.targets.yardstick import YARDSTICKS
+from onnx import TensorProto, helper, numpy_helper
+
+CLASSES = 3
+ROWS = 12  # at most 4 boxes a class
+
+
+def _detector(padded: bool = True) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.normal(0, 0.4, (4 + CLASSES, 3, 4, 4)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.normal(0, 0.2, 4 + CLASSES).astype(np.float32), "b"),
+        numpy_helper.from_array(np.array([1, 4 + CLASSES, 64], np.int64), "flat"),
+        numpy_helper.from_array(np.array([32.0], np.float32), "px"),
+    ]
+
+    def const(name: str, values: list[int | float], dtype=np.int64) -> None:
+        inits.append(numpy_helper.from_array(np.array(values, dtype), name))
+
+    for name, values in {
+        "z": [0], "zz": [0, 0], "four": [4], "big": [99], "ax1": [1], "ax2": [2], "max_out": [ROWS // CLASSES],
+        "n_rows": [ROWS], "rows4": [ROWS, 4], "rows3": [ROWS, 3],
+    }.items():  # fmt: skip
+        const(name, values)
+    const("iou", [0.5], np.float32)
+    const("thr", [0.55], np.float32)
+    const("two", 2)
+    const("ax0", [0])
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["h"], strides=[4, 4], name="head"),
+        helper.make_node("Reshape", ["h", "flat"], ["r"]),
+        helper.make_node("Slice", ["r", "z", "four", "ax1"], ["raw_boxes"]),
+        helper.make_node("Sigmoid", ["raw_boxes"], ["unit_boxes"]),
+        helper.make_node("Mul", ["unit_boxes", "px"], ["boxes"]),
+        helper.make_node("Slice", ["r", "four", "big", "ax1"], ["logits"]),
+        helper.make_node("Sigmoid", ["logits"], ["scores"]),
+        helper.make_node("Concat", ["boxes", "scores"], ["joined"], axis=1, name="joined"),
+        helper.make_node("Transpose", ["joined"], ["rows"], perm=[0, 2, 1]),
+        helper.make_node("Slice", ["rows", "z", "four", "ax2"], ["cxcywh"]),
+        helper.make_node("Slice", ["rows", "four", "big", "ax2"], ["row_scores"]),
+        helper.make_node("Transpose", ["row_scores"], ["class_scores"], perm=[0, 2, 1]),
+        helper.make_node(
+            "NonMaxSuppression",
+            ["cxcywh", "class_scores", "max_out", "iou", "thr"],
+            ["selected"],
+            center_point_box=1,
+            name="nms",
+        ),
+        helper.make_node("Gather", ["selected", "two"], ["box_index"], axis=1),
+        helper.make_node("Squeeze", ["cxcywh", "ax0"], ["all_boxes"]),
+        helper.make_node("Gather", ["all_boxes", "box_index"], ["kept_boxes"], axis=0),
+        # padded to ROWS rows as ultralytics pads to 300: the outputs' shapes are static, their rows are not
+        helper.make_node("Shape", ["kept_boxes"], ["kept_shape"], end=1),
+        helper.make_node("Sub", ["n_rows", "kept_shape"], ["missing"]),
+        helper.make_node("Concat", ["zz", "missing", "z"], ["pads"], axis=0),
+        helper.make_node("Pad", ["kept_boxes", "pads"], ["padded_boxes"]),
+        helper.make_node("Reshape", ["padded_boxes", "rows4"], ["detections"]),
+        helper.make_node("Pad", ["selected", "pads"], ["padded_selected"]),
+        helper.make_node("Reshape", ["padded_selected", "rows3"], ["selected_rows"]),
+    ]
+    outputs = [
+        helper.make_tensor_value_info("detections", TensorProto.FLOAT, [ROWS, 4]),
+        helper.make_tensor_value_info("selected_rows", TensorProto.INT64, [ROWS, 3]),
+    ]
+    if not padded:  # PaddleDetection's form: as many rows as the selection keeps
+        nodes = nodes[:-7]
+        outputs = [helper.make_tensor_value_info("kept_boxes", TensorProto.FLOAT, ["K", 4])]
+    graph = helper.make_graph(
+        nodes,
+        "nms_detector",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+        outputs,
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+@pytest.fixture(scope="module")
+def detector(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("nms") / "detector.onnx"
+    onnx.save(_detector(), path)
+    return path
+
+
+def _kept(detections: np.ndarray) -> int:
+    """The number of boxes selected: the padding rows are zero, a kept box's (a sigmoid times 32) is not."""
+    return int(np.any(detections != 0, axis=1).sum())
+
+
+def _samples(n: int, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(0, 1, (1, 3, 32, 32)).astype(np.float32) for _ in range(n)]
+
+
+def test_the_tail_starts_at_the_selection_and_reads_the_split_scores(detector):
+    tail = selection_tail(onnx.shape_inference.infer_shapes(onnx.load(detector)))
+    assert tail is not None and "NonMaxSuppression" in tail.selection
+    assert set(tail.frontier) == {"cxcywh", "class_scores", "all_boxes"}
+    assert set(tail.outputs) == {"detections", "selected_rows"}
+    session = ort.InferenceSession(str(detector))
+    counts = {_kept(session.run(None, {"x": x})[0]) for x in _samples(6, 1)}
+    assert len(counts) > 1 and min(counts) > 0, counts  # the number of boxes depends on the data
+
+
+def test_static_shape_targets_refuse_in_one_line(detector, tmp_path, capsys):
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, x=np.concatenate(_samples(4, 3)))
+    for target in ("arm-cpu", "nnapi"):
+        code, text = cli_text(
+            capsys, "deploy", str(detector), "-t", target, "--calib", str(calib), "-o", str(tmp_path / target)
+        )
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        assert code == 2, text
+        assert "NonMaxSuppression ('nms')" in text and "static shapes only" in text, text
+        assert not any("Traceback" in ln for ln in lines), text
+        assert not (tmp_path / target / target).exists()
+
+
+def test_intel_vpu_refuses_a_selection_of_run_time_size_in_one_line(tmp_path, capsys):
+    """NPUs compile static shapes only: ``[K, 4]`` boxes are refused, saying how to export them."""
+    path = tmp_path / "unpadded.onnx"
+    onnx.save(_detector(padded=False), path)
+    code, text = cli_text(capsys, "deploy", str(path), "-t", "intel-vpu", "-o", str(tmp_path / "out"))
+    assert code == 2, text
+    assert "NonMaxSuppression 'nms' selects at run time" in text and "need static shapes" in text, text
+    assert not (tmp_path / "out" / "intel-vpu").exists()
+    code, text = cli_text(
+        capsys, "quantize", str(path), "--calib", str(_calib(tmp_path)), "-o", str(tmp_path / "q.onnx")
+    )
+    assert code == 0, text  # onnxruntime and OpenVINO run the QDQ model's selection as it is
+    q = ort.InferenceSession(str(tmp_path / "q.onnx"))
+    assert {len(q.run(None, {"x": x})[0]) for x in _samples(4, 7)} - {0}
+
+
+def _calib(folder: Path) -> Path:
+    path = folder / "calib.npz"
+    np.savez(path, x=np.concatenate(_samples(16, 3)))
+    return path
+
+
+def _ir_outputs(xml: Path, samples: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
+    import openvino as ov
+
+    compiled = ov.Core().compile_model(str(xml), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    results = []
+    for x in samples:
+        out = compiled.create_infer_request().infer({"x": x})
+        results.append({port.get_any_name(): np.array(v) for port, v in out.items()})
+    return results
+
+
+def test_intel_vpu_ir_selects_the_boxes_onnxruntime_selects(detector, tmp_path, capsys):
+    """fp32 IR: OpenVINO's NonMaxSuppression keeps exactly the boxes onnxruntime keeps, sample by sample."""
+    code, text = cli_text(
+        capsys, "deploy", str(detector), "-t", "intel-vpu", "--precision", "fp32", "-o", str(tmp_path)
+    )
+    assert code == 0, text
+    manifest = json.loads((tmp_path / "intel-vpu" / "manifest.json").read_text())
+    assert manifest["verification"]["selection_tail"]["selection"] == "NonMaxSuppression node 'nms'"
+    session = ort.InferenceSession(str(detector))
+    samples = _samples(8, 2)
+    for x, got in zip(samples, _ir_outputs(tmp_path / "intel-vpu" / "model.xml", samples), strict=True):
+        boxes, selected = session.run(None, {"x": x})
+        np.testing.assert_array_equal(got["selected_rows"], selected)
+        np.testing.assert_allclose(got["detections"], boxes, rtol=1e-5, atol=1e-5)
+
+
+def test_intel_vpu_fp16_and_int8_pass_the_two_part_verification(detector, tmp_path, capsys):
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, x=np.concatenate(_samples(16, 3)))
+    for precision in ("fp16", "int8"):
+        out = tmp_path / precision
+        code, text = cli_text(
+            capsys, "deploy", str(detector), "-t", "intel-vpu", "--precision", precision, "--calib", str(calib),
+            "-o", str(out),
+        )  # fmt: skip
+        assert code == 0, text
+        verification = json.loads((out / "intel-vpu" / "manifest.json").read_text())["verification"]
+        tail = verification["selection_tail"]
+        assert tail["frontier"] and all(f["passed"] for f in tail["frontier"].values())
+        assert set(verification["outputs"]) == {"detections", "selected_rows"}
+
+
+def _ort_runs(model: onnx.ModelProto, samples, extra=()):
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    for name in extra:
+        model.graph.output.append(helper.make_value_info(name, onnx.TypeProto()))
+    session = ort.InferenceSession(model.SerializeToString())
+    names = [o.name for o in session.get_outputs()]
+    return [dict(zip(names, session.run(None, s), strict=True)) for s in samples]
+
+
+def _verify(proto, artifact_run):
+    tail = selection_tail(proto)
+    samples = [{"x": x} for x in _samples(4, 4)]
+
+    def tail_run(model, feeds):
+        session = ort.InferenceSession(model.SerializeToString())
+        names = [o.name for o in session.get_outputs()]
+        return [dict(zip(names, session.run(None, f), strict=True)) for f in feeds]
+
+    return verify_with_tail(
+        proto,
+        tail,
+        samples,
+        lambda extra: _ort_runs(proto, samples, extra),
+        lambda extra: artifact_run(samples, extra),
+        tail_run,
+        YARDSTICKS["fp16"],
+        {},
+        "test",
+        "the artifact",
+    )
+
+
+def test_a_wrong_body_or_a_wrong_selection_is_refused():
+    proto = onnx.shape_inference.infer_shapes(_detector())
+    report = _verify(proto, lambda samples, extra: _ort_runs(proto, samples, extra))
+    assert report["selection_tail"]["end_to_end"]["samples_with_the_same_selection"] == {
+        "detections": 4,
+        "selected_rows": 4,
+    }
+
+    def wrong_body(samples, extra):  # x and y swapped (a layout error): the frontier misses the yardstick
+        runs = _ort_runs(proto, samples, extra)
+        for run in runs:
+            run["cxcywh"] = run["cxcywh"][..., [1, 0, 2, 3]]
+        return runs
+
+    with pytest.raises(TargetError, match="before the selection by NonMaxSuppression"):
+        _verify(proto, wrong_body)
+
+    looser = onnx.ModelProto.FromString(proto.SerializeToString())
+    next(t for t in looser.graph.initializer if t.name == "iou").CopyFrom(
+        numpy_helper.from_array(np.array([0.9], np.float32), "iou")
+    )  # a selection that keeps more boxes than the source's on the same scores
+
+    with pytest.raises(TargetError, match="differs from the source's selection run on the same values"):
+        _verify(proto, lambda samples, extra: _ort_runs(looser, samples, extra))
+
+
+def test_quantize_keeps_the_selection_and_the_split_concat_float(detector, tmp_path, capsys):
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, x=np.concatenate(_samples(16, 5)))
+    out = tmp_path / "q.onnx"
+    code, text = cli_text(capsys, "quantize", str(detector), "--calib", str(calib), "-o", str(out))
+    assert code == 0, text
+    assert "nodes from nms" in text  # the selection's nodes are one row of the table
+    q = onnx.load(out)
+    quantized = {n.input[0] for n in q.graph.node if n.op_type == "QuantizeLinear"}
+    # boxes (0..32) and scores (0..1) never share one int8 grid; after the selection nothing is quantized
+    assert quantized and not quantized & {"joined", "rows", "kept_boxes", "detections", "selected"}
+    scales = {n.input[0]: n.input[1] for n in q.graph.node if n.op_type == "QuantizeLinear"}
+    values = {t.name: numpy_helper.to_array(t) for t in q.graph.initializer}
+    for scores in {"scores", "row_scores", "class_scores"} & set(scales):
+        assert float(values[scales[scores]]) <= 1.01 / 255, scores
+    source, qdq = ort.InferenceSession(str(detector)), ort.InferenceSession(str(out))
+    for x in _samples(6, 6):
+        fp32, int8 = _kept(source.run(None, {"x": x})[0]), _kept(qdq.run(None, {"x": x})[0])
+        assert int8 > 0 and abs(int8 - fp32) <= 2, (fp32, int8)
