@@ -63,8 +63,25 @@ class SelectionTail:
 
 
 def _float_input(node: onnx.NodeProto, types: Mapping[str, int]) -> bool:
+    """Whether ``node`` chooses on float values (an input of unknown type counts: taking a choice into the tail
+    only moves the frontier before it, judging no less)."""
     first = node.input[0] if node.input else ""
-    return types.get(first) in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE)
+    return types.get(first, onnx.TensorProto.FLOAT) in (
+        onnx.TensorProto.FLOAT,
+        onnx.TensorProto.FLOAT16,
+        onnx.TensorProto.DOUBLE,
+    )
+
+
+def _reads(node: onnx.NodeProto) -> list[str]:
+    """The values ``node`` reads: its inputs, then what its sub-graphs (an If's branches) read from outside."""
+    names = [i for i in node.input if i]
+    for a in node.attribute:
+        for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+            inner = {o for n in sub.node for o in n.output} | {i.name for i in sub.input}
+            inner |= {t.name for t in sub.initializer}
+            names += [i for n in sub.node for i in _reads(n) if i not in inner]
+    return names
 
 
 def selection_tail(proto: onnx.ModelProto) -> SelectionTail | None:
@@ -99,7 +116,7 @@ def selection_tail(proto: onnx.ModelProto) -> SelectionTail | None:
     tail = descendants(selections + choices)
     frontier: dict[str, None] = {}
     for k in sorted(tail):
-        for name in nodes[k].input:
+        for name in _reads(nodes[k]):
             p = producer.get(name)
             if p is not None and p not in tail and nodes[p].op_type != "Constant":
                 frontier[name] = None
@@ -119,11 +136,7 @@ def tail_model(
     reads in, the tail's outputs out; the Constant nodes and initializers it reads come along."""
     graph = proto.graph
     nodes = [graph.node[k] for k in tail.nodes]
-    read = {i for n in nodes for i in n.input if i}
-    for n in nodes:  # names read by sub-graphs (an If in the tail) come from the outer graph too
-        for a in n.attribute:
-            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
-                read |= {i for inner in sub.node for i in inner.input if i}
+    read = {i for n in nodes for i in _reads(n)}
     constants = [n for n in graph.node if n.op_type == "Constant" and n.output[0] in read]
     inputs = [
         onnx.helper.make_tensor_value_info(
