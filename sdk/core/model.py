@@ -297,40 +297,53 @@ def forget_nonpositive_dims(proto: onnx.ModelProto) -> None:
                 d.ClearField("dim_value")
 
 
-def float16_to_float32(proto: onnx.ModelProto) -> list[str]:
-    """A float16 model (onnxconverter-common's ``convert_float_to_float16``: float16 weights and compute, float16
-    or float32 inputs/outputs) as the float32 model it was made from, in place: float16 initializers, Constant
-    and ConstantOfShape values, Casts to float16 and float16 inputs/outputs/value_info become float32. No target
-    computes in the file's float16 (TFLite's float kernels take float32, its int8 kernels are calibrated in
-    float32; ``--precision fp16`` makes float16 weights again), and the values widen exactly. A bfloat16 model
-    (torch's export after ``model.to(torch.bfloat16)``: ONNX defines no bfloat16 Conv, Gemm, ... below opset 22,
-    so neither onnxruntime nor the onnx checker takes the file) widens the same way, exactly too. Returns the
-    note to show (empty when the model has no float16 / bfloat16)."""
-    halves, f32 = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16), onnx.TensorProto.FLOAT
+def _to_float32(proto: onnx.ModelProto, types: tuple[int, ...]) -> tuple[int, set[int]]:
+    """Retype every value of one of ``types`` to float32, in place, sub-graphs too: initializers, Constant /
+    ConstantOfShape values, Casts' ``to`` and ``dtype`` attributes (RandomNormal, EyeLike, ...), graph inputs,
+    outputs and value_info. Returns how many were retyped and which of ``types`` were found."""
+    f32 = onnx.TensorProto.FLOAT
     found: set[int] = set()
 
-    def widen(t: onnx.TensorProto) -> bool:
-        if t.data_type not in halves:
-            return False
+    def retype(t: onnx.TensorProto) -> int:
+        if t.data_type not in types:
+            return 0
         found.add(t.data_type)
         t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
-        return True
+        return 1
 
-    changed = sum(widen(t) for t in proto.graph.initializer)
-    inputs = [v.name for v in proto.graph.input if v.type.tensor_type.elem_type in halves]
-    for v in [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]:
-        if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type in halves:
-            found.add(v.type.tensor_type.elem_type)
-            v.type.tensor_type.elem_type = f32
-            changed += 1
-    for node in proto.graph.node:
-        for a in node.attribute:
-            if a.type == onnx.AttributeProto.TENSOR and node.op_type in ("Constant", "ConstantOfShape"):
-                changed += widen(a.t)
-            elif node.op_type == "Cast" and a.name == "to" and a.i in halves:
-                found.add(a.i)
-                a.i = f32
+    def walk(graph: onnx.GraphProto) -> int:
+        changed = sum(retype(t) for t in graph.initializer)
+        for v in [*graph.input, *graph.output, *graph.value_info]:
+            if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type in types:
+                found.add(v.type.tensor_type.elem_type)
+                v.type.tensor_type.elem_type = f32
                 changed += 1
+        for node in graph.node:
+            for a in node.attribute:
+                if a.type == onnx.AttributeProto.TENSOR and node.op_type in ("Constant", "ConstantOfShape"):
+                    changed += retype(a.t)
+                elif a.name in ("to", "dtype") and a.type == onnx.AttributeProto.INT and a.i in types:
+                    found.add(a.i)
+                    a.i = f32  # Cast's to; RandomNormal / RandomUniform / EyeLike's dtype
+                    changed += 1
+                for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+                    changed += walk(sub)
+        return changed
+
+    return walk(proto.graph), found
+
+
+def float16_to_float32(proto: onnx.ModelProto) -> list[str]:
+    """A float16 model (onnxconverter-common's ``convert_float_to_float16``: float16 weights and compute, float16
+    or float32 inputs/outputs) as the float32 model it was made from, in place (:func:`_to_float32`, sub-graphs
+    too). No target computes in the file's float16 (TFLite's float kernels take float32, its int8 kernels are
+    calibrated in float32; ``--precision fp16`` makes float16 weights again), and the values widen exactly. A
+    bfloat16 model (torch's export after ``model.to(torch.bfloat16)``: ONNX defines no bfloat16 Conv, Gemm, ...
+    below opset 22, so neither onnxruntime nor the onnx checker takes the file) widens the same way, exactly too.
+    Returns the note to show (empty when the model has no float16 / bfloat16)."""
+    halves = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+    inputs = [v.name for v in proto.graph.input if v.type.tensor_type.elem_type in halves]
+    changed, found = _to_float32(proto, halves)
     if not changed:
         return []
     kind = " / ".join(n for t, n in ((halves[0], "float16"), (halves[1], "bfloat16")) if t in found)
@@ -339,41 +352,16 @@ def float16_to_float32(proto: onnx.ModelProto) -> list[str]:
 
 
 def float64_to_float32(proto: onnx.ModelProto) -> list[str]:
-    """float64 computation narrowed to float32, in place: float64 initializers, Constant / ConstantOfShape values,
-    Casts to float64 and float64 inputs/outputs/value_info (subgraphs too) become float32. No target has float64
-    kernels (TFLite's arithmetic, GridSample's grid and OpenVINO's NPU take float32), and torch writes float64
-    islands into float32 models wherever Python floats or ``torch.float64`` reach a traced value: Mask2Former's
-    deformable attention computes its sampling grid from float64 reference points (Cast to double, Add, Mul, Sub,
-    then GridSample of float32 data with a float64 grid). Each narrowed value is the float64 one rounded to
-    float32: within float32's rounding of the float64 model, the fp32 verification's bar. Returns the note to
-    show (empty when the model has no float64)."""
-    f64, f32 = onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT
+    """float64 computation narrowed to float32, in place (:func:`_to_float32`, sub-graphs too). No target has
+    float64 kernels (TFLite's arithmetic, GridSample's grid and OpenVINO's NPU take float32), and torch writes
+    float64 islands into float32 models wherever Python floats or ``torch.float64`` reach a traced value:
+    Mask2Former's deformable attention computes its sampling grid from float64 reference points (Cast to double,
+    Add, Mul, Sub, then GridSample of float32 data with a float64 grid). Each narrowed value is the float64 one
+    rounded to float32: within float32's rounding of the float64 model, the fp32 verification's bar. Returns the
+    note to show (empty when the model has no float64)."""
+    f64 = onnx.TensorProto.DOUBLE
     inputs = [v.name for v in proto.graph.input if v.type.tensor_type.elem_type == f64]
-
-    def narrow(t: onnx.TensorProto) -> int:
-        if t.data_type != f64:
-            return 0
-        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
-        return 1
-
-    def walk(graph: onnx.GraphProto) -> int:
-        changed = sum(narrow(t) for t in graph.initializer)
-        for v in [*graph.input, *graph.output, *graph.value_info]:
-            if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type == f64:
-                v.type.tensor_type.elem_type = f32
-                changed += 1
-        for node in graph.node:
-            for a in node.attribute:
-                if a.type == onnx.AttributeProto.TENSOR and node.op_type in ("Constant", "ConstantOfShape"):
-                    changed += narrow(a.t)
-                elif a.name in ("to", "dtype") and a.type == onnx.AttributeProto.INT and a.i == f64:
-                    a.i = f32  # Cast's to; RandomNormal / RandomUniform / EyeLike's dtype
-                    changed += 1
-                for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
-                    changed += walk(sub)
-        return changed
-
-    if not walk(proto.graph):
+    if not _to_float32(proto, (f64,))[0]:
         return []
     note = "float64 computation narrowed to float32 (no target has float64 kernels)"
     return [note + (f"; input(s) {', '.join(inputs)} are float32" if inputs else "")]

@@ -66,3 +66,56 @@ def test_a_float16_model_converts_and_quantizes_as_its_float32_model(float16_io:
     np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
     qdq = edgekit_qdq(widened, [random_feeds(widened, s) for s in range(4)])
     assert any(n.op_type == "QuantizeLinear" for n in qdq.graph.node)
+
+
+def _float16_if_model() -> onnx.ModelProto:
+    """A float16 model whose If (condition an initializer: folded, its branch taken) holds float16 Constants and a
+    Cast to float16 in the branch: the widening walks sub-graphs too (it did not: the branch stayed float16, and
+    the taken branch added a float16 constant to a float32 tensor)."""
+    h = lambda a: numpy_helper.from_array(np.asarray(a, np.float16))  # noqa: E731
+
+    def branch(name: str, op: str, value: float) -> onnx.GraphProto:
+        return helper.make_graph(
+            [
+                helper.make_node("Constant", [], [f"{name}_k"], value=h([value])),
+                helper.make_node(op, ["m", f"{name}_k"], [f"{name}_a"]),
+                helper.make_node("Cast", [f"{name}_a"], [f"{name}_y"], to=TensorProto.FLOAT16),
+            ],
+            name,
+            [],
+            [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT16, [1, 8])],
+        )
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["m"]),
+            helper.make_node(
+                "If",
+                ["cond"],
+                ["y"],
+                then_branch=branch("then", "Add", 0.75),
+                else_branch=branch("else", "Sub", 3.0),
+            ),
+        ],
+        "f16_if",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 8])],
+        [
+            numpy_helper.from_array((R.standard_normal((4, 8)) * 0.5).astype(np.float16), "w"),
+            numpy_helper.from_array(np.array(True), "cond"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def test_a_float16_models_if_branches_widen_too() -> None:
+    source = _float16_if_model()
+    widened = to_proto(load_proto(source))
+    assert TensorProto.FLOAT16 not in _types(widened)
+    feeds = random_feeds(widened, 1)
+    (from_source,) = run_onnx(source, {"x": feeds["x"].astype(np.float16)})
+    (actual,) = run_tflite_isolated(convert_proto(widened), feeds)
+    np.testing.assert_allclose(actual, from_source.astype(np.float32), rtol=2e-2, atol=2e-3)
