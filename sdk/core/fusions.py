@@ -468,6 +468,49 @@ class AveragePoolAsConvPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified)
 
 
+class AveragePoolWindowInsidePass(ir.passes.InPlacePass):
+    """An AveragePool whose window is larger than its (unpadded) input on an axis (``ceil_mode``: the one window
+    starts at 0 and averages what it covers, the whole axis) gets the axis' size as its window there, and one
+    that covers the whole input so becomes a GlobalAveragePool: the same values. ALIGN's EfficientNet pools its
+    last 10x10 map with ``AvgPool2d(2560, ceil_mode=True)``; OpenVINO cannot convert a window larger than the
+    input ("Conversion is failed for: AveragePool") and TFLite's AVERAGE_POOL_2D has no such window."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for pool in list(model.graph):
+            if pool.op_type != "AveragePool" or pool.domain not in ("", "ai.onnx"):
+                continue
+            shape, kernel = pool.inputs[0].shape, list(attr(pool, "kernel_shape", []))
+            rank = len(kernel)
+            pads = list(attr(pool, "pads", [0] * 2 * rank))
+            if (
+                shape is None
+                or len(shape) != rank + 2
+                or attr(pool, "auto_pad", "NOTSET") not in ("NOTSET", "VALID")
+            ):
+                continue
+            dims = [shape[2 + i] for i in range(rank)]
+            dilations = list(attr(pool, "dilations", [1] * rank))
+            over = [
+                isinstance(d, int) and k > d and not pads[i] and not pads[i + rank] and dilations[i] == 1
+                for i, (d, k) in enumerate(zip(dims, kernel, strict=True))
+            ]
+            if not any(over):
+                continue
+            window = [d if o else k for d, k, o in zip(dims, kernel, over, strict=True)]
+            if all(over):
+                model.graph.insert_after(
+                    pool, glob := ir.node("GlobalAveragePool", [pool.inputs[0]], name=pool.name)
+                )
+                glob.outputs[0].shape, glob.outputs[0].type = pool.outputs[0].shape, pool.outputs[0].type
+                replace_value(pool.outputs[0], glob.outputs[0])
+                model.graph.remove(pool, safe=True)
+            else:
+                pool.attributes["kernel_shape"] = ir.AttrInt64s("kernel_shape", window)
+            modified = True
+        return ir.passes.PassResult(model, modified)
+
+
 def _ceil_changes_nothing(pool: ir.Node, shape, kernel: list[int], pads: list[int]) -> bool:
     """Every spatial axis of the (static) input is tiled by whole windows, so ceil_mode gives floor's output."""
     strides = list(attr(pool, "strides", [1] * len(kernel)))

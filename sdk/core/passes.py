@@ -16,6 +16,7 @@ import onnx_ir as ir
 from edgekit.core.errors import EdgekitError, ModelError
 from edgekit.core.fusions import (
     AveragePoolAsConvPass,
+    AveragePoolWindowInsidePass,
     DivByConstantPass,
     FoldBatchNormPass,
     FoldConvAffinePass,
@@ -489,6 +490,7 @@ def prepare(model: ir.Model) -> ir.Model:
             ShapeInferencePass(),
             SequenceSplitPass(),  # needs the split axis' size
             StandaloneBatchNormPass(),  # these two need the channel count
+            AveragePoolWindowInsidePass(),  # a window larger than the input: the input's size
             AveragePoolAsConvPass(),
             FoldShapesPass(),  # shapes now known everywhere: fold shape sub-graphs
             PadIntoMaxPoolPass(),  # a Pad by -inf before a MaxPool (its pads folded now): its own pads

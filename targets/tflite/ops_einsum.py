@@ -107,14 +107,27 @@ def einsum(ctx: Context, node: ir.Node, *, equation: str) -> None:
         return int(np.prod([sizes[c] for c in labels], dtype=np.int64))
 
     batch_shape = tuple(sizes[c] for c in batch) if len(batch) <= 3 else (size(batch),)
-    a = ctx.reshape(
-        _arrange(ctx, a, la, batch + left + contracted), (*batch_shape, size(left), size(contracted))
-    )
-    b = ctx.reshape(
-        _arrange(ctx, b, lb, batch + contracted + right), (*batch_shape, size(contracted), size(right))
-    )
-    product = ctx.tmp("matmul", (*batch_shape, size(left), size(right)), y.dtype)
-    ctx.op("BATCH_MATMUL", [a, b], [product], fb.BatchMatMulOptionsT())
+    if a.quant is None and np.issubdtype(np.dtype(a.dtype), np.integer):
+        # BATCH_MATMUL has no int32 / int64 kernel: an integer product without a contracted label (an outer
+        # product: BigBird's block masks from the int64 attention mask) is a broadcast MUL, exact in any width
+        if contracted:
+            raise ctx.error(
+                f"equation {equation!r}: an integer ({np.dtype(a.dtype).name}) product summing over "
+                f"{contracted!r} is not supported (TFLite's BATCH_MATMUL takes float32, int8 and int16)"
+            )
+        a = ctx.reshape(_arrange(ctx, a, la, batch + left), (*batch_shape, size(left), 1))
+        b = ctx.reshape(_arrange(ctx, b, lb, batch + right), (*batch_shape, 1, size(right)))
+        product = ctx.tmp("outer", (*batch_shape, size(left), size(right)), y.dtype)
+        ctx.op("MUL", [a, b], [product], fb.MulOptionsT())
+    else:
+        a = ctx.reshape(
+            _arrange(ctx, a, la, batch + left + contracted), (*batch_shape, size(left), size(contracted))
+        )
+        b = ctx.reshape(
+            _arrange(ctx, b, lb, batch + contracted + right), (*batch_shape, size(contracted), size(right))
+        )
+        product = ctx.tmp("matmul", (*batch_shape, size(left), size(right)), y.dtype)
+        ctx.op("BATCH_MATMUL", [a, b], [product], fb.BatchMatMulOptionsT())
     natural = batch + left + right
     unmerged = ctx.reshape(product, tuple(sizes[c] for c in natural))
     if natural == out:
