@@ -355,6 +355,59 @@ def compare_outputs(
     return {"samples": len(reference), "outputs": outputs}
 
 
+def matched_infinities(
+    reference: Sequence[Mapping[str, np.ndarray]], actual: Sequence[Mapping[str, np.ndarray]]
+) -> tuple[list[dict[str, np.ndarray]], list[dict[str, np.ndarray]], dict[str, int]]:
+    """The samples with every ±inf of a float reference output (a model's by design: Grounding DINO's logits are
+    ``masked_fill(~text_mask, -inf)`` on the padding tokens) taken out of the figures: where the artifact gives
+    the same infinity, both become the output's finite extreme on that side (its lowest finite value for -inf,
+    its highest for +inf: no error, the range unchanged); where it does not, the artifact's value becomes NaN (a
+    non-finite error). NaN in the reference, and an output with no finite value, stay as they are (refused by
+    :func:`compare_outputs`). Returns the samples and, per output that had any, how many infinities."""
+    ref = [dict(r) for r in reference]
+    got = [dict(a) for a in actual]
+    counts: dict[str, int] = {}
+    for name in list(ref[0]) if ref else []:
+        arrays = [np.asarray(r[name]) for r in ref]
+        if arrays[0].dtype.kind != "f" or all(np.isfinite(a).all() or np.isnan(a).any() for a in arrays):
+            continue
+        finite = np.concatenate([a[np.isfinite(a)].ravel() for a in arrays])
+        if not finite.size or any(np.isnan(a).any() for a in arrays):
+            continue
+        low, high = finite.min(), finite.max()
+        counts[name] = 0
+        for r, g in zip(ref, got, strict=True):
+            want, have = np.asarray(r[name]), np.array(g[name], copy=True)
+            inf = np.isinf(want)
+            counts[name] += int(inf.sum())
+            fill = np.where(want > 0, high, low).astype(want.dtype)
+            same = inf & (have == want)
+            have = have.astype(np.result_type(have.dtype, np.float32))
+            have[same] = fill[same]
+            have[inf & ~same] = np.nan
+            r[name], g[name] = np.where(inf, fill, want), have
+    return ref, got, counts
+
+
+def _filled_noise(
+    noise: Callable[[], Sequence[Mapping[str, np.ndarray]]],
+    reference: Sequence[Mapping[str, np.ndarray]],
+    infinite: Mapping[str, int],
+) -> Callable[[], Sequence[Mapping[str, np.ndarray]]]:
+    """``noise``'s run with its infinities matched against the raw ones as :func:`matched_infinities` does."""
+
+    def run() -> list[dict[str, np.ndarray]]:
+        runs = [dict(n) for n in noise()]
+        for name in infinite:
+            for r, n in zip(reference, runs, strict=True):
+                value = np.asarray(n[name])
+                inf = np.isinf(value)
+                n[name] = np.where(inf, np.asarray(r[name]), value)
+        return runs
+
+    return run
+
+
 #: An fp32 artifact on a sample where the host's float32 run is itself beyond the bar of float64 stays within this
 #: factor of the host's distance, provided another sample is well-conditioned and keeps the bar (a wrong conversion
 #: is off there too). Float32 runs of an ill-conditioned sample are draws of the amplified rounding noise, and they
@@ -581,8 +634,14 @@ def verify_outputs(
     scores: Callable[[], Mapping[str, np.ndarray] | None] | None = None,
 ) -> dict[str, Any]:
     """:func:`compare_outputs` judged by :func:`judge_outputs`; a TargetError naming each failed output when
-    one fails (the artifact is then not written), else the figures with ``passed`` and ``max_rel_error``."""
+    one fails (the artifact is then not written), else the figures with ``passed`` and ``max_rel_error``.
+    Infinities the source model gives by design are matched first (:func:`matched_infinities`)."""
+    reference, actual, infinite = matched_infinities(reference, actual)
+    if noise is not None and infinite:
+        noise = _filled_noise(noise, reference, infinite)
     figures = compare_outputs(reference, actual, kinds)
+    for name, count in infinite.items():
+        figures["outputs"][name]["infinite_in_reference"] = count
     failures = judge_outputs(figures, stick, reference, actual, noise, scores)
     failed = [e for e in figures["outputs"].values() if not e["passed"]]
     if failures and all(e.get("float64_reference", {}).get("ill_conditioned_samples") for e in failed):

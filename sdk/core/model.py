@@ -575,6 +575,10 @@ def load_proto(
 
     # ImageScaler, BatchNormalization spatial=0, opset < 7 broadcast: what the version converter cannot upgrade
     expanded += legacy.rewrite(copy)
+    from edgekit.core import unbatched
+
+    # torch's MaxPool on a (C, H, W) input (invalid ONNX) given a batch axis
+    expanded += unbatched.rewrite(copy)
     proto = upgrade_opset(copy)
     # The lowest IR version the opsets allow (>= 4: initializers that are not graph inputs), so that every
     # runtime, including ones older than this onnx package, reads what we write.
