@@ -359,7 +359,13 @@ def _fp16_model(
     from edgekit.core.runtime import HostRunner
     from edgekit.quantize.fp16 import to_fp16
     from edgekit.targets.base import default_verify_samples
-    from edgekit.targets.yardstick import compare_outputs, judge_outputs, output_kinds, yardstick
+    from edgekit.targets.yardstick import (
+        compare_outputs,
+        judge_outputs,
+        matched_infinities,
+        output_kinds,
+        yardstick,
+    )
 
     start = time.perf_counter()
     reference = ir.to_proto(fp32)
@@ -378,7 +384,10 @@ def _fp16_model(
     names = [v.name for v in fp32.graph.outputs]
     ref = [{n: r[n] for n in names} for r in map(ref_runner.run, samples)]
     got = [{n: r[n] for n in names} for r in map(half_runner.run, samples)]
+    ref, got, infinite = matched_infinities(ref, got)  # -inf logits by design (Grounding DINO's masked ones)
     figures = compare_outputs(ref, got, kinds)
+    for name, count in infinite.items():
+        figures["outputs"][name]["infinite_in_reference"] = count
     failures = judge_outputs(figures, yardstick("fp16"), ref, got)
     report: dict = {
         **_report_head(path),

@@ -115,3 +115,28 @@ def test_deploy_masked_logits_to_arm_cpu(tmp_path):
         finite = np.isfinite(want)
         span = float(want[finite].max() - want[finite].min())
         assert np.max(np.abs(have[finite] - want[finite])) / span <= 1e-4
+
+
+def test_quantize_fp16_keeps_the_infinities_and_checks_the_rest(tmp_path):
+    """``edgekit quantize --precision fp16`` verified the fp16 file with compare_outputs directly and refused the
+    masked logits as non-finite; now the infinities are matched, and the fp16 file gives -inf where onnxruntime
+    runs the float32 source to -inf, the other logits within float16's rounding."""
+    import edgekit
+    import onnxruntime as ort
+
+    proto = _model()
+    path = tmp_path / "masked.onnx"
+    onnx.save(proto, path)
+    options = edgekit.QuantizeOptions(precision="fp16")
+    result = edgekit.quantize_model(path, options=options, output=tmp_path / "masked.fp16.onnx")
+    verification = result.report["verification"]
+    assert verification["passed"] and verification["outputs"]["logits"]["infinite_in_reference"] > 0
+    source = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    half = ort.InferenceSession(str(tmp_path / "masked.fp16.onnx"), providers=["CPUExecutionProvider"])
+    data = _samples(3, 4)
+    for i in range(3):
+        sample = {k: v[i : i + 1] for k, v in data.items()}
+        (want,), (have,) = source.run(None, sample), half.run(None, sample)
+        assert np.array_equal(np.isneginf(have), np.isneginf(want)) and np.isneginf(want).any()
+        finite = np.isfinite(want)
+        np.testing.assert_allclose(have[finite], want[finite], rtol=1e-2, atol=1e-2)
