@@ -48,6 +48,7 @@ class ArmCpuOptions:
 class ArmCpuTarget(Target):
     name = "arm-cpu"
     runtime = "tflite"
+    static_shapes_only = True
     activation_dtype = "int8"
     description = "ARM CPU via LiteRT/TFLite (XNNPACK): fp32, fp16 weights, or int8 / 16x8 kernels with float inputs/outputs"
     options_type = ArmCpuOptions

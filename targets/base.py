@@ -90,6 +90,9 @@ class Target(ABC):
     retired_device_hints: ClassVar[Mapping[str, str]] = {}
     #: The frozen dataclass of target-specific options, or None.
     options_type: ClassVar[type | None] = None
+    #: True for targets whose artifacts have static shapes only: a model with a data-dependent tail (a detector's
+    #: NMS: :func:`edgekit.core.shape_checks.static_shapes_refusal`) is refused before it is quantized for them.
+    static_shapes_only: ClassVar[bool] = False
     #: Every recipe of ``edgekit.quantize.recipes.RECIPES`` -> None if this target runs it, else why not
     #: (one line). The one table of which target takes which ``--precision``.
     precisions: ClassVar[Mapping[str, str | None]] = {}

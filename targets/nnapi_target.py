@@ -55,6 +55,7 @@ class NnapiOptions:
 class NnapiTarget(Target):
     name = "nnapi"
     runtime = "tflite"
+    static_shapes_only = True
     activation_dtype = "int8"
     precisions = {
         "fp32": "NNAPI accelerators run integer or fp16-relaxed models; use --precision int8 or fp16",

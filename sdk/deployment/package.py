@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.core.errors import DataError, EdgekitError, OutputError, TargetError
+from edgekit.core.shape_checks import static_shapes_refusal
 from edgekit.deployment.request import (
     AUTO,
     LAYER_SAMPLES,
@@ -210,6 +211,10 @@ def package_all(
         try:
             source, provenance, quant_report = prepared.model, dict(prepared.provenance), None
             started = time.perf_counter()
+            if target.static_shapes_only:  # refused before any quantization is spent on it
+                why = static_shapes_refusal(prepared.model, target.name)
+                if why is not None:
+                    raise TargetError(why)
             if _quantized_here(request, precision) and not prepared.quantized:
                 dataset = prepared.dataset
                 # choose_precision demands calibration data for the calibrated recipes

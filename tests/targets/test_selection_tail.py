@@ -139,6 +139,7 @@ def test_static_shape_targets_refuse_in_one_line(detector, tmp_path, capsys):
         assert code == 2, text
         assert "NonMaxSuppression ('nms')" in text and "static shapes only" in text, text
         assert not any("Traceback" in ln for ln in lines), text
+        assert "quantizing for" not in text, text  # refused before calibration is spent on it
         assert not (tmp_path / target / target).exists()
 
 
