@@ -12,7 +12,8 @@ QuantizeLinear: its exact semantics up to float32 rounding, no fused integer ker
 lines whose CTC greedy decoding (argmax per step, repeats merged, blank 0 dropped) equals fp32's, the cosine and
 SQNR of the score tensor, and the share of time steps whose argmax agrees. ``--groups``: the same figures with the
 activation points of one producer kind switched on at a time (``benchmarks/qdq_noise.py``'s bypass).
-``--no-tail-rule``: ``rules.MSE_RANGE_OUTPUTS`` emptied, as quantized before round 15q.
+``--layer-method OP=METHOD`` sets a range method for every node of an op type (round 15q measured
+``HardSwish=mse``; its default rule was reverted at the merge, see docs/benchmarks.md "Probe round 15q").
 """
 
 from __future__ import annotations
@@ -109,11 +110,6 @@ def main() -> int:
     parser.add_argument("--ort", action="store_true", help="onnxruntime quantize_static beside")
     parser.add_argument("--groups", action="store_true", help="one activation kind at a time")
     parser.add_argument("--save", type=Path, help="write each QDQ model there")
-    parser.add_argument(
-        "--no-tail-rule",
-        action="store_true",
-        help="rules.MSE_RANGE_OUTPUTS emptied (the code before round 15q)",
-    )
     parser.add_argument("--option", action="append", default=[], help="QuantizeOptions KEY=VALUE")
     parser.add_argument(
         "--layer-method",
@@ -128,10 +124,6 @@ def main() -> int:
     from qdq_noise import activation_points, bypassed
 
     options = {k: _value(v) for k, v in (o.split("=", 1) for o in args.option)}
-    if args.no_tail_rule:
-        from edgekit.quantize import rules
-
-        rules.MSE_RANGE_OUTPUTS = frozenset()
     calib, held_out = lines(args.calib, 7000), lines(args.eval, 8000)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)

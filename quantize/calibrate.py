@@ -16,10 +16,9 @@ import onnx
 import onnx_ir as ir
 from edgekit.core.data import prefetched
 from edgekit.core.errors import DataError, QuantizationError
-from edgekit.quantize import rules
 from edgekit.quantize.observers import Histogram, MinMax, choose_range
 from edgekit.quantize.options import HISTOGRAM_METHODS, QuantizeOptions
-from edgekit.quantize.plan import QuantPlan, constant_key, scalar_affine
+from edgekit.quantize.plan import QuantPlan, constant_key
 
 T = TypeVar("T")
 #: ``track(iterable, description, total)`` wraps an iterable in a progress display.
@@ -62,9 +61,6 @@ class Statistics:
     #: Layer -> ``E[x x^T]`` of its input vectors (``weight_rounding="gptq"``; :func:`edgekit.quantize.gptq.
     #: input_hessians`), on the model rewritten with ``equalization``: the weights GPTQ rounds. None: not collected.
     hessians: dict[str, np.ndarray] | None = None
-    #: Histograms of the tensors whose range is the mse method's under minmax (``rules.MSE_RANGE_OUTPUTS``), kept
-    #: apart from ``histograms`` (those of every tensor, collected for a histogram method).
-    tail_histograms: dict[str, Histogram] = field(default_factory=dict)
 
 
 def channel_sum(array: np.ndarray) -> np.ndarray:
@@ -107,13 +103,11 @@ def collect_statistics(
     # Min/max (and channel means) are reduced inside the graph: only scalars leave the runtime. Histograms need
     # the tensors themselves.
     reduce_in_graph = options.method not in HISTOGRAM_METHODS
-    # The outputs whose range is mse's under minmax (``rules.MSE_RANGE_OUTPUTS``) leave the runtime whole too.
-    tails = mse_range_outputs(model, captured) if options.method == "minmax" else []
     if channels and not reduce_in_graph:
         raise QuantizationError("per-channel ranges in the statistics pass need min/max reduced in the graph")
     if reduce_in_graph:
         proto, extra = _reduction_model(model, captured, mean_captured, options.bias_correction)
-        extra += _channel_reductions(proto, list(channels or ())) + tails
+        extra += _channel_reductions(proto, list(channels or ()))
         # A graph edgekit wrote: compiled apart first.
         runner = HostRunner(proto, extra_outputs=extra, isolate=True, streams=local_parallelism())
     else:
@@ -140,8 +134,6 @@ def collect_statistics(
                 if name in graph_inputs:
                     yield name, sample.inputs[name]
                 elif reduce_in_graph:
-                    if name in tail_histograms:
-                        tail_histograms[name].update(np.asarray(outputs[name]))
                     yield name, np.array([outputs[name + _MIN], outputs[name + _MAX]]).reshape(-1)
                     if options.bias_correction and name + _MEAN in outputs:
                         sums[name] = sums.get(name, 0.0) + np.asarray(outputs[name + _MEAN], np.float64)
@@ -159,7 +151,6 @@ def collect_statistics(
     histograms: dict[str, Histogram] = {}
     if options.method in HISTOGRAM_METHODS:
         histograms = {name: Histogram(options.bins) for name in observed_names}
-    tail_histograms = {name: Histogram(options.bins) for name in tails}
     description = "calibrating" + (f" ({options.method})" if options.method in HISTOGRAM_METHODS else "")
     for name, array in observed(description):
         minmax[name].update(array)
@@ -169,23 +160,7 @@ def collect_statistics(
             sums[name] = sums.get(name, 0.0) + channel_sum(array)
     samples = seen[0]
     means = {name: total / samples for name, total in sums.items()}
-    return Statistics(minmax, histograms, samples, means, tail_histograms=tail_histograms)
-
-
-def mse_range_outputs(model: ir.Model, names: list[str]) -> list[str]:
-    """The tensors of ``names`` that an op of :data:`rules.MSE_RANGE_OUTPUTS` computes, or a chain of scalar
-    affines of one (``plan.scalar_affine``: PP-LCNetV3's learnable affine blocks, ``HardSwish -> Mul -> Add``,
-    the same tail scaled): their range is the mse method's when the run's method is minmax
-    (:func:`choose_params`)."""
-    wanted, tails = set(names), set()
-    for node in model.graph:
-        if node.op_type in rules.MSE_RANGE_OUTPUTS and node.domain in ("", "ai.onnx"):
-            tails.update(o.name for o in node.outputs)
-            continue
-        found = scalar_affine(node)
-        if found is not None and found[0].name in tails:
-            tails.add(node.outputs[0].name)
-    return [name for name in names if name in tails and name in wanted]
+    return Statistics(minmax, histograms, samples, means)
 
 
 _MIN, _MAX, _MEAN = "__edgekit_min", "__edgekit_max", "__edgekit_mean"
@@ -323,18 +298,6 @@ def within_saturation(lo: float, hi: float, bounds: tuple[float, float]) -> tupl
     return (max(lo, bounds[0] - step), min(hi, bounds[1] + step))
 
 
-def within_image(
-    own: tuple[float, float], source: tuple[float, float], a: float, b: float
-) -> tuple[float, float]:
-    """The range ``own`` of ``a * x + b`` (``QuantPlan.affine``) cut to the image of its input's range ``source``:
-    the QDQ model computes it from the input's grid, which stops there. A method that clipped the input (mse, the
-    saturation bounds) clips the output alike, where its own observed range would spend levels on values it never
-    takes (minmax: the image holds the observed range, nothing changes)."""
-    ends = (a * source[0] + b, a * source[1] + b)
-    lo, hi = max(own[0], min(ends)), min(own[1], max(ends))
-    return (lo, hi) if lo < hi else own
-
-
 def fixed_params(fixed: tuple[float, int], dtype: str) -> QParams:
     """A fixed int8 range, shifted by 128 for uint8 (the uint8 kernels use the same scale); int16's as given."""
     scale, zp = fixed
@@ -386,12 +349,8 @@ def choose_params(
     """Quantization parameters for every planned activation and constant data input, one per scale group."""
     nodes = {n.name: n for n in model.graph}
     methods = layer_methods(model, plan, options)
-    # rules.MSE_RANGE_OUTPUTS under minmax, unless a layer method is given for them
-    by_rule = (
-        set(mse_range_outputs(model, plan.activations)) - set(methods) if options.method == "minmax" else ()
-    )
     uses_mean = "mean_minmax" in {options.method, *methods.values()}
-    ends = _boundary_groups(model, plan) if uses_mean or by_rule else set()
+    ends = _boundary_groups(model, plan) if uses_mean else set()
     ranges: dict[str, tuple[float, float]] = {}
     for name in plan.activations:
         if name in plan.derived or plan.fixed_of(plan.group(name)) is not None:
@@ -403,21 +362,12 @@ def choose_params(
         if method == "mean_minmax" and plan.group(name) in ends:
             method = "minmax"
         hist = stats.histograms.get(name)
-        if name in by_rule and name in stats.tail_histograms and plan.group(name) not in ends:
-            # not at the integer part's boundary: the head's range stays whole
-            method, hist = "mse", stats.tail_histograms[name]
         if method in HISTOGRAM_METHODS and hist is None:
             raise QuantizationError(
                 f"tensor {name!r}: the {method} range needs histograms; calibrate with a histogram method"
             )
         ranges[name] = choose_range(method, mm, hist, options.percentile)
     groups = plan.members()
-    for name in plan.activations:  # graph order: a chain of affines cut in turn
-        source = plan.affine.get(name)
-        spans = [ranges[m] for m in groups[plan.group(source[0])] if m in ranges] if source else []
-        if name in ranges and spans:
-            grid = (min(r[0] for r in spans), max(r[1] for r in spans))
-            ranges[name] = within_image(ranges[name], grid, source[1], source[2])
     for members in groups.values():
         # A scale group whose every member (derived ones too) is read only by saturating ops: the range stops
         # at the union of their bounds.

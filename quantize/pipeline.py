@@ -286,7 +286,6 @@ def _equalized_statistics(
     means divided by them."""
     for name, ratio in scaled.items():
         r = np.asarray(ratio, np.float64)
-        stats.tail_histograms.pop(name, None)  # observed before the rescaling: its range keeps minmax
         if name in stats.minmax:
             observer = MinMax()
             for lo, hi in channels[name]:

@@ -77,10 +77,6 @@ class QuantPlan:
     #: Activations read only by ops that saturate their input (``rules.SATURATING_INPUTS``: HardSwish below -3,
     #: ...) -> the bounds beyond which no reader sees a difference: their range need not reach further.
     saturation: dict[str, tuple[float, float]] = field(default_factory=dict)
-    #: Outputs of a quantized scalar affine (Mul / Add / Sub of a one-value constant) of an activation -> (that
-    #: activation, a, b) with ``out = a * x + b``: in the QDQ model its values lie in the image of the input's
-    #: grid range, so its own range need not reach beyond it (``calibrate.choose_params``).
-    affine: dict[str, tuple[str, float, float]] = field(default_factory=dict)
 
     def group(self, name: str) -> str:
         root = name
@@ -282,28 +278,6 @@ def _selection_tail(model: ir.Model) -> dict[str, str]:
 SELECTION_TAIL_REASON = "post-processing after a data-dependent selection, kept float"
 
 
-def scalar_affine(node: ir.Node) -> tuple[ir.Value, float, float] | None:
-    """``node`` as ``a * x + b`` of its one non-constant input ``x`` when it is a Mul, Add or Sub of ``x`` and a
-    one-value constant (PaddlePaddle's learnable affine blocks: ``scale * x``, then ``+ bias``), else None."""
-    if node.op_type not in ("Mul", "Add", "Sub") or len(node.inputs) != 2 or len(node.outputs) != 1:
-        return None
-    for k in (0, 1):
-        x, c = node.inputs[k], const_array(node.inputs[1 - k])
-        if x is None or const_array(x) is not None or c is None or c.size != 1:
-            continue
-        if x.shape is not None and c.ndim > len(x.shape):  # it would broadcast the output up
-            return None
-        value = float(c.reshape(-1)[0])
-        if not np.isfinite(value):
-            return None
-        if node.op_type == "Mul":
-            return x, value, 0.0
-        if node.op_type == "Add":
-            return x, 1.0, value
-        return (x, 1.0, -value) if k == 0 else (x, -1.0, value)
-    return None
-
-
 #: The recipes a layer of a static (QDQ) model can take: ``fp32`` keeps it float.
 LAYER_RECIPES = ("int8", "int16x8", "fp32")
 
@@ -490,9 +464,5 @@ def make_plan(
             if bounds is not None:
                 plan.saturation[out.name] = bounds
     float_nodes = {f.node for f in plan.float_ops}
-    for node in model.graph:
-        found = scalar_affine(node) if node.name not in float_nodes else None
-        if found is not None and found[0].name in planned and node.outputs[0].name in planned:
-            plan.affine[node.outputs[0].name] = (found[0].name, found[1], found[2])
     plan.float_reads = {(n, i) for n, i in patterns.residual_reads(model) if n in float_nodes}
     return plan

@@ -502,14 +502,6 @@ SATURATING_INPUTS: dict[str, Callable[[ir.Node], tuple[float, float]]] = {
 }
 
 
-#: Ops whose output range is chosen by the ``mse`` method (clipping plus rounding error, ``observers``) when
-#: calibration's method is ``minmax`` (the default): HardSwish passes its input through above 3, so its output
-#: keeps its producer's outlier channels. The real PP-OCRv3 rec's: one channel up to 162 where the median channel
-#: stays below 6.4 (std 0.78): minmax's step of 0.64 left most channels a few levels, and the 27 HardSwish
-#: outputs alone took the recogniser to 3.0 dB SQNR, none of 48 text lines decoded as fp32 (round 15q).
-MSE_RANGE_OUTPUTS = frozenset({"HardSwish"})
-
-
 def saturation_bounds(value: ir.Value) -> tuple[float, float] | None:
     """The [lo, hi] outside which none of ``value``'s readers sees a difference (the union of their
     :data:`SATURATING_INPUTS` bounds), or None when a reader is another op, reads it as another input, or the
