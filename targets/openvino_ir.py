@@ -33,7 +33,7 @@ from edgekit.core.errors import TargetError
 from edgekit.core.model import qdq_precision
 from edgekit.core.qdq_forms import dequantized_constant, for_openvino, graph_index
 from edgekit.core.runtime import F32_CONFIG, preflight_ir, stable_top_k
-from edgekit.core.shape_checks import DATA_DEPENDENT
+from edgekit.core.shape_checks import is_data_dependent
 from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, write_bundle
 from edgekit.device_agents.runtimes import openvino_cpu_config
 from edgekit.targets.base import (
@@ -297,9 +297,7 @@ def _openvino_problems(model: ir.Model, path: Path) -> list[Problem]:
         what="intel-vpu: OpenVINO",
         doing="checking which ops its CPU plugin runs (query_model)",
     )
-    selection = next(
-        (n for n in model.graph if n.op_type in DATA_DEPENDENT and n.domain in ("", "ai.onnx")), None
-    )
+    selection = next((n for n in model.graph if is_data_dependent(n)), None)
     if selection is None:
         return problems
     # PaddleDetection's multiclass_nms3 gives [N, 6] boxes: as many rows as the selection keeps

@@ -10,7 +10,7 @@ FP16 IR: cosine 0.93 to the source on 3 photos, every box right). So the model i
 - the **body**, up to the tensors the selection reads (its *frontier*: boxes, scores, class ids before any
   choice), by the precision's yardstick (:mod:`edgekit.targets.yardstick`), as if they were outputs;
 - the **tail**, from the first choice on (:data:`CHOICE_OPS` that feed the selection, and the
-  :data:`DATA_DEPENDENT` ops themselves), by running the source's tail on the artifact's own frontier values: the
+  :data:`~edgekit.core.shape_checks.DATA_DEPENDENT` ops themselves), by running the source's tail on the artifact's own frontier values: the
   artifact's outputs must be what the source computes from them, within the same yardstick.
 
 Both parts together are the whole model, and neither part forgives a wrong conversion: a wrong body misses the
@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 import onnx
 from edgekit.core.errors import TargetError
-from edgekit.core.shape_checks import DATA_DEPENDENT
+from edgekit.core.protoutil import node_reads
+from edgekit.core.shape_checks import is_data_dependent
 from edgekit.targets.yardstick import (
     YARDSTICKS,
     OutputKind,
@@ -73,24 +74,11 @@ def _float_input(node: onnx.NodeProto, types: Mapping[str, int]) -> bool:
     )
 
 
-def _reads(node: onnx.NodeProto) -> list[str]:
-    """The values ``node`` reads: its inputs, then what its sub-graphs (an If's branches) read from outside."""
-    names = [i for i in node.input if i]
-    for a in node.attribute:
-        for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
-            inner = {o for n in sub.node for o in n.output} | {i.name for i in sub.input}
-            inner |= {t.name for t in sub.initializer}
-            names += [i for n in sub.node for i in _reads(n) if i not in inner]
-    return names
-
-
 def selection_tail(proto: onnx.ModelProto) -> SelectionTail | None:
     """The :class:`SelectionTail` of ``proto`` (shapes inferred), or None when it runs no data-dependent op."""
     graph = proto.graph
     nodes = list(graph.node)
-    selections = [
-        k for k, n in enumerate(nodes) if n.op_type in DATA_DEPENDENT and n.domain in ("", "ai.onnx")
-    ]
+    selections = [k for k, n in enumerate(nodes) if is_data_dependent(n)]
     if not selections:
         return None
     producer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
@@ -100,23 +88,23 @@ def selection_tail(proto: onnx.ModelProto) -> SelectionTail | None:
     def descendants(starts: Sequence[int]) -> set[int]:
         found = set(starts)
         for k, node in enumerate(nodes):  # topological order
-            if k not in found and any(producer.get(i) in found for i in node.input if i):
+            if k not in found and any(producer.get(i) in found for i in node_reads(node)):
                 found.add(k)
         return found
 
     first = descendants(selections)
     ancestors: set[int] = set()
-    stack = [producer[i] for k in first for i in nodes[k].input if i in producer]
+    stack = [producer[i] for k in first for i in node_reads(nodes[k]) if i in producer]
     while stack:
         k = stack.pop()
         if k not in ancestors and k not in first:
             ancestors.add(k)
-            stack.extend(producer[i] for i in nodes[k].input if i in producer)
+            stack.extend(producer[i] for i in node_reads(nodes[k]) if i in producer)
     choices = [k for k in ancestors if nodes[k].op_type in CHOICE_OPS and _float_input(nodes[k], types)]
     tail = descendants(selections + choices)
     frontier: dict[str, None] = {}
     for k in sorted(tail):
-        for name in _reads(nodes[k]):
+        for name in node_reads(nodes[k]):
             p = producer.get(name)
             if p is not None and p not in tail and nodes[p].op_type != "Constant":
                 frontier[name] = None
@@ -136,7 +124,7 @@ def tail_model(
     reads in, the tail's outputs out; the Constant nodes and initializers it reads come along."""
     graph = proto.graph
     nodes = [graph.node[k] for k in tail.nodes]
-    read = {i for n in nodes for i in _reads(n)}
+    read = {i for n in nodes for i in node_reads(n)}
     constants = [n for n in graph.node if n.op_type == "Constant" and n.output[0] in read]
     inputs = [
         onnx.helper.make_tensor_value_info(

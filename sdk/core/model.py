@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 from edgekit.core.errors import ModelError, OutputError
+from edgekit.core.protoutil import node_reads, subgraphs
 from edgekit.device_agents.bundle import follow_umask
 from google.protobuf.message import DecodeError
 from onnx import numpy_helper
@@ -88,9 +89,8 @@ def _default_domain_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
     for node in graph.node:
         if node.domain in ("", "ai.onnx"):
             out.append(node)
-        for a in node.attribute:
-            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
-                out += _default_domain_nodes(sub)
+        for sub in subgraphs(node):
+            out += _default_domain_nodes(sub)
     return out
 
 
@@ -285,9 +285,8 @@ def forget_nonpositive_dims(proto: onnx.ModelProto) -> None:
         yield from graph.output
         yield from graph.value_info
         for node in graph.node:
-            for a in node.attribute:
-                for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
-                    yield from graph_values(sub)
+            for sub in subgraphs(node):
+                yield from graph_values(sub)
 
     for value in graph_values(proto.graph):
         if not value.type.HasField("tensor_type") or not value.type.tensor_type.HasField("shape"):
@@ -326,8 +325,7 @@ def _to_float32(proto: onnx.ModelProto, types: tuple[int, ...]) -> tuple[int, se
                     found.add(a.i)
                     a.i = f32  # Cast's to; RandomNormal / RandomUniform / EyeLike's dtype
                     changed += 1
-                for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
-                    changed += walk(sub)
+            changed += sum(walk(sub) for sub in subgraphs(node))
         return changed
 
     return walk(proto.graph), found
@@ -613,16 +611,6 @@ def load_proto(
     return model
 
 
-def _reads(node: onnx.NodeProto) -> set[str]:
-    """The values ``node`` reads: its inputs and what its subgraphs (If / Loop / Scan bodies) read."""
-    names = {i for i in node.input if i}
-    for a in node.attribute:
-        for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
-            for inner in sub.node:
-                names |= _reads(inner)
-    return names
-
-
 def sort_nodes(graph: onnx.GraphProto) -> bool:
     """Order ``graph``'s nodes so that each comes after the producers of what it reads, in place (the given
     order kept where it already is one: Kahn's algorithm, taking the earliest ready node first). ONNX requires
@@ -636,7 +624,7 @@ def sort_nodes(graph: onnx.GraphProto) -> bool:
     after: list[list[int]] = [[] for _ in nodes]
     waiting = [0] * len(nodes)
     for k, node in enumerate(nodes):
-        for p in {producer[i] for i in _reads(node) if i in producer and producer[i] != k}:
+        for p in {producer[i] for i in node_reads(node) if i in producer and producer[i] != k}:
             after[p].append(k)
             waiting[k] += 1
     ready = [k for k in range(len(nodes)) if not waiting[k]]
@@ -660,9 +648,8 @@ def _node_domains(graph: onnx.GraphProto) -> set[str]:
     domains = set()
     for node in graph.node:
         domains.add(node.domain)
-        for a in node.attribute:
-            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
-                domains |= _node_domains(sub)
+        for sub in subgraphs(node):
+            domains |= _node_domains(sub)
     return domains
 
 

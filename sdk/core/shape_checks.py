@@ -3,6 +3,7 @@ control flow. Run by :func:`edgekit.core.passes.prepare` after the rewriting pas
 
 from __future__ import annotations
 
+import onnx
 import onnx_ir as ir
 from edgekit.core.errors import ModelError
 
@@ -11,6 +12,11 @@ DATA_DEPENDENT = frozenset({"NonZero", "Unique", "Compress", "NonMaxSuppression"
 #: Control-flow ops: their sub-graphs run a data-dependent number of times or branch at run time, which no
 #: target here converts (TFLite has no loops of ONNX's kind; shapes behind them are not static).
 CONTROL_FLOW = ("If", "Loop", "Scan")
+
+
+def is_data_dependent(node: ir.Node | onnx.NodeProto) -> bool:
+    """Whether ``node`` (of the IR or of a proto) is one of ONNX's :data:`DATA_DEPENDENT` ops."""
+    return node.op_type in DATA_DEPENDENT and node.domain in ("", "ai.onnx")
 
 
 def is_static(shape: ir.Shape | None) -> bool:
@@ -106,11 +112,21 @@ def data_dependent_tail(graph: ir.Graph) -> set[ir.Node]:
     detector's selection of boxes, which OpenVINO and onnxruntime run as it is and static-shape targets cannot."""
     tail: set[ir.Node] = set()
     for node in graph:
-        if (node.op_type in DATA_DEPENDENT and node.domain in ("", "ai.onnx")) or any(
-            v is not None and v.producer() in tail for v in node.inputs
-        ):
+        if is_data_dependent(node) or any(v is not None and v.producer() in tail for v in _reads(node)):
             tail.add(node)
     return tail
+
+
+def _reads(node: ir.Node):
+    """The values ``node`` reads: its inputs, and those its sub-graphs' nodes read (an If's branches capture
+    outer values)."""
+    yield from node.inputs
+    for attr in node.attributes.values():
+        graphs = [attr.value] if attr.type == ir.AttributeType.GRAPH else []
+        graphs += list(attr.value) if attr.type == ir.AttributeType.GRAPHS else []
+        for sub in graphs:
+            for inner in ir.traversal.RecursiveGraphIterator(sub):
+                yield from inner.inputs
 
 
 def static_shapes_refusal(model: ir.Model, target: str) -> str | None:

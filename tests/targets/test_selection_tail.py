@@ -285,3 +285,51 @@ def test_quantize_keeps_the_selection_and_the_split_concat_float(detector, tmp_p
     for x in _samples(6, 6):
         fp32, int8 = _kept(source.run(None, {"x": x})[0]), _kept(qdq.run(None, {"x": x})[0])
         assert int8 > 0 and abs(int8 - fp32) <= 2, (fp32, int8)
+
+
+def _detector_keeping_boxes_in_an_if() -> onnx.ModelProto:
+    """The unpadded detector with its last Gather inside an If's branch (torchvision-style guards around the
+    kept boxes): the branch reads the selection's indices from the outer graph by name, not as an If input."""
+    model = _detector(padded=False)
+    graph = model.graph
+    gather = next(n for n in graph.node if n.output[0] == "kept_boxes")
+    graph.node.remove(gather)
+    then_branch = helper.make_graph(
+        [helper.make_node("Gather", ["all_boxes", "box_index"], ["then_boxes"], axis=0)],
+        "then",
+        [],
+        [helper.make_tensor_value_info("then_boxes", TensorProto.FLOAT, ["K", 4])],
+    )
+    else_branch = helper.make_graph(
+        [helper.make_node("Slice", ["all_boxes", "z", "z", "ax0"], ["no_boxes"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("no_boxes", TensorProto.FLOAT, [0, 4])],
+    )
+    graph.node.extend(
+        [
+            helper.make_node("ReduceMax", ["class_scores"], ["best"], keepdims=0),
+            helper.make_node("Greater", ["best", "thr"], ["any_box"]),
+            helper.make_node("Squeeze", ["any_box"], ["cond"]),
+            helper.make_node(
+                "If", ["cond"], ["kept_boxes"], then_branch=then_branch, else_branch=else_branch
+            ),
+        ]
+    )
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def test_a_branch_reading_the_selection_by_name_is_in_the_tail():
+    import onnx_ir as ir
+    from edgekit.core.shape_checks import data_dependent_tail
+
+    model = onnx.shape_inference.infer_shapes(_detector_keeping_boxes_in_an_if())
+    session = ort.InferenceSession(model.SerializeToString())
+    assert {session.run(None, {"x": x})[0].shape[0] for x in _samples(6, 1)} != {0}  # the If keeps boxes
+    tail = selection_tail(model)
+    assert tail is not None and tail.outputs == ("kept_boxes",)  # the If's output comes out of the selection
+    assert "If" in {model.graph.node[k].op_type for k in tail.nodes}
+    assert "box_index" not in tail.frontier  # the If's read of it is inside the tail
+    graph = ir.from_proto(model).graph
+    assert "If" in {n.op_type for n in data_dependent_tail(graph)}
