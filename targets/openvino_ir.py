@@ -613,6 +613,13 @@ def run_compiled(compiled: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, np
     return out
 
 
+#: What the verification report says it compared: one text for both forms of :func:`_verify`.
+_VERIFIED_ON = {
+    "reference": "source ONNX model on the host (OpenVINO CPU, f32; a QDQ model on its int8 kernels)",
+    "device": "CPU (INFERENCE_PRECISION_HINT f32)",
+}
+
+
 def _verify(
     proto: onnx.ModelProto,
     compiled: Any,
@@ -647,8 +654,7 @@ def _verify(
         return [rounded.run(s) for s in samples]
 
     report = {
-        "reference": "source ONNX model on the host (OpenVINO CPU, f32; a QDQ model on its int8 kernels)",
-        "device": "CPU (INFERENCE_PRECISION_HINT f32)",
+        **_VERIFIED_ON,
         **verify_outputs(
             reference,
             actual,
@@ -713,8 +719,7 @@ def _verify_with_tail(
         return [rounded.run(s) for s in samples]
 
     return {
-        "reference": "source ONNX model on the host (OpenVINO CPU, f32; a QDQ model on its int8 kernels)",
-        "device": "CPU (INFERENCE_PRECISION_HINT f32)",
+        **_VERIFIED_ON,
         **verify_with_tail(
             proto,
             tail,
