@@ -176,7 +176,7 @@ def test_host_runner_runs_in_f32_and_captures_intermediates(tmp_path):
     x = np.random.default_rng(3).normal(0, 1, (1, 3, 33, 33)).astype(np.float32)
     out = runner.run({"data": x})
     proto = to_proto(model)
-    from edgekit.core.qdq_forms import with_outputs
+    from edgekit.core.protoutil import with_outputs
 
     expected = ort_run(with_outputs(proto, ["rs", "cat"]), {"data": x})
     for name, ref in zip(["prob", "rs", "cat"], expected, strict=True):

@@ -25,7 +25,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import openvino as ov
-from edgekit.core.qdq_forms import for_openvino, with_outputs
+from edgekit.core.protoutil import with_outputs
+from edgekit.core.qdq_forms import for_openvino
 
 
 def activation_dequantized(proto: onnx.ModelProto) -> list[str]:

@@ -542,7 +542,7 @@ class ExactRunner:
         seed: int = 0,
         observe: Observer | None = None,
     ):
-        from edgekit.core.qdq_forms import with_outputs
+        from edgekit.core.protoutil import with_outputs
         from onnx.reference import ReferenceEvaluator
 
         if outputs:

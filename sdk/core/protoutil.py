@@ -1,7 +1,9 @@
-"""Small helpers over ``onnx`` protos (the file as read, before the IR), shared by the loaders and the targets'
-verification: sub-graphs and what a node reads from its scope."""
+"""Small helpers over ``onnx`` protos (the file as read, before the IR), shared by the loaders, the runners and
+the targets' verification: sub-graphs, what a node reads from its scope, extra outputs."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import onnx
 
@@ -26,3 +28,25 @@ def node_reads(node: onnx.NodeProto) -> list[str]:
         inner |= {t.name for t in sub.initializer}
         names += [i for n in sub.node for i in node_reads(n) if i not in inner]
     return names
+
+
+def with_outputs(proto: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
+    """A copy of ``proto`` that also outputs the tensors ``names``."""
+    if not names:
+        return proto
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    existing = {o.name for o in out.graph.output}
+    types = {v.name: v for v in out.graph.value_info}
+    for name in names:
+        if name in existing:
+            continue
+        if name in types:
+            out.graph.output.append(types[name])
+        else:
+            out.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
+        existing.add(name)
+    return out
+
+
+#: Ops OpenVINO runs as integer multiply-accumulate kernels when their inputs are quantized.

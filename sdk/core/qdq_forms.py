@@ -7,37 +7,13 @@ constants, and the portable standalone QDQ file.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import onnx
 from edgekit.core.unsigned import unsigned_activations
 
-if TYPE_CHECKING:
-    pass
 
-
-def with_outputs(proto: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
-    """A copy of ``proto`` that also outputs the tensors ``names``."""
-    if not names:
-        return proto
-    out = onnx.ModelProto()
-    out.CopyFrom(proto)
-    existing = {o.name for o in out.graph.output}
-    types = {v.name: v for v in out.graph.value_info}
-    for name in names:
-        if name in existing:
-            continue
-        if name in types:
-            out.graph.output.append(types[name])
-        else:
-            out.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
-        existing.add(name)
-    return out
-
-
-#: Ops OpenVINO runs as integer multiply-accumulate kernels when their inputs are quantized.
 def _attr(node: onnx.NodeProto, name: str, default=None):
     """The value of ``node``'s attribute ``name``, or ``default``."""
     return next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)

@@ -28,6 +28,7 @@ import numpy as np
 import onnx
 from edgekit.core.errors import DataError, ModelError
 from edgekit.core.ov_conv1d import grouped_conv1d_as_2d
+from edgekit.core.protoutil import with_outputs
 from edgekit.core.qdq_forms import (
     antialias_resizes_as_matmuls,
     drop_concat_identity_qdq,
@@ -37,7 +38,6 @@ from edgekit.core.qdq_forms import (
     scalar_gathers_squeezed,
     sliced_gather_elements_apart,
     tabulate_elementwise,
-    with_outputs,
 )
 from edgekit.core.unsigned import unsigned_activations
 from edgekit.device_agents.runtimes import port_name
