@@ -13,6 +13,7 @@ import re
 import numpy as np
 import onnx
 import onnx_ir as ir
+from edgekit.core.computed_weights import ComputedConvWeightPass
 from edgekit.core.errors import EdgekitError, ModelError
 from edgekit.core.fusions import (
     AveragePoolAsConvPass,
@@ -493,6 +494,7 @@ def prepare(model: ir.Model) -> ir.Model:
             AveragePoolWindowInsidePass(),  # a window larger than the input: the input's size
             AveragePoolAsConvPass(),
             FoldShapesPass(),  # shapes now known everywhere: fold shape sub-graphs
+            ComputedConvWeightPass(),  # a Conv weight still computed now: patches + MatMul (static shapes)
             PadIntoMaxPoolPass(),  # a Pad by -inf before a MaxPool (its pads folded now): its own pads
             SelectIfPass(),  # an If folding left: both branches and a Where, when they are plain dataflow
             DropWholeSlicesPass(),
