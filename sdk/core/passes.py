@@ -30,6 +30,7 @@ from edgekit.core.fusions import (
 from edgekit.core.irutil import NameScope, add_initializer, attr, const_array, replace_value
 from edgekit.core.loops import UnrollConstantLoopPass
 from edgekit.core.shape_checks import CheckStaticShapesPass, DeclineControlFlowPass, is_static
+from edgekit.core.spectral import DftAsMatMulPass, StftAsConvPass
 from onnx_ir.passes.common import (
     LiftConstantsToInitializersPass,
     NameFixPass,
@@ -495,6 +496,8 @@ def prepare(model: ir.Model) -> ir.Model:
             AveragePoolAsConvPass(),
             FoldShapesPass(),  # shapes now known everywhere: fold shape sub-graphs
             ComputedConvWeightPass(),  # a Conv weight still computed now: patches + MatMul (static shapes)
+            DftAsMatMulPass(),  # DFT / STFT by constant matrices (static shapes)
+            StftAsConvPass(),
             PadIntoMaxPoolPass(),  # a Pad by -inf before a MaxPool (its pads folded now): its own pads
             SelectIfPass(),  # an If folding left: both branches and a Where, when they are plain dataflow
             DropWholeSlicesPass(),
