@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 from edgekit.core.computed_weights import ComputedConvWeightPass
+from edgekit.core.deform_conv import DeformConvAsGridSamplePass
 from edgekit.core.errors import EdgekitError, ModelError
 from edgekit.core.fusions import (
     AveragePoolAsConvPass,
@@ -495,6 +496,7 @@ def prepare(model: ir.Model) -> ir.Model:
             AveragePoolWindowInsidePass(),  # a window larger than the input: the input's size
             AveragePoolAsConvPass(),
             FoldShapesPass(),  # shapes now known everywhere: fold shape sub-graphs
+            DeformConvAsGridSamplePass(),  # DeformConv: GridSample + 1x1 Conv (static shapes)
             ComputedConvWeightPass(),  # a Conv weight still computed now: patches + MatMul (static shapes)
             DftAsMatMulPass(),  # DFT / STFT by constant matrices (static shapes)
             StftAsConvPass(),
