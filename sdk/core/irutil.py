@@ -84,11 +84,12 @@ class IrWriter:
     def const(self, hint: str, array: np.ndarray) -> ir.Value:
         return add_initializer(self.graph, self.names, f"{self.base}/{hint}", array)
 
-    def op(self, op_type: str, inputs: list[ir.Value], shape, **attributes) -> ir.Value:
+    def op(self, op_type: str, inputs: list[ir.Value], shape, out_dtype=None, **attributes) -> ir.Value:
         node = ir.node(
             op_type, inputs, attributes=attributes, name=self.names.fresh(f"{self.base}/{op_type}")
         )
-        node.outputs[0].shape, node.outputs[0].dtype = ir.Shape(list(shape)), self.dtype
+        node.outputs[0].shape = ir.Shape(list(shape))
+        node.outputs[0].dtype = self.dtype if out_dtype is None else out_dtype
         self.nodes.append(node)
         return node.outputs[0]
 

@@ -30,6 +30,7 @@ from edgekit.core.fusions import (
 )
 from edgekit.core.irutil import NameScope, add_initializer, attr, const_array, replace_value
 from edgekit.core.loops import UnrollConstantLoopPass
+from edgekit.core.roi_align import RoiAlignAsGridSamplePass
 from edgekit.core.shape_checks import CheckStaticShapesPass, DeclineControlFlowPass, is_static
 from edgekit.core.spectral import DftAsMatMulPass, StftAsConvPass
 from onnx_ir.passes.common import (
@@ -497,6 +498,7 @@ def prepare(model: ir.Model) -> ir.Model:
             AveragePoolAsConvPass(),
             FoldShapesPass(),  # shapes now known everywhere: fold shape sub-graphs
             DeformConvAsGridSamplePass(),  # DeformConv: GridSample + 1x1 Conv (static shapes)
+            RoiAlignAsGridSamplePass(),  # RoiAlign over a batch-1 map: GridSample + AveragePool
             ComputedConvWeightPass(),  # a Conv weight still computed now: patches + MatMul (static shapes)
             DftAsMatMulPass(),  # DFT / STFT by constant matrices (static shapes)
             StftAsConvPass(),
