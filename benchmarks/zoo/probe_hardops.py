@@ -807,6 +807,23 @@ def rvm_arrays(count: int, seed: int) -> dict[str, np.ndarray]:
             "downsample_ratio": np.full((count, 1), RVM_RATIO, np.float32)}  # fmt: skip
 
 
+class RvmFixedRatio(nn.Module):
+    """RVM exported with ``downsample_ratio`` a constant (what the static-shape targets need)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.m = rvm_model()
+
+    def forward(self, src, r1, r2, r3, r4):
+        return self.m(src, r1, r2, r3, r4, torch.tensor([RVM_RATIO]))
+
+
+def rvm_fixed_arrays(count: int, seed: int) -> dict[str, np.ndarray]:
+    rows = rvm_arrays(count, seed)
+    rows.pop("downsample_ratio")
+    return rows
+
+
 # ------------------------------------------------------------------------------------------------ the probes
 
 
@@ -859,10 +876,14 @@ def probes() -> list[Probe]:
         Probe("r_rvm", "Robust Video Matting: ConvGRU states r1..r4, downsample_ratio input, DeepGuidedFilter",
               "segmenter", 17, rvm_model, rvm_in, ["fgr", "pha", "r1o", "r2o", "r3o", "r4o"], arrays_entry("r_rvm"),
               arrays=rvm_arrays),
+        Probe("r_rvm_ratio_const", "Robust Video Matting, downsample_ratio 0.5 a constant", "segmenter", 17,
+              RvmFixedRatio, rvm_in[:-1], ["fgr", "pha", "r1o", "r2o", "r3o", "r4o"],
+              arrays_entry("r_rvm_ratio_const"), arrays=rvm_fixed_arrays),
     ]  # fmt: skip
 
 
-PRETRAINED = {"w_nanotrack_backbone_t", "w_nanotrack_backbone_x", "v_vqgan", "v_vq_decode_codes", "r_rvm"}
+PRETRAINED = {"w_nanotrack_backbone_t", "w_nanotrack_backbone_x", "v_vqgan", "v_vq_decode_codes", "r_rvm",
+              "r_rvm_ratio_const"}  # fmt: skip
 
 
 def build(p: Probe, out_dir: Path, seed: int) -> dict[str, Any]:
