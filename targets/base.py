@@ -324,6 +324,43 @@ def _gather_bounds(model: ir.Model) -> dict[str, int]:
     return bounds
 
 
+def _batch_index_inputs(model: ir.Model) -> dict[str, int | None]:
+    """Graph inputs behind a RoiAlign's ``batch_indices`` (through Cast / Squeeze / Unsqueeze / Reshape /
+    Flatten, and a Gather of one constant column on axis 1, as torchvision's export reads ``rois[:, 0]``): input
+    name -> that column (None: the whole input)."""
+    found: dict[str, int | None] = {}
+    inputs = {id(v): v.name or "" for v in model.graph.inputs}
+    for node in model.graph.all_nodes():
+        if node.op_type != "RoiAlign" or len(node.inputs) < 3 or node.inputs[2] is None:
+            continue
+        value, column = node.inputs[2], None
+        while (
+            (producer := value.producer()) is not None and producer.inputs and producer.inputs[0] is not None
+        ):
+            if producer.op_type in ("Cast", "Squeeze", "Unsqueeze", "Reshape", "Flatten"):
+                value = producer.inputs[0]
+                continue
+            index = (
+                producer.inputs[1].const_value
+                if producer.op_type == "Gather" and len(producer.inputs) > 1
+                else None
+            )
+            axis = producer.attributes.get("axis")
+            if (
+                column is None
+                and index is not None
+                and index.size == 1
+                and axis is not None
+                and axis.as_int() == 1
+            ):
+                column, value = int(index.numpy().reshape(-1)[0]), producer.inputs[0]
+                continue
+            break
+        if id(value) in inputs:
+            found[inputs[id(value)]] = column
+    return found
+
+
 def default_verify_samples(
     model: ir.Model, count: int = 3, seed: int = 0, std: float = 1.0
 ) -> tuple[dict[str, np.ndarray], ...]:
@@ -331,10 +368,13 @@ def default_verify_samples(
 
     Floats: normal, of standard deviation ``std``. Integer inputs used as Gather indices into a constant table (token ids):
     uniform over the table's rows. Other integer and bool inputs (attention masks, token types): a
-    padding mask, ones followed by a random number of zeros along the last axis (at least one one).
+    padding mask, ones followed by a random number of zeros along the last axis (at least one one). A RoiAlign's
+    batch indices (an input, or a column of the boxes input ``[K, 5]``) are 0: the one image of a batch-1 model
+    (random ones name images that do not exist, which OpenVINO refuses).
     """
     rng = np.random.default_rng(seed)
     bounds = _gather_bounds(model)
+    batch_indices = _batch_index_inputs(model)
     samples = []
     for _ in range(count):
         feeds: dict[str, np.ndarray] = {}
@@ -354,5 +394,10 @@ def default_verify_samples(
                     kept = rng.integers(1, dims[-1] + 1)
                     mask[..., kept:] = 0
                 feeds[name] = mask
+            if name in batch_indices:
+                if batch_indices[name] is None:
+                    feeds[name] = np.zeros(dims, dtype)
+                else:
+                    feeds[name][..., batch_indices[name]] = 0
         samples.append(feeds)
     return tuple(samples)

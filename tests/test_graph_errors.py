@@ -159,3 +159,27 @@ def test_an_unexpected_pass_failure_says_which_pass_without_reprs(monkeypatch):
     assert (
         str(info.value) == "cannot prepare the model's graph: _BrokenPass failed: KeyError: 'no such value'"
     )
+
+
+def test_a_shape_computed_from_an_input_value_names_the_input():
+    """Robust Video Matting's ONNX export takes ``downsample_ratio`` as an input and resizes the source by it
+    (Resize scales Concat([1, 1], ratio, ratio)): the refusal named only '/Concat_output_0'; it now names the graph
+    input whose value the shape depends on (probe round 16g)."""
+    proto = _model(
+        [
+            helper.make_node("Concat", ["ones", "ratio", "ratio"], ["scales"], name="concat", axis=0),
+            helper.make_node("Resize", ["x", "", "scales"], ["y"], name="resize", mode="linear"),
+        ],
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8]),
+            helper.make_tensor_value_info("ratio", TensorProto.FLOAT, [1]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array([1.0, 1.0], np.float32), "ones")],
+    )
+    with pytest.raises(ModelError) as info:
+        load_proto(proto)
+    assert str(info.value).endswith(
+        "its shape depends on the value of 'scales', which is computed at run time from graph input 'ratio' (a value "
+        "known only when the model runs: export the model with it as a constant)"
+    )

@@ -71,3 +71,32 @@ def replace_value(old: ir.Value, new: ir.Value) -> None:
 def attr(node: ir.Node, name: str, default=None):
     a = node.attributes.get(name)
     return default if a is None else a.value
+
+
+class IrWriter:
+    """Writes the nodes that stand for one node (named under its name), each output typed and shaped as given,
+    then puts them in its place (``done``)."""
+
+    def __init__(self, graph: ir.Graph, names: NameScope, node: ir.Node, dtype) -> None:
+        self.graph, self.names, self.base, self.dtype = graph, names, node.name or node.op_type, dtype
+        self.nodes: list[ir.Node] = []
+
+    def const(self, hint: str, array: np.ndarray) -> ir.Value:
+        return add_initializer(self.graph, self.names, f"{self.base}/{hint}", array)
+
+    def op(self, op_type: str, inputs: list[ir.Value], shape, out_dtype=None, **attributes) -> ir.Value:
+        node = ir.node(
+            op_type, inputs, attributes=attributes, name=self.names.fresh(f"{self.base}/{op_type}")
+        )
+        node.outputs[0].shape = ir.Shape(list(shape))
+        node.outputs[0].dtype = self.dtype if out_dtype is None else out_dtype
+        self.nodes.append(node)
+        return node.outputs[0]
+
+    def reshape(self, x: ir.Value, shape) -> ir.Value:
+        return self.op("Reshape", [x, self.const("shape", np.array(shape, np.int64))], shape)
+
+    def done(self, node: ir.Node, result: ir.Value) -> None:
+        self.graph.insert_after(node, self.nodes)
+        replace_value(node.outputs[0], result)
+        self.graph.remove(node, safe=True)

@@ -13,6 +13,8 @@ import re
 import numpy as np
 import onnx
 import onnx_ir as ir
+from edgekit.core.computed_weights import ComputedConvWeightPass
+from edgekit.core.deform_conv import DeformConvAsGridSamplePass
 from edgekit.core.errors import EdgekitError, ModelError
 from edgekit.core.fusions import (
     AveragePoolAsConvPass,
@@ -28,7 +30,9 @@ from edgekit.core.fusions import (
 )
 from edgekit.core.irutil import NameScope, add_initializer, attr, const_array, replace_value
 from edgekit.core.loops import UnrollConstantLoopPass
+from edgekit.core.roi_align import RoiAlignAsGridSamplePass
 from edgekit.core.shape_checks import CheckStaticShapesPass, DeclineControlFlowPass, is_static
+from edgekit.core.spectral import DftAsMatMulPass, StftAsConvPass
 from onnx_ir.passes.common import (
     LiftConstantsToInitializersPass,
     NameFixPass,
@@ -493,6 +497,11 @@ def prepare(model: ir.Model) -> ir.Model:
             AveragePoolWindowInsidePass(),  # a window larger than the input: the input's size
             AveragePoolAsConvPass(),
             FoldShapesPass(),  # shapes now known everywhere: fold shape sub-graphs
+            DeformConvAsGridSamplePass(),  # DeformConv: GridSample + 1x1 Conv (static shapes)
+            RoiAlignAsGridSamplePass(),  # RoiAlign over a batch-1 map: GridSample + AveragePool
+            ComputedConvWeightPass(),  # a Conv weight still computed now: patches + MatMul (static shapes)
+            DftAsMatMulPass(),  # DFT / STFT by constant matrices (static shapes)
+            StftAsConvPass(),
             PadIntoMaxPoolPass(),  # a Pad by -inf before a MaxPool (its pads folded now): its own pads
             SelectIfPass(),  # an If folding left: both branches and a Where, when they are plain dataflow
             DropWholeSlicesPass(),

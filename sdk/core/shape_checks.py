@@ -43,13 +43,43 @@ def _why_no_static_shape(node: ir.Node) -> str:
         return f"the size of {node.op_type}'s output depends on its input values"
     if node.op_type in CONTROL_FLOW:
         return f"the output shape of control flow ({node.op_type}) depends on the data"
-    computed = [v.name for v in node.inputs[1:] if v is not None and v.const_value is None]
+    computed = [v for v in node.inputs[1:] if v is not None and v.const_value is None]
     if computed:
+        sources = _graph_inputs_behind(computed[0])
+        if sources:
+            names = ", ".join(repr(v.name) for v in sources)
+            return (
+                f"its shape depends on the value of {computed[0].name!r}, which is computed at run time from "
+                f"graph input {names} (a value known only when the model runs: export the model with it as "
+                "a constant)"
+            )
         return (
-            f"its shape depends on the value of {computed[0]!r}, which is computed at run time "
+            f"its shape depends on the value of {computed[0].name!r}, which is computed at run time "
             "(not a constant)"
         )
     return "onnx shape inference cannot infer it"
+
+
+def _graph_inputs_behind(value: ir.Value, limit: int = 200) -> list[ir.Value]:
+    """The graph inputs whose values ``value`` is computed from (a Shape's input counts only by its shape: not
+    followed), by name; at most ``limit`` values visited."""
+    seen: set[int] = set()
+    found: list[ir.Value] = []
+    stack = [value]
+    while stack and len(seen) < limit:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        node = v.producer()
+        if node is None:
+            if v.is_graph_input():
+                found.append(v)
+            continue
+        if node.op_type in ("Shape", "Size"):
+            continue
+        stack.extend(i for i in node.inputs if i is not None and i.const_value is None)
+    return sorted(found, key=lambda v: v.name or "")
 
 
 def explain_dynamic_shape(value: ir.Value) -> str:
