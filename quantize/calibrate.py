@@ -408,6 +408,7 @@ def choose_params(
             assert observed, f"scale group {root} has no observed member"
             lo = min(r[0] for r in observed)
             hi = max(r[1] for r in observed)
+            _refuse_non_finite(members, ranges, lo, hi)
             if inputs.intersection(members) and dtype_of(root) != "int16":
                 lo, hi = _off_the_input_grid(lo, hi)
             p = params_for_range(lo, hi, dtype_of(root))
@@ -417,6 +418,21 @@ def choose_params(
             params[m] = p
     _raise_min_scales(plan, params)
     return params
+
+
+def _refuse_non_finite(members, ranges: dict[str, tuple[float, float]], lo: float, hi: float) -> None:
+    """A calibration range reaching infinity or NaN (a float32 overflow in the source model, e.g. an Exp of a
+    large value) has no integer grid: refuse it in words, naming the tensor ([-inf, inf] crashed on a NaN
+    scale; [lo, inf] wrote an infinite scale)."""
+    if np.isfinite(lo) and np.isfinite(hi):
+        return
+    name = next((m for m in members if m in ranges and not np.isfinite(ranges[m]).all()), next(iter(members)))
+    what = "NaN" if np.isnan([lo, hi]).any() else "infinity"
+    raise DataError(
+        f"tensor {name!r} reaches {what} on the calibration data (the source model overflows float32 there, "
+        "e.g. an Exp of a large value): an integer activation has no range for it; check the model's weights "
+        "and the calibration data, or keep the nodes around it in float (--exclude)"
+    )
 
 
 def _integer_casts(model: ir.Model) -> dict[str, tuple[float, float]]:

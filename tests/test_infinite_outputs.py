@@ -140,3 +140,43 @@ def test_quantize_fp16_keeps_the_infinities_and_checks_the_rest(tmp_path):
         assert np.array_equal(np.isneginf(have), np.isneginf(want)) and np.isneginf(want).any()
         finite = np.isfinite(want)
         np.testing.assert_allclose(have[finite], want[finite], rtol=1e-2, atol=1e-2)
+
+
+def test_quantize_refuses_an_activation_that_overflows_on_calibration(tmp_path, capsys):
+    """An anchor decode's Exp of a box regression that overflows float32 on one calibration sample (round 16d:
+    a seeded EfficientDet-d0 with effdet's decode in the graph, tw = 70 on one photo): the range [lo, inf] gave a
+    NaN scale and every int8 case crashed (``cannot convert float NaN to integer``, exit 3). Now exit 2 with one
+    line naming the tensor, and no file written."""
+    from edgekit.cli.common import run_app
+    from edgekit.cli.main import app
+
+    nodes = [
+        helper.make_node("Mul", ["x", "gain"], ["t"], name="scale"),
+        helper.make_node("Exp", ["t"], ["wh"], name="exp"),
+        helper.make_node("Mul", ["wh", "anchor"], ["boxes"], name="decode"),
+    ]
+    inits = [
+        numpy_helper.from_array(np.float32(30.0), "gain"),
+        numpy_helper.from_array(np.float32(16.0), "anchor"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "decode",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 8])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path, calib, out = tmp_path / "decode.onnx", tmp_path / "calib.npz", tmp_path / "q.onnx"
+    onnx.save(model, path)
+    x = np.random.default_rng(16).uniform(-0.1, 0.1, (8, 1, 8)).astype(np.float32)
+    x[3, 0, 5] = 3.5  # exp(105) overflows float32
+    np.savez(calib, x=x)
+    with pytest.raises(SystemExit) as exit_info:
+        run_app(app, ["quantize", str(path), "--calib", str(calib), "-o", str(out), "-q"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("error: tensor 'wh' reaches infinity on the calibration data"), err
+    assert not out.exists()

@@ -332,7 +332,12 @@ def _verify_on_samples(
             break
         except IllConditionedSamples as exc:
             if std == SEEDED_STDS[-1]:
-                raise
+                # no seeded std lets float32 judge (ultralytics yolo12n, seeded: area attention 0.33 of the range
+                # off float64 at std 1, 1.7e-3 at 0.1); on the model's own data it can (2.1e-4 on photos, passed)
+                raise IllConditionedSamples(
+                    f"{exc}; no seeded samples (std {', '.join(f'{s:g}' for s in SEEDED_STDS)}) let float32 "
+                    "judge this network: verify on its own inputs with --calib DATA"
+                ) from None
             log.info("%s; trying gentler seeded samples", exc)
     if std != SEEDED_STDS[0]:
         figures["samples_seeded_std"] = std
