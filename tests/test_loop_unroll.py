@@ -248,6 +248,50 @@ def test_a_while_loop_with_an_exit_on_the_data_is_refused_in_one_line(tmp_path, 
     assert code == 2 and lines[-1].startswith("error: Loop node 'while': control flow (If/Loop/Scan)"), err
 
 
+def _decoding_step() -> onnx.ModelProto:
+    """SLANet's decoding step as paddle2onnx writes it: the previous token's one-hot (OneHot of an ArgMax, depth the
+    one-element tensor ``[5]``) joined to the features: x [1, 6] -> h = x W1 [1, 5]; y = Concat(h, OneHot(ArgMax h))
+    W2 [1, 4]."""
+    rng = np.random.default_rng(5)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w1"], ["h"]),
+         helper.make_node("ArgMax", ["h"], ["token"], axis=1, keepdims=0),
+         helper.make_node("OneHot", ["token", "depth", "values"], ["onehot"], axis=-1),
+         helper.make_node("Concat", ["h", "onehot"], ["joined"], axis=1),
+         helper.make_node("MatMul", ["joined", "w2"], ["y"])],
+        "decode",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(rng.standard_normal((6, 5)).astype(np.float32), "w1"),
+         numpy_helper.from_array(np.array([5], np.int32), "depth"),
+         numpy_helper.from_array(np.array([0, 1], np.float32), "values"),
+         numpy_helper.from_array(rng.standard_normal((10, 4)).astype(np.float32), "w2")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_a_onehot_with_a_one_element_depth_runs_in_the_exact_semantics(tmp_path, capsys):
+    """The onnx reference evaluator refuses OneHot's depth as a one-element tensor (ONNX allows it), and it runs a
+    QDQ model's exact semantics, which the int8 verification reads (SLANet's int8 deploy failed on it). The QDQ model
+    ``edgekit quantize`` writes now runs there and gives onnxruntime's values on it."""
+    from edgekit.core.exact import ExactRunner
+
+    path, calib, qdq = tmp_path / "decode.onnx", tmp_path / "calib.npz", tmp_path / "decode_qdq.onnx"
+    onnx.save(_decoding_step(), path)
+    rng = np.random.default_rng(6)
+    np.savez(calib, x=rng.standard_normal((16, 1, 6)).astype(np.float32))
+    code, err = _deploy(["quantize", str(path), "--calib", str(calib), "-o", str(qdq)], capsys)
+    assert code == 0, err
+    runner = ExactRunner(onnx.load(str(qdq)))
+    session = ort.InferenceSession(str(qdq), providers=["CPUExecutionProvider"])
+    for _ in range(4):
+        x = rng.standard_normal((1, 6)).astype(np.float32)
+        (expected,) = session.run(None, {"x": x})
+        np.testing.assert_allclose(runner.run({"x": x})["y"], expected, rtol=1e-4, atol=1e-4)
+
+
 def _embedding_bag_offsets(path: Path) -> None:
     """DLRM's multi-hot feature: flat ids [6] and offsets [1] (one bag), EmbeddingBag sum; opset 13."""
     import torch
