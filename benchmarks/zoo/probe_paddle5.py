@@ -274,7 +274,7 @@ def picodet(classes: int, nms: bool):
                 boxes = boxes / paddle.concat([sx, sy, sx, sy], -1).reshape([-1, 1, 4])
                 if not nms:
                     return boxes, scores
-                out, num, _ = paddle._C_ops.multiclass_nms3(boxes, scores, None, 0.025, 1000, 100, 0.6, True, 1.0,
+                out, _, num = paddle._C_ops.multiclass_nms3(boxes, scores, None, 0.025, 1000, 100, 0.6, True, 1.0,
                                                            -1, True)  # fmt: skip
                 return out, num
 
@@ -297,7 +297,7 @@ def ppyoloe(nms: bool):
                 boxes, scores = self.det(image, im_shape, scale_factor)
                 if not nms:
                     return boxes, scores
-                out, num, _ = paddle._C_ops.multiclass_nms3(boxes, scores, None, 0.01, 1000, 300, 0.7, True, 1.0,
+                out, _, num = paddle._C_ops.multiclass_nms3(boxes, scores, None, 0.01, 1000, 300, 0.7, True, 1.0,
                                                            -1, True)  # fmt: skip
                 return out, num
 
