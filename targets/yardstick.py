@@ -644,7 +644,7 @@ def verify_outputs(
         figures["outputs"][name]["infinite_in_reference"] = count
     failures = judge_outputs(figures, stick, reference, actual, noise, scores)
     failed = [e for e in figures["outputs"].values() if not e["passed"]]
-    if failures and all(e.get("float64_reference", {}).get("ill_conditioned_samples") for e in failed):
+    if failures and any(e.get("float64_reference", {}).get("ill_conditioned_samples") for e in failed):
         raise IllConditionedSamples(
             f"{target}: verification failed: {artifact} differs from the source model on {len(reference)} "
             "sample(s), on some of which the host's own float32 run is near or beyond the bar off float64 (the "

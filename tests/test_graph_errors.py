@@ -101,8 +101,9 @@ def test_a_detector_with_nms_inside_is_told_to_export_without_it():
     assert message.startswith("tensor 'nz' (output of NonZero node '/NonZero') has no static shape")
     assert message.endswith(
         "; the graph runs NonMaxSuppression ('/nms'), whose number of boxes depends on the scores: export the "
-        "detector without NMS (ultralytics: without nms=True; PaddleDetection: export_model.py -o export.nms=False; "
-        "torchvision: its backbone and head, without the transform and postprocess) and run NMS on its output; "
+        "detector without NMS (ultralytics: without nms=True; PaddleDetection: export_model.py -o exclude_nms=True "
+        "for PP-YOLOE / PP-YOLOE+, export.nms=False for PicoDet; torchvision: its backbone and head, without the "
+        "transform and postprocess) and run NMS on its output; "
         "nnapi writes static shapes only (intel-vpu and edgekit quantize take the model as it is)"
     )
     assert "\n" not in message

@@ -9,11 +9,17 @@ here write) and a Loop's output shapes are not static, so such a Loop is unrolle
 one copy of the body per iteration, the iteration number a constant, loop-carried values threaded from one copy
 to the next, and each scan output ``Concat`` of the copies' values, each with a leading axis of 1.
 
-A Loop is unrolled only when its trip count is a constant of at most :data:`MAX_TRIPS` iterations (and the copies
-stay under :data:`MAX_NODES` nodes), its condition input is absent or a constant true, the body's condition
-output is constant true or the condition passed through (no early exit that depends on the data), and the body
-holds no nested control flow. Any other Loop is left to :class:`~edgekit.core.shape_checks.DeclineControlFlowPass`,
-which refuses it in one line.
+Paddle's ``while`` (a ``for i in range(paddle.to_tensor(n))`` loop: PaddleOCR's SLANet table head decodes so)
+reaches ONNX through paddle2onnx as a Loop without a trip count whose body computes its own condition,
+``Less(i + 1, n)``, from a carried counter. Such a condition reads no data: only carried values that step by
+constants (and the iteration number), so the number of iterations is found by running that part of the body
+alone (:func:`_counted_trips`, the onnx reference evaluator) until the condition turns false.
+
+A Loop is unrolled only when its trip count is a constant of at most :data:`MAX_TRIPS` iterations (or its exit is
+such a counter), and the copies stay under :data:`MAX_NODES` nodes, its condition input is absent or a constant
+true, the body's condition output is constant true, the condition passed through or a counter's (no early exit that
+depends on the data), and the body holds no nested control flow. Any other Loop is left to
+:class:`~edgekit.core.shape_checks.DeclineControlFlowPass`, which refuses it in one line.
 """
 
 from __future__ import annotations
@@ -34,11 +40,14 @@ class UnrollConstantLoopPass(ir.passes.InPlacePass):
         graph = model.graph
         modified = False
         for node in [n for n in graph if n.op_type == "Loop" and n.domain in ("", "ai.onnx")]:
-            trips = _trip_count(node)
-            if trips is None:
-                continue
             body = node.attributes["body"].as_graph()
-            if not _unrollable(node, body, trips):
+            trips, counted = _trip_count(node), False
+            if trips is None or not _exit_free(body):
+                counted_trips = _counted_trips(node, body, model.opset_imports.get("", 19))
+                if counted_trips is None:
+                    continue
+                trips, counted = min(trips or counted_trips, counted_trips), True
+            if not _unrollable(node, body, trips, counted):
                 continue
             _unroll(graph, node, body, trips)
             modified = True
@@ -48,13 +57,119 @@ class UnrollConstantLoopPass(ir.passes.InPlacePass):
 def _trip_count(node: ir.Node) -> int | None:
     """The constant trip count of a Loop whose condition input is absent or a constant true, or None."""
     count = const_array(node.inputs[0]) if node.inputs and node.inputs[0] is not None else None
-    if count is None or count.size != 1:
-        return None
-    cond = node.inputs[1] if len(node.inputs) > 1 else None
-    if cond is not None and not _true(cond):
+    if count is None or count.size != 1 or not _starts(node):
         return None
     trips = int(count.reshape(-1)[0])
     return trips if 1 <= trips <= MAX_TRIPS else None
+
+
+def _starts(node: ir.Node) -> bool:
+    """The Loop's condition input is absent or a constant true (it runs its body at least once)."""
+    cond = node.inputs[1] if len(node.inputs) > 1 else None
+    return cond is None or _true(cond)
+
+
+def _exit_free(body: ir.Graph) -> bool:
+    """The body's condition output is a constant true or the condition passed through: the trip count decides."""
+    if len(body.inputs) < 2 or len(body.outputs) < 1:
+        return False
+    cond_in, cond_out = body.inputs[1], body.outputs[0]
+    while cond_out is not cond_in and (p := cond_out.producer()) is not None and p.op_type == "Identity":
+        cond_out = p.inputs[0]
+    return cond_out is cond_in or _true(cond_out)
+
+
+def _counted_trips(node: ir.Node, body: ir.Graph, opset: int) -> int | None:
+    """The iterations of a Loop whose exit is a counter's: the body's condition output computed only from the
+    iteration number, constants and carried values whose own updates read nothing else (``i = i + 1`` started at
+    a constant), never from the data. That part of the body runs alone, iteration after iteration, until the
+    condition turns false; None when the exit reads anything else or it is not reached within MAX_TRIPS."""
+    if not _starts(node) or len(body.inputs) < 2 or len(body.outputs) < 1:
+        return None
+    if len(body.inputs) - 2 != len(node.inputs) - 2:
+        return None
+    carried_in = {id(v): k for k, v in enumerate(body.inputs[2:])}
+    special = {id(body.inputs[0]): "iter", id(body.inputs[1]): "cond"}
+    body_nodes = set(map(id, body))
+    nodes: dict[int, ir.Node] = {}
+    carried: set[int] = set()
+    outer: dict[str, np.ndarray] = {}
+    todo = [body.outputs[0]]
+    while todo:
+        value = todo.pop()
+        if id(value) in special:
+            continue
+        if id(value) in carried_in:
+            k = carried_in[id(value)]
+            if k not in carried:
+                carried.add(k)
+                todo.append(body.outputs[1 + k])
+            continue
+        producer = value.producer()
+        if producer is None or id(producer) not in body_nodes:  # an outer value or initializer: a constant
+            array = const_array(value)
+            if array is None or not value.name:
+                return None
+            outer[value.name] = array
+            continue
+        if id(producer) in nodes:
+            continue
+        if producer.domain not in ("", "ai.onnx") or any(
+            a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in producer.attributes.values()
+        ):
+            return None
+        nodes[id(producer)] = producer
+        if len(nodes) > _COUNTER_NODES:
+            return None
+        todo.extend(v for v in producer.inputs if v is not None)
+    starts = {}
+    for k in carried:
+        start = const_array(node.inputs[2 + k])
+        if start is None:
+            return None
+        starts[k] = start
+    return _run_counter(body, [n for n in body if id(n) in nodes], sorted(carried), starts, outer, opset)
+
+
+#: The most body nodes a counter's exit may take (paddle2onnx's ``Less(Cast(i * 1 + 1), n)``: about ten).
+_COUNTER_NODES = 64
+
+
+def _run_counter(body, nodes, carried, starts, outer, opset) -> int | None:
+    import onnx
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    value_names = [body.inputs[0].name, body.inputs[1].name, *(body.inputs[2 + k].name for k in carried)]
+    out_names = [body.outputs[0].name, *(body.outputs[1 + k].name for k in carried)]
+    produced = {v.name for n in nodes for v in n.outputs}
+    if not all(value_names) or not all(out_names) or len(set(value_names)) != len(value_names):
+        return None
+    # an output that passes an input through, or a name of no node here: no graph of its own to run
+    if any(o not in produced for o in out_names):
+        return None
+    graph = helper.make_graph(
+        [ir.serde.serialize_node(n) for n in nodes],
+        "counter",
+        [helper.make_value_info(v, onnx.TypeProto()) for v in value_names],
+        [helper.make_value_info(o, onnx.TypeProto()) for o in out_names],
+        [numpy_helper.from_array(a, name) for name, a in outer.items()],
+    )
+    try:
+        evaluator = ReferenceEvaluator(
+            helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+        )
+        state = [starts[k] for k in carried]
+        for i in range(MAX_TRIPS):
+            feeds = dict(zip(value_names, [np.array(i, np.int64), np.array(True), *state], strict=True))
+            cond, *state = evaluator.run(None, feeds)
+            if np.asarray(cond).size != 1:
+                return None
+            if not bool(np.asarray(cond).reshape(-1)[0]):
+                return i + 1
+    except Exception:  # an op the evaluator cannot run: the Loop stays, declined in one line  # noqa: BLE001
+        return None
+    return None
 
 
 def _true(value: ir.Value) -> bool:
@@ -69,14 +184,12 @@ def _true(value: ir.Value) -> bool:
         value = producer.inputs[0]
 
 
-def _unrollable(node: ir.Node, body: ir.Graph, trips: int) -> bool:
-    """The body's exit does not depend on the data, it holds no nested graph, and its copies stay small."""
+def _unrollable(node: ir.Node, body: ir.Graph, trips: int, counted: bool = False) -> bool:
+    """The body's exit does not depend on the data (``counted``: a counter's, its iterations found), it holds no
+    nested graph, and its copies stay small."""
     if len(body.inputs) < 2 or len(body.outputs) < 1 or len(body.inputs) - 2 != len(node.inputs) - 2:
         return False
-    cond_in, cond_out = body.inputs[1], body.outputs[0]
-    while cond_out is not cond_in and (p := cond_out.producer()) is not None and p.op_type == "Identity":
-        cond_out = p.inputs[0]
-    if cond_out is not cond_in and not _true(cond_out):
+    if not counted and not _exit_free(body):
         return False
     if any(
         a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)

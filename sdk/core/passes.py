@@ -458,6 +458,38 @@ class ForgetAbsentOutputShapesPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified)
 
 
+class ScalarOneHotDepthPass(ir.passes.InPlacePass):
+    """A OneHot whose depth is a one-element tensor (paddle2onnx writes ``[50]``: SLANet's decoding step) reads it
+    as a scalar. ONNX takes both, but the onnx reference evaluator, which runs a quantized model's exact semantics
+    (and folds constants), refuses the tensor: the int8 verification failed on it."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        graph = model.graph
+        names = NameScope(graph)
+        modified = False
+        for node in graph:
+            if node.op_type != "OneHot" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
+                continue
+            depth = _constant(node.inputs[1])
+            if depth is None or depth.ndim == 0 or depth.size != 1:
+                continue
+            base = f"{node.inputs[1].name or 'depth'}_scalar"
+            node.replace_input_with(1, add_initializer(graph, names, base, depth.reshape(())))
+            modified = True
+        return ir.passes.PassResult(model, modified)
+
+
+def _constant(value: ir.Value | None) -> np.ndarray | None:
+    """An initializer's array, or a Constant node's ``value`` (a Loop body's constants, once unrolled)."""
+    array = const_array(value)
+    if array is not None or value is None:
+        return array
+    producer = value.producer()
+    if producer is None or producer.op_type != "Constant" or "value" not in producer.attributes:
+        return None
+    return producer.attributes["value"].as_tensor().numpy()
+
+
 class FoldShapesPass(ir.passes.InPlacePass):
     """Constant folding, the Ifs that folding decided (:class:`InlineConstantIfPass`), the Loops whose trip count
     it made constant (:class:`~edgekit.core.loops.UnrollConstantLoopPass`: torch's EmbeddingBag) and shape
@@ -502,6 +534,7 @@ def prepare(model: ir.Model) -> ir.Model:
             ComputedConvWeightPass(),  # a Conv weight still computed now: patches + MatMul (static shapes)
             DftAsMatMulPass(),  # DFT / STFT by constant matrices (static shapes)
             StftAsConvPass(),
+            ScalarOneHotDepthPass(),  # after the Loops it unrolled
             PadIntoMaxPoolPass(),  # a Pad by -inf before a MaxPool (its pads folded now): its own pads
             SelectIfPass(),  # an If folding left: both branches and a Where, when they are plain dataflow
             DropWholeSlicesPass(),

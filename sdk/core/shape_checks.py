@@ -190,8 +190,8 @@ def _nms_hint(graph: ir.Graph) -> str:
     return (
         f"; the graph runs NonMaxSuppression ({nms.name!r}), whose number of boxes depends on the scores: "
         "export the detector without NMS (ultralytics: without nms=True; PaddleDetection: export_model.py -o "
-        "export.nms=False; torchvision: its backbone and head, without the transform and postprocess) and run "
-        "NMS on its output"
+        "exclude_nms=True for PP-YOLOE / PP-YOLOE+, export.nms=False for PicoDet; torchvision: its backbone and "
+        "head, without the transform and postprocess) and run NMS on its output"
     )
 
 
