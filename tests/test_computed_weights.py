@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from cli_in_process import cli_text
-from edgekit.device_agents.bundle import read_bundle
+from cli_in_process import deploy_verified
 from onnx import TensorProto, helper, numpy_helper
 
 RNG = np.random.default_rng(16)
@@ -90,12 +89,4 @@ def test_computed_conv_weight_deploys(tmp_path: Path, capsys, name: str, target:
     onnx.save(build(), model)
     rng = np.random.default_rng(3)
     np.savez(calib, **{k: rng.standard_normal((16, 1, *s)).astype(np.float32) for k, s in shapes.items()})
-    code, text = cli_text(
-        capsys, "deploy", str(model), "-t", target, "--precision", precision, "--calib", str(calib),
-        "-o", str(tmp_path / "out"),
-    )  # fmt: skip
-    assert code == 0, text
-    verification = read_bundle(tmp_path / "out" / target).manifest.verification
-    assert verification["passed"], verification
-    if precision == "fp32":
-        assert verification["max_rel_error"] <= 1e-4, verification
+    deploy_verified(capsys, model, calib, target, precision, tmp_path / "out")

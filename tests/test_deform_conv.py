@@ -10,9 +10,8 @@ import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 import pytest
-from cli_in_process import cli_text
+from cli_in_process import deploy_verified
 from edgekit.core.deform_conv import DeformConvAsGridSamplePass
-from edgekit.device_agents.bundle import read_bundle
 from onnx import TensorProto, helper, numpy_helper
 from onnx_ir.passes.common import ShapeInferencePass
 
@@ -95,12 +94,4 @@ def test_deform_conv_deploys(tmp_path: Path, capsys, target: str, precision: str
     model, calib = tmp_path / "dcn.onnx", tmp_path / "calib.npz"
     onnx.save(dcn(*CASES["dcnv2"]), model)
     np.savez(calib, x=np.random.default_rng(3).standard_normal((16, 1, C, H, W)).astype(np.float32))
-    code, text = cli_text(
-        capsys, "deploy", str(model), "-t", target, "--precision", precision, "--calib", str(calib),
-        "-o", str(tmp_path / "out"),
-    )  # fmt: skip
-    assert code == 0, text
-    verification = read_bundle(tmp_path / "out" / target).manifest.verification
-    assert verification["passed"], verification
-    if precision == "fp32":
-        assert verification["max_rel_error"] <= 1e-4, verification
+    deploy_verified(capsys, model, calib, target, precision, tmp_path / "out")

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from cli_in_process import cli_text
+from cli_in_process import cli_text, deploy_verified
 from edgekit.device_agents.bundle import read_bundle
 from edgekit.targets.base import default_verify_samples
 from onnx import TensorProto, helper, numpy_helper
@@ -78,12 +78,4 @@ def test_roi_align_deploys(tmp_path: Path, capsys, target: str, precision: str) 
     model, calib = tmp_path / "roi.onnx", tmp_path / "calib.npz"
     onnx.save(roi_head(), model)
     np.savez(calib, **_roi_rows(16))
-    code, text = cli_text(
-        capsys, "deploy", str(model), "-t", target, "--precision", precision, "--calib", str(calib),
-        "-o", str(tmp_path / "out"),
-    )  # fmt: skip
-    assert code == 0, text
-    verification = read_bundle(tmp_path / "out" / target).manifest.verification
-    assert verification["passed"], verification
-    if precision == "fp32":
-        assert verification["max_rel_error"] <= 1e-4, verification
+    deploy_verified(capsys, model, calib, target, precision, tmp_path / "out")
