@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import onnx_ir as ir
 from edgekit.core.errors import TargetError
+from edgekit.core.irutil import static_shape
 from edgekit.device_agents.bundle import TensorSpec
 
 _log = logging.getLogger("edgekit")
@@ -245,12 +246,7 @@ def numpy_dtype_name(dtype: ir.DataType | None) -> str:
 
 def static_dims(value: ir.Value) -> tuple[int, ...] | None:
     """The value's shape when every dimension is a known positive integer, else None."""
-    if value.shape is None:
-        return None
-    dims = tuple(value.shape)
-    if not all(isinstance(d, int) and d > 0 for d in dims):
-        return None
-    return dims  # type: ignore[return-value]
+    return static_shape(value.shape)
 
 
 def io_specs(

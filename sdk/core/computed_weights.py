@@ -17,16 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 import onnx_ir as ir
-from edgekit.core.irutil import NameScope, add_initializer, attr, replace_value
+from edgekit.core.irutil import NameScope, add_initializer, attr, replace_value, static_shape
 
 #: Patch tensors larger than this (elements) keep the Conv: the one-hot expansion would not fit an edge device.
 _MAX_PATCH_ELEMENTS = 1 << 24
-
-
-def _static(shape: ir.Shape | None, rank: int) -> tuple[int, ...] | None:
-    if shape is None or len(shape) != rank or not all(isinstance(d, int) and d > 0 for d in shape):
-        return None
-    return tuple(int(d) for d in shape)
 
 
 def _one_hot(channels: int, kh: int, kw: int) -> np.ndarray:
@@ -49,8 +43,8 @@ class ComputedConvWeightPass(ir.passes.InPlacePass):
             x, w = conv.inputs[0], conv.inputs[1]
             if w is None or w.const_value is not None or x is None:
                 continue
-            x_shape, w_shape = _static(x.shape, 4), _static(w.shape, 4)
-            y_shape = _static(conv.outputs[0].shape, 4)
+            x_shape, w_shape = static_shape(x.shape, 4), static_shape(w.shape, 4)
+            y_shape = static_shape(conv.outputs[0].shape, 4)
             if (
                 x_shape is None
                 or w_shape is None

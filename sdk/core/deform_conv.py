@@ -17,13 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx_ir as ir
-from edgekit.core.irutil import IrWriter, NameScope, attr
-
-
-def _static(shape: ir.Shape | None, rank: int) -> tuple[int, ...] | None:
-    if shape is None or len(shape) != rank or not all(isinstance(d, int) and d > 0 for d in shape):
-        return None
-    return tuple(int(d) for d in shape)
+from edgekit.core.irutil import IrWriter, NameScope, attr, grid_sample_linear, static_shape
 
 
 def tap_positions(
@@ -47,15 +41,15 @@ class DeformConvAsGridSamplePass(ir.passes.InPlacePass):
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph, names, modified = model.graph, NameScope(model.graph), False
-        linear = "linear" if model.opset_imports.get("", 1) >= 20 else "bilinear"
+        linear = grid_sample_linear(model.opset_imports.get("", 1))
         for node in list(graph):
             if node.op_type != "DeformConv" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 3:
                 continue
             x, w, offset = node.inputs[:3]
             bias = node.inputs[3] if len(node.inputs) > 3 else None
             mask = node.inputs[4] if len(node.inputs) > 4 else None
-            xs, ws = _static(x.shape, 4), _static(w.shape, 4)
-            os_, ys = _static(offset.shape, 4), _static(node.outputs[0].shape, 4)
+            xs, ws = static_shape(x.shape, 4), static_shape(w.shape, 4)
+            os_, ys = static_shape(offset.shape, 4), static_shape(node.outputs[0].shape, 4)
             if xs is None or ws is None or os_ is None or ys is None:
                 continue
             if int(attr(node, "group", 1)) != 1 or int(attr(node, "offset_group", 1)) != 1:

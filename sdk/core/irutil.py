@@ -40,6 +40,21 @@ class NameScope:
         return name
 
 
+def static_shape(shape: ir.Shape | None, rank: int | None = None) -> tuple[int, ...] | None:
+    """``shape`` as integers when every dimension is a known positive size (and there are ``rank`` of them,
+    when given), else None."""
+    if shape is None or (rank is not None and len(shape) != rank):
+        return None
+    if not all(isinstance(d, int) and d > 0 for d in shape):
+        return None
+    return tuple(int(d) for d in shape)
+
+
+def grid_sample_linear(opset: int) -> str:
+    """GridSample's name for bilinear interpolation at ``opset`` ("linear" from opset 20, "bilinear" before)."""
+    return "linear" if opset >= 20 else "bilinear"
+
+
 def add_initializer(graph: ir.Graph, names: NameScope, base: str, array: np.ndarray) -> ir.Value:
     name = names.fresh(base)
     value = ir.Value(name=name, const_value=ir.tensor(np.asarray(array, order="C"), name=name))

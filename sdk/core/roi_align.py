@@ -16,13 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx_ir as ir
-from edgekit.core.irutil import IrWriter, NameScope, attr
-
-
-def _static(shape: ir.Shape | None) -> tuple[int, ...] | None:
-    if shape is None or not all(isinstance(d, int) and d > 0 for d in shape):
-        return None
-    return tuple(int(d) for d in shape)
+from edgekit.core.irutil import IrWriter, NameScope, attr, grid_sample_linear, static_shape
 
 
 def _text(value) -> str:
@@ -34,11 +28,11 @@ class RoiAlignAsGridSamplePass(ir.passes.InPlacePass):
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph, names, modified = model.graph, NameScope(model.graph), False
-        linear = "linear" if model.opset_imports.get("", 1) >= 20 else "bilinear"
+        linear = grid_sample_linear(model.opset_imports.get("", 1))
         for node in list(graph):
             if node.op_type != "RoiAlign" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
                 continue
-            xs, bs = _static(node.inputs[0].shape), _static(node.inputs[1].shape)
+            xs, bs = static_shape(node.inputs[0].shape), static_shape(node.inputs[1].shape)
             s = int(attr(node, "sampling_ratio", 0))
             if (
                 xs is None or bs is None or len(xs) != 4 or xs[0] != 1 or min(xs[2:]) < 2

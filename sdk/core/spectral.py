@@ -19,16 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 import onnx_ir as ir
-from edgekit.core.irutil import IrWriter, NameScope, attr, const_array
+from edgekit.core.irutil import IrWriter, NameScope, attr, const_array, static_shape
 
 #: A DFT matrix larger than this (elements) keeps the DFT op (and a target's typed refusal of it).
 _MAX_MATRIX_ELEMENTS = 1 << 22
-
-
-def _static(shape: ir.Shape | None) -> tuple[int, ...] | None:
-    if shape is None or not all(isinstance(d, int) and d > 0 for d in shape):
-        return None
-    return tuple(int(d) for d in shape)
 
 
 def dft_matrix(n_in: int, c_in: int, length: int, inverse: bool, onesided: bool) -> np.ndarray:
@@ -75,8 +69,8 @@ class DftAsMatMulPass(ir.passes.InPlacePass):
         for node in list(graph):
             if node.op_type != "DFT" or node.domain not in ("", "ai.onnx"):
                 continue
-            shape = _static(node.inputs[0].shape)
-            out_shape = _static(node.outputs[0].shape)
+            shape = static_shape(node.inputs[0].shape)
+            out_shape = static_shape(node.outputs[0].shape)
             if shape is None or out_shape is None or len(shape) < 3 or shape[-1] not in (1, 2):
                 continue
             axis = _int_input(node, 2) if opset >= 20 else int(attr(node, "axis", 1))
@@ -119,7 +113,7 @@ class StftAsConvPass(ir.passes.InPlacePass):
         for node in list(graph):
             if node.op_type != "STFT" or node.domain not in ("", "ai.onnx"):
                 continue
-            shape, out_shape = _static(node.inputs[0].shape), _static(node.outputs[0].shape)
+            shape, out_shape = static_shape(node.inputs[0].shape), static_shape(node.outputs[0].shape)
             step = _int_input(node, 1)
             if (
                 shape is None
