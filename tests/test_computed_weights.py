@@ -90,3 +90,38 @@ def test_computed_conv_weight_deploys(tmp_path: Path, capsys, name: str, target:
     rng = np.random.default_rng(3)
     np.savez(calib, **{k: rng.standard_normal((16, 1, *s)).astype(np.float32) for k, s in shapes.items()})
     deploy_verified(capsys, model, calib, target, precision, tmp_path / "out")
+
+
+def test_a_weight_computed_from_constants_keeps_its_conv() -> None:
+    """A QDQ model's Conv reads DequantizeLinear(int8 constants) and a float16 model's a Cast of a constant: not
+    a weight computed at run time. Each stays a Conv (an integer kernel in the int8 IR and .tflite), while the
+    cross-correlation's weight, a graph input's features, is written out."""
+    import onnx_ir as ir
+    from edgekit.core.computed_weights import ComputedConvWeightPass
+    from onnx_ir.passes.common import ShapeInferencePass
+
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [
+            helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["w"], axis=0),
+            helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]),
+            helper.make_node("Cast", ["w16"], ["w2"], to=TensorProto.FLOAT),
+            helper.make_node("Conv", ["y", "w2"], ["z"]),
+        ],
+        "qdq_conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 2, 8, 8])],
+        [
+            numpy_helper.from_array(rng.integers(-127, 128, (4, 3, 3, 3)).astype(np.int8), "wq"),
+            numpy_helper.from_array(np.full(4, 0.01, np.float32), "ws"),
+            numpy_helper.from_array(np.zeros(4, np.int8), "wz"),
+            numpy_helper.from_array(rng.normal(size=(2, 4, 1, 1)).astype(np.float16), "w16"),
+        ],
+    )
+    model = ir.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    ShapeInferencePass()(model)
+    assert not ComputedConvWeightPass()(model).modified
+    assert [n.op_type for n in model.graph].count("Conv") == 2
+    xcorr = ir.from_proto(xcorr_model())
+    ShapeInferencePass()(xcorr)
+    assert ComputedConvWeightPass()(xcorr).modified  # the template's features are the weight

@@ -32,6 +32,25 @@ def _one_hot(channels: int, kh: int, kw: int) -> np.ndarray:
     return kernel
 
 
+def _reads_the_data(value: ir.Value) -> bool:
+    """Whether ``value`` is computed from a graph input (not from constants alone: a QDQ model's weight is a
+    DequantizeLinear of integer constants, a float16 model's a Cast of one; those stay the Conv's weights)."""
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if id(v) in seen or v.const_value is not None:
+            continue
+        seen.add(id(v))
+        node = v.producer()
+        if node is None:
+            if v.is_graph_input():
+                return True
+            continue
+        stack.extend(i for i in node.inputs if i is not None)
+    return False
+
+
 class ComputedConvWeightPass(ir.passes.InPlacePass):
     """A 2-D Conv whose weight is not a constant becomes one-hot patches + MatMul (module docstring)."""
 
@@ -41,8 +60,8 @@ class ComputedConvWeightPass(ir.passes.InPlacePass):
             if conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx") or len(conv.inputs) < 2:
                 continue
             x, w = conv.inputs[0], conv.inputs[1]
-            if w is None or w.const_value is not None or x is None:
-                continue
+            if w is None or x is None or not _reads_the_data(w):
+                continue  # a constant weight, or one computed from constants only (a QDQ model's DequantizeLinear)
             x_shape, w_shape = static_shape(x.shape, 4), static_shape(w.shape, 4)
             y_shape = static_shape(conv.outputs[0].shape, 4)
             if (
