@@ -26,6 +26,7 @@ import numpy as np
 import onnx_ir as ir
 from edgekit.core.errors import TargetError
 from edgekit.core.irutil import static_shape
+from edgekit.core.shape_checks import static_shapes_refusal
 from edgekit.device_agents.bundle import TensorSpec
 
 _log = logging.getLogger("edgekit")
@@ -172,13 +173,26 @@ class Target(ABC):
             )
         return normalised
 
+    def early_refusal(self, model: ir.Model) -> str | None:
+        """Why this target cannot take ``model`` at any precision, read from the graph alone (one line), or None:
+        asked before any calibration or quantization is spent on the model. A static-shape target refuses a
+        data-dependent tail (a detector's NMS)."""
+        return static_shapes_refusal(model, self.name) if self.static_shapes_only else None
+
+    def refusal(self, problems: Sequence[Problem]) -> str | None:
+        """The one line listing every error problem, or None when there is none."""
+        errors = [p for p in problems if p.severity == "error"]
+        if not errors:
+            return None
+        shown = "; ".join(str(p).removeprefix("error: ") for p in errors[:8])
+        more = f" (and {len(errors) - 8} more)" if len(errors) > 8 else ""
+        return f"target {self.name!r} cannot take this model: {shown}{more}"
+
     def raise_on_errors(self, problems: Sequence[Problem]) -> None:
         """A TargetError listing every error problem (one line), if there is any."""
-        errors = [p for p in problems if p.severity == "error"]
-        if errors:
-            shown = "; ".join(str(p).removeprefix("error: ") for p in errors[:8])
-            more = f" (and {len(errors) - 8} more)" if len(errors) > 8 else ""
-            raise TargetError(f"target {self.name!r} cannot take this model: {shown}{more}")
+        line = self.refusal(problems)
+        if line is not None:
+            raise TargetError(line)
 
 
 _REGISTRY: dict[str, type[Target]] = {}

@@ -33,7 +33,7 @@ from edgekit.core.errors import TargetError
 from edgekit.core.model import qdq_precision
 from edgekit.core.qdq_forms import dequantized_constant, for_openvino, graph_index
 from edgekit.core.runtime import F32_CONFIG, preflight_ir, stable_top_k
-from edgekit.core.shape_checks import is_data_dependent
+from edgekit.core.shape_checks import data_dependent_tail, is_data_dependent, is_static, shape_text
 from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, write_bundle
 from edgekit.device_agents.runtimes import openvino_cpu_config
 from edgekit.targets.base import (
@@ -153,6 +153,11 @@ class IntelVpuTarget(Target):
                 problems += _openvino_problems(model, _write_form(form, Path(tmp)))
         self._checked = (key, problems)
         return list(problems)
+
+    def early_refusal(self, model: ir.Model) -> str | None:
+        """An output whose row count the selection sets (PaddleDetection's ``[N, 6]`` boxes) is refused before
+        any calibration is spent on it (intel-vpu int8 calibrated for up to 97 s first)."""
+        return self.refusal(selection_output_problems(model))
 
     # ---------------------------------------------------------------------------------------- package
 
@@ -300,16 +305,43 @@ def _openvino_problems(model: ir.Model, path: Path) -> list[Problem]:
     selection = next((n for n in model.graph if is_data_dependent(n)), None)
     if selection is None:
         return problems
-    # PaddleDetection's multiclass_nms3 gives [N, 6] boxes: as many rows as the selection keeps
-    why = (
-        f" (its size is what {selection.op_type} {selection.name!r} selects at run time: export the selection "
-        "padded to a fixed number of rows, as ultralytics' export with nms=True pads it to 300, or without NMS)"
-    )
     return [
-        replace(p, message=p.message.replace("; VPUs and NPUs", why + "; VPUs and NPUs"))
+        replace(p, message=p.message.replace(_STATIC_ONLY, _selected_rows(selection) + _STATIC_ONLY))
         if p.message.startswith("output has a dynamic shape")
         else p
         for p in problems
+    ]
+
+
+#: Why intel-vpu refuses a dynamic output.
+_STATIC_ONLY = "; VPUs and NPUs need static shapes"
+
+
+def _selected_rows(selection: ir.Node) -> str:
+    """What sets a dynamic output's row count: PaddleDetection's multiclass_nms3 gives [N, 6] boxes, as many rows
+    as the selection keeps."""
+    return (
+        f" (its size is what {selection.op_type} {selection.name!r} selects at run time: export the selection "
+        "padded to a fixed number of rows, as ultralytics' export with nms=True pads it to 300, or without NMS)"
+    )
+
+
+def selection_output_problems(model: ir.Model) -> list[Problem]:
+    """The outputs whose row count a data-dependent selection sets (known from the graph alone, before any
+    quantization: the same refusal OpenVINO's check gives after it)."""
+    tail = data_dependent_tail(model.graph)
+    selection = next((n for n in model.graph if n in tail), None)
+    if selection is None:
+        return []
+    return [
+        Problem(
+            "error",
+            None,
+            out.name,
+            f"output has a dynamic shape {shape_text(out.shape)}{_selected_rows(selection)}{_STATIC_ONLY}",
+        )
+        for out in model.graph.outputs
+        if out.producer() in tail and not is_static(out.shape)
     ]
 
 
@@ -344,7 +376,7 @@ def _frontend_problems(path: str, names: Mapping[str, str]) -> list[Problem]:
     for out in partial.outputs:
         shape = out.get_partial_shape()
         if not shape.is_static:
-            message = f"output has a dynamic shape {shape}; VPUs and NPUs need static shapes"
+            message = f"output has a dynamic shape {shape}{_STATIC_ONLY}"
             problems.append(Problem("error", None, out.get_any_name(), message))
     del partial, input_model
     return problems

@@ -23,7 +23,7 @@ def is_static(shape: ir.Shape | None) -> bool:
     return shape is not None and all(isinstance(d, int) and d >= 0 for d in shape)
 
 
-def _shape_text(shape: ir.Shape | None) -> str:
+def shape_text(shape: ir.Shape | None) -> str:
     if shape is None:
         return "unknown rank"
     return "[" + ", ".join(str(d) if isinstance(d, int) and d >= 0 else "?" for d in shape) + "]"
@@ -93,7 +93,7 @@ def explain_dynamic_shape(value: ir.Value) -> str:
     head = f"tensor {value.name!r}"
     if node is not None:
         head += f" (output of {_op_text(node)})"
-    head += f" has no static shape ({_shape_text(value.shape)})"
+    head += f" has no static shape ({shape_text(value.shape)})"
     seen: set[int] = set()
     current = node
     while current is not None and id(current) not in seen:
@@ -109,7 +109,7 @@ def explain_dynamic_shape(value: ir.Value) -> str:
             )
         if dynamic.producer() is None:
             return (
-                f"{head}: graph input {dynamic.name!r} has shape {_shape_text(dynamic.shape)}; "
+                f"{head}: graph input {dynamic.name!r} has shape {shape_text(dynamic.shape)}; "
                 f"pass --input-shape {dynamic.name}=D0,D1,..."
             )
         current = dynamic.producer()

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.core.errors import DataError, EdgekitError, OutputError, TargetError
-from edgekit.core.shape_checks import static_shapes_refusal
 from edgekit.deployment.request import (
     AUTO,
     LAYER_SAMPLES,
@@ -211,10 +210,9 @@ def package_all(
         try:
             source, provenance, quant_report = prepared.model, dict(prepared.provenance), None
             started = time.perf_counter()
-            if target.static_shapes_only:  # refused before any quantization is spent on it
-                why = static_shapes_refusal(prepared.model, target.name)
-                if why is not None:
-                    raise TargetError(why)
+            why = target.early_refusal(prepared.model)  # before any quantization is spent on it
+            if why is not None:
+                raise TargetError(why)
             if _quantized_here(request, precision) and not prepared.quantized:
                 dataset = prepared.dataset
                 # choose_precision demands calibration data for the calibrated recipes

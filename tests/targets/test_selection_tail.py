@@ -152,6 +152,13 @@ def test_intel_vpu_refuses_a_selection_of_run_time_size_in_one_line(tmp_path, ca
     assert "NonMaxSuppression 'nms' selects at run time" in text and "need static shapes" in text, text
     assert not (tmp_path / "out" / "intel-vpu").exists()
     code, text = cli_text(
+        capsys, "deploy", str(path), "-t", "intel-vpu", "--precision", "int8", "--calib", str(_calib(tmp_path)),
+        "-o", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert code == 2 and "selects at run time" in text, text
+    assert "quantizing for" not in text, text  # refused before calibration is spent on it
+    assert not (tmp_path / "out" / "intel-vpu").exists()
+    code, text = cli_text(
         capsys, "quantize", str(path), "--calib", str(_calib(tmp_path)), "-o", str(tmp_path / "q.onnx")
     )
     assert code == 0, text  # onnxruntime and OpenVINO run the QDQ model's selection as it is
