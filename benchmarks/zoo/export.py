@@ -548,6 +548,30 @@ def export(spec: Spec, full: bool, out_dir: Path, photos: list[np.ndarray], seed
     }
 
 
+def export_probes(probes, build: Callable[[int, Any], dict], out: Path, only: str | None) -> None:
+    """A probe script's loop: ``build(i, probe)`` of every probe named in ``only`` (comma-separated; all when
+    None), saying what each wrote; one that fails to export is said and skipped (an export failure is a finding of
+    the probe, not of edgekit); the entries merged into ``out``'s manifest."""
+    wanted = set(only.split(",")) if only else None
+    entries = []
+    for i, p in enumerate(probes):
+        if wanted and p.name not in wanted:
+            continue
+        try:
+            e = build(i, p)
+        except Exception as exc:  # noqa: BLE001 - a probe: say what failed and go on
+            msg = str(exc).strip().splitlines()
+            print(f"{p.name}: EXPORT FAILED {type(exc).__name__}: {msg[0][:300] if msg else ''}", flush=True)
+            continue
+        entries.append(e)
+        size = (out / e["file"]).stat().st_size
+        print(
+            f"{p.name:24s} opset {p.opset} {e['params']:>9,d} params {size / 1e6:6.2f} MB {e['ops']}",
+            flush=True,
+        )
+    zoo_data.merge_manifest(out, entries)
+
+
 def input_shape_args(spec: Spec, full: bool) -> list[str]:
     """``--input-shape NAME=D,D,...`` for each of ``spec``'s inputs: the static shape a dynamic export runs at in
     the zoo's cases (its manifest entry's ``extra_args``)."""

@@ -350,25 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     photos = zoo_data.bn_photos(None, export.default_shared())
     torch.set_num_threads(2)
-    wanted = set(args.only.split(",")) if args.only else None
-    entries = []
-    for i, p in enumerate(probes()):
-        if wanted and p.name not in wanted:
-            continue
-        try:
-            entries.append(build(p, args.out, photos, SEED + i))
-        except Exception as exc:  # an export failure is a finding of the probe, not of edgekit
-            print(
-                f"{p.name}: EXPORT FAILED {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
-            )
-            continue
-        e = entries[-1]
-        size = (args.out / e["file"]).stat().st_size
-        print(
-            f"{p.name:22s} opset {p.opset} {e['params']:>9,d} params {size / 1e6:6.2f} MB {e['ops']}",
-            flush=True,
-        )
-    zoo_data.merge_manifest(args.out, entries)
+    export.export_probes(probes(), lambda i, p: build(p, args.out, photos, SEED + i), args.out, args.only)
     return 0
 
 
