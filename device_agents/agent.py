@@ -268,8 +268,17 @@ class Agent:
             for slot, out in zip(outputs, outs):  # noqa: B905 - one per model output
                 slot.append(out)
         self.last_inputs = [b[:1][0] for b in batches] if count else self.last_inputs
+        for spec, slot in zip(runner.outputs, outputs):  # noqa: B905
+            if len({o.shape for o in slot}) > 1:  # a selection's rows (NMS) differ from sample to sample
+                raise AgentError(
+                    f"output {spec.name!r} has a different shape on each sample ({slot[0].shape}, "
+                    f"{next(o.shape for o in slot if o.shape != slot[0].shape)}): run one sample per request"
+                )
         tensors = [
-            (spec.name, np.stack(slot) if slot else np.zeros((0, *spec.shape), spec.dtype))
+            (
+                spec.name,
+                np.stack(slot) if slot else np.zeros((0, *(max(d, 0) for d in spec.shape)), spec.dtype),
+            )
             for spec, slot in zip(runner.outputs, outputs)  # noqa: B905
         ]
         return tensors_to_message({"times": times}, tensors)

@@ -76,10 +76,11 @@ class TensorSpec:
         d = _expect_dict(d, where)
         name = _expect(d, "name", str, where)
         shape = _expect(d, "shape", list, where)
-        if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in shape):
-            raise BundleError(
-                f"manifest: {where}.shape must be a list of non-negative integers, got {shape!r}"
-            )
+        # -1: a dim an output's selection sizes at run time (a detector's NMS); inputs are static
+        least = -1 if where.startswith("outputs") else 0
+        if not all(isinstance(x, int) and not isinstance(x, bool) and x >= least for x in shape):
+            what = "integers >= -1 (-1: sized at run time)" if least else "non-negative integers"
+            raise BundleError(f"manifest: {where}.shape must be a list of {what}, got {shape!r}")
         dtype = _expect(d, "dtype", str, where)
         if dtype not in DTYPES:
             raise BundleError(f"manifest: {where}.dtype {dtype!r} is not one of {', '.join(DTYPES)}")

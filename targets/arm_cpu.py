@@ -22,6 +22,7 @@ from edgekit.core.errors import TargetError
 from edgekit.targets.base import PackageOptions, Problem, Target, register_target
 from edgekit.targets.tflite.converter import ConvertOptions
 from edgekit.targets.tflite.package import check_model, package_tflite
+from edgekit.targets.tflite.selection import selection_refusal
 
 log = logging.getLogger("edgekit")
 
@@ -48,7 +49,6 @@ class ArmCpuOptions:
 class ArmCpuTarget(Target):
     name = "arm-cpu"
     runtime = "tflite"
-    static_shapes_only = True
     activation_dtype = "int8"
     description = "ARM CPU via LiteRT/TFLite (XNNPACK): fp32, fp16 weights, or int8 / 16x8 kernels with float inputs/outputs"
     options_type = ArmCpuOptions
@@ -60,6 +60,9 @@ class ArmCpuTarget(Target):
         "w8": None,
         "w4": None,
     }
+
+    def early_refusal(self, model: ir.Model) -> str | None:
+        return selection_refusal(model, self.name)
 
     def check(self, model: ir.Model) -> list[Problem]:
         return check_model(model, self.name, ConvertOptions(target=self.name))

@@ -24,6 +24,7 @@ from edgekit.core.model import qdq_precision
 from edgekit.targets.base import PackageOptions, Problem, Target, register_target
 from edgekit.targets.tflite.converter import ConvertOptions, convert
 from edgekit.targets.tflite.package import check_model, is_quantized, package_tflite
+from edgekit.targets.tflite.selection import selection_refusal
 
 log = logging.getLogger("edgekit")
 REPORT_FILE = "nnapi_compatibility.json"
@@ -55,7 +56,6 @@ class NnapiOptions:
 class NnapiTarget(Target):
     name = "nnapi"
     runtime = "tflite"
-    static_shapes_only = True
     activation_dtype = "int8"
     precisions = {
         "fp32": "NNAPI accelerators run integer or fp16-relaxed models; use --precision int8 or fp16",
@@ -79,6 +79,9 @@ class NnapiTarget(Target):
         from dataclasses import replace
 
         return replace(base, activations="int8", dense_per_channel=False, float_output_heads=False)
+
+    def early_refusal(self, model: ir.Model) -> str | None:
+        return selection_refusal(model, self.name)
 
     def check(self, model: ir.Model) -> list[Problem]:
         if qdq_precision(model) == "int16x8":

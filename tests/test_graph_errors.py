@@ -129,8 +129,17 @@ def test_shape_computed_at_run_time_is_named():
 
 
 def test_cli_gives_one_line_without_object_reprs(tmp_path, capsys):
+    """NonZero then an op LiteRT cannot size at run time (a Softmax): refused for arm-cpu."""
+    model = _nonzero_model()
+    model.graph.node.extend(
+        [
+            helper.make_node("Cast", ["y"], ["f"], to=TensorProto.FLOAT, name="to_float"),
+            helper.make_node("Softmax", ["f"], ["soft"], name="softmax"),
+        ]
+    )
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("soft", TensorProto.FLOAT, None))
     path = tmp_path / "nonzero.onnx"
-    onnx.save(_nonzero_model(), path)
+    onnx.save(model, path)
     with pytest.raises(SystemExit) as exit_info:
         run_app(app, ["deploy", str(path), "-t", "arm-cpu", "-o", str(tmp_path / "out")])
     assert exit_info.value.code == 2

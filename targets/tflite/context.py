@@ -52,6 +52,8 @@ class Context:
         self._tensors: dict[str, Tensor] = {}
         self._consts: dict[str, np.ndarray] = {}
         self._qconsts: dict[str, tuple[np.ndarray, Quant]] = {}
+        #: ONNX values after a data-dependent op (a detector's NMS): their unknown dims are -1, sized at run time.
+        self.dynamic: set[str] = set()
 
     # -- ONNX values -------------------------------------------------------------------------
     def const(self, value: ir.Value | None) -> np.ndarray | None:
@@ -91,6 +93,8 @@ class Context:
             return tuple(array.shape)
         if value.name in self._tensors:
             return self._tensors[value.name].shape
+        if value.name in self.dynamic and value.shape is not None:
+            return tuple(d if isinstance(d, int) and d >= 0 else -1 for d in value.shape)
         if value.shape is None or not all(isinstance(d, int) and d >= 0 for d in value.shape):
             raise self.error(
                 f"value {value.name!r} has no static shape ({value.shape}); fix it with --input-shape"

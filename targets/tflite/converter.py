@@ -29,8 +29,7 @@ import onnx_ir as ir
 from edgekit.core.errors import TargetError, UnsupportedOpError
 from edgekit.core.litert_run import TensorInfo  # noqa: F401 - defined there to be light, used here
 from edgekit.core.model import forget_nonpositive_dims, infer_shapes_through_functions
-from edgekit.core.shape_checks import static_shapes_refusal
-from edgekit.targets.tflite import fp16, fusion, layout, lowering, quantized, weight_only, writer
+from edgekit.targets.tflite import fp16, fusion, layout, lowering, quantized, selection, weight_only, writer
 from edgekit.targets.tflite.context import Context, permute, to_nchw_perm, to_nhwc_perm
 from edgekit.targets.tflite.graph import Graph, Op, Tensor
 from edgekit.targets.tflite.registry import call, lookup
@@ -132,10 +131,8 @@ def build_graph(model: ir.Model | onnx.ModelProto, options: ConvertOptions = Con
         forget_nonpositive_dims(proto)  # -1 is a dynamic dim (Paddle exports), not a size
         inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True)
         model = ir.from_proto(infer_shapes_through_functions(inferred))
-    why = static_shapes_refusal(model, options.target)
-    if why is not None:
-        raise TargetError(why)
-    graph = translate(model, options)
+    dynamic = selection.dynamic_values(model, options.target)
+    graph = translate(model, options, dynamic)
     for run in _pipeline(options):
         graph = run(graph)
     return graph
@@ -176,11 +173,14 @@ def _float_layers(model: ir.Model) -> set[str]:
     return kept
 
 
-def translate(model: ir.Model, options: ConvertOptions) -> Graph:
-    """One converter per ONNX node; ONNX layouts inside, explicit transposes at NHWC kernels."""
+def translate(model: ir.Model, options: ConvertOptions, dynamic: frozenset[str] = frozenset()) -> Graph:
+    """One converter per ONNX node; ONNX layouts inside, explicit transposes at NHWC kernels. ``dynamic``: the
+    values after a data-dependent op (:func:`.selection.dynamic_values`), whose unknown dims are sized at run
+    time."""
     opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 0))
     graph = Graph()
     ctx = Context(graph, opset, options.target)
+    ctx.dynamic = set(dynamic)
     onnx_graph = model.graph
     initializers = set(onnx_graph.initializers)
     for value in onnx_graph.inputs:
@@ -247,7 +247,8 @@ def _infer_missing_shapes(ctx: Context, node: ir.Node) -> None:
                 elem = onnx.helper.np_dtype_to_tensor_dtype(np.asarray(array).dtype)
                 types[v.name] = onnx.helper.make_tensor_type_proto(elem, list(np.shape(array)))
             elif v.dtype is not None:
-                types[v.name] = onnx.helper.make_tensor_type_proto(int(v.dtype), list(ctx.shape(v)))
+                dims = [d if d >= 0 else None for d in ctx.shape(v)]  # onnx aborts on a -1 dim
+                types[v.name] = onnx.helper.make_tensor_type_proto(int(v.dtype), dims)
         inferred = onnx.shape_inference.infer_node_outputs(
             schema,
             ir.serde.serialize_node(node),
@@ -262,7 +263,7 @@ def _infer_missing_shapes(ctx: Context, node: ir.Node) -> None:
         if tensor_type is None or not tensor_type.tensor_type.HasField("shape"):
             continue
         dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.tensor_type.shape.dim]
-        if all(d is not None for d in dims):
+        if all(d is not None for d in dims) or (v.name in ctx.dynamic and v.shape is None):
             v.shape = ir.Shape(dims)
             if v.dtype is None:
                 v.dtype = ir.DataType(tensor_type.tensor_type.elem_type)

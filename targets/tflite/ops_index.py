@@ -151,6 +151,8 @@ def scatter_nd(ctx: Context, node: ir.Node, *, reduction: str = "none") -> None:
     constant (run-time indices would need a run-time mask)."""
     reduction = _reduction(ctx, reduction, "ScatterND")
     data = ctx.tensor(node.inputs[0])
+    if any(d < 0 for d in (*data.shape, *ctx.shape(node.inputs[2]))):
+        raise ctx.error("scattering into or from a tensor sized at run time is not supported")
     indices = ctx.require_const(node.inputs[1], "ScatterND indices")
     k = indices.shape[-1]
     dims = np.asarray(data.shape[:k], np.int64)
@@ -233,11 +235,22 @@ def scatter_elements(ctx: Context, node: ir.Node, *, axis: int = 0, reduction: s
 
 
 # -- TopK ------------------------------------------------------------------------------------------
-def _top_k(ctx: Context, node: ir.Node, k: int, axis: int, largest: int, sorted_: int) -> None:
+def _top_k(ctx: Context, node: ir.Node, k: int | Tensor, axis: int, largest: int, sorted_: int) -> None:
+    """``k`` is a tensor when it is computed at run time (after a detector's selection: at most the boxes kept)."""
     x = ctx.tensor(node.inputs[0])
     rank = x.rank
     axis = axis + rank if axis < 0 else axis
-    if not 0 < k <= x.shape[axis]:
+    if isinstance(k, Tensor):
+        k_tensor = k
+        if k.dtype != np.int32:
+            k_tensor = ctx.tmp("k", k.shape, np.int32)
+            ctx.op("CAST", [k], [k_tensor])
+        scalar = ctx.tmp("k", (), np.int32)
+        ctx.reshape(k_tensor, (), out=scalar)
+        k_tensor, k = scalar, -1
+    elif k > 0 and (k <= x.shape[axis] or x.shape[axis] < 0):  # sized at run time: LiteRT checks k there
+        k_tensor = _c(ctx, k, np.int32)
+    else:
         raise ctx.error(
             f"k={k} is outside [1, {x.shape[axis]}] (the size of axis {axis}; LiteRT has no empty outputs)"
         )
@@ -250,7 +263,7 @@ def _top_k(ctx: Context, node: ir.Node, k: int, axis: int, largest: int, sorted_
     shape = (*moved.shape[:-1], k)
     top_values = values if last and largest else ctx.tmp("values", shape, x.dtype)
     top_indices = indices if last else ctx.tmp("indices", shape, np.int32)
-    ctx.op("TOPK_V2", [moved, _c(ctx, k, np.int32)], [top_values, top_indices], fb.TopKV2OptionsT())
+    ctx.op("TOPK_V2", [moved, k_tensor], [top_values, top_indices], fb.TopKV2OptionsT())
     if not largest:
         out = values if last else ctx.tmp("values", shape, x.dtype)
         top_values = binary(ctx, "MUL", top_values, _c(ctx, -1, x.dtype), out)
@@ -274,6 +287,9 @@ def top_k_v10(ctx: Context, node: ir.Node, *, axis: int = -1) -> None:
 @converter("TopK", since=11)
 def top_k_v11(ctx: Context, node: ir.Node, *, axis: int = -1, largest: int = 1, sorted: int = 1) -> None:  # noqa: A002
     """sorted=0 leaves the order unspecified in ONNX: the sorted order is one of them."""
+    if not ctx.is_const(node.inputs[1]) and node.outputs[0].name in ctx.dynamic:
+        _top_k(ctx, node, ctx.tensor(node.inputs[1]), axis, largest, sorted)
+        return
     k = int(ctx.require_const(node.inputs[1], "TopK k").reshape(-1)[0])
     _top_k(ctx, node, k, axis, largest, sorted)
 
@@ -363,6 +379,17 @@ def range_(ctx: Context, node: ir.Node) -> None:
 def constant_of_shape(ctx: Context, node: ir.Node, *, value: object = None) -> None:
     """Folded when the shape is a constant; a run-time shape whose value shape inference knows is one too."""
     y_value = node.outputs[0]
+    if y_value.name in ctx.dynamic and not ctx.is_const(node.inputs[0]):  # FILL a shape known at run time
+        fill = value.numpy().reshape(-1)[0] if value is not None else np.float32(0)
+        dims = ctx.tensor(node.inputs[0])
+        if dims.dtype != np.int32:
+            cast = ctx.tmp("dims", dims.shape, np.int32)
+            ctx.op("CAST", [dims], [cast])
+            dims = cast
+        fill = np.asarray(fill)
+        y = ctx.output(y_value, dtype=np.int32 if fill.dtype == np.int64 else fill.dtype)
+        ctx.op("FILL", [dims, ctx.graph.const("value", fill.astype(y.dtype))], [y])
+        return
     if y_value.shape is None or not all(isinstance(d, int) and d >= 0 for d in y_value.shape):
         raise ctx.error("the shape is computed at run time, so the output shape depends on the data")
     fill = value.numpy().reshape(-1)[0] if value is not None else np.float32(0)

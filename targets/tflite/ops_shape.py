@@ -24,9 +24,53 @@ def _axis(axis: int, rank: int) -> int:
 
 
 def _to_output_shape(ctx: Context, node: ir.Node) -> None:
-    """Reshape, Flatten, Squeeze, Unsqueeze: all a RESHAPE to the (inferred, static) output shape."""
+    """Reshape, Flatten, Squeeze, Unsqueeze: all a RESHAPE to the (inferred, static) output shape. After a
+    detector's selection one dim may be sized at run time (-1, which RESHAPE infers); with more, a Reshape
+    takes its run-time shape and Squeeze / Unsqueeze become SQUEEZE / EXPAND_DIMS."""
     y_value = node.outputs[0]
-    ctx.reshape(ctx.tensor(node.inputs[0]), ctx.shape(y_value), out=ctx.output(y_value))
+    shape = ctx.shape(y_value)
+    if sum(d < 0 for d in shape) <= 1:
+        ctx.reshape(ctx.tensor(node.inputs[0]), shape, out=ctx.output(y_value))
+        return
+    x = ctx.tensor(node.inputs[0])
+    y = ctx.output(y_value)
+    axes = _optional(node, 1)
+    axes = node.attributes.get_ints("axes") if axes is None else ctx.require_const(axes, "axes").tolist()
+    if node.op_type == "Reshape":
+        target = ctx.tensor(node.inputs[1])
+        if target.is_const and (target.data == 0).any():
+            raise ctx.error(
+                "a shape with 0 (copy the input's dim) on a tensor sized at run time is not supported"
+            )
+        ctx.op("RESHAPE", [x, _int32(ctx, target)], [y])
+    elif node.op_type == "Squeeze" and axes:
+        opts = fb.SqueezeOptionsT()
+        opts.squeezeDims = [_axis(int(a), x.rank) for a in axes]
+        ctx.op("SQUEEZE", [x], [y], opts)
+    elif node.op_type == "Unsqueeze" and axes is not None and len(axes) == 1:
+        ctx.op("EXPAND_DIMS", [x, ctx.graph.const("axis", np.int32(_axis(int(axes[0]), y.rank)))], [y])
+    else:
+        raise ctx.error(f"{node.op_type} to {list(shape)}: more than one dim sized at run time")
+
+
+def _int32(ctx: Context, t: Tensor) -> Tensor:
+    """An index tensor as int32 (a CAST of a run-time one)."""
+    if t.dtype == np.int32:
+        return t
+    if t.is_const:
+        return ctx.graph.const(t.name, t.data.astype(np.int32))
+    out = ctx.tmp("i32", t.shape, np.int32)
+    ctx.op("CAST", [t], [out])
+    return out
+
+
+def runtime_shape(ctx: Context, x: Tensor) -> Tensor:
+    """SHAPE of a tensor sized at run time, int32."""
+    out = ctx.tmp("shape", (x.rank,), np.int32)
+    opts = fb.ShapeOptionsT()
+    opts.outType = fb.TensorType.INT32
+    ctx.op("SHAPE", [x], [out], opts)
+    return out
 
 
 @converter("Reshape", since=1)
@@ -51,9 +95,22 @@ def unsqueeze(ctx: Context, node: ir.Node, *, axes: Sequence[int] | None = None)
 
 @converter("Shape", since=1)
 def shape(ctx: Context, node: ir.Node, *, start: int = 0, end: int | None = None) -> None:
-    """Folded: shapes are static."""
+    """Folded where the dims are static; SHAPE where one is sized at run time (after a detector's selection)."""
     dims = ctx.shape(node.inputs[0])
-    ctx.set_const(node.outputs[0], np.asarray(dims[start:end], dtype=np.int64))
+    if all(d >= 0 for d in dims[start:end]):
+        ctx.set_const(node.outputs[0], np.asarray(dims[start:end], dtype=np.int64))
+        return
+    y = ctx.output(node.outputs[0], dtype=np.int32)
+    whole = runtime_shape(ctx, ctx.tensor(node.inputs[0]))
+    first, last, _ = slice(start, end).indices(len(dims))
+    if (first, last) == (0, len(dims)):
+        ctx.reshape(whole, y.shape, out=y)
+        return
+    begin, size = (
+        ctx.graph.const("begin", [first], np.int32),
+        ctx.graph.const("size", [max(last - first, 0)], np.int32),
+    )
+    ctx.op("SLICE", [whole, begin, size], [y], fb.SliceOptionsT())
 
 
 @converter("Size", since=1)
@@ -185,6 +242,9 @@ def _slice(
     rank = x.rank
     axes = [_axis(int(a), rank) for a in (axes if axes is not None else range(len(starts)))]
     steps = [int(s) for s in (steps if steps is not None else [1] * len(axes))]
+    if any(d < 0 for d in x.shape):
+        _dynamic_slice(ctx, x, y, axes, starts, ends, steps)
+        return
     begin, end, stride = [0] * rank, list(x.shape), [1] * rank
     end_mask = 0
     for a, s, e, st in zip(axes, starts, ends, steps, strict=True):
@@ -200,6 +260,46 @@ def _slice(
         ctx.op("SLICE", inputs, [y], fb.SliceOptionsT())
         return
     opts = fb.StridedSliceOptionsT()
+    opts.endMask = end_mask
+    inputs = [
+        x,
+        *(ctx.graph.const(n, v, np.int32) for n, v in (("begin", begin), ("end", end), ("strides", stride))),
+    ]
+    ctx.op("STRIDED_SLICE", inputs, [y], opts)
+
+
+def _dynamic_slice(
+    ctx: Context,
+    x: Tensor,
+    y: Tensor,
+    axes: list[int],
+    starts: np.ndarray,
+    ends: np.ndarray,
+    steps: list[int],
+) -> None:
+    """A slice of a tensor sized at run time: STRIDED_SLICE, which wraps negative indices and clamps the rest
+    to the dim as ONNX does; an end past int32 (ONNX's "to the end") and every axis not sliced are masked."""
+    rank = x.rank
+    begin, end, stride = [0] * rank, [0] * rank, [1] * rank
+    begin_mask = end_mask = 0
+    for a in range(rank):
+        if a not in axes:
+            begin_mask |= 1 << a
+            end_mask |= 1 << a
+    limit = int(np.iinfo(np.int32).max)
+    for a, s, e, st in zip(axes, starts, ends, steps, strict=True):
+        s, e = int(s), int(e)
+        stride[a] = st
+        if abs(s) >= limit:  # past either end: from the first (step > 0) or the last (step < 0) element
+            begin_mask |= 1 << a
+        else:
+            begin[a] = s
+        if abs(e) >= limit:
+            end_mask |= 1 << a
+        else:
+            end[a] = e
+    opts = fb.StridedSliceOptionsT()
+    opts.beginMask = begin_mask
     opts.endMask = end_mask
     inputs = [
         x,
@@ -308,12 +408,34 @@ def pad_v2(
 
 @converter("Pad", since=11)
 def pad_v11(ctx: Context, node: ir.Node, *, mode: str = "constant") -> None:
+    if not ctx.is_const(node.inputs[1]) and node.outputs[0].name in ctx.dynamic:
+        _runtime_pad(ctx, node, mode)
+        return
     pads = ctx.require_const(node.inputs[1], "Pad pads")
     value_in = _optional(node, 2)
     value = float(ctx.require_const(value_in, "Pad constant_value")) if value_in is not None else 0.0
     axes_in = _optional(node, 3)
     axes = ctx.require_const(axes_in, "Pad axes") if axes_in is not None else None
     _pad(ctx, node, mode, pads, value, axes)
+
+
+def _runtime_pad(ctx: Context, node: ir.Node, mode: str) -> None:
+    """Pads computed at run time (after a detector's selection: padding the kept boxes to a fixed count): PAD /
+    PADV2 with ONNX's [begins, ends] as TFLite's [rank, 2]."""
+    if (mode.decode() if isinstance(mode, bytes) else mode) != "constant" or _optional(node, 3) is not None:
+        raise ctx.error("pads computed at run time: only constant mode over every axis is supported")
+    x = ctx.tensor(node.inputs[0])
+    pads = _int32(ctx, ctx.tensor(node.inputs[1]))
+    pairs = ctx.transpose(ctx.reshape(pads, (2, x.rank)), (1, 0))
+    value_in = _optional(node, 2)
+    value = float(ctx.require_const(value_in, "Pad constant_value")) if value_in is not None else 0.0
+    y = ctx.output(node.outputs[0])
+    if value == 0.0:
+        ctx.op("PAD", [x, pairs], [y], fb.PadOptionsT())
+    else:
+        ctx.op(
+            "PADV2", [x, pairs, ctx.graph.const("value", np.array(value, x.dtype))], [y], fb.PadV2OptionsT()
+        )
 
 
 #: Ops whose output is never negative, and ops that keep their (data) inputs' signs: run-time Gather indices
@@ -372,13 +494,24 @@ def gather(ctx: Context, node: ir.Node, *, axis: int = 0) -> None:
     data = ctx.tensor(data_value)
     axis = _axis(axis, data.rank)
     indices = ctx.const(indices_value)
+    if indices is not None and indices.min(initial=0) < 0 and data.shape[axis] < 0:
+        indices = None  # counted from an end known at run time
     if indices is not None:
         indices = np.where(indices < 0, indices + data.shape[axis], indices).astype(np.int32)
         index_tensor = ctx.graph.const(indices_value.name, indices)
     elif _never_negative(ctx, indices_value):
         index_tensor = ctx.tensor(indices_value)
     else:
-        dims = ctx.graph.const("dims", np.asarray(data.shape[axis], np.int32))
+        if data.shape[axis] >= 0:
+            dims = ctx.graph.const("dims", np.asarray(data.shape[axis], np.int32))
+        else:
+            dims = ctx.tmp("dims", (), np.int32)
+            ctx.op(
+                "GATHER",
+                [runtime_shape(ctx, data), ctx.graph.const("axis", np.int32(axis))],
+                [dims],
+                fb.GatherOptionsT(),
+            )
         index_tensor = _wrap_negative(ctx, ctx.tensor(indices_value), dims)
     opts = fb.GatherOptionsT()
     opts.axis = axis
@@ -387,9 +520,21 @@ def gather(ctx: Context, node: ir.Node, *, axis: int = 0) -> None:
 
 @converter("Expand", since=8)
 def expand(ctx: Context, node: ir.Node) -> None:
+    """BROADCAST_TO the output shape; sized at run time, the larger of each dim of the shape asked and the
+    input's (ONNX broadcasts both ways: a 1 asked keeps the input's dim)."""
     x = ctx.tensor(node.inputs[0])
     y = ctx.output(node.outputs[0])
-    ctx.op("BROADCAST_TO", [x, ctx.graph.const("shape", y.shape, np.int32)], [y])
+    if all(d >= 0 for d in y.shape):
+        ctx.op("BROADCAST_TO", [x, ctx.graph.const("shape", y.shape, np.int32)], [y])
+        return
+    asked = _int32(ctx, ctx.tensor(node.inputs[1]))
+    if x.rank != y.rank or asked.shape != (y.rank,):
+        raise ctx.error(
+            f"expanding a rank-{x.rank} tensor sized at run time to rank {y.rank} is not supported"
+        )
+    target = ctx.tmp("expand_shape", (y.rank,), np.int32)
+    ctx.op("MAXIMUM", [asked, runtime_shape(ctx, x)], [target])
+    ctx.op("BROADCAST_TO", [x, target], [y])
 
 
 @converter("Tile", since=6)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 from edgekit.core import isolated
 from edgekit.core.errors import EdgekitError, TargetError, UnsupportedOpError
@@ -21,7 +22,7 @@ from edgekit.core.litert_run import (
     run_tflite_samples,
 )
 from edgekit.core.model import activation_types, qdq_precision
-from edgekit.core.shape_checks import static_shapes_refusal
+from edgekit.core.protoutil import with_outputs
 from edgekit.device_agents.bundle import FORMAT_VERSION, Manifest, TensorSpec, write_bundle
 from edgekit.targets.base import (
     PackageOptions,
@@ -32,8 +33,10 @@ from edgekit.targets.base import (
     static_dims,
 )
 from edgekit.targets.runtime_versions import tflite_requirements
+from edgekit.targets.selection_tail import SelectionTail, selection_tail, verify_with_tail
 from edgekit.targets.tflite.converter import ConversionResult, ConvertOptions, convert
 from edgekit.targets.tflite.registry import lookup
+from edgekit.targets.tflite.selection import selection_refusal
 from edgekit.targets.yardstick import (
     SEEDED_STDS,
     YARDSTICKS,
@@ -60,7 +63,7 @@ def _has_8bit_qdq(model: ir.Model) -> bool:
 
 def check_model(model: ir.Model, target: str, convert_options: ConvertOptions) -> list[Problem]:
     """Dynamic shapes, ops without a converter, then a trial conversion for everything else."""
-    why = static_shapes_refusal(model, target)
+    why = selection_refusal(model, target)
     problems = [Problem("error", None, None, why)] if why is not None else []
     for value in model.graph.inputs:
         if static_dims(value) is None:
@@ -128,9 +131,12 @@ def verify(
     target: str,
     precision: str | None = None,
     seeded: bool = False,
+    convert_tapped: Callable[[ir.Model], ConversionResult] | None = None,
 ) -> dict[str, Any]:
     """Run the .tflite (LiteRT) and its reference on ``samples`` and compare: the source model on the host
-    (OpenVINO f32), or an 8-bit QDQ model's exact semantics (:mod:`edgekit.core.exact`).
+    (OpenVINO f32), or an 8-bit QDQ model's exact semantics (:mod:`edgekit.core.exact`). A model with a
+    data-dependent selection (a detector's NMS) is judged in two parts (:func:`_verify_with_tail`); it needs
+    ``convert_tapped``, which converts the model as ``result`` was.
 
     ``precision``: a float model's recipe (fp16 has its own yardstick; anything else is judged as fp32 within
     ``tolerance``); a QDQ model is judged by its activations (int8, or int16x8 when every layer is 16-bit); a
@@ -139,6 +145,12 @@ def verify(
     """
     # Both runtimes run in a child process: LiteRT aborts the process on some graphs, OpenVINO can crash
     # compiling one; either becomes a TargetError here.
+    if convert_tapped is not None:
+        tail = selection_tail(onnx.shape_inference.infer_shapes(ir.to_proto(model)))
+        if tail is not None:
+            return _verify_with_tail(
+                model, result, samples, tolerance, target, precision, seeded, tail, convert_tapped
+            )
     proto = ir.to_proto(model).SerializeToString()
     feeds = [{name: np.asarray(a) for name, a in sample.items()} for sample in samples]
     from edgekit.quantize.weight_only import weight_only_precision
@@ -257,6 +269,97 @@ def verify(
         "runtime": "LiteRT interpreter (ai-edge-litert)",
         **figures,
     }
+
+
+def _verify_with_tail(
+    model: ir.Model,
+    result: ConversionResult,
+    samples: Sequence[Mapping[str, np.ndarray]],
+    tolerance: float | None,
+    target: str,
+    precision: str | None,
+    seeded: bool,
+    tail: SelectionTail,
+    convert_tapped: Callable[[ir.Model], ConversionResult],
+) -> dict[str, Any]:
+    """:func:`verify` for a model with a data-dependent selection (:mod:`edgekit.targets.selection_tail`): the
+    body judged on the tensors the selection reads, read from the model converted again with them as outputs;
+    the .tflite's own outputs against the source's selection run on those values. (A tapped conversion that
+    computed them otherwise than the .tflite does would not give its outputs.)"""
+    proto = ir.to_proto(model)
+    tapped_proto = with_outputs(proto, tail.frontier)
+    tapped = convert_tapped(ir.from_proto(tapped_proto))
+    feeds = [{name: np.asarray(a) for name, a in sample.items()} for sample in samples]
+    quantized = is_quantized(model)
+    exact = quantized and _has_8bit_qdq(model)
+    reference, frontier, used = isolated.call(
+        reference_and_tflite,
+        tapped_proto.SerializeToString(),
+        tapped.data,
+        tapped.inputs,
+        tapped.outputs,
+        feeds,
+        "exact" if exact else "host",
+        what="LiteRT",
+        doing="running the converted model with the tensors its selection reads as outputs",
+    )
+    shipped = isolated.call(
+        run_tflite_samples,
+        result.data,
+        result.inputs,
+        result.outputs,
+        feeds,
+        what="LiteRT",
+        doing="running the converted model",
+    )
+    for got, ref, own in zip(frontier, reference, shipped, strict=True):
+        for name in tail.frontier:  # the .tflite's int32 indices as the source's int64
+            got[name] = np.asarray(got[name]).astype(np.asarray(ref[name]).dtype)
+        got.update(own)
+
+    def tail_run(
+        sub: onnx.ModelProto, tail_feeds: Sequence[Mapping[str, np.ndarray]]
+    ) -> list[dict[str, np.ndarray]]:
+        return isolated.call(
+            host_outputs,
+            sub.SerializeToString(),
+            tail_feeds,
+            list(tail.outputs),
+            what="OpenVINO",
+            doing="running the source model's selection on the .tflite's values",
+        )
+
+    if quantized:
+        stick = yardstick("int8")
+    else:
+        float_recipe = precision if precision in YARDSTICKS and precision != "fp32" else "fp32"
+        stick = yardstick(float_recipe, tolerance if float_recipe == "fp32" else None, seeded)
+
+    def float64(names: Sequence[str]) -> list[dict[str, np.ndarray]]:  # the body without float32 rounding
+        body = [*names, *(o.name for o in proto.graph.output if o.name not in tail.outputs)]
+        return isolated.call(
+            exact_outputs,
+            tapped_proto.SerializeToString(),
+            feeds,
+            body,
+            what="the onnx reference evaluator",
+            doing="running the source model in float64",
+        )
+
+    figures = verify_with_tail(
+        proto,
+        tail,
+        samples,
+        lambda names: reference,
+        lambda names: frontier,
+        tail_run,
+        stick,
+        output_kinds(model),
+        target,
+        "the .tflite",
+        float64 if stick.precision == "fp32" else None,
+    )
+    return {"reference": REFERENCES[used], "runtime": "LiteRT interpreter (ai-edge-litert)", **figures}
 
 
 def index_scores(
@@ -385,7 +488,14 @@ def package_tflite(
         model,
         options.verify_samples,
         lambda samples, seeded: verify(
-            model, result, samples, tolerance, target.name, precision_judged, seeded
+            model,
+            result,
+            samples,
+            tolerance,
+            target.name,
+            precision_judged,
+            seeded,
+            lambda tapped: convert(tapped, convert_options),
         ),
     )
     report.update(figures)

@@ -88,5 +88,6 @@ def _load_converters() -> None:
         ops_misc,
         ops_resize,
         ops_rnn,
+        ops_selection,
         ops_shape,
     )

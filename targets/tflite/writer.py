@@ -157,11 +157,18 @@ class _SharedShapeTensor(fb.TensorT):
         self._cache = cache
 
     def Pack(self, builder: flatbuffers.Builder) -> int:  # noqa: N802 - flatbuffers API name
-        shape = _shared_vector(builder, self._cache, "shape", np.asarray(self.shape, dtype="<i4"))
+        dims = np.asarray(self.shape, dtype="<i4")
+        # a dim sized at run time (after a detector's NMS) is -1 in the signature, 1 in the shape LiteRT allocates
+        shape = _shared_vector(
+            builder, self._cache, "shape", np.maximum(dims, 1) if (dims < 0).any() else dims
+        )
+        signature = _shared_vector(builder, self._cache, "shape", dims) if (dims < 0).any() else None
         name = builder.CreateSharedString(self.name) if self.name is not None else None
         quantization = self.quantization.Pack(builder) if self.quantization is not None else None
         fb.TensorStart(builder)
         fb.TensorAddShape(builder, shape)
+        if signature is not None:
+            fb.TensorAddShapeSignature(builder, signature)
         fb.TensorAddType(builder, self.type)
         fb.TensorAddBuffer(builder, self.buffer)
         if name is not None:

@@ -144,3 +144,67 @@ def test_client_input_conversion() -> None:
             {"q": np.zeros((2, 3), np.int8), "r": np.zeros((3, 3), np.int8)},
             [*specs, {"name": "r", "shape": [1, 3], "dtype": "int8"}],
         )
+
+
+def _selection_model():  # type: ignore[no-untyped-def]
+    """NonMaxSuppression over 16 boxes of one class, then the boxes it kept: ``[K, 4]``, K known at run time."""
+    from onnx import TensorProto, helper
+
+    inits = [
+        helper.make_tensor("max", TensorProto.INT64, [1], [16]),
+        helper.make_tensor("iou", TensorProto.FLOAT, [1], [0.3]),
+        helper.make_tensor("threshold", TensorProto.FLOAT, [1], [0.5]),
+        helper.make_tensor("two", TensorProto.INT64, [], [2]),
+        helper.make_tensor("zero", TensorProto.INT64, [1], [0]),
+    ]
+    nodes = [
+        helper.make_node("NonMaxSuppression", ["boxes", "scores", "max", "iou", "threshold"], ["selected"]),
+        helper.make_node("Gather", ["selected", "two"], ["index"], axis=1),
+        helper.make_node("Squeeze", ["boxes", "zero"], ["all_boxes"]),
+        helper.make_node("Gather", ["all_boxes", "index"], ["kept"], axis=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "selection",
+        [
+            helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 16, 4]),
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, 16]),
+        ],
+        [helper.make_tensor_value_info("kept", TensorProto.FLOAT, ["K", 4])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_a_selection_whose_rows_vary_runs_one_sample_per_request(
+    tcp_agent: AgentProcess, tmp_path, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    """A bundle whose output has as many rows as its NMS keeps (manifest shape [-1, 4]): each sample's rows come
+    back as onnxruntime computes them; samples keeping different counts in one request are refused in one line."""
+    import json
+
+    import onnx
+    import onnxruntime as ort
+    from cli_in_process import cli_text
+
+    model = _selection_model()
+    path = tmp_path / "selection.onnx"
+    onnx.save(model, path)
+    code, text = cli_text(capsys, "deploy", str(path), "-t", "arm-cpu", "-o", str(tmp_path / "out"))
+    assert code == 0, text
+    bundle = tmp_path / "out" / "arm-cpu"
+    assert json.loads((bundle / "manifest.json").read_text())["outputs"][0]["shape"] == [-1, 4]
+    rng = np.random.default_rng(5)
+    corner = rng.uniform(0, 10, (2, 16, 2))
+    boxes = np.concatenate([corner, corner + rng.uniform(1, 4, (2, 16, 2))], -1).astype(np.float32)
+    scores = rng.random((2, 1, 16), dtype=np.float32)
+    session = ort.InferenceSession(model.SerializeToString())
+    want = [session.run(None, {"boxes": boxes[i : i + 1], "scores": scores[i : i + 1]})[0] for i in range(2)]
+    assert len(want[0]) != len(want[1])
+    with connect(tcp_agent.url()) as client:
+        client.load(client.put_bundle(bundle), threads=1)
+        for i in range(2):
+            out, _ = client.infer({"boxes": boxes[i : i + 1], "scores": scores[i : i + 1]})
+            np.testing.assert_array_equal(out["kept"].reshape(want[i].shape), want[i])
+        with pytest.raises(RemoteError, match="one sample per request"):
+            client.infer({"boxes": boxes, "scores": scores})

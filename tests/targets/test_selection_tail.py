@@ -1,10 +1,10 @@
 """Detectors exported with their NMS inside (ultralytics ``export(nms=True)``, PaddleDetection's ``multiclass_nms3``):
 the number of boxes is known only at run time.
 
-intel-vpu (OpenVINO runs NonMaxSuppression with its data-dependent output) and ``edgekit quantize`` take such a model;
-the static-shape targets (arm-cpu, nnapi) refuse it in one line naming the op. The IR is verified in two parts
-(``edgekit.targets.selection_tail``): the body on the tensors the selection reads, the selection against the
-source's run on the IR's own values. The model here is built in the test: a strided Conv head giving boxes and
+intel-vpu (OpenVINO runs NonMaxSuppression with its data-dependent output), arm-cpu and nnapi (LiteRT sizes the
+selection's tensors while it runs: ``edgekit.targets.tflite.selection``) and ``edgekit quantize`` take such a model.
+Each artifact is verified in two parts (``edgekit.targets.selection_tail``): the body on the tensors the selection
+reads, the selection against the source's run on the artifact's own values. The model here is built in the test: a strided Conv head giving boxes and
 class scores, joined by a Concat and split again (as ultralytics' export does), then NonMaxSuppression and the
 boxes it kept, ``[K, 4]`` with K known only at run time.
 """
@@ -128,17 +128,79 @@ def test_the_tail_starts_at_the_selection_and_reads_the_split_scores(detector):
     assert len(counts) > 1 and min(counts) > 0, counts  # the number of boxes depends on the data
 
 
-def test_static_shape_targets_refuse_in_one_line(detector, tmp_path, capsys):
+def _tflite_outputs(bundle: Path, samples: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(bundle / "model.tflite"))
+    interpreter.allocate_tensors()
+    (inp,) = interpreter.get_input_details()
+    runs = []
+    for x in samples:
+        feed = x.transpose(0, 2, 3, 1) if tuple(inp["shape"]) != x.shape else x  # NHWC image input
+        interpreter.set_tensor(inp["index"], feed)
+        interpreter.invoke()
+        runs.append({d["name"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()})
+    return runs
+
+
+@pytest.mark.parametrize("padded", [True, False], ids=["padded", "kept-rows"])
+def test_arm_cpu_and_nnapi_run_the_selection_on_tensors_sized_at_run_time(padded, tmp_path, capsys):
+    """The selection is written with tensors LiteRT sizes while it runs (NON_MAX_SUPPRESSION_V4, WHERE...): the
+    fp32 .tflite keeps the boxes onnxruntime keeps, sample by sample, also where the number of rows is the
+    selection's ([K, 4], PaddleDetection's form); int8 and nnapi pass the two-part verification."""
+    path = tmp_path / "detector.onnx"
+    model = _detector(padded=padded)
+    onnx.save(model, path)
     calib = tmp_path / "calib.npz"
     np.savez(calib, x=np.concatenate(_samples(4, 3)))
-    for target in ("arm-cpu", "nnapi"):
+    code, text = cli_text(
+        capsys, "deploy", str(path), "-t", "arm-cpu", "--precision", "fp32", "--calib", str(calib),
+        "-o", str(tmp_path / "f"),
+    )  # fmt: skip
+    assert code == 0, text
+    bundle = tmp_path / "f" / "arm-cpu"
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    held_out = _samples(6, 11)
+    session = ort.InferenceSession(str(path))
+    names = [o.name for o in model.graph.output]
+    kept = set()
+    for x, got in zip(held_out, _tflite_outputs(bundle, held_out), strict=True):
+        for name, want in zip(names, session.run(None, {"x": x}), strict=True):
+            assert got[name].shape == want.shape, (name, got[name].shape, want.shape)
+            np.testing.assert_allclose(got[name], want, rtol=0, atol=1e-4)
+        kept.add(_kept(got[names[0]]))
+    assert len(kept) > 1 and min(kept) > 0, kept  # the rows differ from sample to sample
+    if not padded:
+        assert manifest["outputs"][0]["shape"] == [-1, 4], manifest["outputs"]
+    assert "selection_tail" in manifest["verification"], manifest["verification"].keys()
+    for target, extra in (("arm-cpu", ["--precision", "int8"]), ("nnapi", [])):
+        out = tmp_path / f"q-{target}"
         code, text = cli_text(
-            capsys, "deploy", str(detector), "-t", target, "--calib", str(calib), "-o", str(tmp_path / target)
+            capsys, "deploy", str(path), "-t", target, "--calib", str(calib), *extra, "-o", str(out)
         )
-        lines = [ln for ln in text.splitlines() if ln.strip()]
-        assert code == 2, text
-        assert "NonMaxSuppression ('nms')" in text and "static shapes only" in text, text
-        assert not any("Traceback" in ln for ln in lines), text
+        assert code == 0, text
+        assert "NON_MAX_SUPPRESSION_V4" in json.dumps(
+            json.loads((out / target / "manifest.json").read_text())
+        )
+
+
+def test_a_selection_tail_with_an_op_not_sized_at_run_time_is_refused_in_one_line(tmp_path, capsys):
+    model = _detector(padded=False)
+    model.graph.node.append(
+        helper.make_node("Softmax", ["kept_boxes"], ["soft_boxes"], axis=-1, name="after_nms")
+    )
+    model.graph.output[0].name = "soft_boxes"
+    path = tmp_path / "softmax_after.onnx"
+    onnx.save(model, path)
+    for target in ("arm-cpu", "nnapi"):
+        calib = _calib(tmp_path)
+        code, text = cli_text(
+            capsys, "deploy", str(path), "-t", target, "--calib", str(calib), "-o", str(tmp_path / target)
+        )
+        lines = [ln for ln in text.splitlines() if ln.startswith("error")]
+        assert code == 2 and len(lines) == 1, text
+        assert "Softmax node 'after_nms' after it does not run on tensors sized at run time" in text, text
+        assert "NonMaxSuppression ('nms')" in text, text
         assert "quantizing for" not in text, text  # refused before calibration is spent on it
         assert not (tmp_path / target / target).exists()
 

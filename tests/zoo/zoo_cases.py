@@ -468,6 +468,8 @@ def compare(kind: str, ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarr
     per_output = {}
     for name, r in ref.items():
         g = got[name]
+        if np.shape(r) != np.shape(g) and np.ndim(r) == np.ndim(g):  # selections keeping different rows
+            r, g = _padded([np.asarray(r), np.asarray(g)])
         per_output[name] = {
             "cosine": cosine(r, g),
             "sqnr_db": sqnr_db(r, g),
@@ -493,8 +495,15 @@ def _samples(
     return [{n: np.asarray(arrays[n][i]).reshape(shapes[n]) for n in names} for i in range(count)]
 
 
+def _padded(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Arrays of one rank zero-padded to the largest of each dim: a selection's outputs (a detector's NMS,
+    PaddleDetection's [N, 6]) have as many rows as it keeps, from sample to sample and runtime to runtime."""
+    shape = np.max([np.shape(a) for a in arrays], axis=0) if arrays else ()
+    return [np.pad(a, [(0, int(m) - d) for d, m in zip(np.shape(a), shape, strict=True)]) for a in arrays]
+
+
 def _stack(outputs: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    return {k: np.stack([o[k] for o in outputs]) for k in outputs[0]}
+    return {k: np.stack(_padded([np.asarray(o[k]) for o in outputs])) for k in outputs[0]}
 
 
 def _onnx_runner(path: str, reference: str = "onnxruntime") -> tuple[Callable[[dict], dict], list[str], dict]:
