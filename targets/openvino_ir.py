@@ -47,7 +47,7 @@ from edgekit.targets.base import (
     static_dims,
 )
 from edgekit.targets.runtime_versions import openvino_requirements
-from edgekit.targets.selection_tail import SelectionTail, selection_tail, verify_with_tail
+from edgekit.targets.selection_tail import SelectionTail, onnx_tail_run, selection_tail, verify_with_tail
 from edgekit.targets.yardstick import (
     compare_outputs,
     output_kinds,
@@ -738,12 +738,6 @@ def _verify_with_tail(
         compiled = _compile_cpu(core, tapped)
         return [run_compiled(compiled, s) for s in samples]
 
-    def tail_run(
-        model: onnx.ModelProto, feeds: Sequence[Mapping[str, np.ndarray]]
-    ) -> list[dict[str, np.ndarray]]:
-        host = HostRunner(model)
-        return [host.run(f) for f in feeds]
-
     def fp16_weights(extra: Sequence[str]) -> list[dict[str, np.ndarray]]:
         from edgekit.core.qdq_forms import float16_rounded
 
@@ -758,7 +752,7 @@ def _verify_with_tail(
             samples,
             reference,
             artifact,
-            tail_run,
+            onnx_tail_run,
             stick,
             kinds,
             "intel-vpu",

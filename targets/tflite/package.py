@@ -33,7 +33,7 @@ from edgekit.targets.base import (
     static_dims,
 )
 from edgekit.targets.runtime_versions import tflite_requirements
-from edgekit.targets.selection_tail import SelectionTail, selection_tail, verify_with_tail
+from edgekit.targets.selection_tail import SelectionTail, onnx_tail_run, selection_tail, verify_with_tail
 from edgekit.targets.tflite.converter import ConversionResult, ConvertOptions, convert
 from edgekit.targets.tflite.registry import lookup
 from edgekit.targets.tflite.selection import selection_refusal
@@ -123,6 +123,56 @@ def run_tflite(
     return run_tflite_samples(data, result.inputs, result.outputs, [feeds], threads)[0]
 
 
+def int8_noise(
+    model: ir.Model,
+    proto: bytes,
+    feeds: Sequence[Mapping[str, np.ndarray]],
+    names: Sequence[str],
+    reference: Sequence[Mapping[str, np.ndarray]],
+    target: str,
+) -> list[dict[str, np.ndarray]]:
+    """The rounding noise of other implementations of the QDQ model ``proto`` on ``names``, per output the larger:
+    OpenVINO's int8 kernels (uint8 activations), and the exact semantics with every value moved by float32's
+    rounding error before it is quantized (``FLOAT32_JITTER``). A network that grows a one-step flip into another
+    output (all-MiniLM-L6-v2: 130 dB on a sample without a flip, 20 dB with one) makes whether one runtime flips on
+    three samples a draw; the jittered run flips where the model is that sensitive."""
+    from edgekit.core.exact import FLOAT32_JITTER
+
+    runs = [
+        isolated.call(
+            exact_outputs,
+            proto,
+            feeds,
+            names,
+            jitter=FLOAT32_JITTER,
+            what="the onnx reference evaluator",
+            doing="running the QDQ model's semantics under float32 rounding",
+        )
+    ]
+    # OpenVINO's int8 kernels are a yardstick for uint8 activations only: with int8 ones they are wrong on
+    # some CPUs (issue 12 item 9; intel-vpu asks for uint8). On onnxruntime's quantize_static YOLOv8n with
+    # int8 activations they were 16.9 dB from the exact semantics (uint8: 43.5 dB, onnxruntime's QLinear
+    # kernels 41.5 dB), and a .tflite at 15.1 dB passed as "within their noise".
+    if ir.DataType.INT8 not in activation_types(model):
+        try:
+            runs.append(
+                isolated.call(
+                    host_outputs,
+                    proto,
+                    feeds,
+                    names,
+                    exact_qdq=False,
+                    what="OpenVINO",
+                    doing="running the QDQ model on its int8 kernels",
+                )
+            )
+        except TargetError as exc:
+            # A yardstick, not the artifact: OpenVINO crashed on onnxruntime's NanoDet-Plus.
+            log.warning("%s: no OpenVINO int8 run to measure kernel noise against (%s)", target, exc)
+    noisiest = {n: min(runs, key=lambda run, n=n: sqnr_db(reference, run, n)) for n in names}
+    return [{n: noisiest[n][i][n] for n in names} for i in range(len(feeds))]
+
+
 def verify(
     model: ir.Model,
     result: ConversionResult,
@@ -174,48 +224,6 @@ def verify(
     )
     names = [info.name for info in result.outputs]
 
-    def int8_kernels() -> list[dict[str, np.ndarray]]:
-        """The rounding noise of other implementations of the QDQ model, per output the larger: OpenVINO's int8
-        kernels (uint8 activations), and the exact semantics with every value moved by float32's rounding error before it is
-        quantized (``FLOAT32_JITTER``). A network that grows a one-step flip into another output (all-MiniLM-L6-v2:
-        130 dB on a sample without a flip, 20 dB with one) makes whether one runtime flips on three samples a
-        draw; the jittered run flips where the model is that sensitive."""
-        from edgekit.core.exact import FLOAT32_JITTER
-
-        runs = [
-            isolated.call(
-                exact_outputs,
-                proto,
-                feeds,
-                names,
-                jitter=FLOAT32_JITTER,
-                what="the onnx reference evaluator",
-                doing="running the QDQ model's semantics under float32 rounding",
-            )
-        ]
-        # OpenVINO's int8 kernels are a yardstick for uint8 activations only: with int8 ones they are wrong on
-        # some CPUs (issue 12 item 9; intel-vpu asks for uint8). On onnxruntime's quantize_static YOLOv8n with
-        # int8 activations they were 16.9 dB from the exact semantics (uint8: 43.5 dB, onnxruntime's QLinear
-        # kernels 41.5 dB), and a .tflite at 15.1 dB passed as "within their noise".
-        if ir.DataType.INT8 not in activation_types(model):
-            try:
-                runs.append(
-                    isolated.call(
-                        host_outputs,
-                        proto,
-                        feeds,
-                        names,
-                        exact_qdq=False,
-                        what="OpenVINO",
-                        doing="running the QDQ model on its int8 kernels",
-                    )
-                )
-            except TargetError as exc:
-                # A yardstick, not the artifact: OpenVINO crashed on onnxruntime's NanoDet-Plus.
-                log.warning("%s: no OpenVINO int8 run to measure kernel noise against (%s)", target, exc)
-        noisiest = {n: min(runs, key=lambda run, n=n: sqnr_db(reference, run, n)) for n in names}
-        return [{n: noisiest[n][i][n] for n in names} for i in range(len(feeds))]
-
     def float64() -> list[dict[str, np.ndarray]]:  # the source model without float32 rounding
         return isolated.call(
             exact_outputs,
@@ -257,7 +265,9 @@ def verify(
         kinds,
         target,
         "the .tflite",
-        int8_kernels if quantized else {"fp32": float64, "fp16": fp16_weights}.get(stick.precision),
+        (lambda: int8_noise(model, proto, feeds, names, reference, target))
+        if quantized
+        else {"fp32": float64, "fp16": fp16_weights}.get(stick.precision),
         (lambda: index_scores(model, kinds, feeds, used))  # a host run, only when an index output misses
         if stick.max_rel_error is not None and not quantized
         else None,
@@ -317,18 +327,6 @@ def _verify_with_tail(
             got[name] = np.asarray(got[name]).astype(np.asarray(ref[name]).dtype)
         got.update(own)
 
-    def tail_run(
-        sub: onnx.ModelProto, tail_feeds: Sequence[Mapping[str, np.ndarray]]
-    ) -> list[dict[str, np.ndarray]]:
-        return isolated.call(
-            host_outputs,
-            sub.SerializeToString(),
-            tail_feeds,
-            list(tail.outputs),
-            what="OpenVINO",
-            doing="running the source model's selection on the .tflite's values",
-        )
-
     if quantized:
         stick = yardstick("int8")
     else:
@@ -346,18 +344,23 @@ def _verify_with_tail(
             doing="running the source model in float64",
         )
 
+    def int8(names: Sequence[str]) -> list[dict[str, np.ndarray]]:
+        body = [*names, *(o.name for o in proto.graph.output if o.name not in tail.outputs)]
+        return int8_noise(model, tapped_proto.SerializeToString(), feeds, body, reference, target)
+
+    noise = {"fp32": float64, "int8": int8}.get(stick.precision) if exact or not quantized else None
     figures = verify_with_tail(
         proto,
         tail,
         samples,
         lambda names: reference,
         lambda names: frontier,
-        tail_run,
+        onnx_tail_run,
         stick,
         output_kinds(model),
         target,
         "the .tflite",
-        float64 if stick.precision == "fp32" else None,
+        noise,
     )
     return {"reference": REFERENCES[used], "runtime": "LiteRT interpreter (ai-edge-litert)", **figures}
 

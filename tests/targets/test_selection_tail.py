@@ -286,7 +286,7 @@ def _ort_runs(model: onnx.ModelProto, samples, extra=()):
     return [dict(zip(names, session.run(None, s), strict=True)) for s in samples]
 
 
-def _verify(proto, artifact_run):
+def _verify(proto, artifact_run, stick=YARDSTICKS["fp16"]):
     tail = selection_tail(proto)
     samples = [{"x": x} for x in _samples(4, 4)]
 
@@ -302,7 +302,7 @@ def _verify(proto, artifact_run):
         lambda extra: _ort_runs(proto, samples, extra),
         lambda extra: artifact_run(samples, extra),
         tail_run,
-        YARDSTICKS["fp16"],
+        stick,
         {},
         "test",
         "the artifact",
@@ -333,6 +333,28 @@ def test_a_wrong_body_or_a_wrong_selection_is_refused():
 
     with pytest.raises(TargetError, match="differs from the source's selection run on the same values"):
         _verify(proto, lambda samples, extra: _ort_runs(looser, samples, extra))
+
+
+def test_fp32_judges_the_tensors_the_selection_reads_together():
+    """fp32's bar (1e-4 of the range) on the boxes and scores together, as the detector exported without its NMS
+    outputs them: float32-sized noise on the scores alone (range 1 against the boxes' 32) passes; scores off by a
+    wrong conversion do not."""
+    proto = onnx.shape_inference.infer_shapes(_detector())
+    stick = YARDSTICKS["fp32"]
+
+    def nudged(scale):
+        def run(samples, extra):
+            runs = _ort_runs(proto, samples, extra)
+            for r in runs:
+                r["class_scores"] = r["class_scores"] + scale * np.float32(1e-3)  # 1e-3 of the scores' range
+            return runs
+
+        return run
+
+    report = _verify(proto, nudged(1), stick)
+    assert report["selection_tail"]["frontier"].keys() == {"the tensors the selection reads, together"}
+    with pytest.raises(TargetError, match="before the selection by NonMaxSuppression"):
+        _verify(proto, nudged(100), stick)  # 0.1: a score 10 % of its range off
 
 
 def test_quantize_keeps_the_selection_and_the_split_concat_float(detector, tmp_path, capsys):
@@ -402,3 +424,86 @@ def test_a_branch_reading_the_selection_by_name_is_in_the_tail():
     assert "box_index" not in tail.frontier  # the If's read of it is inside the tail
     graph = ir.from_proto(model).graph
     assert "If" in {n.op_type for n in data_dependent_tail(graph)}
+
+
+def _bar_model(padded: bool) -> onnx.ModelProto:
+    """NonMaxSuppression over 8 boxes, then the boxes kept: ``[K, 4]``, or padded to ``[8, 4]``."""
+    inits = [
+        numpy_helper.from_array(np.array([8], np.int64), "max_out"),
+        numpy_helper.from_array(np.array([0.5], np.float32), "iou"),
+        numpy_helper.from_array(np.array([0.1], np.float32), "thr"),
+        numpy_helper.from_array(np.array(2, np.int64), "two"),
+        numpy_helper.from_array(np.array([0], np.int64), "ax0"),
+        numpy_helper.from_array(np.array([8], np.int64), "rows"),
+        numpy_helper.from_array(np.array([0, 0], np.int64), "zz"),
+        numpy_helper.from_array(np.array([8, 4], np.int64), "rows4"),
+    ]
+    nodes = [
+        helper.make_node(
+            "NonMaxSuppression", ["boxes", "scores", "max_out", "iou", "thr"], ["selected"], name="nms"
+        ),
+        helper.make_node("Gather", ["selected", "two"], ["index"], axis=1),
+        helper.make_node("Squeeze", ["boxes", "ax0"], ["all_boxes"]),
+        helper.make_node("Gather", ["all_boxes", "index"], ["kept"], axis=0),
+    ]
+    output = helper.make_tensor_value_info("kept", TensorProto.FLOAT, ["K", 4])
+    if padded:
+        nodes += [
+            helper.make_node("Shape", ["kept"], ["kept_shape"], end=1),
+            helper.make_node("Sub", ["rows", "kept_shape"], ["missing"]),
+            helper.make_node("Concat", ["zz", "missing", "ax0"], ["pads"], axis=0),
+            helper.make_node("Pad", ["kept", "pads"], ["padded"]),
+            helper.make_node("Reshape", ["padded", "rows4"], ["detections"]),
+        ]
+        output = helper.make_tensor_value_info("detections", TensorProto.FLOAT, [8, 4])
+    graph = helper.make_graph(
+        nodes,
+        "bar",
+        [
+            helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 8, 4]),
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, 8]),
+        ],
+        [output],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _bar_samples(folder: Path) -> tuple[Path, np.ndarray, np.ndarray]:
+    """Pairs of boxes, [0, 0, 2, 1] and [0, 0, 1, 1], overlapping at IoU 0.5 exactly, each pair apart."""
+    boxes = np.array([[[4 * i, 0, 4 * i + 2, 1], [4 * i, 0, 4 * i + 1, 1]] for i in range(4)], np.float32)
+    boxes = np.repeat(boxes.reshape(1, 1, 8, 4), 3, axis=0)
+    scores = np.random.default_rng(0).uniform(0.2, 1, (3, 1, 1, 8)).astype(np.float32)
+    path = folder / "bar.npz"
+    np.savez(path, boxes=boxes.reshape(3, 8, 4), scores=scores.reshape(3, 1, 8))
+    return path, boxes, scores
+
+
+def test_every_target_keeps_a_box_at_the_iou_bar_as_onnx_does(tmp_path, capsys):
+    """Boxes overlapping exactly at the IoU bar (int8 boxes on a grid meet it): ONNX (onnxruntime, the onnx
+    reference evaluator) keeps the second box; OpenVINO's NonMaxSuppression suppresses it, LiteRT's too. The
+    .tflite and the IR keep it (ov_nms, ops_selection), and both verifications judge the selection by ONNX's
+    semantics (against OpenVINO's, the .tflite failed)."""
+    calib, boxes, scores = _bar_samples(tmp_path)
+    for padded, target in ((False, "arm-cpu"), (True, "intel-vpu")):
+        model = _bar_model(padded)
+        path = tmp_path / f"bar_{target}.onnx"
+        onnx.save(model, path)
+        code, text = cli_text(
+            capsys, "deploy", str(path), "-t", target, "--precision", "fp32", "--calib", str(calib),
+            "-o", str(tmp_path / target),
+        )  # fmt: skip
+        assert code == 0, text
+        want = ort.InferenceSession(str(path)).run(None, {"boxes": boxes[0], "scores": scores[0]})[0]
+        assert np.count_nonzero(np.any(want != 0, axis=1)) == 8  # every box kept: none overlaps above the bar
+        feeds = {"boxes": boxes[0], "scores": scores[0]}
+        if target == "arm-cpu":
+            from tflite_files import run_tflite_file
+
+            got = run_tflite_file(tmp_path / target / target / "model.tflite", feeds)["kept"]
+        else:
+            import openvino as ov
+
+            compiled = ov.Core().compile_model(str(tmp_path / target / target / "model.xml"), "CPU")
+            got = next(iter(compiled.create_infer_request().infer(feeds).values()))
+        np.testing.assert_array_equal(got, want)
