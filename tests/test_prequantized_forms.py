@@ -175,3 +175,52 @@ def test_matmulnbits_whose_scales_do_not_fit_its_shape_is_one_typed_line(tmp_pat
     with pytest.raises(ModelError, match="weight scale holds 128 values"):
         load_proto(proto)
     assert "MatMulNBits node 'mm'" in _cli_error(proto, tmp_path, "-t", "intel-vpu")
+
+
+def qonnx_and_its_qcdq() -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    """Conv(Quant(x: int8), Quant(W: narrow int4, per channel)) -> Relu -> Quant(uint8), as brevitas'
+    ``export_qonnx`` writes it, and the same as brevitas' ``export_onnx_qcdq`` (Q -> Clip -> DQ) writes it."""
+    qonnx = "qonnx.custom_op.general"
+    w_scale = (np.abs(W).reshape(6, -1).max(1) / 7).astype(np.float32)
+    shared = [_init("w", W), _init("b", B)]
+    inits = [*shared, _init("sx", np.float32(0.02)), _init("z0", np.float32(0)), _init("b8", np.float32(8)),
+             _init("sw", w_scale.reshape(6, 1, 1, 1)), _init("b4", np.float32(4)), _init("sy", np.float32(0.03))]  # fmt: skip
+    nodes = [
+        helper.make_node("Quant", ["x", "sx", "z0", "b8"], ["xq"], "qx", domain=qonnx, signed=1, narrow=0,
+                         rounding_mode="ROUND"),
+        helper.make_node("Quant", ["w", "sw", "z0", "b4"], ["wq"], "qw", domain=qonnx, signed=1, narrow=1,
+                         rounding_mode="ROUND"),
+        helper.make_node("Conv", ["xq", "wq", "b"], ["c"], "conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"], "relu"),
+        helper.make_node("Quant", ["r", "sy", "z0", "b8"], ["y"], "qy", domain=qonnx, signed=0, narrow=0,
+                         rounding_mode="ROUND"),
+    ]  # fmt: skip
+    qonnx_model = _model(nodes, inits, [("", 17), (qonnx, 1)])
+    wq = np.clip(np.rint(W / w_scale.reshape(6, 1, 1, 1)), -7, 7).astype(np.int8)
+    inits = [_init("wq8", wq), _init("sw", w_scale), _init("zw", np.zeros(6, np.int8)), _init("b", B),
+             _init("sx", np.float32(0.02)), _init("zx", np.int8(0)), _init("sy", np.float32(0.03)),
+             _init("zy", np.uint8(0))]  # fmt: skip
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq8"]),
+        helper.make_node("DequantizeLinear", ["xq8", "sx", "zx"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["wq8", "sw", "zw"], ["wq"], axis=0),
+        helper.make_node("Conv", ["xq", "wq", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("QuantizeLinear", ["r", "sy", "zy"], ["yq"]),
+        helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["y"]),
+    ]
+    return qonnx_model, _model(nodes, inits, [("", 17)])
+
+
+def test_qonnx_quant_reads_as_the_qcdq_model_brevitas_writes(tmp_path) -> None:
+    qonnx_model, qcdq = qonnx_and_its_qcdq()
+    loaded = to_proto(load_proto(qonnx_model))
+    assert not any(n.domain for n in loaded.graph.node)
+    ours = ort.InferenceSession(loaded.SerializeToString(), providers=["CPUExecutionProvider"])
+    theirs = ort.InferenceSession(qcdq.SerializeToString(), providers=["CPUExecutionProvider"])
+    for feed in FEEDS:
+        np.testing.assert_array_equal(ours.run(None, feed)[0], theirs.run(None, feed)[0])
+    path = get_target("arm-cpu").package(
+        load_proto(qonnx_model), tmp_path / "arm", PackageOptions(verify_samples=tuple(FEEDS))
+    )
+    assert path.exists()

@@ -583,12 +583,13 @@ def load_proto(
     qoperator.ms_qdq_as_standard(proto, default_opset(proto))
     from edgekit.core import fake_quantize
 
-    if fake_quantize.as_qdq(proto):  # NNCF's torch export
-        notes_fq = [
-            "OpenVINO FakeQuantize nodes (NNCF's torch export) read as QuantizeLinear / DequantizeLinear"
-        ]
-    else:
-        notes_fq = []
+    # NNCF's torch export (FakeQuantize), brevitas' export_qonnx (Quant)
+    read = fake_quantize.as_qdq(proto)
+    notes_fq = (
+        [f"{read} FakeQuantize / QONNX Quant node(s) read as QuantizeLinear / DequantizeLinear"]
+        if read
+        else []
+    )
     # The lowest IR version the opsets allow (>= 4: initializers that are not graph inputs), so that every
     # runtime, including ones older than this onnx package, reads what we write.
     proto.ir_version = max(
