@@ -1,6 +1,7 @@
 """Issue 12 probe round 17q: models quantized or converted by tools not probed before (``--out
-benchmarks/.zoo/probe17q``, not committed; needs ``torchao``, ``brevitas``, ``onnxconverter-common`` (all
-``--no-deps``) and ``onnxscript`` in the probe's venv; ``nncf`` for its two variants).
+benchmarks/.zoo/probe17q``, not committed; needs ``torchao``, ``brevitas`` (+ ``dependencies==2.0.1``, ``unfoldNd``,
+``onnxoptimizer``), ``onnxconverter-common`` (all ``--no-deps``) and ``onnxscript`` in the probe's venv; ``nncf`` for
+its variants).
 
 Round 6 (``probe_prequantized.py``) probed onnxruntime ``quantize_static`` (QDQ), NNCF's ONNX ``quantize`` and
 ``quantize_dynamic`` on zoo files. Here the other paths users take, on seeded small models (the zoo's reduced
@@ -12,8 +13,9 @@ ResNet-18 / MobileNetV3-Small / YOLO-style builders with BatchNorm statistics fr
   ``torch.onnx.export(..., dynamo=True)`` at opset 18;
 - brevitas 0.13 ``export_onnx_qcdq`` (QuantizeLinear - Clip - DequantizeLinear: narrow-range int8 and int4
   weights) and ``export_qonnx`` (the ``qonnx.custom_op.general`` domain) of a brevitas CNN;
-- NNCF's torch backend (``nncf.quantize`` on the module, FakeQuantize exported as QDQ pairs by the TorchScript
-  exporter at opset 17) and NNCF ``compress_weights`` on the BERT ONNX (int8 and int4 weight-only);
+- NNCF's torch backend (``nncf.quantize`` on the module, exported by the TorchScript exporter at opset 17: as is,
+  ``org.openvinotoolkit::FakeQuantize``; after ``nncf.strip``, QDQ pairs) and NNCF ``compress_weights`` on the BERT
+  ONNX (INT8_ASYM; INT4_SYM with and without ``all_layers``, whose embedding becomes an invalid MatMulNBits);
 - onnxruntime beside round 6: ``MatMulNBits`` (``matmul_nbits_quantizer``, 4-bit, com.microsoft),
   ``quantize_static`` QDQ with ActivationSymmetric + WeightSymmetric=False, with int16 activations
   (``UseQDQContribOps``: com.microsoft QuantizeLinear), ``float16.convert_float_to_float16(keep_io_types=True)``
