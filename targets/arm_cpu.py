@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import onnx_ir as ir
 from edgekit.core.errors import TargetError
 from edgekit.targets.base import PackageOptions, Problem, Target, register_target
@@ -45,6 +46,29 @@ class ArmCpuOptions:
     fp32_tolerance: float = 1e-4
 
 
+#: TFLite's int16 QUANTIZE / DEQUANTIZE and 16x8 kernels check zero point 0 in Prepare (quantize.cc, conv.cc)
+ASYMMETRIC_INT16 = (
+    "16-bit activations with zero point {1} (QuantizeLinear {0!r}): TFLite's int16 QUANTIZE and 16x8 kernels "
+    "take symmetric int16 only (zero point 0); quantize with symmetric activations (onnxruntime: "
+    "ActivationSymmetric=True) or deploy the float model with --calib DATA --precision int16x8"
+)
+
+
+def _asymmetric_int16(model: ir.Model) -> tuple[str, int] | None:
+    """The first 16-bit QuantizeLinear whose zero point is not 0 (uint16 or asymmetric int16): name, zero point."""
+    from edgekit.core.irutil import const_array
+
+    for node in model.graph:
+        if node.op_type != "QuantizeLinear" or len(node.inputs) < 3 or node.inputs[2] is None:
+            continue
+        if node.inputs[2].dtype not in (ir.DataType.INT16, ir.DataType.UINT16):
+            continue
+        z = const_array(node.inputs[2])
+        if z is not None and np.any(z != 0):
+            return node.name or "", int(z.reshape(-1)[0])
+    return None
+
+
 @register_target
 class ArmCpuTarget(Target):
     name = "arm-cpu"
@@ -65,7 +89,16 @@ class ArmCpuTarget(Target):
         return selection_refusal(model, self.name)
 
     def check(self, model: ir.Model) -> list[Problem]:
+        asymmetric = _asymmetric_int16(model)
+        if asymmetric is not None:
+            return [Problem("error", "QuantizeLinear", asymmetric[0], ASYMMETRIC_INT16.format(*asymmetric))]
         return check_model(model, self.name, ConvertOptions(target=self.name))
+
+    def early_refusal(self, model: ir.Model) -> str | None:
+        asymmetric = _asymmetric_int16(model)
+        if asymmetric is not None:
+            return f"target {self.name!r} cannot take this model: {ASYMMETRIC_INT16.format(*asymmetric)}"
+        return super().early_refusal(model)
 
     def package(self, model: ir.Model, out_dir: Path, options: PackageOptions) -> Path:
         opts: ArmCpuOptions = self.target_options(options)

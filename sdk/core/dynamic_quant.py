@@ -252,9 +252,19 @@ def _matmul_nbits(g: _Graph, node: onnx.NodeProto) -> None:
     if bits not in (4, 8):
         raise ModelError(f"MatMulNBits node {node.name!r}: {bits}-bit weights (4 and 8 are read)")
     blocks = -(-k // block)
-    packed = g.constant(node, 1, "weight").reshape(n, blocks, -1)
-    q = _unpacked(packed, bits)
-    scale = g.constant(node, 2, "weight scale").astype(np.float32).reshape(n, blocks)
+    packed = g.constant(node, 1, "weight")
+    scale = g.constant(node, 2, "weight scale")
+    # NNCF's compress_weights(INT4, all_layers=True) writes an embedding table's Gather as a MatMulNBits on the
+    # int64 ids with scales of the table's transposed blocks: not a valid file (onnxruntime refuses it too)
+    want = {"weight": (packed.size, n * blocks * block * bits // 8), "weight scale": (scale.size, n * blocks)}
+    for what, (size, expected) in want.items():
+        if size != expected:
+            raise ModelError(
+                f"MatMulNBits node {node.name!r}: its {what} holds {size} values where K={k}, N={n}, "
+                f"block_size {block} and {bits} bits need {expected}; the file is not a valid MatMulNBits model"
+            )
+    q = _unpacked(packed.reshape(n, blocks, -1), bits)
+    scale = scale.astype(np.float32).reshape(n, blocks)
     zero: np.ndarray | float = float(1 << (bits - 1))
     if len(node.input) > 3 and node.input[3]:
         z = g.constant(node, 3, "weight zero point")

@@ -578,6 +578,18 @@ def load_proto(
     # torch's MaxPool on a (C, H, W) input (invalid ONNX) given a batch axis
     expanded += unbatched.rewrite(copy)
     proto = upgrade_opset(copy)
+    from edgekit.core import qoperator
+
+    qoperator.ms_qdq_as_standard(proto, default_opset(proto))
+    from edgekit.core import fake_quantize
+
+    # NNCF's torch export (FakeQuantize), brevitas' export_qonnx (Quant)
+    read = fake_quantize.as_qdq(proto)
+    notes_fq = (
+        [f"{read} FakeQuantize / QONNX Quant node(s) read as QuantizeLinear / DequantizeLinear"]
+        if read
+        else []
+    )
     # The lowest IR version the opsets allow (>= 4: initializers that are not graph inputs), so that every
     # runtime, including ones older than this onnx package, reads what we write.
     proto.ir_version = max(
@@ -589,7 +601,7 @@ def load_proto(
     del proto.graph.input[:]
     proto.graph.input.extend(kept)
     forget_nonpositive_dims(proto)
-    notes = inlined + expanded + float16_to_float32(proto) + float64_to_float32(proto)
+    notes = inlined + expanded + notes_fq + float16_to_float32(proto) + float64_to_float32(proto)
     notes += fix_input_shapes(proto, input_shapes, data)
     if messages is not None:
         messages.extend(notes)  # the caller announces them (once per command, not once per load)

@@ -588,6 +588,45 @@ def to_qdq(model: ir.Model) -> int:
     return qoperator_pass.rewritten
 
 
+#: the default-domain opset from which the standard QuantizeLinear / DequantizeLinear take an integer type
+#: (per-axis 8-bit from 13; 16-bit and 4-bit from 21)
+_STANDARD_QDQ_SINCE = {
+    **dict.fromkeys((onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT32), 13),
+    **dict.fromkeys(
+        (onnx.TensorProto.INT16, onnx.TensorProto.UINT16, onnx.TensorProto.INT4, onnx.TensorProto.UINT4), 21
+    ),
+}
+
+
+def ms_qdq_as_standard(proto: onnx.ModelProto, opset: int) -> int:
+    """onnxruntime's ``com.microsoft`` QuantizeLinear / DequantizeLinear (``quantize_static`` with
+    ``UseQDQContribOps``: 16-bit activations, 4-bit weights) as the standard ops, in place, where the model's
+    default-domain ``opset`` defines the node's integer type (its zero point's, else a DequantizeLinear's
+    constant input's); returns how many. The others are left to :func:`_ms_qdq`. Both read the same inputs and
+    ``axis`` and compute the same values."""
+    types = {t.name: t.data_type for t in proto.graph.initializer}
+    types.update(
+        (v.name, v.type.tensor_type.elem_type) for v in [*proto.graph.value_info, *proto.graph.input]
+    )
+    done = 0
+    for node in proto.graph.node:
+        if node.domain != MS_DOMAIN or node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        names = [node.input[2]] if len(node.input) > 2 and node.input[2] else []
+        if node.op_type == "DequantizeLinear":
+            names.append(node.input[0])
+        since = next((_STANDARD_QDQ_SINCE.get(types[n]) for n in names if n in types), None)
+        if since is None or opset < since:
+            continue
+        node.domain = ""
+        done += 1
+    if done and not any(n.domain == MS_DOMAIN for n in proto.graph.node):
+        kept = [o for o in proto.opset_import if o.domain != MS_DOMAIN]
+        del proto.opset_import[:]
+        proto.opset_import.extend(kept)
+    return done
+
+
 # -- the model's own answers: onnxruntime running the QOperator file as given ------------------------------
 def is_qoperator_file(proto: onnx.ModelProto) -> bool:
     """True when the ONNX model (as read from its file) is in onnxruntime's QOperator format."""
