@@ -85,9 +85,6 @@ class ArmCpuTarget(Target):
         "w4": None,
     }
 
-    def early_refusal(self, model: ir.Model) -> str | None:
-        return selection_refusal(model, self.name)
-
     def check(self, model: ir.Model) -> list[Problem]:
         asymmetric = _asymmetric_int16(model)
         if asymmetric is not None:
@@ -98,7 +95,7 @@ class ArmCpuTarget(Target):
         asymmetric = _asymmetric_int16(model)
         if asymmetric is not None:
             return f"target {self.name!r} cannot take this model: {ASYMMETRIC_INT16.format(*asymmetric)}"
-        return super().early_refusal(model)
+        return selection_refusal(model, self.name)
 
     def package(self, model: ir.Model, out_dir: Path, options: PackageOptions) -> Path:
         opts: ArmCpuOptions = self.target_options(options)
