@@ -201,6 +201,7 @@ def verify_with_tail(
             )
     plain = OutputKind(why="a tensor the data-dependent selection reads")
     others = [n for n in outputs if n not in tail.outputs]
+
     # fp32's bar is 1e-4 of a tensor's range. The same detector exported without its NMS outputs boxes and scores
     # as one tensor (ultralytics' [1, 84, N]) and is judged on that range; the scores alone (range 1 against the
     # boxes' 160) are held 160 times tighter, below float32's own noise on seeded samples (yolov8n nms=True: 2.1e-4

@@ -123,6 +123,24 @@ def run_tflite(
     return run_tflite_samples(data, result.inputs, result.outputs, [feeds], threads)[0]
 
 
+def _reference_and_run(
+    proto: bytes, result: ConversionResult, feeds: Sequence[Mapping[str, np.ndarray]], exact: bool, doing: str
+) -> tuple[list[dict[str, np.ndarray]], list[dict[str, np.ndarray]], str]:
+    """The source model (its exact QDQ semantics when ``exact``, else the host) and the .tflite on ``feeds``, in a
+    child process (LiteRT aborts the process on some graphs, OpenVINO can crash compiling one)."""
+    return isolated.call(
+        reference_and_tflite,
+        proto,
+        result.data,
+        result.inputs,
+        result.outputs,
+        feeds,
+        "exact" if exact else "host",
+        what="LiteRT",
+        doing=doing,
+    )
+
+
 def int8_noise(
     model: ir.Model,
     proto: bytes,
@@ -211,17 +229,7 @@ def verify(
     # An 8-bit QDQ model is judged against its exact semantics, which integer kernels compute: a float32 run
     # rounds values near a half step either way and a network grows those flips (edgekit.core.exact).
     exact = quantized and _has_8bit_qdq(model)
-    reference, actual, used = isolated.call(
-        reference_and_tflite,
-        proto,
-        result.data,
-        result.inputs,
-        result.outputs,
-        feeds,
-        "exact" if exact else "host",
-        what="LiteRT",
-        doing="running the converted model",
-    )
+    reference, actual, used = _reference_and_run(proto, result, feeds, exact, "running the converted model")
     names = [info.name for info in result.outputs]
 
     def float64() -> list[dict[str, np.ndarray]]:  # the source model without float32 rounding
@@ -302,16 +310,12 @@ def _verify_with_tail(
     feeds = [{name: np.asarray(a) for name, a in sample.items()} for sample in samples]
     quantized = is_quantized(model)
     exact = quantized and _has_8bit_qdq(model)
-    reference, frontier, used = isolated.call(
-        reference_and_tflite,
+    reference, frontier, used = _reference_and_run(
         tapped_proto.SerializeToString(),
-        tapped.data,
-        tapped.inputs,
-        tapped.outputs,
+        tapped,
         feeds,
-        "exact" if exact else "host",
-        what="LiteRT",
-        doing="running the converted model with the tensors its selection reads as outputs",
+        exact,
+        "running the converted model with the tensors its selection reads as outputs",
     )
     shipped = isolated.call(
         run_tflite_samples,
