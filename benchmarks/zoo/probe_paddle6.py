@@ -6,7 +6,9 @@
         onnxruntime scikit-learn packaging
     /work/venv-pd26/bin/python benchmarks/zoo/probe_paddle6.py     # paddle 2.6 .pdmodel + paddle2onnx 1.x, 11 / 13
     /work/venv-pd33/bin/python benchmarks/zoo/probe_paddle6.py     # paddle 3.3 PIR .json + paddle2onnx 2.1, 16 / 17
+    # a second 1.x: a venv with paddlepaddle==2.6.2 and paddle2onnx==1.0.8 (--no-deps, plus six): NAME_p26v10_opN
     python benchmarks/zoo/probe_paddle6.py --slim a,b               # edgekit's venv: onnxsim / onnxslim copies
+    /work/venv-pd26/bin/python benchmarks/zoo/probe_paddle6.py --p2o-optimize a,b   # paddle2onnx.optimize copies
     python benchmarks/zoo.py --manifest benchmarks/.zoo/probe17p/zoo.json --no-shared --workers 1
 
 Most public Paddle ONNX files (rapidocr, PaddleOCR's older releases, model hubs, user exports of 2022-2024) were
@@ -384,16 +386,26 @@ def export(m: Model, opset: int, out: Path, photos, tag: str, tool: str) -> dict
     }
 
 
-def slim(out: Path, names: list[str]) -> None:
-    """onnxsim (else onnxslim) copies ``NAME_sim`` of built files, at their fixed input shape, as users run it."""
+def slim(out: Path, names: list[str], p2o: bool = False) -> None:
+    """onnxsim (else onnxslim) copies ``NAME_sim`` of built files, at their fixed input shape, as users run it;
+    ``p2o``: ``NAME_p2oopt``, paddle2onnx 1.x's own ``python -m paddle2onnx.optimize --input_shape_dict``
+    (PaddleOCR's docs for a fixed-shape file; run in the paddle 2.6 venv)."""
     import json
 
     entries = {e["name"]: e for e in pe.zoo_data.entries(out / "zoo.json")}
     new = []
     for name in names:
         e = dict(entries[name])
-        src, dst = out / e["file"], out / f"{name}_sim.onnx"
+        src, dst = out / e["file"], out / f"{name}_{'p2oopt' if p2o else 'sim'}.onnx"
         shape = e["extra_args"][1]
+        if p2o:
+            feed, dims = shape.split("=")
+            cmd = [sys.executable, "-m", "paddle2onnx.optimize", "--input_model", str(src), "--output_model",
+                   str(dst), "--input_shape_dict", str({feed: [int(d) for d in dims.split(",")]})]  # fmt: skip
+            subprocess.run(cmd, check=True, capture_output=True)
+            e.update(name=dst.stem, file=dst.name, note=f"paddle2onnx.optimize of {name}; " + e["note"])
+            new.append(e)
+            continue
         try:
             import onnxsim  # noqa: F401
 
@@ -413,12 +425,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=pe.ROOT / "benchmarks" / ".zoo" / "probe17p")
     parser.add_argument("--only")
+    parser.add_argument("--opsets", help="N,N: these opsets instead of the toolchain's two")
     parser.add_argument("--slim", help="NAME,NAME: onnxsim / onnxslim copies (edgekit's venv)")
+    parser.add_argument("--p2o-optimize", help="NAME,NAME: paddle2onnx.optimize copies (the paddle 2.6 venv)")
     args = parser.parse_args(argv)
-    if args.slim:
-        slim(args.out, args.slim.split(","))
+    if args.slim or args.p2o_optimize:
+        slim(args.out, (args.slim or args.p2o_optimize).split(","), p2o=bool(args.p2o_optimize))
         return 0
     tag, opsets, tool = _toolchain()
+    opsets = tuple(int(o) for o in args.opsets.split(",")) if args.opsets else opsets
     only = set(args.only.split(",")) if args.only else None
     photos = pe.zoo_data.bn_photos(None, pe.default_shared())
     entries = []
