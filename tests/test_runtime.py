@@ -590,3 +590,69 @@ def test_antialiased_resize_runs_as_onnx_defines_it(mode, resize_input, target) 
     got = HostRunner(model).run({"x": x})["y"]
     assert got.shape == expected.shape
     np.testing.assert_allclose(got, expected, atol=1e-5 * np.ptp(expected))
+
+
+def _nms_tail(opset: int) -> onnx.ModelProto:
+    """paddle2onnx 1.x's multiclass_nms3 tail in small: NonMaxSuppression's [N, 3] selection, its box column
+    gathered as [N, 1], then a Squeeze without axes (N known only at run time), the boxes gathered by it."""
+    inits = [
+        numpy_helper.from_array(np.array([2], np.int64), "col"),
+        numpy_helper.from_array(np.array([10], np.int64), "keep"),
+        numpy_helper.from_array(np.array([0.5], np.float32), "iou"),
+        numpy_helper.from_array(np.array([0.1], np.float32), "score"),
+        numpy_helper.from_array(np.array([6, 4], np.int64), "flat"),
+    ]
+    nodes = [
+        helper.make_node("NonMaxSuppression", ["boxes", "scores", "keep", "iou", "score"], ["sel"]),
+        helper.make_node("Gather", ["sel", "col"], ["box_col"], axis=1),
+        helper.make_node("Squeeze", ["box_col"], ["box_index"]),
+        helper.make_node("Reshape", ["boxes", "flat"], ["boxes_2d"]),
+        helper.make_node("Gather", ["boxes_2d", "box_index"], ["kept"], axis=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "nms_tail",
+        [
+            helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 6, 4]),
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, 6]),
+        ],
+        [helper.make_tensor_value_info("kept", TensorProto.FLOAT, [-1, 4])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+def test_host_runner_runs_a_squeeze_without_axes_after_a_selection(opset) -> None:
+    """OpenVINO cannot compile a Squeeze without axes on a dim it cannot size ("Squeeze operation with dynamic
+    rank"): `edgekit quantize` refused paddle2onnx 1.x's multiclass_nms3 exports. The runner names the size-1
+    dims as the axes (opset 11: the attribute; 13: the input) and computes what onnxruntime computes."""
+    ort = pytest.importorskip("onnxruntime")
+    proto = _nms_tail(opset)
+    rng = np.random.default_rng(3)
+    corner = rng.uniform(0, 20, (1, 6, 2)).astype(np.float32)
+    feeds = {
+        "boxes": np.concatenate([corner, corner + rng.uniform(2, 8, (1, 6, 2)).astype(np.float32)], -1),
+        "scores": rng.uniform(0, 1, (1, 1, 6)).astype(np.float32),
+    }
+    want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )[0]
+    assert want.shape[0] > 1
+    got = HostRunner(proto).run(feeds)["kept"]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_squeeze_with_axes_or_a_known_shape_is_left_as_it_is() -> None:
+    from edgekit.core.runtime import squeeze_axes_written
+
+    for axes in (True, False):
+        graph = helper.make_graph(
+            [helper.make_node("Squeeze", ["x", "axes"] if axes else ["x"], ["y"])],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 1, 4] if axes else [2, 1, 4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+            [numpy_helper.from_array(np.array([1], np.int64), "axes")] if axes else [],
+        )
+        proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        assert squeeze_axes_written(proto) is proto

@@ -145,11 +145,66 @@ def has_16bit_qdq(proto: onnx.ModelProto) -> bool:
     return False
 
 
+def squeeze_axes_written(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``proto`` where each Squeeze without axes whose input has a known rank, a dim of unknown size
+    and dims of size 1 names those size-1 dims as its axes; ``proto`` itself when there is none.
+
+    OpenVINO's CPU plugin cannot compile a Squeeze without axes whose input has a dim it cannot size ("doesn't
+    support Squeeze operation with dynamic rank"): paddle2onnx 1.x writes two after the NonMaxSuppression of
+    PaddleDetection's ``multiclass_nms3`` ([N, 1] -> [N], N the boxes kept), and ``edgekit quantize`` could not
+    calibrate the detector. The axes are what the exporter meant: were N 1, the axes-less form would squeeze it
+    too and the Gathers after it, which need a rank-1 input, would fail."""
+    from onnx import helper, numpy_helper
+
+    def no_axes(n: onnx.NodeProto) -> bool:
+        return (
+            n.op_type == "Squeeze"
+            and n.domain in ("", "ai.onnx")
+            and (len(n.input) < 2 or not n.input[1])
+            and not any(a.name == "axes" for a in n.attribute)
+        )
+
+    if not any(no_axes(n) for n in proto.graph.node):
+        return proto
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto)
+    except Exception:  # noqa: BLE001 - no shapes, no rewrite: the model as it was
+        return proto
+    graph = inferred.graph
+    shapes = {
+        v.name: [
+            d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+            for d in v.type.tensor_type.shape.dim
+        ]
+        for v in [*graph.input, *graph.value_info, *graph.output]
+        if v.type.tensor_type.HasField("shape")
+    }
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 13)
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    changed = False
+    for n in out.graph.node:
+        dims = shapes.get(n.input[0]) if no_axes(n) else None
+        if not dims or None not in dims or 1 not in dims:
+            continue
+        axes = [i for i, d in enumerate(dims) if d == 1]
+        if opset >= 13:
+            name = f"{n.output[0]}/squeeze_axes"
+            out.graph.initializer.append(numpy_helper.from_array(np.array(axes, np.int64), name))
+            del n.input[1:]
+            n.input.append(name)
+        else:
+            n.attribute.append(helper.make_attribute("axes", axes))
+        changed = True
+    return out if changed else proto
+
+
 def runner_form(proto: onnx.ModelProto, exact_qdq: bool, keep: Sequence[str] = ()) -> onnx.ModelProto:
     """``proto`` as :class:`HostRunner` compiles it (the same values): with ``exact_qdq`` the QDQ model's exact
     semantics (constant dequantizations folded, 8-bit element-wise ops tabulated, graph-input quantization
     written out), else as the intel-vpu target converts it; the tensors ``keep`` stay in the graph."""
     proto = unsigned_activations(proto)  # the same values, on the grid OpenVINO runs right
+    proto = squeeze_axes_written(proto)
     proto = scalar_gathers_squeezed(sliced_gather_elements_apart(drop_concat_identity_qdq(proto, keep=keep)))
     proto = antialias_resizes_as_matmuls(proto)
     if exact_qdq:
