@@ -154,6 +154,7 @@ def squeeze_axes_written(proto: onnx.ModelProto) -> onnx.ModelProto:
     PaddleDetection's ``multiclass_nms3`` ([N, 1] -> [N], N the boxes kept), and ``edgekit quantize`` could not
     calibrate the detector. The axes are what the exporter meant: were N 1, the axes-less form would squeeze it
     too and the Gathers after it, which need a rank-1 input, would fail."""
+    from edgekit.core.shape_checks import squeeze_axes_meant
     from onnx import helper, numpy_helper
 
     def no_axes(n: onnx.NodeProto) -> bool:
@@ -187,7 +188,7 @@ def squeeze_axes_written(proto: onnx.ModelProto) -> onnx.ModelProto:
         dims = shapes.get(n.input[0]) if no_axes(n) else None
         if not dims or None not in dims or 1 not in dims:
             continue
-        axes = [i for i, d in enumerate(dims) if d == 1]
+        axes = squeeze_axes_meant(dims)
         if opset >= 13:
             name = f"{n.output[0]}/squeeze_axes"
             out.graph.initializer.append(numpy_helper.from_array(np.array(axes, np.int64), name))

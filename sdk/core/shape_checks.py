@@ -3,6 +3,8 @@ control flow. Run by :func:`edgekit.core.passes.prepare` after the rewriting pas
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import onnx
 import onnx_ir as ir
 from edgekit.core.errors import ModelError
@@ -114,6 +116,13 @@ def explain_dynamic_shape(value: ir.Value) -> str:
             )
         current = dynamic.producer()
     return f"{head}: onnx shape inference cannot infer it"
+
+
+def squeeze_axes_meant(dims: Sequence[int | None]) -> list[int]:
+    """The axes a Squeeze without axes means on an input of ``dims`` (None or -1: sized at run time): its dims of
+    size 1. Were a run-time dim 1 too, ONNX would squeeze it as well, but the exporters that write it (paddle2onnx
+    1.x after NonMaxSuppression: [N, 1] -> [N]) read the result as rank 1."""
+    return [i for i, d in enumerate(dims) if d == 1]
 
 
 class CheckStaticShapesPass(ir.passes.InPlacePass):

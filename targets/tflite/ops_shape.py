@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import onnx_ir as ir
+from edgekit.core.shape_checks import squeeze_axes_meant
 from edgekit.targets.tflite.context import Context
 from edgekit.targets.tflite.graph import Tensor
 from edgekit.targets.tflite.ops_index import _wrap_negative
@@ -85,6 +86,13 @@ def flatten(ctx: Context, node: ir.Node, *, axis: int = 1) -> None:
 
 @converter("Squeeze", since=1)
 def squeeze(ctx: Context, node: ir.Node, *, axes: Sequence[int] | None = None) -> None:
+    y_value = node.outputs[0]
+    if y_value.name in ctx.dynamic and y_value.shape is None and axes is None and _optional(node, 1) is None:
+        # without axes on a tensor sized at run time (paddle2onnx 1.x after NonMaxSuppression): shape inference
+        # cannot tell the rank; the axes are the dims of size 1
+        dims = ctx.shape(node.inputs[0])
+        dropped = set(squeeze_axes_meant(dims))
+        y_value.shape = ir.Shape([d if d >= 0 else None for i, d in enumerate(dims) if i not in dropped])
     _to_output_shape(ctx, node)
 
 

@@ -167,3 +167,37 @@ def test_nms_keeping_no_box_is_refused():
     model = _nms_model(1, 1, 8, 0)
     with pytest.raises(TargetError, match="max_output_boxes_per_class is 0"):
         convert(model, ConvertOptions())
+
+
+def test_a_squeeze_without_axes_after_the_selection():
+    """paddle2onnx 1.x squeezes the NMS's [N, 1] columns without axes: shape inference cannot tell the rank of a
+    tensor sized at run time; the axes meant are the dims of size 1."""
+    inits = [
+        helper.make_tensor("max", TensorProto.INT64, [1], [8]),
+        helper.make_tensor("iou", TensorProto.FLOAT, [1], [0.5]),
+        helper.make_tensor("two", TensorProto.INT64, [1], [2]),
+        helper.make_tensor("zero", TensorProto.INT64, [1], [0]),
+    ]
+    nodes = [
+        helper.make_node("NonMaxSuppression", ["boxes", "scores", "max", "iou"], ["selected"]),
+        helper.make_node("Gather", ["selected", "two"], ["column"], axis=1),  # [N, 1]
+        helper.make_node("Squeeze", ["column"], ["index"]),  # opset 11: no axes
+        helper.make_node("Squeeze", ["boxes"], ["all_boxes"], axes=[0]),
+        helper.make_node("Gather", ["all_boxes", "index"], ["kept"], axis=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "squeezed",
+        [
+            helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 16, 4]),
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, 16]),
+        ],
+        [helper.make_tensor_value_info("kept", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    rng = np.random.default_rng(4)
+    feeds = {"boxes": _corner_boxes(rng, (1, 16)), "scores": rng.random((1, 1, 16), dtype=np.float32)}
+    want, got = _runs(model, feeds)
+    assert want.ndim == 2 and len(want) > 1
+    np.testing.assert_array_equal(got, want)

@@ -370,10 +370,11 @@ def figure_problems(case: str, figures: Mapping[str, Any]) -> list[str]:
         return ["no figures were computed"]
     if case == "intel-vpu fp16" and figures.get("source_quantized"):
         return []  # a quantized source deploys as an int8 IR: the FP16 figure is not its yardstick
-    if case == "intel-vpu fp16" and figures.get("selection_tail"):
-        # Detections selected by NMS: a score one rounding across a bar adds or drops a whole box, so the cosine of
-        # the whole output judges rounding; the manifest's verification judged the body and the selection apart
-        # (edgekit.targets.selection_tail). The end-to-end figures stay in the table.
+    if case in ("intel-vpu fp16", "arm-cpu fp32", "arm-cpu int8") and figures.get("selection_tail"):
+        # Detections selected by NMS: a score one rounding across a bar adds or drops a whole box, so the figures
+        # of the whole output (fp32's max error, FP16's cosine, int8's cosine to its QDQ model) judge rounding; the
+        # manifest's verification judged the body and the selection apart (edgekit.targets.selection_tail). The
+        # end-to-end figures stay in the table.
         return []
     if "error" in figures:
         return [f"figures could not be computed: {figures['error']}"]
