@@ -339,6 +339,66 @@ class InlineConstantIfPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified)
 
 
+class EmptyGuardIfPass(ir.passes.InPlacePass):
+    """An If guarding a computation against an empty tensor, ``if x.numel() == 0: return <empty constant>``, becomes
+    its else branch inlined: given an empty ``x`` the else branch computes the same empty result (a selection of
+    none). torchvision's ``batched_nms``, scripted into every whole detector's export, is one:
+    ``If(Equal(ReduceProd(Shape(boxes)), 0))`` -> ``[]``, else the offsets trick and NonMaxSuppression. Only this
+    form is taken: the condition an element count equal to 0 (through Cast / Not of the same), the then branch
+    Constants of no element."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        graph = model.graph
+        modified = False
+        for node in _top_level_ifs(graph):
+            then_branch = node.attributes["then_branch"].as_graph()
+            else_branch = node.attributes["else_branch"].as_graph()
+            if not (_counts_nothing(node.inputs[0]) and _empty_constants(then_branch)):
+                continue
+            if not _inlinable(node, else_branch):
+                continue
+            for out, new in zip(node.outputs, _inline_branch(graph, node, else_branch), strict=True):
+                replace_value(out, new)
+            graph.remove(node, safe=True)
+            modified = True
+        return ir.passes.PassResult(model, modified)
+
+
+def _counts_nothing(cond: ir.Value | None) -> bool:
+    """``cond`` is ``count(x) == 0`` (Equal of Size(x) or ReduceProd(Shape(x)) and a constant 0), maybe Cast."""
+    node = cond.producer() if cond is not None else None
+    while node is not None and node.op_type == "Cast":
+        node = node.inputs[0].producer() if node.inputs[0] is not None else None
+    if node is None or node.op_type != "Equal":
+        return False
+    zero = next((v for v in node.inputs if const_array(v) is not None), None)
+    count = next((v for v in node.inputs if v is not zero), None)
+    if zero is None or count is None or np.any(const_array(zero) != 0):
+        return False
+    producer = count.producer()
+    if producer is not None and producer.op_type == "Cast":
+        producer = producer.inputs[0].producer() if producer.inputs[0] is not None else None
+    if producer is None:
+        return False
+    if producer.op_type == "Size":
+        return True
+    inner = producer.inputs[0].producer() if producer.op_type == "ReduceProd" and producer.inputs[0] else None
+    return inner is not None and inner.op_type == "Shape"
+
+
+def _empty_constants(branch: ir.Graph) -> bool:
+    """Every output of ``branch`` is a Constant node's tensor with no element."""
+    outputs = list(branch.outputs)
+    if not outputs or any(n.op_type != "Constant" for n in branch):
+        return False
+    for out in outputs:
+        producer = out.producer()
+        value = producer.attributes.get("value") if producer is not None else None
+        if value is None or value.type != ir.AttributeType.TENSOR or value.as_tensor().size != 0:
+            return False
+    return True
+
+
 def _top_level_ifs(graph: ir.Graph) -> list[ir.Node]:
     """The If nodes of ``graph`` itself (not of its subgraphs), in order."""
     return [n for n in graph if n.op_type == "If" and n.domain in ("", "ai.onnx") and n.graph is graph]
@@ -537,6 +597,7 @@ def prepare(model: ir.Model) -> ir.Model:
             ScalarOneHotDepthPass(),  # after the Loops it unrolled
             PadIntoMaxPoolPass(),  # a Pad by -inf before a MaxPool (its pads folded now): its own pads
             SelectIfPass(),  # an If folding left: both branches and a Where, when they are plain dataflow
+            EmptyGuardIfPass(),  # if x.numel() == 0: [] else ... (torchvision's batched_nms): the else branch
             DropWholeSlicesPass(),
             DropRequantizeIdentityPass(),  # after the Slices and no-ops that sat between DQ and Q
             RemoveUnusedNodesPass(),

@@ -216,6 +216,8 @@ def _split(ctx: Context, node: ir.Node, axis: int) -> None:
         else:
             outputs.append(ctx.output(v))
     sizes = [t.shape[axis] for t in outputs]
+    if any(size < 0 for size in sizes):
+        raise ctx.error("splitting along an axis sized at run time is not supported")
     if len(outputs) == 1:
         ctx.reshape(x, outputs[0].shape, out=outputs[0])
         return
