@@ -507,3 +507,24 @@ def test_every_target_keeps_a_box_at_the_iou_bar_as_onnx_does(tmp_path, capsys):
             compiled = ov.Core().compile_model(str(tmp_path / target / target / "model.xml"), "CPU")
             got = next(iter(compiled.create_infer_request().infer(feeds).values()))
         np.testing.assert_array_equal(got, want)
+
+
+def test_the_source_selection_runs_where_the_reference_evaluator_cannot():
+    """The onnx reference evaluator cannot Flatten an empty array (RetinaNet's level without a candidate box):
+    the source's selection then runs on OpenVINO, its IoU bar read as ONNX's, and gives onnxruntime's values."""
+    from edgekit.targets.selection_tail import onnx_tail_run
+
+    graph = helper.make_graph(
+        [helper.make_node("Flatten", ["kept"], ["flat"], axis=1)],
+        "empty",
+        [helper.make_tensor_value_info("kept", TensorProto.FLOAT, ["K", 2, 2])],
+        [helper.make_tensor_value_info("flat", TensorProto.FLOAT, ["K", 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = [{"kept": np.zeros((0, 2, 2), np.float32)}, {"kept": np.ones((3, 2, 2), np.float32)}]
+    got = onnx_tail_run(model, feeds)
+    session = ort.InferenceSession(model.SerializeToString())
+    for f, g in zip(feeds, got, strict=True):
+        want = session.run(None, f)[0]
+        assert g["flat"].shape == want.shape
+        np.testing.assert_array_equal(g["flat"], want)
