@@ -149,7 +149,32 @@ def tail_model(
     return model
 
 
-def onnx_tail_run(sub: onnx.ModelProto, feeds: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+def body_model(proto: onnx.ModelProto, tail: SelectionTail) -> onnx.ModelProto:
+    """``proto`` without its tail: the tensors the tail reads (and the outputs computed before it) out. The body's
+    other references (float64, the int8 kernels' noise) run this: the onnx reference evaluator cannot run every tail
+    (its Flatten of an empty array)."""
+    graph = proto.graph
+    dropped = set(tail.nodes)
+    kept = [n for k, n in enumerate(graph.node) if k not in dropped]
+    produced = {o for n in kept for o in n.output} | {i.name for i in graph.input}
+    types = {v.name: v for v in [*graph.value_info, *graph.output]}
+    outputs = [
+        types.get(name) or onnx.helper.make_empty_tensor_value_info(name)
+        for name in [*tail.frontier, *(o.name for o in graph.output if o.name not in tail.outputs)]
+        if name in produced
+    ]
+    sub = onnx.helper.make_graph(
+        kept, f"{graph.name}_body", list(graph.input), outputs, list(graph.initializer)
+    )
+    model = onnx.helper.make_model(sub, opset_imports=list(proto.opset_import))
+    model.ir_version = proto.ir_version
+    model.functions.extend(proto.functions)
+    return model
+
+
+def onnx_tail_run(
+    sub: onnx.ModelProto, feeds: Sequence[Mapping[str, np.ndarray]]
+) -> list[dict[str, np.ndarray]]:
     """The tail model ``sub`` (:func:`tail_model`) on ``feeds`` by ONNX's semantics: every artifact's selection is
     held to them. The onnx reference evaluator, in the feeds' float32; where it fails (its Flatten of an empty
     array: RetinaNet's level without a candidate), OpenVINO with the IoU bar read as ONNX reads it

@@ -33,7 +33,13 @@ from edgekit.targets.base import (
     static_dims,
 )
 from edgekit.targets.runtime_versions import tflite_requirements
-from edgekit.targets.selection_tail import SelectionTail, onnx_tail_run, selection_tail, verify_with_tail
+from edgekit.targets.selection_tail import (
+    SelectionTail,
+    body_model,
+    onnx_tail_run,
+    selection_tail,
+    verify_with_tail,
+)
 from edgekit.targets.tflite.converter import ConversionResult, ConvertOptions, convert
 from edgekit.targets.tflite.registry import lookup
 from edgekit.targets.tflite.selection import selection_refusal
@@ -337,11 +343,13 @@ def _verify_with_tail(
         float_recipe = precision if precision in YARDSTICKS and precision != "fp32" else "fp32"
         stick = yardstick(float_recipe, tolerance if float_recipe == "fp32" else None, seeded)
 
+    body_only = body_model(proto, tail).SerializeToString()
+
     def float64(names: Sequence[str]) -> list[dict[str, np.ndarray]]:  # the body without float32 rounding
         body = [*names, *(o.name for o in proto.graph.output if o.name not in tail.outputs)]
         return isolated.call(
             exact_outputs,
-            tapped_proto.SerializeToString(),
+            body_only,
             feeds,
             body,
             what="the onnx reference evaluator",
@@ -350,7 +358,7 @@ def _verify_with_tail(
 
     def int8(names: Sequence[str]) -> list[dict[str, np.ndarray]]:
         body = [*names, *(o.name for o in proto.graph.output if o.name not in tail.outputs)]
-        return int8_noise(model, tapped_proto.SerializeToString(), feeds, body, reference, target)
+        return int8_noise(model, body_only, feeds, body, reference, target)
 
     noise = {"fp32": float64, "int8": int8}.get(stick.precision) if exact or not quantized else None
     figures = verify_with_tail(
