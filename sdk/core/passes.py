@@ -330,12 +330,7 @@ class InlineConstantIfPass(ir.passes.InPlacePass):
             if cond is None or cond.size != 1:
                 continue
             taken = node.attributes["then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"].as_graph()
-            if not _inlinable(node, taken):
-                continue
-            for out, new in zip(node.outputs, _inline_branch(graph, node, taken), strict=True):
-                replace_value(out, new)
-            graph.remove(node, safe=True)
-            modified = True
+            modified |= _replace_by_branch(graph, node, taken)
         return ir.passes.PassResult(model, modified)
 
 
@@ -344,8 +339,8 @@ class EmptyGuardIfPass(ir.passes.InPlacePass):
     its else branch inlined: given an empty ``x`` the else branch computes the same empty result (a selection of
     none). torchvision's ``batched_nms``, scripted into every whole detector's export, is one:
     ``If(Equal(ReduceProd(Shape(boxes)), 0))`` -> ``[]``, else the offsets trick and NonMaxSuppression. Only this
-    form is taken: the condition an element count equal to 0 (through Cast / Not of the same), the then branch
-    Constants of no element."""
+    form is taken: the condition an element count (Size, or ReduceProd of Shape) equal to 0, through a Cast, and
+    the then branch Constants of no element."""
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph = model.graph
@@ -353,15 +348,19 @@ class EmptyGuardIfPass(ir.passes.InPlacePass):
         for node in _top_level_ifs(graph):
             then_branch = node.attributes["then_branch"].as_graph()
             else_branch = node.attributes["else_branch"].as_graph()
-            if not (_counts_nothing(node.inputs[0]) and _empty_constants(then_branch)):
-                continue
-            if not _inlinable(node, else_branch):
-                continue
-            for out, new in zip(node.outputs, _inline_branch(graph, node, else_branch), strict=True):
-                replace_value(out, new)
-            graph.remove(node, safe=True)
-            modified = True
+            if _counts_nothing(node.inputs[0]) and _empty_constants(then_branch):
+                modified |= _replace_by_branch(graph, node, else_branch)
         return ir.passes.PassResult(model, modified)
+
+
+def _replace_by_branch(graph: ir.Graph, node: ir.Node, branch: ir.Graph) -> bool:
+    """``node`` (an If) replaced by ``branch`` inlined, when every output of the branch is computed inside it."""
+    if not _inlinable(node, branch):
+        return False
+    for out, new in zip(node.outputs, _inline_branch(graph, node, branch), strict=True):
+        replace_value(out, new)
+    graph.remove(node, safe=True)
+    return True
 
 
 def _counts_nothing(cond: ir.Value | None) -> bool:
