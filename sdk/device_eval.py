@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import onnx_ir as ir
+from edgekit.core.errors import DataError
 from edgekit.core.metrics import Comparison, LatencyStats, primary_output
 from edgekit.core.sanity import InputRanges
 from edgekit.device_agents.bundle import Manifest, TensorSpec
@@ -90,7 +91,11 @@ class Reference:
         parts = [np.int64(_NO_LABEL if label is None else label).tobytes()]
         for (name, shape, dtype, _), a in zip(self._layout, arrays, strict=True):
             if a.shape != shape or a.dtype != dtype:
-                raise ValueError(f"output {name!r} changed from {shape} {dtype} to {a.shape} {a.dtype}")
+                raise DataError(
+                    f"--eval compares outputs of one shape sample by sample; output {name!r} is {list(shape)} on "
+                    f"one sample and {list(a.shape)} on another (a detector's selection keeps as many rows as it "
+                    "finds): evaluate the detector exported without its NMS, or with its rows padded to a fixed count"
+                )
             parts.append(np.ascontiguousarray(a).tobytes())
         self._file.write(b"".join(parts))
         self._dirty = True

@@ -259,3 +259,20 @@ def _cli(capsys, *args: str) -> tuple[int, str]:
 
 if __name__ == "__main__":
     _torchvision_nms_tail(NMS_TAIL)
+
+
+def test_eval_of_outputs_whose_rows_vary_is_one_line(tmp_path, capsys):
+    """--eval compares outputs of one shape sample by sample: a selection keeping 9 boxes on one sample and 10 on
+    another is refused in one line naming the output (it was an internal ValueError)."""
+    rng = np.random.default_rng(1)
+    xy = rng.uniform(0, 48, (4, 32, 2)).astype(np.float32)
+    scores = rng.random((4, 32, 3), dtype=np.float32) * np.float32([0.22, 0.3, 1, 0.21])[:, None, None]
+    data = tmp_path / "eval.npz"
+    np.savez(data, boxes=np.concatenate([xy, xy + 16], 2), scores=scores)
+    code, text = _cli(
+        capsys, "deploy", str(NMS_TAIL), "-t", "arm-cpu", "--precision", "fp32", "--eval", str(data),
+        "-o", str(tmp_path / "out"),
+    )  # fmt: skip
+    lines = [ln for ln in text.splitlines() if ln.startswith("error")]
+    assert code == 2 and len(lines) == 1, text
+    assert "output 'kept_boxes' is [9, 4] on one sample and [10, 4] on another" in lines[0], text
