@@ -26,7 +26,6 @@ import numpy as np
 import onnx_ir as ir
 from edgekit.core.errors import TargetError
 from edgekit.core.irutil import static_shape
-from edgekit.core.shape_checks import static_shapes_refusal
 from edgekit.device_agents.bundle import TensorSpec
 
 _log = logging.getLogger("edgekit")
@@ -92,9 +91,6 @@ class Target(ABC):
     retired_device_hints: ClassVar[Mapping[str, str]] = {}
     #: The frozen dataclass of target-specific options, or None.
     options_type: ClassVar[type | None] = None
-    #: True for targets whose artifacts have static shapes only: a model with a data-dependent tail (a detector's
-    #: NMS: :func:`edgekit.core.shape_checks.static_shapes_refusal`) is refused before it is quantized for them.
-    static_shapes_only: ClassVar[bool] = False
     #: Every recipe of ``edgekit.quantize.recipes.RECIPES`` -> None if this target runs it, else why not
     #: (one line). The one table of which target takes which ``--precision``.
     precisions: ClassVar[Mapping[str, str | None]] = {}
@@ -175,9 +171,9 @@ class Target(ABC):
 
     def early_refusal(self, model: ir.Model) -> str | None:
         """Why this target cannot take ``model`` at any precision, read from the graph alone (one line), or None:
-        asked before any calibration or quantization is spent on the model. A static-shape target refuses a
-        data-dependent tail (a detector's NMS)."""
-        return static_shapes_refusal(model, self.name) if self.static_shapes_only else None
+        asked before any calibration or quantization is spent on the model (the TFLite targets: a selection tail
+        they cannot size at run time; intel-vpu: outputs whose rows a selection sets)."""
+        return None
 
     def refusal(self, problems: Sequence[Problem]) -> str | None:
         """The one line listing every error problem, or None when there is none."""

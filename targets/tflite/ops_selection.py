@@ -13,14 +13,9 @@ import numpy as np
 import onnx_ir as ir
 from edgekit.targets.tflite.context import Context
 from edgekit.targets.tflite.graph import Tensor
+from edgekit.targets.tflite.ops_shape import _optional, runtime_shape
 from edgekit.targets.tflite.registry import converter
 from edgekit.targets.tflite.schema import fb
-
-
-def _optional(node: ir.Node, index: int) -> ir.Value | None:
-    if len(node.inputs) > index and node.inputs[index] is not None and node.inputs[index].name:
-        return node.inputs[index]
-    return None
 
 
 def _i32(ctx: Context, value: object) -> Tensor:
@@ -60,7 +55,7 @@ def _corners(ctx: Context, boxes: Tensor) -> Tensor:
     return out
 
 
-def _apart(ctx: Context, boxes: Tensor, b: int) -> Tensor:
+def _apart(ctx: Context, boxes: Tensor, index: Tensor, b: int) -> Tensor:
     """``boxes`` [n, 4] with each box of zero area moved to a unit box of its own far from the others.
 
     ONNX never suppresses a box of zero area nor lets it suppress one (onnxruntime: its IoU is 0); LiteRT's
@@ -79,12 +74,6 @@ def _apart(ctx: Context, boxes: Tensor, b: int) -> Tensor:
     ctx.op("REDUCE_PROD", [lengths, _i32(ctx, [1])], [area], keep)
     real = ctx.tmp(f"real{b}", area.shape, np.bool_)
     ctx.op("GREATER", [area, ctx.graph.const("zero", np.float32(0))], [real])
-    dims = ctx.tmp(f"box_dims{b}", (2,), np.int32)
-    ctx.op("SHAPE", [boxes], [dims], _shape_options())
-    count = ctx.tmp(f"box_count{b}", (), np.int32)
-    ctx.op("GATHER", [dims, _i32(ctx, 0)], [count], fb.GatherOptionsT())
-    index = ctx.tmp(f"box_index{b}", (boxes.shape[0],), np.int32)
-    ctx.op("RANGE", [_i32(ctx, 0), count, _i32(ctx, 1)], [index])
     place = ctx.tmp(f"place{b}", index.shape, np.float32)
     ctx.op("CAST", [index], [place])
     low = ctx.tmp(f"far{b}", index.shape, np.float32)
@@ -131,67 +120,69 @@ def non_max_suppression(ctx: Context, node: ir.Node, *, center_point_box: int = 
     threshold = _optional(node, 4)
     # ONNX drops a box whose score is not above score_threshold; without one it keeps every box
     score = _scalar(ctx, threshold, "score_threshold", float(np.finfo(np.float32).min))
-    count = boxes.shape[1]
-    if count >= 0:
-        size: Tensor = _i32(ctx, min(per_class, count))
-    else:  # at most as many as there are boxes, known at run time
-        shape = ctx.tmp("box_shape", (3,), np.int32)
-        ctx.op("SHAPE", [boxes], [shape], _shape_options())
-        n = ctx.tmp("box_count", (), np.int32)
-        ctx.op("GATHER", [shape, _i32(ctx, 1)], [n], fb.GatherOptionsT())
-        size = ctx.tmp("max_output", (), np.int32)
-        ctx.op("MINIMUM", [n, _i32(ctx, per_class)], [size])
+    # the box count, each box's index and its rank score (count - position), the same for every image and class
+    count, index = _box_index(ctx, boxes)
+    left = ctx.tmp("left", (boxes.shape[1],), np.int32)
+    ctx.op("SUB", [count, index], [left], fb.SubOptionsT())
+    rank = ctx.tmp("rank", left.shape, np.float32)
+    ctx.op("CAST", [left], [rank])
+    size = ctx.tmp("max_output", (), np.int32)  # at most as many as there are boxes
+    ctx.op("MINIMUM", [count, _i32(ctx, per_class)], [size])
     rows = []
     for b in range(batches):
         image_boxes = _take(ctx, boxes, b, f"boxes{b}")
         if center_point_box:
             image_boxes = _corners(ctx, image_boxes)
-        image_boxes = _apart(ctx, image_boxes, b)
+        image_boxes = _apart(ctx, image_boxes, index, b)
         image_scores = _take(ctx, scores, b, f"scores{b}")
         for c in range(classes):
             class_scores = _take(ctx, image_scores, c, f"scores{b}_{c}")
-            rows.append(_select(ctx, image_boxes, class_scores, size, iou, score, b, c))
+            ranked, order = _ranked(ctx, class_scores, count, rank, score, b, c)
+            rows.append(_select(ctx, image_boxes, ranked, order, size, iou, b, c))
     y = ctx.output(node.outputs[0], shape=(-1, 3), dtype=np.int32)
     if len(rows) == 1:
-        ctx.op("RESHAPE", [rows[0], _i32(ctx, [-1, 3])], [y], _reshape_options([-1, 3]))
+        ctx.reshape(rows[0], (-1, 3), out=y)
         return
     opts = fb.ConcatenationOptionsT()
     opts.axis = 0
     ctx.op("CONCATENATION", rows, [y], opts)
 
 
-def _ranked(ctx: Context, scores: Tensor, score: float, b: int, c: int) -> tuple[Tensor, Tensor]:
+def _box_index(ctx: Context, boxes: Tensor) -> tuple[Tensor, Tensor]:
+    """The number of boxes in ``boxes`` [batch, n, 4] (a scalar) and 0 .. n - 1: constants when n is static."""
+    n = boxes.shape[1]
+    if n >= 0:
+        return _i32(ctx, n), _i32(ctx, np.arange(n))
+    count = ctx.tmp("box_count", (), np.int32)
+    ctx.op("GATHER", [runtime_shape(ctx, boxes), _i32(ctx, 1)], [count], fb.GatherOptionsT())
+    index = ctx.tmp("box_index", (-1,), np.int32)
+    ctx.op("RANGE", [_i32(ctx, 0), count, _i32(ctx, 1)], [index])
+    return count, index
+
+
+def _ranked(
+    ctx: Context, scores: Tensor, count: Tensor, rank: Tensor, score: float, b: int, c: int
+) -> tuple[Tensor, Tensor]:
     """Scores LiteRT's NMS orders as onnxruntime does, and the box order they are in.
 
     LiteRT's kernel takes equal scores in no set order; onnxruntime takes the lower box index first (int8 scores
     tie often). TOPK_V2, which breaks ties by the lower index, sorts the boxes; the NMS then reads each box's
-    rank as its score (count - position: distinct, exact in float32 below 2**24), and -1 for a box at or below
-    ``score``, which a threshold of 0 drops as ONNX drops it."""
-    dims = ctx.tmp(f"dims{b}_{c}", (1,), np.int32)
-    ctx.op("SHAPE", [scores], [dims], _shape_options())
-    count = ctx.tmp(f"count{b}_{c}", (), np.int32)
-    ctx.op("RESHAPE", [dims, _i32(ctx, [])], [count], _reshape_options([]))
+    rank as its score (``rank``: count - position, distinct, exact in float32 below 2**24), and -1 for a box at
+    or below ``score``, which a threshold of 0 drops as ONNX drops it."""
     order = ctx.tmp(f"order{b}_{c}", (-1,), np.int32)
     sorted_scores = ctx.tmp(f"sorted{b}_{c}", (-1,), np.float32)
     ctx.op("TOPK_V2", [scores, count], [sorted_scores, order], fb.TopKV2OptionsT())
     above = ctx.tmp(f"above{b}_{c}", (-1,), np.bool_)
     ctx.op("GREATER", [sorted_scores, ctx.graph.const("score", np.float32(score))], [above])
-    positions = ctx.tmp(f"positions{b}_{c}", (-1,), np.int32)
-    ctx.op("RANGE", [_i32(ctx, 0), count, _i32(ctx, 1)], [positions])
-    left = ctx.tmp(f"left{b}_{c}", (-1,), np.int32)
-    ctx.op("SUB", [count, positions], [left], fb.SubOptionsT())
-    rank = ctx.tmp(f"rank{b}_{c}", (-1,), np.float32)
-    ctx.op("CAST", [left], [rank])
     ranked = ctx.tmp(f"ranked{b}_{c}", (-1,), np.float32)
     ctx.op("SELECT_V2", [above, rank, ctx.graph.const("below", np.float32(-1))], [ranked])
     return ranked, order
 
 
 def _select(
-    ctx: Context, boxes: Tensor, scores: Tensor, size: Tensor, iou: float, score: float, b: int, c: int
+    ctx: Context, boxes: Tensor, ranked: Tensor, order: Tensor, size: Tensor, iou: float, b: int, c: int
 ) -> Tensor:
-    """One class's [selected, 3] rows (b, c, box index)."""
-    ranked, order = _ranked(ctx, scores, score, b, c)
+    """One class's [selected, 3] rows (b, c, box index), from its :func:`_ranked` scores and box order."""
     sorted_boxes = ctx.tmp(f"sorted_boxes{b}_{c}", boxes.shape, np.float32)
     ctx.op("GATHER", [boxes, order], [sorted_boxes], fb.GatherOptionsT())
     padded = ctx.tmp(f"selected{b}_{c}", (-1,), np.int32)
@@ -203,8 +194,7 @@ def _select(
         [padded, valid],
         fb.NonMaxSuppressionV4OptionsT(),
     )
-    length = ctx.tmp(f"length{b}_{c}", (1,), np.int32)
-    ctx.op("RESHAPE", [valid, _i32(ctx, [1])], [length], _reshape_options([1]))
+    length = ctx.reshape(valid, (1,), out=ctx.tmp(f"length{b}_{c}", (1,), np.int32))
     kept = ctx.tmp(f"kept_ranks{b}_{c}", (-1,), np.int32)
     ctx.op("SLICE", [padded, _i32(ctx, [0]), length], [kept], fb.SliceOptionsT())
     selected = ctx.tmp(f"kept{b}_{c}", (-1,), np.int32)
@@ -222,15 +212,3 @@ def _select(
     opts.axis = 1
     ctx.op("PACK", [*columns, selected], [rows], opts)
     return rows
-
-
-def _shape_options() -> object:
-    opts = fb.ShapeOptionsT()
-    opts.outType = fb.TensorType.INT32
-    return opts
-
-
-def _reshape_options(shape: list[int]) -> object:
-    opts = fb.ReshapeOptionsT()
-    opts.newShape = shape
-    return opts
