@@ -58,8 +58,33 @@ def _cases(shared: Path, folder: Path) -> list[tuple[str, Path, dict, dict | Non
     ]
 
 
-def fp16_figures(samples: int = 200, shared: Path | None = None) -> list[dict]:
-    """One row per model: sizes, ratio, worst error over the range, cosine, top-1 agreement."""
+def aeq_fp16(fp32_tflite: bytes) -> bytes:
+    """The peer: ai-edge-quantizer's float16 weights (its ``float_casting`` algorithm, float compute, explicit
+    DEQUANTIZE) on our fp32 .tflite, every op it takes (FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D,
+    TRANSPOSE_CONV, EMBEDDING_LOOKUP)."""
+    from ai_edge_quantizer import quantizer
+
+    q = quantizer.Quantizer(bytearray(fp32_tflite))
+    q.load_quantization_recipe(
+        [
+            {
+                "regex": ".*",
+                "operation": "*",
+                "algorithm_key": "float_casting",
+                "op_config": {
+                    "weight_tensor_config": {"num_bits": 16, "dtype": "FLOAT"},
+                    "compute_precision": "FLOAT",
+                    "explicit_dequantize": True,
+                },
+            }
+        ]
+    )
+    return bytes(q.quantize(enable_progress_report=False).quantized_model)
+
+
+def fp16_figures(samples: int = 200, shared: Path | None = None, with_peer: bool = False) -> list[dict]:
+    """One row per model: sizes, ratio, worst error over the range, cosine, top-1 agreement (and, ``with_peer``,
+    ai-edge-quantizer's float16 weights on the same fp32 .tflite)."""
     from edgekit.core.data import ImagePreprocess, input_specs, open_dataset
     from edgekit.core.litert_run import run_tflite_samples
     from edgekit.core.model import load_model
@@ -84,6 +109,14 @@ def fp16_figures(samples: int = 200, shared: Path | None = None) -> list[dict]:
             full = run_tflite_samples(fp32.data, fp32.inputs, fp32.outputs, feeds)
             figures = compare_outputs(reference, half, output_kinds(model))
             figures32 = compare_outputs(reference, full, output_kinds(model))
+            peer = aeq_fp16(fp32.data) if with_peer else None
+            figures_peer = (
+                compare_outputs(
+                    reference, run_tflite_samples(peer, fp32.inputs, fp32.outputs, feeds), output_kinds(model)
+                )
+                if peer is not None
+                else None
+            )
             for output, entry in figures["outputs"].items():
                 rows.append(
                     {
@@ -101,6 +134,14 @@ def fp16_figures(samples: int = 200, shared: Path | None = None) -> list[dict]:
                         "mean_abs_error": entry["mean_abs_error"],
                         # DBNet's post-processing binarises the probability map at 0.3
                         "map_agreement": _map_agreement(reference, half, output) if "det" in name else None,
+                        "peer_bytes": None if peer is None else len(peer),
+                        "peer_max_rel_error": None
+                        if peer is None
+                        else figures_peer["outputs"][output]["max_rel_error"],
+                        "peer_cosine": None if peer is None else figures_peer["outputs"][output]["cosine"],
+                        "peer_top1_agreement": None
+                        if peer is None
+                        else figures_peer["outputs"][output].get("top1_agreement"),
                     }
                 )
     return rows
@@ -118,8 +159,13 @@ def _map_agreement(reference: list[dict], actual: list[dict], output: str, thres
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument(
+        "--peer",
+        action="store_true",
+        help="also ai-edge-quantizer's float16 weights (installed apart: a peer)",
+    )
     args = parser.parse_args()
-    rows = fp16_figures(args.samples)
+    rows = fp16_figures(args.samples, with_peer=args.peer)
     print("| model | output | photos | fp32 .tflite | fp16 .tflite | ratio | max error / range (fp16) | "
           "(fp32 .tflite) | mean error | cosine | top-1 agreement | map > 0.3 agreement |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -132,6 +178,17 @@ def main() -> None:
             + ("-" if r["map_agreement"] is None else f"{100 * r['map_agreement']:.4f} %")
             + " |"
         )
+    if args.peer:
+        print(
+            "\n| model | output | peer AEQ float16 .tflite | ratio | max error / range | cosine | top-1 agreement |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        for r in rows:
+            agreement = "-" if r["peer_top1_agreement"] is None else f"{100 * r['peer_top1_agreement']:.1f} %"
+            print(
+                f"| {r['model']} | {r['output']} | {r['peer_bytes']:,} | {r['peer_bytes'] / r['fp32_bytes']:.4f}x | "
+                f"{r['peer_max_rel_error']:.2e} | {r['peer_cosine']:.7f} | {agreement} |"
+            )
     ok = all(r["ratio"] <= 0.51 and r["max_rel_error"] <= 1e-3 for r in rows) and all(
         r["top1_agreement"] in (None, 1.0) for r in rows
     )
