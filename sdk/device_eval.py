@@ -27,6 +27,7 @@ import onnx_ir as ir
 from edgekit.core.errors import DataError
 from edgekit.core.metrics import Comparison, LatencyStats, primary_output
 from edgekit.core.sanity import InputRanges
+from edgekit.core.shape_checks import selection_axes
 from edgekit.device_agents.bundle import Manifest, TensorSpec
 
 #: Samples in one shard: the unit a device pulls from the work queue and runs in one INFER request.
@@ -41,9 +42,21 @@ class Reference:
     """fp32 outputs on the host for every evaluation sample, spilled to an unnamed temporary file (one fixed-size
     record per sample, read back by index), so memory holds one sample at a time whatever the data set's size."""
 
-    def __init__(self, inputs_shapes: dict[str, tuple[int, ...]], output_names: list[str]):
+    def __init__(
+        self,
+        inputs_shapes: dict[str, tuple[int, ...]],
+        output_names: list[str],
+        selection_axes: dict[str, int] | None = None,
+    ):
         self.inputs_shapes = inputs_shapes
         self.output_names = output_names
+        #: outputs whose row count the data sets (a detector's selection), by name: the axis of their rows. Each
+        #: sample's array goes to a second file, found by (offset, shape) kept per sample.
+        self.selection_axes = dict(selection_axes or {})
+        self._fixed = [n for n in output_names if n not in self.selection_axes]
+        self._rows_file = tempfile.TemporaryFile(prefix="edgekit-reference-rows-")  # noqa: SIM115 - see close()
+        self._rows_at: list[list[tuple[int, tuple[int, ...], np.dtype]]] = []
+        self._rows_end = 0
         #: min/max/mean of every float input over the evaluation data (for the preprocessing checks)
         self.ranges = InputRanges()
         #: the QDQ form's agreement with this reference, when host_reference was asked for it
@@ -64,6 +77,7 @@ class Reference:
 
     def close(self) -> None:
         self._file.close()
+        self._rows_file.close()
 
     @property
     def labelled(self) -> bool:
@@ -71,13 +85,21 @@ class Reference:
 
     @property
     def output_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The fixed outputs' shapes (not the selections')."""
         return {name: shape for name, shape, _, _ in self._layout or ()}
 
     def append(self, outputs: dict[str, np.ndarray], label: int | None) -> None:
-        arrays = [np.asarray(outputs[n]) for n in self.output_names]
+        arrays = [np.asarray(outputs[n]) for n in self._fixed]
+        at = []
+        for name in self.selection_axes:
+            a = np.ascontiguousarray(outputs[name])
+            at.append((self._rows_end, a.shape, a.dtype))
+            self._rows_file.write(a.tobytes())
+            self._rows_end += a.nbytes
+        self._rows_at.append(at)
         if self._layout is None:
             offset, layout = 8, []
-            for name, a in zip(self.output_names, arrays, strict=True):
+            for name, a in zip(self._fixed, arrays, strict=True):
                 layout.append((name, a.shape, a.dtype, offset))
                 offset += a.nbytes
             self._layout, self._record = layout, offset
@@ -93,8 +115,8 @@ class Reference:
             if a.shape != shape or a.dtype != dtype:
                 raise DataError(
                     f"--eval compares outputs of one shape sample by sample; output {name!r} is {list(shape)} on "
-                    f"one sample and {list(a.shape)} on another (a detector's selection keeps as many rows as it "
-                    "finds): evaluate the detector exported without its NMS, or with its rows padded to a fixed count"
+                    f"one sample and {list(a.shape)} on another, and the model does not say it varies (a dim of "
+                    "its graph output that is not a number)"
                 )
             parts.append(np.ascontiguousarray(a).tobytes())
         self._file.write(b"".join(parts))
@@ -108,11 +130,19 @@ class Reference:
             raise IndexError(f"samples {start}-{start + count - 1} of {self.count}")
         if self._dirty:
             self._file.flush()
+            self._rows_file.flush()
             self._dirty = False
         raw = os.pread(self._file.fileno(), self._record * count, start * self._record)
         records = np.frombuffer(raw, self._dtype, count)
         labels = [None if x == _NO_LABEL else x for x in records["label"].tolist()]
-        return {name: records[f"output{i}"] for i, name in enumerate(self.output_names)}, labels
+        fixed = {name: records[f"output{i}"] for i, name in enumerate(self._fixed)}
+        rows: dict[str, list[np.ndarray]] = {name: [] for name in self.selection_axes}
+        for at in self._rows_at[start : start + count]:
+            for name, (offset, shape, dtype) in zip(self.selection_axes, at, strict=True):
+                size = int(np.prod(shape)) * dtype.itemsize
+                data = os.pread(self._rows_file.fileno(), size, offset) if size else b""
+                rows[name].append(np.frombuffer(data, dtype).reshape(shape))
+        return {name: fixed[name] if name in fixed else rows[name] for name in self.output_names}, labels
 
     def sample(self, index: int) -> tuple[dict[str, np.ndarray], int | None]:
         """The reference outputs and label of sample ``index``."""
@@ -138,7 +168,9 @@ def host_reference(
     runner = runner if runner is not None else HostRunner(model)
     other = HostRunner(agreement_model) if agreement_model is not None else None
     ref = Reference(
-        {v.name: tuple(v.shape) for v in model.graph.inputs}, [v.name for v in model.graph.outputs]
+        {v.name: tuple(v.shape) for v in model.graph.inputs},
+        [v.name for v in model.graph.outputs],
+        selection_axes(model.graph),
     )
     total = min(len(dataset), limit or len(dataset)) if hasattr(dataset, "__len__") else (limit or 0)
     name: str | None = None  # the output top-1 reads (metrics.primary_output), from the first sample
@@ -247,6 +279,8 @@ class Shard:
 
 def shard_size(manifest: Manifest, limit: int = SHARD_SAMPLES, max_bytes: int = SHARD_BYTES) -> int:
     """Samples per shard for this bundle: ``limit``, fewer when one sample's inputs are large."""
+    if any(d < 0 for s in manifest.outputs for d in s.shape):
+        return 1  # outputs sized at run time (a selection): one sample per request, each its own shape
     per_sample = sum(int(np.prod(s.shape)) * np.dtype(s.dtype).itemsize for s in manifest.inputs)
     return max(1, min(limit, max_bytes // max(per_sample, 1)))
 
@@ -318,7 +352,7 @@ class TargetEvaluation:
     def __init__(self, manifest: Manifest, reference: Reference):
         self.reference = reference
         self.outputs = _match_outputs(manifest, reference.output_names)
-        self.comparison = Comparison()
+        self.comparison = Comparison(selection_axes=dict(reference.selection_axes))
         self.latency = LatencyStats()
         self.digest = hashlib.sha256()
         self.merged = 0
@@ -340,7 +374,12 @@ class TargetEvaluation:
             for i in range(shard.count):
                 for a in raw.values():
                     self.digest.update(a[i].tobytes())
-        cand = {name: from_device_batch(raw[spec.name], spec, shapes[name]) for name, spec in self.outputs}
+        cand = {
+            name: [from_device(a, spec, a.shape) for a in raw[spec.name]]
+            if name in self.reference.selection_axes
+            else from_device_batch(raw[spec.name], spec, shapes[name])
+            for name, spec in self.outputs
+        }
         self.comparison.update_batch(ref, cand, labels)
         for t in times[: shard.count]:
             self.latency.add(t)

@@ -144,6 +144,33 @@ def output_rows(target: dict) -> list[list[str]]:
 OUTPUT_HEADER = ["output", "cosine", "SQNR dB", "MAE", "RMSE", "relative L2", "max abs error"]
 
 
+def selection_rows(target: dict) -> list[list[str]]:
+    """The outputs whose row count the data sets (a detector's kept boxes), matched row to row with fp32's."""
+    rows = []
+    for name, m in ((target.get("evaluation") or {}).get("selections") or {}).items():
+        rows.append([
+            name, str(m["reference_rows"]), str(m["candidate_rows"]), str(m["matched_rows"]), _f(m.get("recall")),
+            _f(m.get("precision")), f"{m['same_count_samples']} / {m['samples']}", _f(m.get("max_matched_error"), 4),
+        ])  # fmt: skip
+    return rows
+
+
+SELECTION_HEADER = [
+    "output (rows set by the data)", "fp32 rows", "device rows", "matched", "fp32 rows kept %", "device rows right %",
+    "samples with as many rows", "largest matched difference / column scale",
+]  # fmt: skip
+SELECTION_NOTE = (
+    "A device row matches an fp32 row of the same sample when every value is within {tolerance:.0%} of its "
+    "column's scale (the largest magnitude in fp32's rows), closest pairs first, each row once."
+)
+
+
+def _selection_note(target: dict) -> str:
+    selections = (target.get("evaluation") or {}).get("selections") or {}
+    tolerance = next(iter(selections.values()), {}).get("tolerance", 0)
+    return SELECTION_NOTE.format(tolerance=tolerance)
+
+
 def device_rows(target: dict) -> list[list[str]]:
     """Which device ran what: one row per device of a sharded evaluation (none for a single device)."""
     devices = target.get("devices") or []
@@ -285,7 +312,10 @@ def render_markdown(report: dict) -> str:
             parts += [_md_table(DEVICE_HEADER, devices)]
         for sentence in failover_sentences(t):
             parts += ["", sentence]
-        parts += ["", _md_table(OUTPUT_HEADER, output_rows(t))]
+        if output_rows(t) or not selection_rows(t):
+            parts += ["", _md_table(OUTPUT_HEADER, output_rows(t))]
+        if selection_rows(t):
+            parts += ["", _selection_note(t), "", _md_table(SELECTION_HEADER, selection_rows(t))]
         if t.get("accuracy_aware"):
             from edgekit import accuracy_report
 
@@ -509,7 +539,11 @@ def render_html(report: dict) -> str:
         if devices:
             parts.append(_html_table(DEVICE_HEADER, devices, "devices"))
         parts += [f"<p class='warning failover'>{_code(x)}</p>" for x in failover_sentences(t)]
-        parts.append(_html_table(OUTPUT_HEADER, output_rows(t), "outputs"))
+        if output_rows(t) or not selection_rows(t):
+            parts.append(_html_table(OUTPUT_HEADER, output_rows(t), "outputs"))
+        if selection_rows(t):
+            parts.append(f"<p class='selections'>{html.escape(_selection_note(t))}</p>")
+            parts.append(_html_table(SELECTION_HEADER, selection_rows(t), "selections"))
         parts.append(_confusion_html(t, (report.get("data") or {}).get("class_names") or {}))
         if t.get("accuracy_aware"):
             from edgekit import accuracy_report

@@ -8,6 +8,7 @@ branches that read outer-scope values; it runs against onnxruntime on the dynami
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -257,22 +258,71 @@ def _cli(capsys, *args: str) -> tuple[int, str]:
     return code, captured.out + captured.err
 
 
-if __name__ == "__main__":
-    _torchvision_nms_tail(NMS_TAIL)
-
-
-def test_eval_of_outputs_whose_rows_vary_is_one_line(tmp_path, capsys):
-    """--eval compares outputs of one shape sample by sample: a selection keeping 9 boxes on one sample and 10 on
-    another is refused in one line naming the output (it was an internal ValueError)."""
+def _eval_samples(path: Path) -> list[dict[str, np.ndarray]]:
+    """Four samples for the NMS tail: 9 or 10 boxes kept on three, none on the fourth (every score under the 0.2
+    threshold)."""
     rng = np.random.default_rng(1)
     xy = rng.uniform(0, 48, (4, 32, 2)).astype(np.float32)
-    scores = rng.random((4, 32, 3), dtype=np.float32) * np.float32([0.22, 0.3, 1, 0.21])[:, None, None]
+    scores = rng.random((4, 32, 3), dtype=np.float32) * np.float32([0.22, 0.3, 1, 0.19])[:, None, None]
+    boxes = np.concatenate([xy, xy + 16], 2)
+    np.savez(path, boxes=boxes, scores=scores)
+    return [{"boxes": boxes[i : i + 1], "scores": scores[i : i + 1]} for i in range(4)]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_eval_matches_the_rows_a_selection_keeps_with_fp32s(tmp_path, capsys, precision):
+    """--eval on outputs whose rows vary from sample to sample (a detector's selection): the device's rows are
+    matched with fp32's of the same sample. The report's counts are those onnxruntime (fp32) and LiteRT running
+    the shipped .tflite (the device) give on the same samples; at fp32 every row matches. Before: refused in one
+    line ("--eval compares outputs of one shape sample by sample")."""
     data = tmp_path / "eval.npz"
-    np.savez(data, boxes=np.concatenate([xy, xy + 16], 2), scores=scores)
+    feeds = _eval_samples(data)
+    out = tmp_path / "out"
     code, text = _cli(
-        capsys, "deploy", str(NMS_TAIL), "-t", "arm-cpu", "--precision", "fp32", "--eval", str(data),
-        "-o", str(tmp_path / "out"),
+        capsys, "deploy", str(NMS_TAIL), "-t", "arm-cpu", "--precision", precision, "--calib", str(data),
+        "--eval", str(data), "-o", str(out), "--report", str(out / "report.html"),
     )  # fmt: skip
-    lines = [ln for ln in text.splitlines() if ln.startswith("error")]
-    assert code == 2 and len(lines) == 1, text
-    assert "output 'kept_boxes' is [9, 4] on one sample and [10, 4] on another" in lines[0], text
+    assert code == 0, text
+    session = ort.InferenceSession(str(NMS_TAIL))
+    want = [session.run(None, f) for f in feeds]
+    got = [run_tflite_file(out / "arm-cpu" / "model.tflite", f) for f in feeds]
+    assert {len(w[0]) for w in want} == {0, 9, 10}
+    report = json.loads((out / "report.json").read_text())
+    selections = report["targets"][0]["evaluation"]["selections"]
+    for i, name in enumerate(("kept_boxes", "kept_scores")):
+        m = selections[name]
+        assert m["samples"] == 4
+        assert m["reference_rows"] == sum(len(w[i]) for w in want)
+        assert m["candidate_rows"] == sum(len(g[name]) for g in got)
+        assert m["same_count_samples"] == sum(
+            len(w[i]) == len(g[name]) for w, g in zip(want, got, strict=True)
+        )
+        if precision == "fp32":
+            assert m["matched_rows"] == m["reference_rows"] == m["candidate_rows"], m
+            assert m["max_matched_error"] < 1e-5, m
+        else:
+            assert (
+                0.9 * m["reference_rows"]
+                <= m["matched_rows"]
+                <= min(m["reference_rows"], m["candidate_rows"])
+            )
+    assert "fp32 rows kept %" in (out / "report.md").read_text()
+
+
+def test_rows_match_closest_first_each_once_within_the_tolerance():
+    """:func:`match_rows` pairs rows one to one, closest first, within 2 % of each column's scale: permuted rows
+    match, a row moved by 3 % of its column's scale does not, an extra row does not."""
+    from edgekit.core.metrics import match_rows
+
+    ref = np.array([[0, 0.9, 10, 10, 50, 50], [1, 0.8, 20, 20, 60, 60], [2, 0.5, 0, 0, 5, 5]], np.float32)
+    cand = ref[[2, 0, 1]].copy()
+    assert match_rows(ref, cand) == (3, 0.0)
+    cand[0, 4] += 0.03 * 60  # the third row's x2, 3 % of that column's scale (60)
+    cand = np.concatenate([cand, ref[:1] + 0.001])  # a near copy of row 0: row 0 is taken by its exact copy
+    pairs, worst = match_rows(ref, cand)
+    assert pairs == 2 and worst == 0.0
+    assert match_rows(ref, cand[:0]) == (0, 0.0)
+
+
+if __name__ == "__main__":
+    _torchvision_nms_tail(NMS_TAIL)

@@ -75,6 +75,86 @@ class TensorError:
         }
 
 
+#: Two rows of a selection match when each value is within this fraction of its column's scale (the largest
+#: magnitude in that column of the reference's rows of the sample): a class id must be equal, a score within 2 % of
+#: the best score, a box corner within 2 % of the image extent the boxes span.
+ROW_TOLERANCE = 0.02
+
+
+def match_rows(
+    reference: np.ndarray, candidate: np.ndarray, tolerance: float = ROW_TOLERANCE
+) -> tuple[int, float]:
+    """Rows of ``candidate`` paired one to one with rows of ``reference`` (both ``[rows, values]``), closest
+    first, each pair within ``tolerance`` of every column's scale: (pairs, the largest difference of a pair
+    over its column's scale)."""
+    r = np.asarray(reference, np.float64)
+    c = np.asarray(candidate, np.float64)
+    if not len(r) or not len(c):
+        return 0, 0.0
+    scale = np.abs(r).max(axis=0)
+    scale = np.where(scale > 0, scale, np.maximum(np.abs(c).max(axis=0), 1e-30))
+    distance = (np.abs(r[:, None, :] - c[None, :, :]) / scale).max(axis=2)
+    order = np.argsort(distance, axis=None, kind="stable")
+    used_r, used_c = np.zeros(len(r), bool), np.zeros(len(c), bool)
+    pairs, worst = 0, 0.0
+    for flat in order:
+        i, j = divmod(int(flat), len(c))
+        if distance[i, j] > tolerance:
+            break
+        if used_r[i] or used_c[j]:
+            continue
+        used_r[i] = used_c[j] = True
+        pairs += 1
+        worst = max(worst, float(distance[i, j]))
+    return pairs, worst
+
+
+@dataclass
+class SelectionError:
+    """An output whose row count the data sets (a detector's kept boxes: ``[rows, 6]``, or ``[rows, 4]`` boxes
+    beside ``[rows]`` scores) against the reference's rows of the same sample, matched row to row
+    (:func:`match_rows`): how many of the reference's rows the candidate keeps, and how many of its rows are the
+    reference's."""
+
+    axis: int = 0
+    samples: int = 0
+    same_count: int = 0
+    reference_rows: int = 0
+    candidate_rows: int = 0
+    matched: int = 0
+    max_matched_error: float = 0.0
+
+    def update(self, ref: np.ndarray, cand: np.ndarray) -> None:
+        """One sample: ``ref`` and ``cand`` with their rows along ``axis``."""
+        r = np.moveaxis(np.asarray(ref), self.axis, 0)
+        c = np.moveaxis(np.asarray(cand), self.axis, 0)
+        r = r.reshape(len(r), int(np.prod(r.shape[1:])))
+        c = c.reshape(len(c), int(np.prod(c.shape[1:])))
+        if r.shape[1] != c.shape[1]:
+            raise ValueError(f"rows of {r.shape[1]} values in the reference, {c.shape[1]} in the candidate")
+        pairs, worst = match_rows(r, c)
+        self.samples += 1
+        self.same_count += len(r) == len(c)
+        self.reference_rows += len(r)
+        self.candidate_rows += len(c)
+        self.matched += pairs
+        self.max_matched_error = max(self.max_matched_error, worst)
+
+    def to_json(self) -> dict:
+        return {
+            "samples": self.samples,
+            "reference_rows": self.reference_rows,
+            "candidate_rows": self.candidate_rows,
+            "matched_rows": self.matched,
+            # of the reference's rows, the share the candidate keeps; of the candidate's, the share that are right
+            "recall": 100.0 * self.matched / self.reference_rows if self.reference_rows else None,
+            "precision": 100.0 * self.matched / self.candidate_rows if self.candidate_rows else None,
+            "same_count_samples": self.same_count,
+            "max_matched_error": self.max_matched_error,
+            "tolerance": ROW_TOLERANCE,
+        }
+
+
 def _finite(x: float) -> float | None:
     """JSON has no infinity: an exact match is reported as null SQNR."""
     return x if math.isfinite(x) else None
@@ -114,6 +194,9 @@ class Comparison:
     primary: str | None = None
     #: label -> predicted (candidate) counts, for a confusion matrix
     confusion: dict[tuple[int, int], int] = field(default_factory=dict)
+    #: outputs whose row count the data sets, by name: the axis of their rows (given as one array per sample)
+    selection_axes: dict[str, int] = field(default_factory=dict)
+    selections: dict[str, SelectionError] = field(default_factory=dict)
 
     def update(
         self, ref: Mapping[str, np.ndarray], cand: Mapping[str, np.ndarray], label: int | None
@@ -127,12 +210,20 @@ class Comparison:
     def update_batch(
         self, ref: Mapping[str, np.ndarray], cand: Mapping[str, np.ndarray], labels: Sequence[int | None]
     ) -> None:
-        """Several samples along the first axis of every array, with their labels (None: unlabelled)."""
+        """Several samples along the first axis of every array, with their labels (None: unlabelled); an output of
+        :attr:`selection_axes` as a sequence of one array per sample."""
         for name, r in ref.items():
-            self.outputs.setdefault(name, TensorError()).update_batch(r, cand[name])
+            if name in self.selection_axes:
+                error = self.selections.setdefault(name, SelectionError(self.selection_axes[name]))
+                for one, other in zip(r, cand[name], strict=True):
+                    error.update(one, other)
+            else:
+                self.outputs.setdefault(name, TensorError()).update_batch(r, cand[name])
         if self.primary is None:
-            self.primary = primary_output({n: np.asarray(a)[0] for n, a in ref.items()})
-            self.classifier = is_classifier_output(ref[self.primary][0])
+            self.primary = primary_output({n: np.asarray(a[0]) for n, a in ref.items()})
+            self.classifier = self.primary not in self.selection_axes and is_classifier_output(
+                ref[self.primary][0]
+            )
         n = len(labels)
         self.samples += n
         if not self.classifier:
@@ -163,6 +254,8 @@ class Comparison:
             "outputs": {name: err.to_json() for name, err in self.outputs.items()},
             "classifier": bool(self.classifier),
         }
+        if self.selections:
+            out["selections"] = {name: err.to_json() for name, err in self.selections.items()}
         if self.classifier and self.samples:
             out["primary_output"] = self.primary
             out["top1_agreement"] = 100.0 * self.agree / self.samples

@@ -156,6 +156,20 @@ def data_dependent_tail(graph: ir.Graph) -> set[ir.Node]:
     return tail
 
 
+def selection_axes(graph: ir.Graph) -> dict[str, int]:
+    """The outputs whose row count the data sets (after a data-dependent selection: NonZero, NonMaxSuppression),
+    with the axis of their rows: the first dim the graph does not fix."""
+    tail = data_dependent_tail(graph)
+    axes = {}
+    for out in graph.outputs:
+        if out.producer() not in tail or out.shape is None:
+            continue
+        dims = [d if isinstance(d, int) and d >= 0 else None for d in out.shape]
+        if None in dims:
+            axes[out.name] = dims.index(None)
+    return axes
+
+
 def _reads(node: ir.Node):
     """The values ``node`` reads: its inputs, and those its sub-graphs' nodes read (an If's branches capture
     outer values)."""
