@@ -15,7 +15,7 @@ from edgekit.core.data import prefetched
 from edgekit.core.errors import DataError
 from edgekit.core.metrics import Comparison, TensorError, sqnr_db
 from edgekit.core.sanity import InputRanges
-from edgekit.core.shape_checks import selection_axes
+from edgekit.core.shape_checks import selection_axes, selection_groups
 from edgekit.quantize.calibrate import Track, dataset_length, no_progress
 from edgekit.quantize.pipeline import Quantized
 
@@ -51,7 +51,9 @@ def evaluate(
         quantized.proto(), extra_outputs=[quantized.dequantized[n] for n in layers], isolate=isolate
     )
     output_names = [v.name for v in fp32.graph.outputs]
-    comparison = Comparison(selection_axes=selection_axes(fp32.graph))
+    comparison = Comparison(
+        selection_axes=selection_axes(fp32.graph), selection_groups=selection_groups(fp32.graph)
+    )
     per_layer = {n: _NoisePower() if sqnr_only else TensorError() for n in layers}
     ranges = InputRanges()
     total = dataset_length(dataset, limit)
@@ -128,7 +130,9 @@ def _sqnr_in_graph(
             continue
     if runner is None:
         return None
-    comparison = Comparison(selection_axes=selection_axes(fp32.graph))
+    comparison = Comparison(
+        selection_axes=selection_axes(fp32.graph), selection_groups=selection_groups(fp32.graph)
+    )
     ranges = InputRanges()
     power = {name: [0.0, 0.0, 0] for name in layers}
     for sample in track(
@@ -290,7 +294,9 @@ def evaluate_outputs(
     ref_runner = HostRunner(ir.to_proto(fp32))
     cand_runner = HostRunner(candidate, isolate=True)
     output_names = [v.name for v in fp32.graph.outputs]
-    comparison = Comparison(selection_axes=selection_axes(fp32.graph))
+    comparison = Comparison(
+        selection_axes=selection_axes(fp32.graph), selection_groups=selection_groups(fp32.graph)
+    )
     ranges = InputRanges()
     total = dataset_length(dataset, limit)
     for sample in track(prefetched(islice(iter(dataset), limit)), "evaluating fp32 vs the recipe", total):

@@ -27,7 +27,7 @@ import onnx_ir as ir
 from edgekit.core.errors import DataError
 from edgekit.core.metrics import Comparison, LatencyStats, primary_output
 from edgekit.core.sanity import InputRanges
-from edgekit.core.shape_checks import selection_axes
+from edgekit.core.shape_checks import selection_axes, selection_groups
 from edgekit.device_agents.bundle import Manifest, TensorSpec
 
 #: Samples in one shard: the unit a device pulls from the work queue and runs in one INFER request.
@@ -47,12 +47,15 @@ class Reference:
         inputs_shapes: dict[str, tuple[int, ...]],
         output_names: list[str],
         selection_axes: dict[str, int] | None = None,
+        selection_groups: Sequence[tuple[str, ...]] = (),
     ):
         self.inputs_shapes = inputs_shapes
         self.output_names = output_names
         #: outputs whose row count the data sets (a detector's selection), by name: the axis of their rows. Each
         #: sample's array goes to a second file, found by (offset, shape) kept per sample.
         self.selection_axes = dict(selection_axes or {})
+        #: selection outputs read together (their rows one detection each): :func:`selection_groups`
+        self.selection_groups = list(selection_groups)
         self._fixed = [n for n in output_names if n not in self.selection_axes]
         self._rows_file = tempfile.TemporaryFile(prefix="edgekit-reference-rows-")  # noqa: SIM115 - see close()
         self._rows_at: list[list[tuple[int, tuple[int, ...], np.dtype]]] = []
@@ -171,6 +174,7 @@ def host_reference(
         {v.name: tuple(v.shape) for v in model.graph.inputs},
         [v.name for v in model.graph.outputs],
         selection_axes(model.graph),
+        selection_groups(model.graph),
     )
     total = min(len(dataset), limit or len(dataset)) if hasattr(dataset, "__len__") else (limit or 0)
     name: str | None = None  # the output top-1 reads (metrics.primary_output), from the first sample
@@ -352,7 +356,9 @@ class TargetEvaluation:
     def __init__(self, manifest: Manifest, reference: Reference):
         self.reference = reference
         self.outputs = _match_outputs(manifest, reference.output_names)
-        self.comparison = Comparison(selection_axes=dict(reference.selection_axes))
+        self.comparison = Comparison(
+            selection_axes=dict(reference.selection_axes), selection_groups=list(reference.selection_groups)
+        )
         self.latency = LatencyStats()
         self.digest = hashlib.sha256()
         self.merged = 0

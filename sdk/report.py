@@ -161,7 +161,8 @@ SELECTION_HEADER = [
 ]  # fmt: skip
 SELECTION_NOTE = (
     "A device row matches an fp32 row of the same sample when every value is within {tolerance:.0%} of its "
-    "column's scale (the largest magnitude in fp32's rows), closest pairs first, each row once."
+    "column's scale (the largest magnitude in fp32's rows), closest pairs first, each row once. Outputs one "
+    "selection sizes (names joined by +) are also matched as one row: a box with its score and class."
 )
 
 

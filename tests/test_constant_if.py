@@ -272,7 +272,7 @@ def _eval_samples(path: Path) -> list[dict[str, np.ndarray]]:
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
 def test_eval_matches_the_rows_a_selection_keeps_with_fp32s(tmp_path, capsys, precision):
     """--eval on outputs whose rows vary from sample to sample (a detector's selection): the device's rows are
-    matched with fp32's of the same sample. The report's counts are those onnxruntime (fp32) and LiteRT running
+    matched with fp32's of the same sample, each output's and, read together, the outputs one selection sizes. The report's counts are those onnxruntime (fp32) and LiteRT running
     the shipped .tflite (the device) give on the same samples; at fp32 every row matches. Before: refused in one
     line ("--eval compares outputs of one shape sample by sample")."""
     data = tmp_path / "eval.npz"
@@ -306,6 +306,12 @@ def test_eval_matches_the_rows_a_selection_keeps_with_fp32s(tmp_path, capsys, pr
                 <= m["matched_rows"]
                 <= min(m["reference_rows"], m["candidate_rows"])
             )
+    # the boxes and their scores, selected by one NMS, are also matched as one row each
+    joint = selections["kept_boxes + kept_scores"]
+    assert joint["reference_rows"] == selections["kept_boxes"]["reference_rows"]
+    assert joint["matched_rows"] <= min(selections[n]["matched_rows"] for n in ("kept_boxes", "kept_scores"))
+    if precision == "fp32":
+        assert joint["matched_rows"] == joint["reference_rows"], joint
     assert "fp32 rows kept %" in (out / "report.md").read_text()
 
 

@@ -109,6 +109,12 @@ def match_rows(
     return pairs, worst
 
 
+def as_rows(array: np.ndarray, axis: int) -> np.ndarray:
+    """``array`` as ``[rows, values]``, its rows along ``axis``."""
+    a = np.moveaxis(np.asarray(array), axis, 0)
+    return a.reshape(len(a), int(np.prod(a.shape[1:])))
+
+
 @dataclass
 class SelectionError:
     """An output whose row count the data sets (a detector's kept boxes: ``[rows, 6]``, or ``[rows, 4]`` boxes
@@ -126,10 +132,10 @@ class SelectionError:
 
     def update(self, ref: np.ndarray, cand: np.ndarray) -> None:
         """One sample: ``ref`` and ``cand`` with their rows along ``axis``."""
-        r = np.moveaxis(np.asarray(ref), self.axis, 0)
-        c = np.moveaxis(np.asarray(cand), self.axis, 0)
-        r = r.reshape(len(r), int(np.prod(r.shape[1:])))
-        c = c.reshape(len(c), int(np.prod(c.shape[1:])))
+        self.update_rows(as_rows(ref, self.axis), as_rows(cand, self.axis))
+
+    def update_rows(self, r: np.ndarray, c: np.ndarray) -> None:
+        """One sample, as ``[rows, values]``."""
         if r.shape[1] != c.shape[1]:
             raise ValueError(f"rows of {r.shape[1]} values in the reference, {c.shape[1]} in the candidate")
         pairs, worst = match_rows(r, c)
@@ -197,6 +203,9 @@ class Comparison:
     #: outputs whose row count the data sets, by name: the axis of their rows (given as one array per sample)
     selection_axes: dict[str, int] = field(default_factory=dict)
     selections: dict[str, SelectionError] = field(default_factory=dict)
+    #: outputs of :attr:`selection_axes` sized by the same selection: their rows also matched as one row each
+    #: (a box, its score and its class together), under the names joined by " + "
+    selection_groups: list[tuple[str, ...]] = field(default_factory=list)
 
     def update(
         self, ref: Mapping[str, np.ndarray], cand: Mapping[str, np.ndarray], label: int | None
@@ -219,6 +228,12 @@ class Comparison:
                     error.update(one, other)
             else:
                 self.outputs.setdefault(name, TensorError()).update_batch(r, cand[name])
+        for group in self.selection_groups:
+            joint = self.selections.setdefault(" + ".join(group), SelectionError())
+            for i in range(len(labels)):
+                rows = [[as_rows(side[n][i], self.selection_axes[n]) for n in group] for side in (ref, cand)]
+                if all(len({len(a) for a in side}) == 1 for side in rows):  # as many rows in each output
+                    joint.update_rows(*(np.concatenate(side, axis=1) for side in rows))
         if self.primary is None:
             self.primary = primary_output({n: np.asarray(a[0]) for n, a in ref.items()})
             self.classifier = self.primary not in self.selection_axes and is_classifier_output(

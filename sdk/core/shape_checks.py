@@ -170,6 +170,30 @@ def selection_axes(graph: ir.Graph) -> dict[str, int]:
     return axes
 
 
+def selection_groups(graph: ir.Graph) -> list[tuple[str, ...]]:
+    """The outputs of :func:`selection_axes` that the same selections size (the same data-dependent ops upstream:
+    torchvision's ``boxes``, ``scores`` and ``labels`` gathered by one NMS's kept indices), two or more per group,
+    in the graph's output order: their rows are one detection each, read together."""
+    axes = selection_axes(graph)
+    sources: dict[str, frozenset[ir.Node]] = {}
+    for out in graph.outputs:
+        if out.name not in axes:
+            continue
+        seen: set[ir.Node] = set()
+        stack = [out.producer()]
+        while stack:
+            node = stack.pop()
+            if node is None or node in seen:
+                continue
+            seen.add(node)
+            stack.extend(v.producer() for v in _reads(node) if v is not None)
+        sources[out.name] = frozenset(n for n in seen if is_data_dependent(n))
+    groups: dict[frozenset[ir.Node], list[str]] = {}
+    for name, source in sources.items():
+        groups.setdefault(source, []).append(name)
+    return [tuple(names) for names in groups.values() if len(names) > 1]
+
+
 def _reads(node: ir.Node):
     """The values ``node`` reads: its inputs, and those its sub-graphs' nodes read (an If's branches capture
     outer values)."""
