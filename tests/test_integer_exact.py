@@ -386,3 +386,22 @@ def test_pad_by_minus_inf_read_by_two_maxpools_stays_float(tmp_path):
     step = float(numpy_helper.to_array(next(t for t in qdq.graph.initializer if t.name == dq.input[1])))
     for e, t in zip(exact, tflite, strict=True):
         assert np.abs(t - e).max() <= step * 1.001
+
+
+@pytest.mark.parametrize("factors", [(2, 2), (1, 2)])
+def test_bilinear_upsampling_ties_int8_exact(tmp_path, factors):
+    """A half-pixel bilinear x2 upsampling of int8 steps lands on .5 ties ((9a + 3b + 3c + d) / 16):
+    TFLite's RESIZE_BILINEAR rounds them up where QuantizeLinear rounds to even (PP-LiteSeg's decoder: 4 % of
+    the values one step off). As an edge pad, a nearest upsampling and a depthwise Conv of the triangle filter
+    (requantized half to even), the .tflite equals the exact semantics."""
+    scales = np.array([1, 1, *factors], np.float32)
+    model = _two_convs_then(
+        [helper.make_node("Resize", ["s", "", "scales"], ["y"], mode="linear")], {"scales": scales}
+    )
+    _, exact, tflite, result = _deploy_and_compare(model, tmp_path)
+    for e, t in zip(exact, tflite, strict=True):
+        np.testing.assert_array_equal(t, e)
+    counts = json.loads((result.bundle("arm-cpu").path / "manifest.json").read_text())["verification"][
+        "op_counts"
+    ]
+    assert "RESIZE_BILINEAR" not in counts and counts["DEPTHWISE_CONV_2D"] == 1
