@@ -13,8 +13,9 @@ nearest upsampling: x4's phases would read three source values through the 7-tap
 RESIZE_BILINEAR.) With the input's scale as its output scale its requantization multiplier is that power of
 two, and XNNPACK's int8 convolution (LiteRT's default on arm-cpu) rounds it half to even: the QDQ model's
 arithmetic, bit for bit.
-MIRROR_PAD (symmetric, 1) -> RESIZE_NEAREST_NEIGHBOR -> SLICE -> DEPTHWISE_CONV_2D: all exact copies but the
-last.
+The edge pad is SLICE + CONCATENATION per axis, the nearest x2 four copies along the channels and DEPTH_TO_SPACE
+(ops XNNPACK runs: MIRROR_PAD and RESIZE_NEAREST_NEIGHBOR split its partitions), then SLICE and
+DEPTHWISE_CONV_2D: all exact copies but the last.
 """
 
 from __future__ import annotations
@@ -68,13 +69,43 @@ def _upsampling(graph: Graph, op: Op, x: Tensor, y: Tensor, kh: int, kw: int) ->
     def like(name: str, shape: tuple[int, ...]) -> Tensor:
         return graph.tensor(f"{y.name}/{name}", shape, np.int8, quant=Quant(quant.scale, quant.zero_point))
 
-    padded = like("edge_pad", (n, h + 2, w + 2, c))
+    ops: list[Op] = []
+
+    def edge_pad(t: Tensor, axis: int) -> Tensor:
+        """``t`` with its first and last row (``axis`` 1) or column (2) repeated: SLICE, SLICE, CONCATENATION."""
+        shape = list(t.shape)
+        size = [*shape[:axis], 1, *shape[axis + 1 :]]
+        ends = []
+        for start in (0, shape[axis] - 1):
+            begin = [0, 0, 0, 0]
+            begin[axis] = start
+            ends.append(like("edge", tuple(size)))
+            ops.append(Op("SLICE", [t, graph.const("begin", begin, np.int32), graph.const("size", size, np.int32)],
+                          [ends[-1]], fb.SliceOptionsT(), op.origin))  # fmt: skip
+        shape[axis] += 2
+        out = like("edge_pad", tuple(shape))
+        opts = fb.ConcatenationOptionsT()
+        opts.axis = axis
+        ops.append(Op("CONCATENATION", [ends[0], t, ends[1]], [out], opts, op.origin))
+        return out
+
+    padded = edge_pad(edge_pad(x, 1), 2)
     repeated = like("nearest", (n, (h + 2) * kh, (w + 2) * kw, c))
+    if kh == kw == 2:
+        # nearest x2 as XNNPACK runs it: four copies along the channels, DEPTH_TO_SPACE
+        tiled = like("tiled", (n, h + 2, w + 2, 4 * c))
+        cat = fb.ConcatenationOptionsT()
+        cat.axis = 3
+        d2s = fb.DepthToSpaceOptionsT()
+        d2s.blockSize = 2
+        ops += [Op("CONCATENATION", [padded] * 4, [tiled], cat, op.origin),
+                Op("DEPTH_TO_SPACE", [tiled], [repeated], d2s, op.origin)]  # fmt: skip
+    else:
+        nearest_opts = fb.ResizeNearestNeighborOptionsT()
+        nearest_opts.alignCorners, nearest_opts.halfPixelCenters = False, False
+        size = graph.const("size", repeated.shape[1:3], np.int32)
+        ops.append(Op("RESIZE_NEAREST_NEIGHBOR", [padded, size], [repeated], nearest_opts, op.origin))
     window = like("window", (n, h * kh + 2 * kh - 2, w * kw + 2 * kw - 2, c))
-    pad_opts = fb.MirrorPadOptionsT()
-    pad_opts.mode = fb.MirrorPadMode.SYMMETRIC
-    nearest_opts = fb.ResizeNearestNeighborOptionsT()
-    nearest_opts.alignCorners, nearest_opts.halfPixelCenters = False, False
     filt = np.outer(_triangle(kh), _triangle(kw))  # [2kh - 1, 2kw - 1], integers up to 4
     weight_scale = 1.0 / float(kh * kh * kw * kw)
     weights = Tensor(
@@ -94,10 +125,7 @@ def _upsampling(graph: Graph, op: Op, x: Tensor, y: Tensor, kh: int, kw: int) ->
     conv_opts.strideH = conv_opts.strideW = conv_opts.depthMultiplier = 1
     conv_opts.dilationHFactor = conv_opts.dilationWFactor = 1
     return [
-        Op("MIRROR_PAD", [x, graph.const("edge", [[0, 0], [1, 1], [1, 1], [0, 0]], np.int32)], [padded],
-           pad_opts, op.origin),
-        Op("RESIZE_NEAREST_NEIGHBOR", [padded, graph.const("size", repeated.shape[1:3], np.int32)], [repeated],
-           nearest_opts, op.origin),
+        *ops,
         Op("SLICE", [repeated, graph.const("begin", [0, 1, 1, 0], np.int32),
                      graph.const("size", window.shape, np.int32)], [window], fb.SliceOptionsT(), op.origin),
         Op("DEPTHWISE_CONV_2D", [window, weights, bias], [y], conv_opts, op.origin),
