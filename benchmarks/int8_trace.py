@@ -215,6 +215,8 @@ def exact_local(qdq: Path, tflite: Path, data: Path, samples: int, builtin: bool
             got = runtime.get(name.removesuffix("_quantized") + "_dequantized/int")
             if got is None or got.shape != q.shape:
                 return q
+        if q.dtype == np.uint8 and got.dtype == np.int8:
+            got = (got.astype(np.int16) + 128).astype(np.uint8)  # a uint8 model's levels run shifted to int8
         if got.shape == nhwc != q.shape:
             got = got.transpose(0, 3, 1, 2)
         elif got.shape == nhwc:

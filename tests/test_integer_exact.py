@@ -386,3 +386,77 @@ def test_pad_by_minus_inf_read_by_two_maxpools_stays_float(tmp_path):
     step = float(numpy_helper.to_array(next(t for t in qdq.graph.initializer if t.name == dq.input[1])))
     for e, t in zip(exact, tflite, strict=True):
         assert np.abs(t - e).max() <= step * 1.001
+
+
+@pytest.mark.parametrize("factors", [(2, 2), (1, 2)])
+def test_bilinear_upsampling_ties_int8_exact(tmp_path, factors):
+    """A half-pixel bilinear x2 upsampling of int8 steps lands on .5 ties ((9a + 3b + 3c + d) / 16):
+    TFLite's RESIZE_BILINEAR rounds them up where QuantizeLinear rounds to even (PP-LiteSeg's decoder: 4 % of
+    the values one step off). As an edge pad, a nearest upsampling and a depthwise Conv of the triangle filter
+    (requantized half to even), the .tflite equals the exact semantics."""
+    scales = np.array([1, 1, *factors], np.float32)
+    model = _two_convs_then(
+        [helper.make_node("Resize", ["s", "", "scales"], ["y"], mode="linear")], {"scales": scales}
+    )
+    _, exact, tflite, result = _deploy_and_compare(model, tmp_path)
+    for e, t in zip(exact, tflite, strict=True):
+        np.testing.assert_array_equal(t, e)
+    counts = json.loads((result.bundle("arm-cpu").path / "manifest.json").read_text())["verification"][
+        "op_counts"
+    ]
+    assert "RESIZE_BILINEAR" not in counts and counts["DEPTHWISE_CONV_2D"] == 1
+
+
+def _conv_read_by_q_and_a_float_mul() -> onnx.ModelProto:
+    """PT2E's X86 form: a Conv's float output read by its QuantizeLinear and, unquantized, by a float Mul (an SE
+    gate's product) whose result is quantized at a finer scale."""
+    w = RNG.integers(-127, 128, (4, 3, 3, 3)).astype(np.int8)
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s0", "z0"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "s0", "z0"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wd"], axis=0),
+        helper.make_node("Conv", ["xd", "wd", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("QuantizeLinear", ["c", "s1", "z1"], ["cq"]),
+        helper.make_node("DequantizeLinear", ["cq", "s1", "z1"], ["y1"]),
+        helper.make_node("Mul", ["c", "gate"], ["m"]),
+        helper.make_node("QuantizeLinear", ["m", "s2", "z1"], ["mq"]),
+        helper.make_node("DequantizeLinear", ["mq", "s2", "z1"], ["y"]),
+    ]
+    inits = {
+        "s0": np.float32(2 / 255),
+        "z0": np.uint8(128),
+        "w": w,
+        "sw": RNG.uniform(0.002, 0.004, 4).astype(np.float32),
+        "zw": np.zeros(4, np.int8),
+        "b": _w(4),
+        "s1": np.float32(0.05),
+        "z1": np.uint8(128),
+        "gate": RNG.uniform(0.2, 1.0, (1, 4, 1, 1)).astype(np.float32),
+        "s2": np.float32(0.0125),
+    }
+    model = _model(nodes, inits)
+    model.graph.output.insert(0, helper.make_tensor_value_info("y1", TensorProto.FLOAT, None))
+    return model
+
+
+def test_a_kernel_output_also_read_unquantized_runs_in_float_for_that_reader(tmp_path):
+    """The int8 Conv writes its QuantizeLinear's levels; the Mul reads the Conv's float output, as the QDQ model
+    says, not the DEQUANTIZE of those levels (a second rounding: PT2E MobileNetV3's SE products were 16 % one
+    step off, int8 .tflite vs its QDQ file 0.9964 -> 0.9982)."""
+    import edgekit
+    from edgekit.core import isolated
+    from test_exact import _run_bundle
+
+    model = _conv_read_by_q_and_a_float_mul()
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    result = edgekit.deploy(path, ["arm-cpu"], output=tmp_path / "out", precision="int8")
+    result.raise_for_failures()
+    feeds = [{"x": x[None]} for x in _pixel_images(4)]
+    exact = ExactRunner(model)
+    want = [exact.run(f)["y"] for f in feeds]
+    bundle = str(result.bundle("arm-cpu").path)
+    got = isolated.call(_run_bundle, bundle, feeds, {"y": want[0].shape}, what="LiteRT", doing="running")
+    steps = np.abs(np.stack([g["y"] for g in got]) - np.stack(want)) / 0.0125
+    assert steps.max() <= 1.0 + 1e-3
+    assert np.mean(steps > 0.5) < 0.005  # float32 convolution noise near a half step only

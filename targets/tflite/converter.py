@@ -6,6 +6,7 @@ cancel_transposes              sink transposes through layout-agnostic ops, fold
 choose_io_layout               NHWC inputs/outputs only where the edge transpose cancelled
 fuse_activations               RELU / RELU6 / RELU_N1_TO_1 into the preceding conv/fc/add/pool
 quantize_kernels               DEQUANTIZE -> op -> QUANTIZE becomes the integer kernel
+exact_bilinear_upsampling      (arm-cpu) int8 bilinear x2 as pad, nearest, depthwise triangle: ties to even
 hybrid_weights                 weight-only models: int8 weights on the hybrid kernels (weight_only.py)
 flatten_into_fully_connected   NCHW flatten before a dense layer -> permuted weights instead
 drop_reshape_before_fully_connected  FULLY_CONNECTED flattens its input itself
@@ -29,7 +30,17 @@ import onnx_ir as ir
 from edgekit.core.errors import TargetError, UnsupportedOpError
 from edgekit.core.litert_run import TensorInfo  # noqa: F401 - defined there to be light, used here
 from edgekit.core.model import forget_nonpositive_dims, infer_shapes_through_functions
-from edgekit.targets.tflite import fp16, fusion, layout, lowering, quantized, selection, weight_only, writer
+from edgekit.targets.tflite import (
+    fp16,
+    fusion,
+    integer_resize,
+    layout,
+    lowering,
+    quantized,
+    selection,
+    weight_only,
+    writer,
+)
 from edgekit.targets.tflite.context import Context, permute, to_nchw_perm, to_nhwc_perm
 from edgekit.targets.tflite.graph import Graph, Op, Tensor
 from edgekit.targets.tflite.registry import call, lookup
@@ -94,6 +105,7 @@ def _pipeline(options: ConvertOptions) -> list[Pass]:
         layout.choose_io_layout,
         fusion.fuse_activations,
         quantized.quantize_kernels(options.per_tensor_weights),
+        *([integer_resize.exact_bilinear_upsampling] if options.target == "arm-cpu" else []),
         weight_only.hybrid_weights(options.weight_only),
         fusion.flatten_into_fully_connected,
         fusion.drop_reshape_before_fully_connected,

@@ -15,6 +15,7 @@ older TFLite runtimes need).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 import numpy as np
@@ -329,10 +330,17 @@ def _rewrite(
             new_outputs.append(direct)
         else:
             new_outputs.append(qout)
-        # Consumers of the float output: QUANTIZE ones read the integer output, others a DEQUANTIZE.
+        # The QUANTIZE consumer reads the integer output. Other consumers read the float value the QDQ model gives
+        # them: where an op reads it unquantized (PT2E's X86 quantizer: a Conv + ReLU read by its Q and by a float
+        # Mul), the op also runs in float for them (DEQUANTIZE of the int8 output put 16 % of a MobileNetV3 SE
+        # Mul's values one step off); a graph output alone reads the DEQUANTIZE.
         the_q = next(u for u in consumers.get(id(out), []) if u.code == "QUANTIZE" and u.outputs[0] is qout)
         graph.ops.remove(the_q)
-        if graph.is_graph_output(out) or any(u is not the_q for u in consumers.get(id(out), [])):
+        if any(u is not the_q for u in consumers.get(id(out), [])) and len(op.outputs) == 1:
+            float_copy = Op(op.code, list(op.inputs), [out], copy.deepcopy(op.options), op.origin)
+            graph.ops.insert(graph.ops.index(op) + 1, float_copy)
+            graph.notes.append(f"{op.code} ({op.origin}) also runs in float: its unquantized output is read")
+        elif graph.is_graph_output(out) or any(u is not the_q for u in consumers.get(id(out), [])):
             graph.ops.insert(graph.ops.index(op) + 1, Op("DEQUANTIZE", [qout], [out], None, op.origin))
     op.inputs = inputs
     op.outputs = new_outputs

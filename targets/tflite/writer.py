@@ -50,6 +50,7 @@ _INT8_VERSIONS = {
     "STRIDED_SLICE": 2,
     "SPLIT_V": 2,
     "GATHER": 2,
+    "DEPTH_TO_SPACE": 2,
 }
 
 
