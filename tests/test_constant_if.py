@@ -312,6 +312,8 @@ def test_eval_matches_the_rows_a_selection_keeps_with_fp32s(tmp_path, capsys, pr
     assert joint["matched_rows"] <= min(selections[n]["matched_rows"] for n in ("kept_boxes", "kept_scores"))
     if precision == "fp32":
         assert joint["matched_rows"] == joint["reference_rows"], joint
+    line = f"arm-cpu: kept_boxes + kept_scores: {joint['matched_rows']} of fp32's {joint['reference_rows']} rows matched"
+    assert line in text, text
     assert "fp32 rows kept %" in (out / "report.md").read_text()
 
 
