@@ -176,14 +176,16 @@ def onnx_tail_run(
     sub: onnx.ModelProto, feeds: Sequence[Mapping[str, np.ndarray]]
 ) -> list[dict[str, np.ndarray]]:
     """The tail model ``sub`` (:func:`tail_model`) on ``feeds`` by ONNX's semantics: every artifact's selection is
-    held to them. The onnx reference evaluator, in the feeds' float32; where it fails (its Flatten of an empty
+    held to them. The onnx reference evaluator, in the feeds' float32 (its NonMaxSuppression vectorised:
+    :mod:`edgekit.core.reference_nms`); where it fails (its Flatten of an empty
     array: RetinaNet's level without a candidate), OpenVINO with the IoU bar read as ONNX reads it
     (:mod:`edgekit.core.ov_nms`: OpenVINO's own NonMaxSuppression suppresses a box exactly at the bar)."""
+    from edgekit.core import reference_nms
     from onnx.reference import ReferenceEvaluator
 
     names = [o.name for o in sub.graph.output]
     try:
-        evaluator = ReferenceEvaluator(sub)
+        evaluator = ReferenceEvaluator(sub, new_ops=[reference_nms.reference_op()])
         return [dict(zip(names, evaluator.run(names, dict(f)), strict=True)) for f in feeds]
     except Exception:  # noqa: BLE001 - the reference evaluator's gaps raise many types
         from edgekit.core.ov_nms import nms_bar_as_onnx

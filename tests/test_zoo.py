@@ -174,16 +174,14 @@ def test_a_side_reference_that_cannot_run_the_qdq_file_keeps_the_verdict_figure(
             )
         return real_runner(path, reference)
 
-    def fake_quantize(
-        cmd, **kwargs
-    ):  # the "QDQ file": the float model itself (its exact semantics are its own)
-        Path(cmd[cmd.index("-o") + 1]).write_bytes(model_path.read_bytes())
-        return zoo_cases.subprocess.CompletedProcess(cmd, 0, "", "")
+    def fake_quantize(argv, log):  # the "QDQ file": the float model itself (its exact semantics are its own)
+        Path(argv[argv.index("-o") + 1]).write_bytes(model_path.read_bytes())
+        return 0, ""
 
     monkeypatch.setattr(zoo_cases, "_onnx_runner", runner)
     monkeypatch.setattr(zoo_cases, "_bundle_runner", lambda folder, shapes: real_runner(str(model_path))[0])
-    monkeypatch.setattr(zoo_cases.subprocess, "run", fake_quantize)
-    spec = {"model": str(model_path), "calib": "c.npz", "extra_args": [], "edgekit": ["edgekit"]}
+    monkeypatch.setattr(zoo_cases, "_cli_here", fake_quantize)
+    spec = {"model": str(model_path), "calib": "c.npz", "extra_args": []}
     figures = zoo_cases._case_figures("arm-cpu int8", tmp_path, spec, "detector", samples, ref, {"y": (1, 3)})
     assert figures["vs_qdq"]["cosine"] > 0.999999
     assert figures["vs_qdq_host_error"] == (

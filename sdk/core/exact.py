@@ -496,7 +496,10 @@ def _ops(
         def _run(self, x):
             return (np.max(x, axis=tuple(range(2, x.ndim)), keepdims=True),)
 
+    from edgekit.core.reference_nms import reference_op
+
     return [
+        reference_op(),  # NonMaxSuppression: onnx's selections, vectorised
         DequantizeLinear,
         QuantizeLinear,
         Conv,

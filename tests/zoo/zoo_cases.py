@@ -325,7 +325,6 @@ def _model_figures(
         "calib": str(model.calib),
         "extra_args": model.extra_args,
         "cases": {r.case: r.out_dir for r in passed},
-        "edgekit": edgekit_command(),
         "table_figures": table_figures,
     }
     folder = work / model.name
@@ -650,24 +649,12 @@ def _case_figures(case, root: Path, spec, kind, samples, ref, onnx_shapes) -> di
     elif case == "arm-cpu int8":
         # The conversion, not the quantization: the int8 TFLite against the QDQ model of the same scheme.
         qdq_path = root / "qdq-int8.onnx"
-        cmd = [
-            *spec["edgekit"],
-            "quantize",
-            spec["model"],
-            "--calib",
-            spec["calib"],
-            "--activations",
-            "int8",
-            "-o",
-            str(qdq_path),
-            "-q",
-            *spec["extra_args"],
-        ]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
-        if proc.returncode != 0:
-            out["vs_qdq"] = {
-                "error": f"edgekit quantize --activations int8 failed: {_tail(proc.stdout + proc.stderr)}"
-            }
+        argv = ["quantize", spec["model"], "--calib", spec["calib"], "--activations", "int8"]
+        code, output = _cli_here(
+            [*argv, "-o", str(qdq_path), "-q", *spec["extra_args"]], root / "qdq-int8.log"
+        )
+        if code != 0:
+            out["vs_qdq"] = {"error": f"edgekit quantize --activations int8 failed: {_tail(output)}"}
         else:
             qdq, _, _ = _onnx_runner(str(qdq_path), "exact")
             exact = _stack([qdq(s) for s in samples])
@@ -689,6 +676,35 @@ def _case_figures(case, root: Path, spec, kind, samples, ref, onnx_shapes) -> di
                 out[f"vs_qdq_{reference}"] = compare(kind, outputs, got)
                 out[f"qdq_floor_{reference}"] = compare(kind, exact, outputs)
     return out
+
+
+def _cli_here(argv: Sequence[str], log: Path) -> tuple[int, str]:
+    """``edgekit ARGV`` run in this process (the figures child, which imported most of what it needs already: a
+    subprocess paid a whole interpreter's start and imports again), its output (the file descriptors 1 and 2)
+    into ``log``: ``(exit code, output)``."""
+    from edgekit.cli import common
+    from edgekit.cli.main import app
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    sink = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(sink, 1)
+    os.dup2(sink, 2)
+    os.close(sink)
+    try:
+        common.run_app(app, list(argv))
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+    return code, log.read_text(errors="replace")
 
 
 def _is_quantized(path: str) -> bool:
