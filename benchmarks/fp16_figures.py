@@ -156,6 +156,10 @@ def _map_agreement(reference: list[dict], actual: list[dict], output: str, thres
     return float(np.mean(same))
 
 
+def _percent(fraction: float | None) -> str:
+    return "-" if fraction is None else f"{100 * fraction:.1f} %"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=200)
@@ -170,7 +174,7 @@ def main() -> None:
           "(fp32 .tflite) | mean error | cosine | top-1 agreement | map > 0.3 agreement |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        agreement = "-" if r["top1_agreement"] is None else f"{100 * r['top1_agreement']:.1f} %"
+        agreement = _percent(r["top1_agreement"])
         print(
             f"| {r['model']} | {r['output']} | {r['samples']} | {r['fp32_bytes']:,} | {r['fp16_bytes']:,} | "
             f"{r['ratio']:.4f}x | {r['max_rel_error']:.2e} | {r['fp32_tflite_max_rel_error']:.2e} | "
@@ -184,7 +188,7 @@ def main() -> None:
         )
         print("|---|---|---|---|---|---|---|")
         for r in rows:
-            agreement = "-" if r["peer_top1_agreement"] is None else f"{100 * r['peer_top1_agreement']:.1f} %"
+            agreement = _percent(r["peer_top1_agreement"])
             print(
                 f"| {r['model']} | {r['output']} | {r['peer_bytes']:,} | {r['peer_bytes'] / r['fp32_bytes']:.4f}x | "
                 f"{r['peer_max_rel_error']:.2e} | {r['peer_cosine']:.7f} | {agreement} |"
