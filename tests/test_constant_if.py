@@ -317,6 +317,30 @@ def test_eval_matches_the_rows_a_selection_keeps_with_fp32s(tmp_path, capsys, pr
     assert "fp32 rows kept %" in (out / "report.md").read_text()
 
 
+def test_quantize_eval_reports_the_rows_a_selection_keeps(tmp_path, capsys):
+    """`edgekit quantize --eval` on a detector whose selection sets its outputs' rows: the report's rows are those
+    onnxruntime gives for fp32 and OpenVINO (f32, the host's runtime) for the QDQ file, and the terminal says them.
+    Before: an internal ValueError ("shape mismatch")."""
+    import openvino as ov
+
+    data = tmp_path / "eval.npz"
+    feeds = _eval_samples(data)
+    out, report = tmp_path / "q.onnx", tmp_path / "q.json"
+    code, text = _cli(
+        capsys, "quantize", str(NMS_TAIL), "--calib", str(data), "--eval", str(data), "-o", str(out),
+        "--report", str(report),
+    )  # fmt: skip
+    assert code == 0, text
+    fp32 = ort.InferenceSession(str(NMS_TAIL))
+    compiled = ov.Core().compile_model(str(out), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    want = sum(len(fp32.run(None, f)[0]) for f in feeds)
+    got = sum(len(compiled(f)[compiled.outputs[0]]) for f in feeds)
+    m = json.loads(report.read_text())["evaluation"]["selections"]["kept_boxes"]
+    assert (m["reference_rows"], m["candidate_rows"]) == (want, got), m
+    assert m["matched_rows"] <= min(want, got)
+    assert "kept_boxes: fp32 rows kept %" in text, text
+
+
 def test_rows_match_closest_first_each_once_within_the_tolerance():
     """:func:`match_rows` pairs rows one to one, closest first, within 2 % of each column's scale: permuted rows
     match, a row moved by 3 % of its column's scale does not, an extra row does not."""

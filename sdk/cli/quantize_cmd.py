@@ -354,6 +354,11 @@ def print_summary(report: dict) -> None:
             table.add_row(f"{name}: cosine", "", _fmt(m["cosine"], 5), "")
             table.add_row(f"{name}: SQNR", "", _fmt(m["sqnr_db"], 1, " dB"), "")
             table.add_row(f"{name}: max abs error", "", _fmt(m["max_abs_error"], 4), "")
+        # outputs whose rows the data sets (a detector's selection): rows matched with fp32's (metrics.match_rows)
+        for name, m in (evaluation.get("selections") or {}).items():
+            table.add_row(f"{name}: rows", str(m["reference_rows"]), str(m["candidate_rows"]), "")
+            table.add_row(f"{name}: fp32 rows kept %", "", _fmt(m["recall"]), "")
+            table.add_row(f"{name}: rows that are fp32's %", "", _fmt(m["precision"]), "")
         console.print(table)
         worst = Table(title="worst layers (SQNR of each quantized activation vs fp32)")
         worst.add_column("tensor")
