@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 from edgekit.core.errors import DataError, QuantizationError
+from edgekit.core.shape_checks import selection_axes
 from edgekit.quantize import rules
 from edgekit.quantize.budget import Budget, Measurement, Reference
 from edgekit.quantize.calibrate import Track, no_progress
@@ -314,6 +315,14 @@ def search(
     start = time.perf_counter()
     target = target if target is not None else _NoTarget()
     budget = options.budget
+    sized_by_data = list(selection_axes(model.graph))
+    if sized_by_data:
+        names = ", ".join(repr(n) for n in sized_by_data)
+        raise DataError(
+            f"{budget.flag} is measured on outputs of one shape per sample, and the model's output(s) {names} keep as "
+            "many rows as its selection (NonMaxSuppression / NonZero) finds on each: search on the detector exported "
+            "without its NMS; --eval compares the whole detector's rows"
+        )
     scheme = target.quantize_options(base_options)
     choices = available_restores(target, options.allow_cpu_fallback)
     integer_only = all(r.integer for r in choices if not r.fallback)

@@ -341,6 +341,65 @@ def test_quantize_eval_reports_the_rows_a_selection_keeps(tmp_path, capsys):
     assert "kept_boxes: fp32 rows kept %" in text, text
 
 
+def _scored_selection(path: Path) -> Path:
+    """A quantizable body (MatMul, Sigmoid) scoring 32 boxes, then NonMaxSuppression and the kept boxes: an
+    output of as many rows as the selection keeps (17 or 18 on the samples below)."""
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("MatMul", ["feats", "W"], ["logits"]),
+        helper.make_node("Sigmoid", ["logits"], ["s"]),
+        helper.make_node("Transpose", ["s"], ["scores"], perm=[0, 2, 1]),
+        helper.make_node("NonMaxSuppression", ["boxes", "scores", "maxk", "iou", "thr"], ["sel"]),
+        helper.make_node("Gather", ["sel", "two"], ["idx"], axis=1),
+        helper.make_node("Squeeze", ["boxes", "zero"], ["boxes0"]),
+        helper.make_node("Gather", ["boxes0", "idx"], ["kept"], axis=0),
+    ]
+    inits = [
+        numpy_helper.from_array(rng.normal(size=(8, 3)).astype(np.float32), "W"),
+        numpy_helper.from_array(np.array([10], np.int64), "maxk"),
+        numpy_helper.from_array(np.array([0.5], np.float32), "iou"),
+        numpy_helper.from_array(np.array([0.6], np.float32), "thr"),
+        numpy_helper.from_array(np.array(2, np.int64), "two"),
+        numpy_helper.from_array(np.array([0], np.int64), "zero"),
+    ]
+    graph = helper.make_graph(
+        nodes, "scored_selection",
+        [helper.make_tensor_value_info("feats", TensorProto.FLOAT, [1, 32, 8]),
+         helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 32, 4])],
+        [helper.make_tensor_value_info("kept", TensorProto.FLOAT, ["k", 4])], inits,
+    )  # fmt: skip
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    xy = rng.uniform(0, 48, (16, 1, 32, 2)).astype(np.float32)
+    data = path.with_suffix(".npz")
+    np.savez(
+        data, feats=rng.normal(size=(16, 1, 32, 8)).astype(np.float32), boxes=np.concatenate([xy, xy + 16], 3)
+    )
+    return data
+
+
+@pytest.mark.parametrize("budget", [("--min-cosine", "0.99"), ("--min-agreement", "90")])
+def test_an_accuracy_budget_on_outputs_a_selection_sizes_is_one_line(tmp_path, capsys, budget):
+    """The accuracy search compares outputs of one shape per sample: on a detector whose output keeps as many rows
+    as its NMS finds it is refused in one line naming the output, nothing written (was an internal ValueError from
+    numpy's matmul: 68 values against 72)."""
+    model = tmp_path / "scored_selection.onnx"
+    data = _scored_selection(model)
+    session = ort.InferenceSession(str(model))
+    arrays = np.load(data)
+    rows = {len(session.run(None, {k: arrays[k][i] for k in arrays})[0]) for i in range(16)}
+    assert len(rows) > 1, rows  # the rows vary from sample to sample
+    out = tmp_path / "q.onnx"
+    code, text = _cli(
+        capsys, "quantize", str(model), "--calib", str(data), "--eval", str(data), *budget, "-o", str(out)
+    )
+    lines = [ln for ln in text.splitlines() if ln.startswith("error")]
+    assert code == 2 and len(lines) == 1, text
+    assert (
+        f"{budget[0]} is measured on outputs of one shape per sample" in lines[0] and "'kept'" in lines[0]
+    ), text
+    assert not out.exists()
+
+
 def test_rows_match_closest_first_each_once_within_the_tolerance():
     """:func:`match_rows` pairs rows one to one, closest first, within 2 % of each column's scale: permuted rows
     match, a row moved by 3 % of its column's scale does not, an extra row does not."""
