@@ -20,6 +20,12 @@ from edgekit.quantize.calibrate import Track, dataset_length, no_progress
 from edgekit.quantize.pipeline import Quantized
 
 
+def _comparison(graph: ir.Graph) -> Comparison:
+    """The output comparison of ``graph``'s model, with the outputs its selection sizes matched row to row."""
+    axes = selection_axes(graph)
+    return Comparison(selection_axes=axes, selection_groups=selection_groups(graph, axes))
+
+
 def evaluate(
     fp32: ir.Model,
     quantized: Quantized,
@@ -51,9 +57,7 @@ def evaluate(
         quantized.proto(), extra_outputs=[quantized.dequantized[n] for n in layers], isolate=isolate
     )
     output_names = [v.name for v in fp32.graph.outputs]
-    comparison = Comparison(
-        selection_axes=selection_axes(fp32.graph), selection_groups=selection_groups(fp32.graph)
-    )
+    comparison = _comparison(fp32.graph)
     per_layer = {n: _NoisePower() if sqnr_only else TensorError() for n in layers}
     ranges = InputRanges()
     total = dataset_length(dataset, limit)
@@ -130,9 +134,7 @@ def _sqnr_in_graph(
             continue
     if runner is None:
         return None
-    comparison = Comparison(
-        selection_axes=selection_axes(fp32.graph), selection_groups=selection_groups(fp32.graph)
-    )
+    comparison = _comparison(fp32.graph)
     ranges = InputRanges()
     power = {name: [0.0, 0.0, 0] for name in layers}
     for sample in track(
@@ -294,9 +296,7 @@ def evaluate_outputs(
     ref_runner = HostRunner(ir.to_proto(fp32))
     cand_runner = HostRunner(candidate, isolate=True)
     output_names = [v.name for v in fp32.graph.outputs]
-    comparison = Comparison(
-        selection_axes=selection_axes(fp32.graph), selection_groups=selection_groups(fp32.graph)
-    )
+    comparison = _comparison(fp32.graph)
     ranges = InputRanges()
     total = dataset_length(dataset, limit)
     for sample in track(prefetched(islice(iter(dataset), limit)), "evaluating fp32 vs the recipe", total):

@@ -170,11 +170,12 @@ def host_reference(
 
     runner = runner if runner is not None else HostRunner(model)
     other = HostRunner(agreement_model) if agreement_model is not None else None
+    axes = selection_axes(model.graph)
     ref = Reference(
         {v.name: tuple(v.shape) for v in model.graph.inputs},
         [v.name for v in model.graph.outputs],
-        selection_axes(model.graph),
-        selection_groups(model.graph),
+        axes,
+        selection_groups(model.graph, axes),
     )
     total = min(len(dataset), limit or len(dataset)) if hasattr(dataset, "__len__") else (limit or 0)
     name: str | None = None  # the output top-1 reads (metrics.primary_output), from the first sample

@@ -166,6 +166,19 @@ SELECTION_NOTE = (
 )
 
 
+def selection_sentences(target: dict) -> list[str]:
+    """One sentence per selection for the terminal: what the rows' matching found, read together where one
+    selection sizes several outputs (names joined by " + ")."""
+    selections = (target.get("evaluation") or {}).get("selections") or {}
+    joint = {n: m for n, m in selections.items() if " + " in n} or selections
+    return [
+        f"{target['target']}: {name}: {m['matched_rows']} of fp32's {m['reference_rows']} rows matched "
+        f"({_f(m['recall'], 1, ' %')}); {_f(m['precision'], 1, ' %')} of the device's {m['candidate_rows']} rows "
+        "are fp32's"
+        for name, m in joint.items()
+    ]
+
+
 def _selection_note(target: dict) -> str:
     selections = (target.get("evaluation") or {}).get("selections") or {}
     tolerance = next(iter(selections.values()), {}).get("tolerance", 0)
@@ -313,10 +326,11 @@ def render_markdown(report: dict) -> str:
             parts += [_md_table(DEVICE_HEADER, devices)]
         for sentence in failover_sentences(t):
             parts += ["", sentence]
-        if output_rows(t) or not selection_rows(t):
-            parts += ["", _md_table(OUTPUT_HEADER, output_rows(t))]
-        if selection_rows(t):
-            parts += ["", _selection_note(t), "", _md_table(SELECTION_HEADER, selection_rows(t))]
+        outputs, selections = output_rows(t), selection_rows(t)
+        if outputs or not selections:
+            parts += ["", _md_table(OUTPUT_HEADER, outputs)]
+        if selections:
+            parts += ["", _selection_note(t), "", _md_table(SELECTION_HEADER, selections)]
         if t.get("accuracy_aware"):
             from edgekit import accuracy_report
 
@@ -540,11 +554,12 @@ def render_html(report: dict) -> str:
         if devices:
             parts.append(_html_table(DEVICE_HEADER, devices, "devices"))
         parts += [f"<p class='warning failover'>{_code(x)}</p>" for x in failover_sentences(t)]
-        if output_rows(t) or not selection_rows(t):
-            parts.append(_html_table(OUTPUT_HEADER, output_rows(t), "outputs"))
-        if selection_rows(t):
+        outputs, selections = output_rows(t), selection_rows(t)
+        if outputs or not selections:
+            parts.append(_html_table(OUTPUT_HEADER, outputs, "outputs"))
+        if selections:
             parts.append(f"<p class='selections'>{html.escape(_selection_note(t))}</p>")
-            parts.append(_html_table(SELECTION_HEADER, selection_rows(t), "selections"))
+            parts.append(_html_table(SELECTION_HEADER, selections, "selections"))
         parts.append(_confusion_html(t, (report.get("data") or {}).get("class_names") or {}))
         if t.get("accuracy_aware"):
             from edgekit import accuracy_report

@@ -272,7 +272,7 @@ def _upload_progress(enabled: bool):
 
 def _print_summary(report: Mapping[str, Any]) -> None:
     """A compact table for the terminal (report.md and report.html have every column)."""
-    from edgekit.report import summary_rows
+    from edgekit.report import selection_sentences, summary_rows
     from rich.table import Table
 
     table = Table(
@@ -286,18 +286,11 @@ def _print_summary(report: Mapping[str, Any]) -> None:
         name = f"{row[0]} {row[1]}" if report.get("tradeoff") else row[0]  # a sweep: one row per recipe
         table.add_row(name, top1, row[4], row[6], row[8], row[9], f"{row[12]}x", row[13])
     console.print(table)
-    for t in report["targets"]:
-        # outputs whose rows the data sets (a detector's selection): what the rows' matching found, read together
-        # where one selection sizes several outputs
-        selections = (t.get("evaluation") or {}).get("selections") or {}
-        joint = {n: m for n, m in selections.items() if " + " in n} or selections
-        for name, m in joint.items():
-            kept, right = (f"{m[k]:.1f} %" if m[k] is not None else "-" for k in ("recall", "precision"))
-            console.print(
-                f"{t['target']}: {name}: {m['matched_rows']} of fp32's {m['reference_rows']} rows matched ({kept}); "
-                f"{right} of the device's {m['candidate_rows']} rows are fp32's",
-                markup=False,
-            )
+    for t in report[
+        "targets"
+    ]:  # outputs whose rows a detector's selection sets: what the rows' matching found
+        for sentence in selection_sentences(t):
+            console.print(sentence, markup=False)
 
 
 def _read_preprocess(value: str | None) -> dict[str, Any] | None:

@@ -170,11 +170,10 @@ def selection_axes(graph: ir.Graph) -> dict[str, int]:
     return axes
 
 
-def selection_groups(graph: ir.Graph) -> list[tuple[str, ...]]:
-    """The outputs of :func:`selection_axes` that the same selections size (the same data-dependent ops upstream:
-    torchvision's ``boxes``, ``scores`` and ``labels`` gathered by one NMS's kept indices), two or more per group,
-    in the graph's output order: their rows are one detection each, read together."""
-    axes = selection_axes(graph)
+def selection_groups(graph: ir.Graph, axes: dict[str, int]) -> list[tuple[str, ...]]:
+    """The outputs of ``axes`` (:func:`selection_axes`) that the same selections size (the same data-dependent ops
+    upstream: torchvision's ``boxes``, ``scores`` and ``labels`` gathered by one NMS's kept indices), two or more
+    per group, in the graph's output order: their rows are one detection each, read together."""
     sources: dict[str, frozenset[ir.Node]] = {}
     for out in graph.outputs:
         if out.name not in axes:

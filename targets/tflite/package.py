@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -343,22 +344,24 @@ def _verify_with_tail(
         float_recipe = precision if precision in YARDSTICKS and precision != "fp32" else "fp32"
         stick = yardstick(float_recipe, tolerance if float_recipe == "fp32" else None, seeded)
 
-    body_only = body_model(proto, tail).SerializeToString()
+    before_tail = [o.name for o in proto.graph.output if o.name not in tail.outputs]
+
+    @functools.cache
+    def body_only() -> bytes:  # the model without its tail, serialized once, when a noise reference runs
+        return body_model(proto, tail).SerializeToString()
 
     def float64(names: Sequence[str]) -> list[dict[str, np.ndarray]]:  # the body without float32 rounding
-        body = [*names, *(o.name for o in proto.graph.output if o.name not in tail.outputs)]
         return isolated.call(
             exact_outputs,
-            body_only,
+            body_only(),
             feeds,
-            body,
+            [*names, *before_tail],
             what="the onnx reference evaluator",
             doing="running the source model in float64",
         )
 
     def int8(names: Sequence[str]) -> list[dict[str, np.ndarray]]:
-        body = [*names, *(o.name for o in proto.graph.output if o.name not in tail.outputs)]
-        return int8_noise(model, body_only, feeds, body, reference, target)
+        return int8_noise(model, body_only(), feeds, [*names, *before_tail], reference, target)
 
     noise = {"fp32": float64, "int8": int8}.get(stick.precision) if exact or not quantized else None
     figures = verify_with_tail(

@@ -224,13 +224,18 @@ def _cli_forkserver() -> Any:
     return context
 
 
-def _cli_in_fork(argv: Sequence[str], env: Mapping[str, str], log: str) -> None:
-    """(In the forked process.) The console script's work: ``edgekit ARGV``, its output into ``log``; atexit
-    handlers run as at the end of an interpreter (multiprocessing ends its processes with ``os._exit``)."""
+def _output_into(log: str | Path) -> None:
+    """This process's file descriptors 1 and 2 (the CLI's output, and native libraries') into ``log``."""
     sink = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(sink, 1)
     os.dup2(sink, 2)
     os.close(sink)
+
+
+def _cli_in_fork(argv: Sequence[str], env: Mapping[str, str], log: str) -> None:
+    """(In the forked process.) The console script's work: ``edgekit ARGV``, its output into ``log``; atexit
+    handlers run as at the end of an interpreter (multiprocessing ends its processes with ``os._exit``)."""
+    _output_into(log)
     os.environ.clear()
     os.environ.update(env)
     sys.argv = ["edgekit", *argv]
@@ -688,10 +693,7 @@ def _cli_here(argv: Sequence[str], log: Path) -> tuple[int, str]:
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
-    sink = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(sink, 1)
-    os.dup2(sink, 2)
-    os.close(sink)
+    _output_into(log)
     try:
         common.run_app(app, list(argv))
         code = 0
