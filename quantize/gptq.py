@@ -166,9 +166,14 @@ def gptq_round(
     weight: np.ndarray, hessian: np.ndarray, scales: np.ndarray, qmin: int, qmax: int
 ) -> np.ndarray:
     """Integers for ``weight`` ([O, I], one row per output channel, ``scales`` [O]) that minimise
-    ``tr((W - s Q) H (W - s Q)^T)`` column by column (module docstring); ``hessian`` is [I, I]."""
-    w = weight.astype(np.float64).copy()
-    h = hessian.astype(np.float64).copy()
+    ``tr((W - s Q) H (W - s Q)^T)`` column by column (module docstring); ``hessian`` is [I, I].
+
+    The columns are rounded in the order of their inputs' energy, ``diag(H)``, largest first (GPTQ's
+    "act-order"): the inputs that carry the most signal are rounded while every other column can still take
+    their errors."""
+    order = np.argsort(-np.diag(hessian), kind="stable")
+    w = weight.astype(np.float64)[:, order]
+    h = hessian.astype(np.float64)[np.ix_(order, order)]
     dead = np.diag(h) == 0  # inputs that are always 0: their weights do not matter
     h[dead, dead] = 1.0
     w[:, dead] = 0.0
@@ -186,13 +191,33 @@ def gptq_round(
             errors[:, i - start] = (w[:, i] - q[:, i] * s) / upper[i, i]
             w[:, i + 1 : end] -= np.outer(errors[:, i - start], upper[i, i + 1 : end])
         w[:, end:] -= errors @ upper[start:end, end:]
-    return q
+    return q[:, np.argsort(order)]
 
 
 def output_error(weight: np.ndarray, dequantized: np.ndarray, hessian: np.ndarray) -> float:
     """``tr((W - W_q) H (W - W_q)^T)``: the mean squared output error per input vector ([O, I] weights)."""
     d = weight.astype(np.float64) - dequantized.astype(np.float64)
     return float(np.einsum("oi,ij,oj->", d, hessian, d))
+
+
+def output_sqnr_db(
+    node: ir.Node, weight: np.ndarray, q: np.ndarray, scales: np.ndarray, hessian: np.ndarray
+) -> float:
+    """The layer's output signal-to-noise ratio (dB) on the calibration data with ``weight`` as ``q`` x
+    ``scales`` (per output channel, or one scale): ``tr(W H W^T) / tr((W - W_q) H (W - W_q)^T)``."""
+    rows = as_rows(node, weight).astype(np.float64)
+    s = np.broadcast_to(np.asarray(scales, np.float64).reshape(-1), (rows.shape[0],))
+    dequantized = as_rows(node, q).astype(np.float64) * s[:, None]
+    h = hessian if hessian.ndim == 3 else hessian[None]
+    per_group = rows.shape[0] // len(h)
+    signal = noise = 0.0
+    for g, hg in enumerate(h):
+        part = slice(g * per_group, (g + 1) * per_group)
+        signal += output_error(rows[part], np.zeros_like(rows[part]), hg)
+        noise += output_error(rows[part], dequantized[part], hg)
+    if noise <= 0.0:
+        return float("inf")
+    return 10.0 * float(np.log10(max(signal, 1e-300) / noise))
 
 
 def as_rows(node: ir.Node, weight: np.ndarray) -> np.ndarray:

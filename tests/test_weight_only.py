@@ -542,17 +542,21 @@ def _patches_by_loops(
 
 
 def _gptq_by_inverse(w: np.ndarray, h: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """GPTQ/OBQ in its textbook form: round column i, spread its error over the later columns with H^-1's row i,
-    then remove i from H^-1 (Frantar et al., eq. 3 and Lemma 1); same damping as the recipe (1 % of the mean
+    """GPTQ/OBQ in its textbook form: round column i, spread its error over the columns not yet rounded with
+    H^-1's row i, then remove i from H^-1 (Frantar et al., eq. 3 and Lemma 1); the columns in the order of
+    their inputs' energy, diag(H), largest first ("act-order"); same damping as the recipe (1 % of the mean
     diagonal)."""
     w = w.astype(np.float64).copy()
     hinv = np.linalg.inv(h + 0.01 * np.mean(np.diag(h)) * np.eye(len(h)))
     q = np.zeros_like(w)
-    for i in range(w.shape[1]):
+    left = list(np.argsort(-np.diag(h), kind="stable"))
+    while left:
+        i, rest = left[0], left[1:]
         q[:, i] = np.clip(np.round(w[:, i] / scale), -127, 127)
         err = (w[:, i] - q[:, i] * scale) / hinv[i, i]
-        w[:, i + 1 :] -= np.outer(err, hinv[i, i + 1 :])
+        w[:, rest] -= np.outer(err, hinv[i, rest])
         hinv = hinv - np.outer(hinv[:, i], hinv[i, :]) / hinv[i, i]
+        left = rest
     return q
 
 
