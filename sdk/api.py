@@ -278,9 +278,7 @@ def _weight_only_model(
         "quantization": {
             **options.to_json(),
             "activations": "float",
-            "weights": "int4 blockwise (MatMul/Gemm), int8 per channel (others)"
-            if options.precision == "w4"
-            else "int8 symmetric per-channel",
+            "weights": result.describe(options.precision),
             **result.to_json(),
         },
         "runs_on": _runs_on(options.precision),

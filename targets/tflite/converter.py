@@ -15,6 +15,7 @@ float_spatial_mean_to_average_pool  float MEAN over H, W -> one AVERAGE_POOL_2D 
 softmax_on_last_axis           SOFTMAX reads the tensor before a RESHAPE that keeps its rows; no-op RESHAPEs go
 integer_io                     int8 / uint8 graph inputs and outputs (nnapi)
 fp16_weights                   (the fp16 recipe) FLOAT16 constants read through DEQUANTIZE
+exact_fp16_weights             (weight-only models) constants whose values are float16 ones: FLOAT16 + DEQUANTIZE
 finalize                       dead ops, topological order, ONNX names on the outputs
 """
 
@@ -114,7 +115,13 @@ def _pipeline(options: ConvertOptions) -> list[Pass]:
         lowering.softmax_on_last_axis,
         quantized.integer_io(options.io_dtype, options.target, options.strict_integer),
         *([quantized.exact_input_quantize] if options.target == "arm-cpu" else []),
-        *([fp16.fp16_weights] if options.fp16_weights else []),
+        *(
+            [fp16.fp16_weights]
+            if options.fp16_weights
+            else [fp16.exact_fp16_weights]
+            if options.weight_only
+            else []
+        ),
         finalize,
     ]
 

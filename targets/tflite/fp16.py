@@ -27,6 +27,19 @@ FP16_MIN_ELEMENTS = 1024
 
 def fp16_weights(graph: Graph) -> Graph:
     """Float32 constant inputs become FLOAT16 constant -> DEQUANTIZE -> float32 (which: module docstring)."""
+    return _half_weights(graph, exact_only=False)
+
+
+def exact_fp16_weights(graph: Graph) -> Graph:
+    """A weight-only model's float16 weights (float32 constants whose values are all float16 values:
+    ``edgekit.quantize.weight_only.stores_float16``) stored as FLOAT16 -> DEQUANTIZE, as :func:`fp16_weights`
+    stores them: the same values, half the bytes."""
+    return _half_weights(graph, exact_only=True)
+
+
+def _half_weights(graph: Graph, exact_only: bool) -> Graph:
+    from edgekit.quantize.weight_only import stores_float16
+
     converted: dict[int, Tensor] = {}
     kept = 0
     outputs = {id(t) for t in graph.outputs}
@@ -41,6 +54,7 @@ def fp16_weights(graph: Graph) -> Graph:
                 or id(t) in outputs
                 or id(t) in converted
                 or t.data.size < FP16_MIN_ELEMENTS
+                or (exact_only and not stores_float16(t.data))
             ):
                 continue
             if t.data.size and float(np.max(np.abs(t.data))) > FP16_MAX:
