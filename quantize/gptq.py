@@ -5,9 +5,10 @@ Each dense weight (a Conv with one group, a MatMul, a Gemm; for the static recip
 rounded to the recipe's int8 grid (symmetric, the same per-output-channel scales, ``absmax / 127``) so as to
 minimise the layer's output error on its real inputs, ``tr((W - Q) H (W - Q)^T)`` with ``H = E[x x^T]`` over
 the input vectors ``x`` (a convolution's input patches), rather than each weight's own rounding error: the
-input columns are rounded one at a time and the rounding error of each is compensated on the columns not yet
-rounded through the inverse of ``H`` (its upper Cholesky factor). An input channel that carries large
-activations gets its weights rounded most carefully; the others absorb the difference.
+input columns are rounded one at a time, those of the inputs with the most energy (``diag(H)``) first, and the
+rounding error of each is compensated on the columns not yet rounded through the inverse of ``H`` (its upper
+Cholesky factor). An input channel that carries large activations gets its weights rounded most carefully; the
+others absorb the difference.
 
 Only the integer values change: the scales, the zero points and the artifact (DequantizeLinear on the weights,
 float activations) are those of the data-free recipe; each output channel's row is GPTQ's only where that
