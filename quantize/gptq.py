@@ -166,8 +166,8 @@ def input_hessians(
 def gptq_round(
     weight: np.ndarray, hessian: np.ndarray, scales: np.ndarray, qmin: int, qmax: int
 ) -> np.ndarray:
-    """Integers for ``weight`` ([O, I], one row per output channel, ``scales`` [O]) that minimise
-    ``tr((W - s Q) H (W - s Q)^T)`` column by column (module docstring); ``hessian`` is [I, I].
+    """Integers for ``weight`` ([O, I], one row per output channel, ``scales`` [O], or [O, I]: one per weight)
+    that minimise ``tr((W - s Q) H (W - s Q)^T)`` column by column (module docstring); ``hessian`` is [I, I].
 
     The columns are rounded in the order of their inputs' energy, ``diag(H)``, largest first (GPTQ's
     "act-order"): the inputs that carry the most signal are rounded while every other column can still take
@@ -181,6 +181,8 @@ def gptq_round(
     h[np.diag_indices_from(h)] += DAMPING * float(np.mean(np.diag(h)))
     upper = np.linalg.cholesky(np.linalg.inv(h)).T
     s = scales.astype(np.float64)
+    if s.ndim == 2:
+        s = s[:, order]
     q = np.zeros_like(w)
     # GPTQ's lazy batches: the columns of a block compensate each other one by one, the columns after it take
     # the block's errors in one product (the same arithmetic; 2880 columns: 8.5 s -> well under 1 s).
@@ -188,8 +190,9 @@ def gptq_round(
         end = min(start + BLOCK, w.shape[1])
         errors = np.zeros((w.shape[0], end - start))
         for i in range(start, end):
-            q[:, i] = np.clip(np.round(w[:, i] / s), qmin, qmax)
-            errors[:, i - start] = (w[:, i] - q[:, i] * s) / upper[i, i]
+            column = s[:, i] if s.ndim == 2 else s
+            q[:, i] = np.clip(np.round(w[:, i] / column), qmin, qmax)
+            errors[:, i - start] = (w[:, i] - q[:, i] * column) / upper[i, i]
             w[:, i + 1 : end] -= np.outer(errors[:, i - start], upper[i, i + 1 : end])
         w[:, end:] -= errors @ upper[start:end, end:]
     return q[:, np.argsort(order)]

@@ -24,13 +24,15 @@ changes the artifact's form (same scales, same int8 grid, float activations):
   moments on the data (GPTQ, :mod:`edgekit.quantize.gptq`) where that lowers the layer's output error;
 - the float biases absorb ``(W - W_q) E[x]``, the mean output shift the weight rounding leaves, from the input's
   channel means on the data (Nagel et al., "Data-free quantization", bias correction);
-- a dense weight whose int8 rounding still leaves the layer's output on the data under
-  :data:`W8_MIN_OUTPUT_SQNR_DB` is stored float16 instead (a float16 initializer read through Cast; the targets
-  keep it float16), and the report names it with its int8 figure.
+- a dense layer whose int8 rounding still leaves its output on the data under :data:`W8_MIN_OUTPUT_SQNR_DB` is
+  written in input-channel groups with their own scales (:mod:`edgekit.quantize.weight_split`), or, when no split
+  reaches the bar, its weight is stored float16 (read through Cast; the targets keep it float16); the report names
+  it with its figures.
 
 PP-OCRv4 rec against fp32, 30 held-out text lines: data-free cosine 0.988; bias correction alone (16 lines)
 0.9977; with GPTQ (128 lines) 0.99975 and every decoded sequence equal. On 30 lines of words (the benchmark's
-default since): GPTQ 0.99880, with act-order 0.99883, with its last 480 x 480 convolution float16 0.99976.
+default since): GPTQ 0.99880, with act-order 0.99883, with its last 480 x 480 convolution in 3 input-channel
+groups 0.99978.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ import onnx
 import onnx_ir as ir
 from edgekit.core.errors import QuantizationError
 from edgekit.core.irutil import NameScope, add_initializer, attr
-from edgekit.quantize import gptq
+from edgekit.quantize import gptq, weight_split
 from edgekit.quantize.options import QuantizeOptions
 from edgekit.quantize.qdq import round_preserving_sums, weight_error_shift, weight_scales
 from edgekit.quantize.recipes import get_recipe, resolve_layer_names
@@ -52,12 +54,13 @@ from onnx_ir.passes.common import DeduplicateInitializersPass, TopologicalSortPa
 
 log = logging.getLogger("edgekit")
 
-#: ``w8`` with calibration data stores a dense weight as float16 (read through Cast) instead of int8 when its
-#: int8 rounding, after GPTQ, leaves the layer's output on the data below this signal-to-noise ratio (dB): the
-#: int8 grid of a layer whose rows have a few large weights on the inputs that carry the most signal. PP-OCRv4
-#: rec's last backbone 1x1 convolution (480 x 480) is 39.9 dB in int8 (its other 47 weights 44.6-79 dB) and
-#: alone moved a character's CTC peak by a step on one of 30 word lines: the model's cosine to fp32 0.99883 ->
-#: 0.99976 with it float16, 0.266x -> 0.288x the fp32 file (benchmarks/compression.py).
+#: ``w8`` with calibration data writes a dense layer in input-channel groups, each its own int8 weight and scales
+#: (:mod:`edgekit.quantize.weight_split`), or, when no split reaches the bar, keeps its weight float16 (read through
+#: Cast), when its int8 rounding with one scale per output channel, after GPTQ, leaves the layer's output on the
+#: data below this signal-to-noise ratio (dB): a layer whose rows have a few large weights on the inputs that carry
+#: the most signal. PP-OCRv4 rec's last backbone 1x1 convolution (480 x 480) is 39.9 dB in int8 (its other 47
+#: weights 44.6-79 dB) and alone moved a character's CTC peak by a step on one of 30 word lines: the model's cosine
+#: to fp32 0.99883 -> 0.99978 with it in 3 groups (44.4 dB), 0.99976 with it float16 (benchmarks/compression.py).
 W8_MIN_OUTPUT_SQNR_DB = 43.0
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 #: Float16 weights of fewer values stay float32 in the targets' files (the bytes do not matter there).
@@ -208,6 +211,9 @@ class WeightOnly:
             if precision == "w4"
             else "int8 symmetric per-channel"
         )
+        groups = sum(1 for w in self.weights if "input-channel groups" in w["scheme"])
+        if groups:
+            text += f"; {groups} in input-channel groups (one scale per channel below {W8_MIN_OUTPUT_SQNR_DB:g} dB)"
         halves = sum(1 for w in self.weights if w["bits"] == 16)
         if halves:
             text += (
@@ -306,7 +312,7 @@ def quantize_weight_only(model: ir.Model, options: QuantizeOptions, calibration=
             axis = site.block_axis if blocked else site.channel_axis
             key = (id(value), "w4" if blocked else "w8", axis)
             if key not in done:
-                done[key] = _dequantized(
+                got = _dequantized(
                     graph,
                     names,
                     node,
@@ -316,6 +322,11 @@ def quantize_weight_only(model: ir.Model, options: QuantizeOptions, calibration=
                     options.block_size if blocked else 0,
                     hessians.get(node.name),
                 )
+                if isinstance(got, weight_split.Split):  # one layer per group of its input channels
+                    weight_split.apply(graph, names, node, weight, got)
+                    result.weights.append(_split_row(node, value, weight, got))
+                    break
+                done[key] = got
                 producer = done[key].producer()
                 if producer.op_type == "Cast":  # int8 lost too much of the layer's output on the data
                     result.weights.append(_float16_row(node, value, weight, producer))
@@ -449,10 +460,12 @@ def _dequantized(
     axis: int,
     block: int,
     hessian: np.ndarray | None = None,
-) -> ir.Value:
+) -> ir.Value | weight_split.Split:
     """A DequantizeLinear of the weight's integer form, inserted before ``node``; returns its output. With the
     ``hessian`` of the node's inputs (calibration data), int8 weights are rounded by :func:`gptq.gptq_round`
-    where that lowers the layer's output error on the data."""
+    where that lowers the layer's output error on the data; where the layer's output on the data is still under
+    :data:`W8_MIN_OUTPUT_SQNR_DB`, the weight in input-channel groups that reach it (a :class:`weight_split.Split`
+    for the caller to write; a weight read by one node only), else a float16 weight (:func:`_float16_weight`)."""
     base = value.name or "weight"
     if block:
         q, scales = quantize_int4_blockwise(weight, axis, block)
@@ -465,8 +478,13 @@ def _dequantized(
         if hessian is not None:
             q = gptq.second_order(node, weight, q, scales, hessian)
             sqnr = gptq.output_sqnr_db(node, weight, q, scales, hessian)
-            if sqnr < W8_MIN_OUTPUT_SQNR_DB and float(np.max(np.abs(weight))) <= FLOAT16_MAX:
-                return _float16_weight(graph, names, node, base, weight, sqnr)
+            if sqnr < W8_MIN_OUTPUT_SQNR_DB:
+                alone = len(list(value.uses())) == 1 and node.inputs[1] is value and node.op_type != "Gather"
+                split = weight_split.plan(node, weight, hessian, W8_MIN_OUTPUT_SQNR_DB) if alone else None
+                if split is not None:
+                    return split
+                if float(np.max(np.abs(weight))) <= FLOAT16_MAX:
+                    return _float16_weight(graph, names, node, base, weight, sqnr)
         attributes = {"axis": axis} if scales.ndim else {}
     q_init = add_initializer(graph, names, f"{base}_quantized", q)
     s_init = add_initializer(graph, names, f"{base}_scale", scales)
@@ -480,6 +498,21 @@ def _dequantized(
     out.dtype = ir.DataType.FLOAT
     out.shape = ir.Shape(weight.shape)
     return out
+
+
+def _split_row(node: ir.Node, value: ir.Value, weight: np.ndarray, split: weight_split.Split) -> dict:
+    """The report's row of a weight :func:`weight_split.apply` wrote in groups."""
+    return {
+        "node": node.name,
+        "op_type": node.op_type,
+        "weight": value.name,
+        "shape": list(weight.shape),
+        "bits": 8,
+        "scheme": f"int8 symmetric per channel in {split.groups} input-channel groups ({split.sqnr_db:.1f} dB of "
+        f"the layer's output on the calibration data; one group: under {W8_MIN_OUTPUT_SQNR_DB:g})",
+        "fp32_bytes": 4 * weight.size,
+        "bytes": weight.size + 4 * split.scales.size,
+    }
 
 
 def _float16_weight(

@@ -155,3 +155,127 @@ def test_intel_vpu_stores_the_float16_weight_as_float16(quantized, tmp_path):
         ref = _ort(result.model, x).astype(np.float64)
         assert got.ravel() @ ref.ravel() / np.linalg.norm(got) / np.linalg.norm(ref) >= 0.9999
         assert np.abs(got - ref).max() <= 1e-2 * (ref.max() - ref.min())
+
+
+def _split_model(path) -> np.ndarray:
+    """y = x @ w, w [64, 32]: weights up to 3 on the first 32 inputs, up to 0.03 on the last 32."""
+    rng = np.random.default_rng(8)
+    w = rng.uniform(-1.0, 1.0, (K, M)) * np.where(np.arange(K) < K // 2, 3.0, 0.03)[:, None]
+    w = w.astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, K])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, M])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return w
+
+
+def _split_inputs(count: int, seed: int) -> list[np.ndarray]:
+    """The inputs under the large weights are quiet: both halves carry as much of the output."""
+    rng = np.random.default_rng(seed)
+    gain = np.where(np.arange(K) < K // 2, 0.01, 1.0)
+    return [(rng.normal(0.0, 1.0, (1, K)) * gain).astype(np.float32) for _ in range(count)]
+
+
+@pytest.fixture(scope="module")
+def split(tmp_path_factory):
+    path = tmp_path_factory.mktemp("w8split") / "mm.onnx"
+    w = _split_model(path)
+    calib = [SimpleNamespace(inputs={"x": x}, label=None) for x in _split_inputs(32, seed=1)]
+    return path, w, quantize_model(path, calib, options=QuantizeOptions(precision="w8", samples=32))
+
+
+def test_a_layer_int8_rounds_below_the_bar_is_split_into_input_channel_groups(split):
+    """One scale per output channel covers the large weights and leaves the small ones, on the loud inputs, about
+    one level; two groups of 32 inputs, each with its own int8 weight and scales, reach the bar. onnxruntime runs
+    the file as the sum of the groups' int8 products, and it is much closer to fp32 than the one-group weight."""
+    path, w, result = split
+    model = result.model
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    dqs = [n for n in model.graph.node if n.op_type == "DequantizeLinear"]
+    assert len(dqs) == 2 and not any(n.op_type == "Cast" for n in model.graph.node)
+    parts = [
+        inits[n.input[0]].astype(np.float64) * inits[n.input[1]].astype(np.float64)[None, :] for n in dqs
+    ]
+    assert all(inits[n.input[0]].dtype == np.int8 and inits[n.input[0]].shape == (K // 2, M) for n in dqs)
+    row = next(r for r in result.report["quantization"]["weight_rows"] if r["weight"] == "w")
+    assert "2 input-channel groups" in row["scheme"] and row["bits"] == 8
+    assert row["bytes"] == w.size + 4 * 2 * M
+    # which DequantizeLinear reads which half: the one whose values are the large weights' takes the first
+    first, second = sorted(parts, key=lambda p: -np.abs(p).max())
+    # each half on its own grid (GPTQ moves a weight by a few of its group's steps, not more)
+    np.testing.assert_allclose(first, w[: K // 2], atol=4 * 3.0 / 127)
+    np.testing.assert_allclose(second, w[K // 2 :], atol=4 * 0.03 / 127)
+    assert np.abs(second).max() <= 0.03 + 1e-6  # a grid of 0.03 / 127, not the first half's 3 / 127
+    fp32 = onnx.load(path)
+    one_group = quantize_model(path, options=QuantizeOptions(precision="w8")).model  # data-free: one group
+    held_out = _split_inputs(8, seed=4)
+    for x in held_out[:3]:
+        expected = x[:, : K // 2].astype(np.float64) @ first + x[:, K // 2 :].astype(np.float64) @ second
+        np.testing.assert_allclose(_ort(model, x), expected, rtol=1e-5, atol=1e-6)
+
+    def error(m: onnx.ModelProto) -> float:
+        return sum(float(np.sum((_ort(m, x) - _ort(fp32, x)).astype(np.float64) ** 2)) for x in held_out)
+
+    assert error(model) < 0.01 * error(one_group)
+
+
+@pytest.mark.parametrize("target", ["arm-cpu", "intel-vpu"])
+def test_the_targets_run_the_groups_as_int8_weights(split, target, tmp_path):
+    """Both targets keep each group's weight int8 (LiteRT: two int8 [32, 32] weights, hybrid kernels; OpenVINO:
+    two i8 constants) and compute what onnxruntime computes from the file."""
+    import onnx_ir as ir
+    from edgekit.targets.base import PackageOptions, get_target
+
+    _, _, result = split
+    bundle = get_target(target).package(ir.from_proto(result.model), tmp_path / "out", PackageOptions())
+    if target == "arm-cpu":
+        from ai_edge_litert.interpreter import Interpreter
+
+        interpreter = Interpreter(model_path=str(bundle / "model.tflite"))
+        int8 = [tuple(d["shape"]) for d in interpreter.get_tensor_details() if d["dtype"] == np.int8]
+        assert sorted(int8) == [(M, K // 2), (M, K // 2)], int8
+        interpreter.allocate_tensors()
+
+        def run(x: np.ndarray) -> np.ndarray:
+            interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
+            interpreter.invoke()
+            return interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+    else:
+        import openvino as ov
+
+        model = ov.Core().read_model(str(bundle / "model.xml"))
+        int8 = [
+            tuple(op.get_output_shape(0))
+            for op in model.get_ordered_ops()
+            if op.get_type_name() == "Constant" and op.get_element_type() == ov.Type.i8
+        ]
+        assert len(int8) == 2 and all(np.prod(s) == K // 2 * M for s in int8), int8
+        compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+
+        def run(x: np.ndarray) -> np.ndarray:
+            return compiled(x)[0]
+
+    for x in _split_inputs(3, seed=5):
+        got, ref = run(x).astype(np.float64), _ort(result.model, x).astype(np.float64)
+        assert got.ravel() @ ref.ravel() / np.linalg.norm(got) / np.linalg.norm(ref) >= 0.9999
+        assert np.abs(got - ref).max() <= 1e-2 * (ref.max() - ref.min())
+
+
+def test_gptq_with_one_scale_per_weight_equals_one_per_row_when_they_agree():
+    """gptq_round's per-weight scales ([O, I], the split's groups) are the per-row rounding when each row's
+    scales are equal."""
+    from edgekit.quantize import gptq
+
+    rng = np.random.default_rng(2)
+    w = rng.normal(0.0, 1.0, (6, 40))
+    x = rng.normal(0.0, 1.0, (200, 40)) * rng.uniform(0.1, 3.0, 40)
+    h = x.T @ x / len(x)
+    scales = np.abs(w).max(1) / 127
+    np.testing.assert_array_equal(
+        gptq.gptq_round(w, h, scales, -127, 127),
+        gptq.gptq_round(w, h, np.repeat(scales[:, None], 40, 1), -127, 127),
+    )
