@@ -492,11 +492,18 @@ def _dequantized(
     dq = ir.node(
         "DequantizeLinear", [q_init, s_init], attributes, name=names.fresh(f"{base}_DequantizeLinear")
     )
-    graph.insert_before(node, dq)
-    out = dq.outputs[0]
-    out.name = names.fresh(f"{base}_dequantized")
+    return _float_weight_before(graph, names, node, dq, f"{base}_dequantized", weight.shape)
+
+
+def _float_weight_before(
+    graph: ir.Graph, names: NameScope, node: ir.Node, producer: ir.Node, name: str, shape
+) -> ir.Value:
+    """``producer`` (of a float weight) inserted before ``node``; its output, named ``name``, typed and shaped."""
+    graph.insert_before(node, producer)
+    out = producer.outputs[0]
+    out.name = names.fresh(name)
     out.dtype = ir.DataType.FLOAT
-    out.shape = ir.Shape(weight.shape)
+    out.shape = ir.Shape(shape)
     return out
 
 
@@ -524,12 +531,7 @@ def _float16_weight(
     half = add_initializer(graph, names, f"{base}_float16", weight.astype(np.float16))
     cast = ir.node("Cast", [half], {"to": ir.DataType.FLOAT}, name=names.fresh(f"{base}_Cast"))
     cast.meta["int8_output_sqnr_db"] = sqnr
-    graph.insert_before(node, cast)
-    out = cast.outputs[0]
-    out.name = names.fresh(f"{base}_float")
-    out.dtype = ir.DataType.FLOAT
-    out.shape = ir.Shape(weight.shape)
-    return out
+    return _float_weight_before(graph, names, node, cast, f"{base}_float", weight.shape)
 
 
 def _float16_row(node: ir.Node, value: ir.Value, weight: np.ndarray, cast: ir.Node) -> dict:
