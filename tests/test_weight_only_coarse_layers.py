@@ -1,6 +1,8 @@
-"""``w8`` with calibration data keeps as float16 a weight that int8 rounds too coarsely for the layer's output on the
-data (``quantize/weight_only.py``, ``W8_MIN_OUTPUT_SQNR_DB``), and the targets store it as float16: the ONNX file
-against numpy and onnxruntime, the arm-cpu .tflite against LiteRT."""
+"""``w8`` with calibration data: a layer whose int8 weight (one scale per output channel) leaves its output on the data
+under ``W8_MIN_OUTPUT_SQNR_DB`` is split into input-channel groups with their own int8 weights and scales
+(``quantize/weight_split.py``), or, when no split reaches the bar, keeps its weight float16; the targets keep the
+groups int8 and the float16 weight float16. Against numpy and onnxruntime (the ONNX file), LiteRT (arm-cpu) and
+OpenVINO (intel-vpu)."""
 
 from __future__ import annotations
 
