@@ -22,7 +22,8 @@ DYNAMIC_OPS = frozenset(
      "Unsqueeze", "Squeeze", "Concat", "Reshape", "ConstantOfShape", "Equal", "Where", "Expand", "Slice", "Cast",
      "Pad", "ScatterND", "ReduceMin", "ReduceMax", "TopK", "Identity", "Greater", "Less", "GreaterOrEqual",
      "LessOrEqual", "Not", "And", "Or", "Max", "Min", "Clip", "Sigmoid", "Exp", "Log", "Sqrt", "Abs", "Neg",
-     "Floor", "Ceil", "Round", "Relu", "ArgMax", "Flatten", "Split", "Mod", "Xor"}
+     "Floor", "Ceil", "Round", "Relu", "ArgMax", "Flatten", "Split", "Mod", "Xor", "RoiAlign", "Gemm", "Softmax",
+     "ScatterElements", "Range"}
 )  # fmt: skip
 
 
