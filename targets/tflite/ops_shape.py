@@ -232,11 +232,14 @@ def _split(ctx: Context, node: ir.Node, axis: int) -> None:
         else:
             outputs.append(ctx.output(v))
     sizes = [t.shape[axis] for t in outputs]
+    if len(outputs) == 1:  # one part, the whole (torch's split of one image's boxes after a selection too)
+        if sum(d < 0 for d in x.shape) > 1:
+            ctx.op("RESHAPE", [x, runtime_shape(ctx, x)], outputs)
+        else:
+            ctx.reshape(x, x.shape, out=outputs[0])
+        return
     if any(size < 0 for size in sizes):
         raise ctx.error("splitting along an axis sized at run time is not supported")
-    if len(outputs) == 1:
-        ctx.reshape(x, outputs[0].shape, out=outputs[0])
-        return
     opts = fb.SplitVOptionsT()
     opts.numSplits = len(outputs)
     size_splits = ctx.graph.const("size_splits", sizes, np.int32)

@@ -23,7 +23,7 @@ DYNAMIC_OPS = frozenset(
      "Pad", "ScatterND", "ReduceMin", "ReduceMax", "TopK", "Identity", "Greater", "Less", "GreaterOrEqual",
      "LessOrEqual", "Not", "And", "Or", "Max", "Min", "Clip", "Sigmoid", "Exp", "Log", "Sqrt", "Abs", "Neg",
      "Floor", "Ceil", "Round", "Relu", "ArgMax", "Flatten", "Split", "Mod", "Xor", "RoiAlign", "Gemm", "Softmax",
-     "ScatterElements", "Range"}
+     "ScatterElements", "Range", "Conv", "ConvTranspose", "Resize"}
 )  # fmt: skip
 
 

@@ -25,7 +25,34 @@ CLASSES = 3
 HIDDEN = 16
 
 
-def _head_model(threshold: float, mode: str = "output_half_pixel") -> onnx.ModelProto:
+def _mask_head(graph: onnx.GraphProto) -> None:
+    """Mask / Keypoint R-CNN's per-box head on the pooled [K, 8, 4, 4] RoIs: a 3x3 Conv, a ConvTranspose by 2, a
+    1x1 Conv, a bilinear Resize by 2 (the keypoint predictor's upsampling) and a Sigmoid: [K, 3, 16, 16]."""
+    rng = np.random.default_rng(1)
+    graph.initializer.extend(
+        [
+            numpy_helper.from_array(rng.normal(0, 0.2, (6, 8, 3, 3)).astype(np.float32), "mask_w1"),
+            numpy_helper.from_array(rng.normal(0, 0.2, (6, 4, 2, 2)).astype(np.float32), "mask_wt"),
+            numpy_helper.from_array(rng.normal(0, 0.2, 4).astype(np.float32), "mask_bt"),
+            numpy_helper.from_array(rng.normal(0, 0.2, (3, 4, 1, 1)).astype(np.float32), "mask_w2"),
+            numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "twice"),
+        ]
+    )
+    graph.node.extend(
+        [
+            helper.make_node("Conv", ["pooled", "mask_w1"], ["m1"], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["m1"], ["m1_relu"]),
+            helper.make_node("ConvTranspose", ["m1_relu", "mask_wt", "mask_bt"], ["m2"], strides=[2, 2]),
+            helper.make_node("Relu", ["m2"], ["m2_relu"]),
+            helper.make_node("Conv", ["m2_relu", "mask_w2"], ["m3"]),
+            helper.make_node("Resize", ["m3", "", "twice"], ["m4"], mode="linear"),
+            helper.make_node("Sigmoid", ["m4"], ["masks"]),
+        ]
+    )
+    graph.output.append(helper.make_tensor_value_info("masks", TensorProto.FLOAT, ["K", 3, 16, 16]))
+
+
+def _head_model(threshold: float, mode: str = "output_half_pixel", masks: bool = False) -> onnx.ModelProto:
     rng = np.random.default_rng(0)
     inits = [
         numpy_helper.from_array(rng.normal(0, 0.4, (4 + CLASSES, 3, 4, 4)).astype(np.float32), "w"),
@@ -111,6 +138,8 @@ def _head_model(threshold: float, mode: str = "output_half_pixel") -> onnx.Model
         ],
         inits,
     )
+    if masks:
+        _mask_head(graph)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model, full_check=True)
@@ -194,3 +223,18 @@ def test_no_box_over_the_threshold_gives_the_roi_head_zero_rows(precision, tmp_p
         probs, kept = session.run(None, {"x": x})
         assert probs.shape == (0, CLASSES + 1) and kept.shape == (0, 4)
         assert got["class_probs"].shape == probs.shape and got["kept"].shape == kept.shape
+
+
+def test_a_mask_head_on_the_kept_boxes_equals_onnxruntime(tmp_path, capsys):
+    """Conv, ConvTranspose and Resize on a batch of K RoIs (Mask / Keypoint R-CNN's heads): fp32 equal to
+    onnxruntime sample by sample; int8 passes its verification with the head float."""
+    model = _head_model(0.55, masks=True)
+    bundle = _deploy(capsys, tmp_path, model, "fp32", "--precision", "fp32")
+    session = ort.InferenceSession(model.SerializeToString())
+    held_out = _samples(4, 11)
+    for x, got in zip(held_out, _tflite_runs(bundle, held_out), strict=True):
+        want = session.run(["masks"], {"x": x})[0]
+        masks = got["masks"] if got["masks"].shape == want.shape else got["masks"].transpose(0, 3, 1, 2)
+        assert masks.shape == want.shape and len(want) > 0, (masks.shape, want.shape)
+        np.testing.assert_allclose(masks, want, rtol=0, atol=1e-5)
+    _deploy(capsys, tmp_path, model, "int8", "--precision", "int8")
