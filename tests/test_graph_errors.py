@@ -129,12 +129,12 @@ def test_shape_computed_at_run_time_is_named():
 
 
 def test_cli_gives_one_line_without_object_reprs(tmp_path, capsys):
-    """NonZero then an op LiteRT cannot size at run time (a Softmax): refused for arm-cpu."""
+    """NonZero then an op LiteRT cannot size at run time (a Hardmax): refused for arm-cpu."""
     model = _nonzero_model()
     model.graph.node.extend(
         [
             helper.make_node("Cast", ["y"], ["f"], to=TensorProto.FLOAT, name="to_float"),
-            helper.make_node("Softmax", ["f"], ["soft"], name="softmax"),
+            helper.make_node("Hardmax", ["f"], ["soft"], name="hardmax"),
         ]
     )
     model.graph.output[0].CopyFrom(helper.make_tensor_value_info("soft", TensorProto.FLOAT, None))

@@ -226,7 +226,11 @@ def translate(model: ir.Model, options: ConvertOptions, dynamic: frozenset[str] 
         ctx.node = node
         _infer_missing_shapes(ctx, node)
         if not _fold(ctx, node):
-            call(lookup(node, opset, options.target), ctx, node, options.target)
+            reg = lookup(node, opset, options.target)
+            if node.op_type in selection.ONE_ROW_MORE and node.outputs[0].name in ctx.dynamic:
+                selection.with_one_row_more(ctx, node, lambda: call(reg, ctx, node, options.target))  # noqa: B023
+            else:
+                call(reg, ctx, node, options.target)
     ctx.node = None
     for value in onnx_graph.outputs:
         t = ctx.tensor(value)

@@ -9,6 +9,7 @@ import onnx_ir as ir
 from edgekit.targets.tflite import taps
 from edgekit.targets.tflite.context import NCHW_TO_NHWC, NHWC_TO_NCHW, Context, permute
 from edgekit.targets.tflite.graph import Tensor
+from edgekit.targets.tflite.ops_index import runtime_shape
 from edgekit.targets.tflite.registry import converter
 from edgekit.targets.tflite.schema import fb
 
@@ -243,6 +244,21 @@ def _conv2d(
     return y_nhwc
 
 
+def _output_shape(ctx: Context, x: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """TRANSPOSE_CONV's output shape input: a constant, or with a batch sized at run time (RoIs after a
+    detector's selection) the input's run-time batch beside the constant rest."""
+    if shape[0] >= 0:
+        return ctx.graph.const("output_shape", shape, np.int32)
+    batch = ctx.tmp("batch", (1,), np.int32)
+    begin, size = ctx.graph.const("begin", [0], np.int32), ctx.graph.const("size", [1], np.int32)
+    ctx.op("SLICE", [runtime_shape(ctx, x), begin, size], [batch])
+    out = ctx.tmp("output_shape", (4,), np.int32)
+    opts = fb.ConcatenationOptionsT()
+    opts.axis = 0
+    ctx.op("CONCATENATION", [batch, ctx.graph.const("rest", shape[1:], np.int32)], [out], opts)
+    return out
+
+
 @converter("ConvTranspose", since=1)
 def conv_transpose(
     ctx: Context,
@@ -311,7 +327,7 @@ def conv_transpose(
     y_full = ctx.tmp("tconv_nhwc", full_shape)
     if group == 1 and not dilated:  # the ONNX weights (keeping integer weights of a quantized model)
         weights = ctx.weight(w_value, perm=(1, 2, 3, 0), insert_axis=2 if lifted else None)
-        out_shape = ctx.graph.const("output_shape", full_shape, np.int32)
+        out_shape = _output_shape(ctx, x, full_shape)
         ctx.op("TRANSPOSE_CONV", [out_shape, weights, x, bias], [y_full], opts)
     else:
         _grouped_transpose_conv(ctx, x, w, bias, group, opts, y_full)

@@ -215,6 +215,15 @@ def scatter_elements(ctx: Context, node: ir.Node, *, axis: int = 0, reduction: s
     updates = ctx.tensor(node.inputs[2])
     axis = axis + data.rank if axis < 0 else axis
     y = ctx.output(node.outputs[0])
+    rows = _row_indices(ctx, node.inputs[1]) if axis == 0 and reduction == "none" else None
+    if rows is not None:
+        _scatter_rows(ctx, data, rows, updates, y)
+        return
+    if any(d < 0 for d in (*data.shape, *updates.shape)):
+        raise ctx.error(
+            "scattering into or from a tensor sized at run time is supported for whole rows only (indices an "
+            "Expand of one row index each, on axis 0, reduction 'none')"
+        )
     if ctx.const(node.inputs[1]) is None and reduction != "add":
         raise ctx.error(
             f"ScatterElements with reduction {reduction!r} needs constant indices (these are computed at run "
@@ -232,6 +241,61 @@ def scatter_elements(ctx: Context, node: ir.Node, *, axis: int = 0, reduction: s
         [scattered],
     )
     binary(ctx, "ADD", data, scattered, y)
+
+
+def _row_indices(ctx: Context, indices: ir.Value) -> Tensor | None:
+    """The [n] row index vector whose Expand (after a Reshape / Unsqueeze to [n, 1, ...]) gives ``indices``
+    (torch's ``x.scatter(0, rows.view(-1, 1, 1, 1).expand(...), updates)``: torchvision's MultiScaleRoIAlign
+    merging its levels), or None."""
+    expand = indices.producer()
+    if expand is None or expand.op_type != "Expand" or ctx.is_const(indices):
+        return None
+    column = expand.inputs[0].producer()
+    if column is None or column.op_type not in ("Reshape", "Unsqueeze") or column.inputs[0] is None:
+        return None
+    source, shape = column.inputs[0], ctx.shape(column.outputs[0])
+    if len(ctx.shape(source)) != 1 or any(d != 1 for d in shape[1:]) or ctx.is_const(source):
+        return None
+    return ctx.tensor(source)
+
+
+def _scatter_rows(ctx: Context, data: Tensor, rows: Tensor, updates: Tensor, y: Tensor) -> None:
+    """Whole rows of ``updates`` written into ``data`` at run-time row indices: where(written, SCATTER_ND,
+    data), ``written`` a SCATTER_ND of ones. Repeated rows are undefined in ONNX (SCATTER_ND sums them)."""
+    index = rows if rows.dtype == np.int32 else ctx.tmp("rows", rows.shape, np.int32)
+    if index is not rows:
+        ctx.op("CAST", [rows], [index])
+    index = _wrap_negative(ctx, index, _c(ctx, data.shape[0], np.int32)) if data.shape[0] >= 0 else index
+    index = ctx.reshape(index, (-1, 1))
+    shape = runtime_shape(ctx, data) if any(d < 0 for d in data.shape) else _c(ctx, data.shape, np.int32)
+    scattered = ctx.tmp("scattered", data.shape, data.dtype)
+    ctx.op("SCATTER_ND", [index, updates, shape], [scattered])
+    ones = ctx.tmp("ones", (rows.shape[0],), np.float32)
+    ctx.op("FILL", [runtime_shape(ctx, rows), _c(ctx, 1.0, np.float32)], [ones])
+    hits = ctx.tmp("hits", (data.shape[0],), np.float32)
+    ctx.op("SCATTER_ND", [index, ones, _first(ctx, shape)], [hits])
+    written = ctx.tmp("written", hits.shape, np.bool_)
+    ctx.op("GREATER", [hits, _c(ctx, 0.0, np.float32)], [written])
+    mask = ctx.reshape(written, (-1, *([1] * (data.rank - 1))))
+    ctx.op("SELECT_V2", [mask, scattered, data], [y])
+
+
+def runtime_shape(ctx: Context, x: Tensor) -> Tensor:
+    """SHAPE of a tensor sized at run time, int32 (ops_shape's, which imports this module)."""
+    out = ctx.tmp("shape", (x.rank,), np.int32)
+    opts = fb.ShapeOptionsT()
+    opts.outType = fb.TensorType.INT32
+    ctx.op("SHAPE", [x], [out], opts)
+    return out
+
+
+def _first(ctx: Context, shape: Tensor) -> Tensor:
+    """[dims[0]] of a shape tensor."""
+    out = ctx.tmp("rows_shape", (1,), np.int32)
+    begin = ctx.graph.const("begin", np.array([0], np.int32))
+    size = ctx.graph.const("size", np.array([1], np.int32))
+    ctx.op("SLICE", [shape, begin, size], [out])
+    return out
 
 
 # -- TopK ------------------------------------------------------------------------------------------
@@ -368,7 +432,24 @@ def hardmax_v13(ctx: Context, node: ir.Node, *, axis: int = -1) -> None:
 # -- Range / ConstantOfShape left by constant folding -----------------------------------------------
 @converter("Range", since=11)
 def range_(ctx: Context, node: ir.Node) -> None:
-    """Folded when start, limit and delta are constants; otherwise its length depends on the data."""
+    """Folded when start, limit and delta are constants; otherwise its length depends on the data: after a
+    detector's selection (a count of boxes kept) it is RANGE, whose output LiteRT sizes while the model runs."""
+    if node.outputs[0].name in ctx.dynamic:
+        y = ctx.output(node.outputs[0])
+        parts = []
+        for value in node.inputs:
+            array = ctx.const(value)
+            if array is not None:
+                parts.append(_c(ctx, array.reshape(()), y.dtype))
+                continue
+            t = ctx.reshape(ctx.tensor(value), ())
+            if t.dtype != y.dtype:
+                cast = ctx.tmp("range_operand", (), y.dtype)
+                ctx.op("CAST", [t], [cast])
+                t = cast
+            parts.append(t)
+        ctx.op("RANGE", parts, [y])
+        return
     raise ctx.error(
         "start, limit and delta are computed at run time, so the output length depends on the data "
         "(TFLite models here have static shapes)"

@@ -9,7 +9,7 @@ import onnx_ir as ir
 from edgekit.core.shape_checks import squeeze_axes_meant
 from edgekit.targets.tflite.context import Context
 from edgekit.targets.tflite.graph import Tensor
-from edgekit.targets.tflite.ops_index import _wrap_negative
+from edgekit.targets.tflite.ops_index import _wrap_negative, runtime_shape
 from edgekit.targets.tflite.registry import converter
 from edgekit.targets.tflite.schema import fb
 
@@ -34,8 +34,33 @@ def _to_output_shape(ctx: Context, node: ir.Node) -> None:
         ctx.reshape(ctx.tensor(node.inputs[0]), shape, out=ctx.output(y_value))
         return
     x = ctx.tensor(node.inputs[0])
+    if node.op_type == "Flatten":  # [outer, inner]: one of them sized at run time is what RESHAPE infers
+        axis = node.attributes.get_int("axis", 1)
+        axis = axis + x.rank if axis < 0 else axis
+        outer, inner = x.shape[:axis], x.shape[axis:]
+        if min(inner, default=0) >= 0 or min(outer, default=0) >= 0:
+            flat = (-1, int(np.prod(inner))) if min(inner, default=0) >= 0 else (int(np.prod(outer)), -1)
+            ctx.reshape(x, flat, out=ctx.output(y_value, shape=flat))
+            return
+        # both sized at run time: [-1, prod(dims[axis:])] from the run-time shape
+        dims = ctx.tmp("inner_dims", (len(inner),), np.int32)
+        begin, size = (
+            ctx.graph.const("begin", [axis], np.int32),
+            ctx.graph.const("size", [len(inner)], np.int32),
+        )
+        ctx.op("SLICE", [runtime_shape(ctx, x), begin, size], [dims])
+        keep = fb.ReducerOptionsT()
+        keep.keepDims = True
+        size_inner = ctx.tmp("inner", (1,), np.int32)
+        ctx.op("REDUCE_PROD", [dims, ctx.graph.const("axis", [0], np.int32)], [size_inner], keep)
+        target = ctx.tmp("flat_shape", (2,), np.int32)
+        opts = fb.ConcatenationOptionsT()
+        opts.axis = 0
+        ctx.op("CONCATENATION", [ctx.graph.const("outer", [-1], np.int32), size_inner], [target], opts)
+        ctx.op("RESHAPE", [x, target], [ctx.output(y_value, shape=(-1, -1))])
+        return
     y = ctx.output(y_value)
-    axes = _optional(node, 1)
+    axes = _optional(node, 1) if node.op_type in ("Squeeze", "Unsqueeze") else None
     axes = node.attributes.get_ints("axes") if axes is None else ctx.require_const(axes, "axes").tolist()
     if node.op_type == "Reshape":
         target = ctx.tensor(node.inputs[1])
@@ -62,15 +87,6 @@ def _int32(ctx: Context, t: Tensor) -> Tensor:
         return ctx.graph.const(t.name, t.data.astype(np.int32))
     out = ctx.tmp("i32", t.shape, np.int32)
     ctx.op("CAST", [t], [out])
-    return out
-
-
-def runtime_shape(ctx: Context, x: Tensor) -> Tensor:
-    """SHAPE of a tensor sized at run time, int32."""
-    out = ctx.tmp("shape", (x.rank,), np.int32)
-    opts = fb.ShapeOptionsT()
-    opts.outType = fb.TensorType.INT32
-    ctx.op("SHAPE", [x], [out], opts)
     return out
 
 
@@ -216,11 +232,14 @@ def _split(ctx: Context, node: ir.Node, axis: int) -> None:
         else:
             outputs.append(ctx.output(v))
     sizes = [t.shape[axis] for t in outputs]
+    if len(outputs) == 1:  # one part, the whole (torch's split of one image's boxes after a selection too)
+        if sum(d < 0 for d in x.shape) > 1:
+            ctx.op("RESHAPE", [x, runtime_shape(ctx, x)], outputs)
+        else:
+            ctx.reshape(x, x.shape, out=outputs[0])
+        return
     if any(size < 0 for size in sizes):
         raise ctx.error("splitting along an axis sized at run time is not supported")
-    if len(outputs) == 1:
-        ctx.reshape(x, outputs[0].shape, out=outputs[0])
-        return
     opts = fb.SplitVOptionsT()
     opts.numSplits = len(outputs)
     size_splits = ctx.graph.const("size_splits", sizes, np.int32)
@@ -332,6 +351,11 @@ def slice_v1(
 
 @converter("Slice", since=10)
 def slice_v10(ctx: Context, node: ir.Node) -> None:
+    if node.outputs[0].name in ctx.dynamic and not (
+        ctx.is_const(node.inputs[1]) and ctx.is_const(node.inputs[2])
+    ):
+        _runtime_bounds_slice(ctx, node)
+        return
     starts = ctx.require_const(node.inputs[1], "Slice starts")
     ends = ctx.require_const(node.inputs[2], "Slice ends")
     axes = _optional(node, 3)
@@ -344,6 +368,56 @@ def slice_v10(ctx: Context, node: ir.Node) -> None:
         None if axes is None else ctx.require_const(axes, "Slice axes"),
         None if steps is None else ctx.require_const(steps, "Slice steps"),
     )
+
+
+def _runtime_bounds_slice(ctx: Context, node: ir.Node) -> None:
+    """A Slice after a detector's selection whose starts / ends are computed there (a count of boxes kept):
+    STRIDED_SLICE with run-time begin / end (it wraps negative indices and clamps to the dim as ONNX does), the
+    axes and steps constant, every other axis masked."""
+    x = ctx.tensor(node.inputs[0])
+    rank = x.rank
+    axes_value, steps_value = _optional(node, 3), _optional(node, 4)
+    count = ctx.shape(node.inputs[1])[0]
+    axes = list(range(count)) if axes_value is None else ctx.require_const(axes_value, "Slice axes").tolist()
+    axes = [_axis(int(a), rank) for a in axes]
+    steps = [1] * count if steps_value is None else ctx.require_const(steps_value, "Slice steps").tolist()
+    stride = [1] * rank
+    for a, st in zip(axes, steps, strict=True):
+        stride[a] = int(st)
+    masked = sum(1 << a for a in range(rank) if a not in axes)
+
+    def full(value: ir.Value, name: str) -> Tensor:
+        """The [rank] bounds: the sliced axes' from ``value``, 0 elsewhere (masked)."""
+        array = ctx.const(value)
+        if array is not None:
+            limit = np.iinfo(np.int32)
+            bounds = np.zeros(rank, np.int64)
+            bounds[axes] = np.clip(array, limit.min, limit.max)
+            return ctx.graph.const(name, bounds.astype(np.int32))
+        given = _int32(ctx, ctx.tensor(value))
+        if axes == list(range(rank)):
+            return given
+        index = np.full(rank, count, np.int32)  # a zero appended at position ``count``
+        index[axes] = np.arange(count)
+        padded = ctx.tmp(name + "_padded", (count + 1,), np.int32)
+        opts = fb.ConcatenationOptionsT()
+        opts.axis = 0
+        ctx.op("CONCATENATION", [given, ctx.graph.const("zero", [0], np.int32)], [padded], opts)
+        out = ctx.tmp(name, (rank,), np.int32)
+        gather = fb.GatherOptionsT()
+        gather.axis = 0
+        ctx.op("GATHER", [padded, ctx.graph.const("order", index)], [out], gather)
+        return out
+
+    opts = fb.StridedSliceOptionsT()
+    opts.beginMask = opts.endMask = masked
+    inputs = [
+        x,
+        full(node.inputs[1], "begin"),
+        full(node.inputs[2], "end"),
+        ctx.graph.const("strides", stride, np.int32),
+    ]
+    ctx.op("STRIDED_SLICE", inputs, [ctx.output(node.outputs[0])], opts)
 
 
 def _pad(

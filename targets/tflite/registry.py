@@ -88,6 +88,7 @@ def _load_converters() -> None:
         ops_misc,
         ops_resize,
         ops_rnn,
+        ops_roi_align,
         ops_selection,
         ops_shape,
     )

@@ -12,9 +12,15 @@ other op is refused as before, naming it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import numpy as np
 import onnx_ir as ir
 from edgekit.core.errors import TargetError
 from edgekit.core.shape_checks import data_dependent_tail, static_shapes_refusal
+from edgekit.targets.tflite.context import Context
+from edgekit.targets.tflite.graph import Tensor
+from edgekit.targets.tflite.schema import fb
 
 #: ONNX ops whose converters take tensors with dims sized at run time.
 DYNAMIC_OPS = frozenset(
@@ -22,8 +28,48 @@ DYNAMIC_OPS = frozenset(
      "Unsqueeze", "Squeeze", "Concat", "Reshape", "ConstantOfShape", "Equal", "Where", "Expand", "Slice", "Cast",
      "Pad", "ScatterND", "ReduceMin", "ReduceMax", "TopK", "Identity", "Greater", "Less", "GreaterOrEqual",
      "LessOrEqual", "Not", "And", "Or", "Max", "Min", "Clip", "Sigmoid", "Exp", "Log", "Sqrt", "Abs", "Neg",
-     "Floor", "Ceil", "Round", "Relu", "ArgMax", "Flatten", "Split", "Mod", "Xor"}
+     "Floor", "Ceil", "Round", "Relu", "ArgMax", "Flatten", "Split", "Mod", "Xor", "RoiAlign", "Gemm", "Softmax",
+     "ScatterElements", "Range", "Conv", "ConvTranspose", "Resize"}
 )  # fmt: skip
+
+#: Ops on a batch of RoIs sized at run time that cannot prepare an empty batch: XNNPACK's CONV_2D, TRANSPOSE_CONV
+#: and RESIZE_BILINEAR fail to reshape with 0 rows, the builtin TRANSPOSE_CONV too ("BytesRequired number of
+#: elements overflowed"). A two-stage detector's image with no box gives them 0 rows.
+ONE_ROW_MORE = frozenset({"Conv", "ConvTranspose", "Resize"})
+
+
+def with_one_row_more(ctx: Context, node: ir.Node, convert: Callable[[], None]) -> None:
+    """Convert ``node`` (one of :data:`ONE_ROW_MORE`) on its input with one zero row appended, its output without
+    the last row: the op never sees an empty batch, its output has the batch's rows (0 for no box)."""
+    x_value, y_value = node.inputs[0], node.outputs[0]
+    x = ctx.tensor(x_value)
+    if x.shape[0] >= 0 or any(d < 0 for d in x.shape[1:]) or len(node.outputs) != 1:
+        convert()
+        return
+    padded = ctx.tmp("one_row_more", x.shape, x.dtype)
+    opts = fb.ConcatenationOptionsT()
+    opts.axis = 0
+    ctx.op(
+        "CONCATENATION",
+        [x, ctx.graph.const("zero_row", np.zeros((1, *x.shape[1:]), x.dtype))],
+        [padded],
+        opts,
+    )
+    ctx.bind(x_value, padded)
+    try:
+        convert()
+    finally:
+        ctx.bind(x_value, x)
+    out = ctx.tensor(y_value)
+    out.name = ctx.graph.unique_name(out.name + "/one_row_more")
+    rows = Tensor(y_value.name, out.shape, out.dtype, quant=out.quant)
+    rank = out.rank
+    cut = fb.StridedSliceOptionsT()
+    cut.beginMask = cut.endMask = sum(1 << a for a in range(1, rank))
+    bounds = [ctx.graph.const(n, v, np.int32) for n, v in (("begin", [0] * rank), ("end", [-1] + [0] * (rank - 1)),
+                                                          ("strides", [1] * rank))]  # fmt: skip
+    ctx.op("STRIDED_SLICE", [out, *bounds], [rows], cut)
+    ctx.bind(y_value, rows)
 
 
 def selection_refusal(model: ir.Model, target: str) -> str | None:

@@ -187,7 +187,7 @@ def test_arm_cpu_and_nnapi_run_the_selection_on_tensors_sized_at_run_time(padded
 def test_a_selection_tail_with_an_op_not_sized_at_run_time_is_refused_in_one_line(tmp_path, capsys):
     model = _detector(padded=False)
     model.graph.node.append(
-        helper.make_node("Softmax", ["kept_boxes"], ["soft_boxes"], axis=-1, name="after_nms")
+        helper.make_node("Hardmax", ["kept_boxes"], ["soft_boxes"], axis=-1, name="after_nms")
     )
     model.graph.output[0].name = "soft_boxes"
     path = tmp_path / "softmax_after.onnx"
@@ -199,7 +199,7 @@ def test_a_selection_tail_with_an_op_not_sized_at_run_time_is_refused_in_one_lin
         )
         lines = [ln for ln in text.splitlines() if ln.startswith("error")]
         assert code == 2 and len(lines) == 1, text
-        assert "Softmax node 'after_nms' after it does not run on tensors sized at run time" in text, text
+        assert "Hardmax node 'after_nms' after it does not run on tensors sized at run time" in text, text
         assert "NonMaxSuppression ('nms')" in text, text
         assert "quantizing for" not in text, text  # refused before calibration is spent on it
         assert not (tmp_path / target / target).exists()
