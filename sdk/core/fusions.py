@@ -405,7 +405,9 @@ def _depthwise_conv(
 class StandaloneBatchNormPass(ir.passes.InPlacePass):
     """A BatchNormalization left after FoldBatchNormPass (it follows an Add, a Concat, a ConvTranspose) becomes a
     depthwise 1x1 Conv of its per-channel scale and shift: in int8, one kernel that rounds once
-    (DEPTHWISE_CONV_2D, its weights exact per channel) where a Mul and an Add round twice, and one op in float."""
+    (DEPTHWISE_CONV_2D, its weights exact per channel) where a Mul and an Add round twice, and one op in float.
+    Also 3-D (a 1x1x1 Conv): MONAI's DenseNet121 normalises each dense layer's Concat, and OpenVINO's CPU plugin
+    aborts (SIGSEGV in query_model) on a BatchNormalization between DequantizeLinear and QuantizeLinear."""
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph, names, modified = model.graph, NameScope(model.graph), False
@@ -414,7 +416,8 @@ class StandaloneBatchNormPass(ir.passes.InPlacePass):
                 continue
             params = [const_array(v) for v in bn.inputs[1:5]]
             shape = bn.inputs[0].shape
-            if any(p is None for p in params) or shape is None or len(shape) != 4 or _quantized_neighbour(bn):
+            rank = len(shape) if shape is not None else 0
+            if any(p is None for p in params) or rank not in (4, 5) or _quantized_neighbour(bn):
                 continue
             gamma, beta, mean, var = (p.astype(np.float64).reshape(-1) for p in params)
             factor = gamma / np.sqrt(var + attr(bn, "epsilon", 1e-5))
@@ -422,7 +425,7 @@ class StandaloneBatchNormPass(ir.passes.InPlacePass):
             channels = factor.shape[0]
             if not (isinstance(shape[1], int) and shape[1] == channels) or not np.all(np.isfinite(factor)):
                 continue
-            weight = factor.reshape(channels, 1, 1, 1).astype(np.float32)
+            weight = factor.reshape(channels, *[1] * (rank - 1)).astype(np.float32)
             _depthwise_conv(graph, names, bn, weight, shift.astype(np.float32), group=channels)
             modified = True
         return ir.passes.PassResult(model, modified)

@@ -289,8 +289,15 @@ def conv_transpose(
         output_padding = _lift_1d(output_padding, 0)
         output_shape = None if output_shape is None else [1, *output_shape]
         pads = _lift_1d(pads, 0, pads=True)
+    elif len(x_shape) == 5:
+        args = (auto_pad, dilations, group, output_padding, output_shape, pads, strides)
+        y = _conv_transpose3d(ctx, x, x_shape, w_value, b_value, y_shape, *args)
+        ctx.transpose(y, (0, 4, 1, 2, 3), out=ctx.output(y_value))
+        return
     elif len(x_shape) != 4:
-        raise ctx.error(f"only 1-D and 2-D transposed convolutions are supported (input rank {len(x_shape)})")
+        raise ctx.error(
+            f"only 1-D, 2-D and 3-D transposed convolutions are supported (input rank {len(x_shape)})"
+        )
     dilated = dilations is not None and any(d != 1 for d in dilations)
     if dilated:  # the kernel with zeros between its taps (TRANSPOSE_CONV has no dilation)
         dy, dx = (int(d) for d in dilations)
@@ -346,6 +353,89 @@ def conv_transpose(
         ctx.reshape(ctx.transpose(y_full, NHWC_TO_NCHW), ctx.shape(y_value), out=ctx.output(y_value))
     else:
         ctx.transpose(y_full, NHWC_TO_NCHW, out=ctx.output(y_value))
+
+
+def _transpose_begin(mode: str | None, full: int, out: int, pad: int, output_shape: bool) -> int:
+    """Where ONNX's ConvTranspose output starts inside the full (VALID + output_padding) result."""
+    total = full - out  # pads_begin + pads_end
+    if mode == "SAME_UPPER":
+        return total // 2
+    if mode == "SAME_LOWER" or output_shape:
+        return total - total // 2
+    return pad
+
+
+def _conv_transpose3d(
+    ctx: Context,
+    x_ncdhw: Tensor,
+    x_shape: Sequence[int],
+    w_value: ir.Value,
+    b_value: ir.Value | None,
+    y_shape: Sequence[int],
+    auto_pad: str,
+    dilations: Sequence[int] | None,
+    group: int,
+    output_padding: Sequence[int] | None,
+    output_shape: Sequence[int] | None,
+    pads: Sequence[int] | None,
+    strides: Sequence[int] | None,
+) -> Tensor:
+    """A 3-D transposed convolution as one TRANSPOSE_CONV over the output frames; returns [N, T', H', W', O].
+
+    Output frame f (of the full result) sums input frame t through temporal tap k where f = t * sT + k * dT:
+    each output frame's kT taps (input frame (f - k * dT) / sT, or a zero frame where that is no input frame)
+    are gathered into the channels, ordered [C, kT], and the weights [C, O, kT, kH, kW] become
+    [O, kH, kW, C * kT]: one accumulation per output as in ``_conv3d`` (TFLite has no int8 CONV_3D_TRANSPOSE),
+    so an int8 model keeps the QDQ model's single requantization. H and W are TRANSPOSE_CONV's, cropped."""
+    n, c, t, h, w = (int(d) for d in x_shape)
+    w_shape = ctx.require_const(w_value, "ConvTranspose weights").shape
+    _, out_per_group, kt, kh, kw = w_shape
+    if group != 1:
+        raise ctx.error(f"a grouped 3-D ConvTranspose (group {group}) is not supported")
+    dilations = [int(d) for d in (dilations or (1, 1, 1))]
+    if dilations[1:] != [1, 1]:
+        raise ctx.error(f"a 3-D ConvTranspose dilated in H or W ({dilations}) is not supported")
+    strides = [int(s) for s in (strides or (1, 1, 1))]
+    extra = [int(p) for p in (output_padding or (0, 0, 0))]
+    pads = [int(p) for p in (pads or (0,) * 6)]
+    mode = _decode(auto_pad)
+    kernel = ((kt - 1) * dilations[0] + 1, kh, kw)
+    full = [(x_shape[2 + i] - 1) * strides[i] + kernel[i] + extra[i] for i in range(3)]
+    begin = [
+        _transpose_begin(mode, full[i], int(y_shape[2 + i]), pads[i], output_shape is not None)
+        for i in range(3)
+    ]
+    if min(begin) < 0:
+        raise ctx.error(f"negative padding ({min(begin)}) is not supported")
+    t_out = int(y_shape[2])
+    x = ctx.transpose(x_ncdhw, (0, 2, 3, 4, 1))  # [N, T, H, W, C]
+    paddings = np.array([(0, 0), (0, 1), (0, 0), (0, 0), (0, 0)], np.int32)  # frame T of each batch: zeros
+    padded = ctx.tmp("pad_time", (n, t + 1, h, w, c), x.dtype)
+    ctx.op("PAD", [x, ctx.graph.const("paddings", paddings)], [padded], fb.PadOptionsT())
+    x = ctx.reshape(padded, (n * (t + 1), h, w, c))
+    frames = np.arange(t_out)[:, None] + begin[0] - np.arange(kt)[None, :] * dilations[0]  # [T', kT]
+    source = np.where(
+        (frames >= 0) & (frames % strides[0] == 0) & (frames // strides[0] < t), frames // strides[0], t
+    )
+    index = (np.arange(n)[:, None, None] * (t + 1) + source[None]).reshape(-1)
+    x = taps.gather(ctx, x, 0, index)
+    x = ctx.reshape(x, (n * t_out, kt, h, w, c))
+    x = ctx.reshape(ctx.transpose(x, (0, 2, 3, 4, 1)), (n * t_out, h, w, c * kt))
+    full_shape = (n * t_out, full[1], full[2], out_per_group)
+    opts = fb.TransposeConvOptionsT()
+    opts.padding = fb.Padding.VALID
+    opts.strideH, opts.strideW = strides[1:]
+    weights = ctx.weight(w_value, perm=(1, 3, 4, 0, 2), shape=(out_per_group, kh, kw, c * kt))
+    y = ctx.tmp("tconv3d_nhwc", full_shape)
+    out_shape = ctx.graph.const("output_shape", full_shape, np.int32)
+    ctx.op("TRANSPOSE_CONV", [out_shape, weights, x, _bias(ctx, b_value, out_per_group)], [y], opts)
+    target = (n * t_out, int(y_shape[3]), int(y_shape[4]), out_per_group)
+    if target != full_shape:
+        cropped = ctx.tmp("crop", target)
+        starts = ctx.graph.const("begin", [0, begin[1], begin[2], 0], np.int32)
+        ctx.op("SLICE", [y, starts, ctx.graph.const("size", target, np.int32)], [cropped], fb.SliceOptionsT())
+        y = cropped
+    return ctx.reshape(y, (n, t_out, *target[1:]))
 
 
 def _grouped_transpose_conv(

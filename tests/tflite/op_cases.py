@@ -162,6 +162,35 @@ CASES: list[Case] = [
         inits={"w": w(6, 1, 1, 3, 3), "b": w(6)},
         int8=True,
     ),
+    # 3-D transposed (MONAI UNet / DynUNet / UNETR decoders): one TRANSPOSE_CONV over gathered temporal taps
+    Case(
+        "conv_transpose3d_k2s2",
+        [n("ConvTranspose", ["x", "w", "b"], strides=[2, 2, 2])],
+        {"x": (2, 4, 3, 4, 5)},
+        inits={"w": w(4, 3, 2, 2, 2), "b": w(3)},
+        int8=True,
+    ),
+    Case(
+        "conv_transpose3d_overlap_pads",
+        [
+            n(
+                "ConvTranspose",
+                ["x", "w", "b"],
+                strides=[2, 2, 1],
+                pads=[1, 1, 0, 1, 0, 1],
+                output_padding=[1, 1, 0],
+            )
+        ],
+        {"x": (1, 3, 4, 5, 4)},
+        inits={"w": w(3, 5, 3, 3, 2), "b": w(5)},
+        int8=True,
+    ),
+    Case(
+        "conv_transpose3d_dilated_time",
+        [n("ConvTranspose", ["x", "w", "b"], strides=[3, 1, 2], dilations=[2, 1, 1], auto_pad="SAME_UPPER")],
+        {"x": (1, 2, 3, 4, 4)},
+        inits={"w": w(2, 3, 2, 3, 3), "b": w(3)},
+    ),
     Case("maxpool1d", [n("MaxPool", ["x"], kernel_shape=[3], strides=[2])], {"x": (1, 3, 11)}),
     Case("avgpool1d", [n("AveragePool", ["x"], kernel_shape=[2], strides=[2])], {"x": (1, 3, 10)}),
     # matrix products
@@ -650,6 +679,7 @@ CASES: list[Case] = [
         [n("ConvTranspose", ["x", "w", "b"], strides=[2], pads=[1, 0], output_padding=[1])],
         {"x": (1, 3, 6)},
         inits={"w": w(3, 2, 3), "b": w(2)},
+        int8=True,
     ),
     Case(
         "split_empty_part_then_concat",

@@ -75,7 +75,6 @@ LOWERED = [
     "resize_cubic",
     "maxpool_3d_pads_strides",
     "avgpool_3d_count_include_pad_ceil",
-    "conv_transpose_1d",
 ]
 
 
