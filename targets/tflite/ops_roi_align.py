@@ -20,18 +20,9 @@ import onnx_ir as ir
 from edgekit.targets.tflite.context import NCHW_TO_NHWC, NHWC_TO_NCHW, Context, attr_text
 from edgekit.targets.tflite.graph import Tensor
 from edgekit.targets.tflite.ops_elementwise import binary
+from edgekit.targets.tflite.ops_gridsample import _c, _unary
 from edgekit.targets.tflite.registry import converter
 from edgekit.targets.tflite.schema import fb
-
-
-def _c(ctx: Context, value: object) -> Tensor:
-    return ctx.graph.const("c", np.asarray(value, dtype=np.float32))
-
-
-def _unary(ctx: Context, code: str, x: Tensor, hint: str, dtype: type = np.float32) -> Tensor:
-    out = ctx.tmp(hint, x.shape, dtype)
-    ctx.op(code, [x], [out])
-    return out
 
 
 def _column(ctx: Context, boxes: Tensor, index: int) -> Tensor:

@@ -20,6 +20,7 @@ import onnxruntime as ort
 import pytest
 from cli_in_process import cli_text
 from onnx import TensorProto, helper, numpy_helper
+from test_selection_tail import _tflite_outputs
 
 CLASSES = 3
 HIDDEN = 16
@@ -151,21 +152,6 @@ def _samples(n: int, seed: int) -> list[np.ndarray]:
     return [rng.uniform(0, 1, (1, 3, 32, 32)).astype(np.float32) for _ in range(n)]
 
 
-def _tflite_runs(bundle: Path, samples: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
-    from ai_edge_litert.interpreter import Interpreter
-
-    interpreter = Interpreter(model_path=str(bundle / "model.tflite"))
-    interpreter.allocate_tensors()
-    (inp,) = interpreter.get_input_details()
-    runs = []
-    for x in samples:
-        feed = x.transpose(0, 2, 3, 1) if tuple(inp["shape"]) != x.shape else x  # NHWC image input
-        interpreter.set_tensor(inp["index"], feed)
-        interpreter.invoke()
-        runs.append({d["name"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()})
-    return runs
-
-
 def _deploy(capsys, tmp_path: Path, model: onnx.ModelProto, name: str, *extra: str) -> Path:
     path = tmp_path / f"{name}.onnx"
     onnx.save(model, path)
@@ -196,7 +182,7 @@ def test_the_roi_head_after_a_selection_equals_onnxruntime_at_fp32(mode, tmp_pat
     session = ort.InferenceSession(model.SerializeToString())
     held_out = _samples(6, 11)
     rows = set()
-    for x, got in zip(held_out, _tflite_runs(bundle, held_out), strict=True):
+    for x, got in zip(held_out, _tflite_outputs(bundle, held_out), strict=True):
         want = dict(zip(["class_probs", "kept"], session.run(None, {"x": x}), strict=True))
         for name in want:
             assert got[name].shape == want[name].shape, (name, got[name].shape, want[name].shape)
@@ -209,7 +195,7 @@ def test_the_roi_head_runs_float_after_an_int8_body(tmp_path, capsys):
     bundle = _deploy(capsys, tmp_path, _head_model(0.55), "int8", "--precision", "int8")
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert "selection_tail" in manifest["verification"], manifest["verification"].keys()
-    got = _tflite_runs(bundle, _samples(3, 11))
+    got = _tflite_outputs(bundle, _samples(3, 11))
     assert all(r["class_probs"].dtype == np.float32 and len(r["class_probs"]) == len(r["kept"]) for r in got)
     np.testing.assert_allclose([r["class_probs"].sum(axis=1) for r in got][0], 1, atol=1e-5)
 
@@ -221,7 +207,7 @@ def test_no_box_over_the_threshold_gives_the_roi_head_zero_rows(precision, tmp_p
     model = _head_model(1.0, masks=True)  # a Sigmoid is never above 1: the selection keeps nothing
     bundle = _deploy(capsys, tmp_path, model, precision, "--precision", precision)
     session = ort.InferenceSession(model.SerializeToString())
-    for x, got in zip(_samples(2, 11), _tflite_runs(bundle, _samples(2, 11)), strict=True):
+    for x, got in zip(_samples(2, 11), _tflite_outputs(bundle, _samples(2, 11)), strict=True):
         probs, kept, masks = session.run(None, {"x": x})
         assert probs.shape == (0, CLASSES + 1) and kept.shape == (0, 4) and masks.shape == (0, 3, 16, 16)
         assert got["class_probs"].shape == probs.shape and got["kept"].shape == kept.shape
@@ -235,7 +221,7 @@ def test_a_mask_head_on_the_kept_boxes_equals_onnxruntime(tmp_path, capsys):
     bundle = _deploy(capsys, tmp_path, model, "fp32", "--precision", "fp32")
     session = ort.InferenceSession(model.SerializeToString())
     held_out = _samples(4, 11)
-    for x, got in zip(held_out, _tflite_runs(bundle, held_out), strict=True):
+    for x, got in zip(held_out, _tflite_outputs(bundle, held_out), strict=True):
         want = session.run(["masks"], {"x": x})[0]
         assert got["masks"].shape == want.shape and len(want) > 0, (got["masks"].shape, want.shape)
         np.testing.assert_allclose(got["masks"], want, rtol=0, atol=1e-5)
