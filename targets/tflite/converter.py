@@ -15,7 +15,7 @@ float_spatial_mean_to_average_pool  float MEAN over H, W -> one AVERAGE_POOL_2D 
 softmax_on_last_axis           SOFTMAX reads the tensor before a RESHAPE that keeps its rows; no-op RESHAPEs go
 integer_io                     int8 / uint8 graph inputs and outputs (nnapi)
 fp16_weights                   (the fp16 recipe) FLOAT16 constants read through DEQUANTIZE
-exact_fp16_weights             (arm-cpu) constants whose values are float16 ones: FLOAT16 + DEQUANTIZE
+exact_fp16_weights             (weight-only models) constants whose values are float16 ones: FLOAT16 + DEQUANTIZE
 finalize                       dead ops, topological order, ONNX names on the outputs
 """
 
@@ -119,7 +119,7 @@ def _pipeline(options: ConvertOptions) -> list[Pass]:
             [fp16.fp16_weights]
             if options.fp16_weights
             else [fp16.exact_fp16_weights]
-            if options.target == "arm-cpu" or options.weight_only
+            if options.weight_only
             else []
         ),
         finalize,

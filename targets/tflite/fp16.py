@@ -31,10 +31,10 @@ def fp16_weights(graph: Graph) -> Graph:
 
 
 def exact_fp16_weights(graph: Graph) -> Graph:
-    """Float32 constants whose values are all float16 values (``edgekit.quantize.weight_only.stores_float16``:
-    a float16 model's weights, which its loading widened exactly, or the float16 weights of a weight-only model)
-    stored as FLOAT16 -> DEQUANTIZE, as :func:`fp16_weights` stores them: the same values, half the bytes (a float16
-    ONNX model's .tflite was twice its size)."""
+    """A weight-only model's float16 weights (float32 constants whose values are all float16 values:
+    ``edgekit.quantize.weight_only.stores_float16``) stored as FLOAT16 -> DEQUANTIZE, as :func:`fp16_weights`
+    stores them: the same values, half the bytes. Not for fp32 bundles: a float32 model's weights may all be
+    float16 values (the shared SqueezeNet 1.1's are), and its fp32 file stays the float32 model."""
     return _half_weights(graph, exact_only=True)
 
 

@@ -119,31 +119,3 @@ def test_a_float16_models_if_branches_widen_too() -> None:
     (from_source,) = run_onnx(source, {"x": feeds["x"].astype(np.float16)})
     (actual,) = run_tflite_isolated(convert_proto(widened), feeds)
     np.testing.assert_allclose(actual, from_source.astype(np.float32), rtol=2e-2, atol=2e-3)
-
-
-def test_a_float16_models_arm_cpu_file_keeps_its_weights_float16() -> None:
-    """The widened weights are float16 values, so the arm-cpu .tflite stores them as FLOAT16 read through
-    DEQUANTIZE (lossless: the same values), not as float32 twice the file's size; LiteRT's output equals the
-    widened model's."""
-    from ai_edge_litert.interpreter import Interpreter
-
-    weight = (R.standard_normal((32, 16, 3, 3)) * 0.2).astype(np.float16)
-    graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
-        "f16_conv",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 16, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 32, 8, 8])],
-        [numpy_helper.from_array(weight, "w")],
-    )
-    source = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    widened = to_proto(load_proto(source))
-    result = convert_proto(widened)
-    halves = [
-        d for d in Interpreter(model_content=result.data).get_tensor_details() if d["dtype"] == np.float16
-    ]
-    assert [int(np.prod(d["shape"])) for d in halves] == [weight.size], halves
-    assert len(result.data) < 2 * weight.size + 4096  # float32 storage alone would be 4 * weight.size
-    feeds = random_feeds(widened, 3)
-    (expected,) = run_onnx(widened, feeds)
-    (actual,) = run_tflite_isolated(result, feeds)
-    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
