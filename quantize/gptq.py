@@ -219,6 +219,11 @@ def output_sqnr_db(
         part = slice(g * per_group, (g + 1) * per_group)
         signal += output_error(rows[part], np.zeros_like(rows[part]), hg)
         noise += output_error(rows[part], dequantized[part], hg)
+    return sqnr_db(signal, noise)
+
+
+def sqnr_db(signal: float, noise: float) -> float:
+    """``10 log10(signal / noise)``; infinite without noise."""
     if noise <= 0.0:
         return float("inf")
     return 10.0 * float(np.log10(max(signal, 1e-300) / noise))

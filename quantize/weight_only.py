@@ -434,17 +434,22 @@ def _row(
 ) -> dict:
     """The report's row of one quantized weight (``scales``: how many float32 scales it stores)."""
     if blocked:
-        stored = weight.size // 2 + 4 * scales
-        scheme = f"int4 symmetric, block {block_size}"
-    else:
-        stored = weight.size + 4 * scales
-        scheme = "int8 symmetric per " + ("channel" if scales > 1 else "tensor")
+        return _weight_row(
+            node, value, weight, 4, f"int4 symmetric, block {block_size}", weight.size // 2 + 4 * scales
+        )
+    scheme = "int8 symmetric per " + ("channel" if scales > 1 else "tensor")
+    return _weight_row(node, value, weight, 8, scheme, weight.size + 4 * scales)
+
+
+def _weight_row(
+    node: ir.Node, value: ir.Value, weight: np.ndarray, bits: int, scheme: str, stored: int
+) -> dict:
     return {
         "node": node.name,
         "op_type": node.op_type,
         "weight": value.name,
         "shape": list(weight.shape),
-        "bits": 4 if blocked else 8,
+        "bits": bits,
         "scheme": scheme,
         "fp32_bytes": 4 * weight.size,
         "bytes": stored,
@@ -479,7 +484,7 @@ def _dequantized(
             q = gptq.second_order(node, weight, q, scales, hessian)
             sqnr = gptq.output_sqnr_db(node, weight, q, scales, hessian)
             if sqnr < W8_MIN_OUTPUT_SQNR_DB:
-                alone = len(list(value.uses())) == 1 and node.inputs[1] is value and node.op_type != "Gather"
+                alone = len(list(value.uses())) == 1 and node.inputs[1] is value
                 split = weight_split.plan(node, weight, hessian, W8_MIN_OUTPUT_SQNR_DB) if alone else None
                 if split is not None:
                     return split
@@ -509,17 +514,11 @@ def _float_weight_before(
 
 def _split_row(node: ir.Node, value: ir.Value, weight: np.ndarray, split: weight_split.Split) -> dict:
     """The report's row of a weight :func:`weight_split.apply` wrote in groups."""
-    return {
-        "node": node.name,
-        "op_type": node.op_type,
-        "weight": value.name,
-        "shape": list(weight.shape),
-        "bits": 8,
-        "scheme": f"int8 symmetric per channel in {split.groups} input-channel groups ({split.sqnr_db:.1f} dB of "
-        f"the layer's output on the calibration data; one group: under {W8_MIN_OUTPUT_SQNR_DB:g})",
-        "fp32_bytes": 4 * weight.size,
-        "bytes": weight.size + 4 * split.scales.size,
-    }
+    scheme = (
+        f"int8 symmetric per channel in {split.groups} input-channel groups ({split.sqnr_db:.1f} dB of the layer's "
+        f"output on the calibration data; one group: under {W8_MIN_OUTPUT_SQNR_DB:g})"
+    )
+    return _weight_row(node, value, weight, 8, scheme, weight.size + 4 * split.scales.size)
 
 
 def _float16_weight(
@@ -537,16 +536,8 @@ def _float16_weight(
 def _float16_row(node: ir.Node, value: ir.Value, weight: np.ndarray, cast: ir.Node) -> dict:
     """The report's row of a weight :func:`_float16_weight` stored."""
     sqnr = cast.meta.get("int8_output_sqnr_db")
-    return {
-        "node": node.name,
-        "op_type": node.op_type,
-        "weight": value.name,
-        "shape": list(weight.shape),
-        "bits": 16,
-        "scheme": f"float16 (int8 left {sqnr:.1f} dB of the layer's output on the calibration data)",
-        "fp32_bytes": 4 * weight.size,
-        "bytes": 2 * weight.size,
-    }
+    scheme = f"float16 (int8 left {sqnr:.1f} dB of the layer's output on the calibration data)"
+    return _weight_row(node, value, weight, 16, scheme, 2 * weight.size)
 
 
 #: Elementwise ops whose constant input may be stored with a broadcast axis (the output shape is unchanged).

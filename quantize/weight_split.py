@@ -68,7 +68,7 @@ def plan(node: ir.Node, weight: np.ndarray, hessian: np.ndarray, bar_db: float) 
         scales = np.where(absmax > 0, absmax / 127.0, 1.0).astype(np.float32)
         q = gptq.gptq_round(rows, hessian, np.repeat(scales.astype(np.float64), width, axis=1), -127, 127)
         noise = gptq.output_error(rows, q * np.repeat(scales.astype(np.float64), width, axis=1), hessian)
-        sqnr = float("inf") if noise <= 0 else 10.0 * float(np.log10(max(signal, 1e-300) / noise))
+        sqnr = gptq.sqnr_db(signal, noise)
         if sqnr >= bar_db:
             return Split(groups, q.astype(np.int8), scales, sqnr)
     return None

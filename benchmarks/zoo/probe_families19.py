@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +46,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import export  # noqa: E402
 import zoo_data  # noqa: E402
+from probe_hardops import _photos, bn_statistics, photos_at  # noqa: E402
 from probe_vision_hf import IMG, SAMPLES, Probe, photo_pixels  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[1] / ".zoo" / "probe19m"
@@ -54,28 +54,6 @@ SEED = 19300
 GRAY = {"type": "image", "color": "GRAY", "scale": 1 / 255, "mean": [0.0], "std": [1.0]}
 UNIT_RGB = {"type": "image", "color": "RGB", "scale": 1 / 255, "mean": [0.0] * 3, "std": [1.0] * 3}
 TORCHREID: Path | None = None
-
-
-@cache
-def _photos():
-    return zoo_data.bn_photos(None, export.default_shared())
-
-
-def photos_at(size: int | tuple[int, int], count: int, seed: int, data=IMG) -> torch.Tensor:
-    h, w = (size, size) if isinstance(size, int) else size
-    return torch.from_numpy(photo_pixels(data, [1, 3, h, w], count, seed, _photos()))
-
-
-def bn_statistics(model: nn.Module, batches: list[tuple[torch.Tensor, ...]]) -> None:
-    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-    for bn in bns:
-        bn.reset_running_stats()
-        bn.momentum = None
-    model.train()
-    with torch.no_grad():
-        for b in batches:
-            model(*b)
-    model.eval()
 
 
 # ------------------------------------------------------------------------------------------------ volumes
