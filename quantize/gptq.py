@@ -179,7 +179,7 @@ def gptq_round(
     h[dead, dead] = 1.0
     w[:, dead] = 0.0
     h[np.diag_indices_from(h)] += DAMPING * float(np.mean(np.diag(h)))
-    upper = np.linalg.cholesky(np.linalg.inv(h)).T
+    upper = inverse_cholesky_upper(h)
     s = scales.astype(np.float64)
     if s.ndim == 2:
         s = s[:, order]
@@ -198,10 +198,35 @@ def gptq_round(
     return q[:, np.argsort(order)]
 
 
+def inverse_cholesky_upper(h: np.ndarray) -> np.ndarray:
+    """The upper-triangular ``U`` with ``U^T U = H^-1`` (GPTQ's column updates read its rows) for a symmetric
+    positive definite ``h``, from one Cholesky factor of ``h`` with its order reversed: ``J H J = L L^T`` gives
+    ``H^-1 = (J L^-1 J)^T (J L^-1 J)`` (``J`` the reversal), and ``J L^-1 J`` is upper triangular. The same matrix
+    as ``cholesky(inv(H)).T`` in a third of the work (one factorisation, a triangular inverse by blocks in matrix
+    products): Inception-v3's 94 convolutions spent half of ``w8 --calib``'s time in the general inverse."""
+    lower = np.linalg.cholesky(np.ascontiguousarray(h[::-1, ::-1]))
+    return np.ascontiguousarray(_lower_inverse(lower)[::-1, ::-1])
+
+
+def _lower_inverse(lower: np.ndarray) -> np.ndarray:
+    """The inverse of a lower-triangular matrix by halves: ``[[A, 0], [B, C]]^-1 = [[A^-1, 0], [-C^-1 B A^-1,
+    C^-1]]``."""
+    n = lower.shape[0]
+    if n <= 64:
+        return np.tril(np.linalg.inv(lower))
+    k = n // 2
+    a, c = _lower_inverse(lower[:k, :k]), _lower_inverse(lower[k:, k:])
+    out = np.zeros_like(lower)
+    out[:k, :k], out[k:, k:] = a, c
+    out[k:, :k] = -(c @ lower[k:, :k]) @ a
+    return out
+
+
 def output_error(weight: np.ndarray, dequantized: np.ndarray, hessian: np.ndarray) -> float:
     """``tr((W - W_q) H (W - W_q)^T)``: the mean squared output error per input vector ([O, I] weights)."""
     d = weight.astype(np.float64) - dequantized.astype(np.float64)
-    return float(np.einsum("oi,ij,oj->", d, hessian, d))
+    # (a three-operand einsum without a path is a plain loop: 4.8 s on a 384 x 1728 weight, the product 0.14 s)
+    return float(np.sum((d @ hessian.astype(np.float64)) * d))
 
 
 def output_sqnr_db(

@@ -786,3 +786,23 @@ def test_the_host_runs_a_weight_only_model_as_its_own_values(precision):
         expected = _ort(model, sample)[0]
         got = next(iter(HostRunner(model).run(sample).values()))
         assert np.abs(got - expected).max() <= 1e-4 * np.ptp(expected)
+
+
+@pytest.mark.parametrize("size", [5, 64, 65, 300])
+def test_gptq_factor_is_the_upper_cholesky_of_the_inverse(size):
+    """GPTQ reads the rows of U, upper triangular with U^T U = H^-1: from one Cholesky of H reversed and a
+    triangular inverse by halves (sizes on both sides of the halving's 64 and odd splits), the same matrix as
+    numpy's cholesky(inv(H)).T."""
+    from edgekit.quantize.gptq import inverse_cholesky_upper
+
+    rng = np.random.default_rng(size)
+    x = rng.normal(0.0, 1.0, (3 * size, size)) * rng.uniform(0.01, 3.0, size)
+    h = x.T @ x / len(x) + 0.01 * np.eye(size)
+    got = inverse_cholesky_upper(h)
+    assert np.array_equal(got, np.triu(got))
+    np.testing.assert_allclose(
+        got, np.linalg.cholesky(np.linalg.inv(h)).T, rtol=0, atol=1e-9 * np.abs(got).max()
+    )
+    np.testing.assert_allclose(
+        got.T @ got, np.linalg.inv(h), rtol=0, atol=1e-9 * np.abs(np.linalg.inv(h)).max()
+    )
