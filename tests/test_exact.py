@@ -253,6 +253,48 @@ def test_ceil_mode_max_pool_matches_onnxruntime(attrs):
     np.testing.assert_array_equal(ExactRunner(model).run({"x": x})["y"], expected)
 
 
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {
+            "kernel_shape": [3, 3],
+            "strides": [1, 1],
+            "pads": [1, 1, 1, 1],
+            "count_include_pad": 1,
+        },  # Inception's
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},  # STDC's, pads excluded
+        {"kernel_shape": [2, 2], "strides": [2, 2]},
+        {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 0, 0, 1], "dilations": [2, 1]},
+        {
+            "kernel_shape": [3, 3],
+            "strides": [2, 2],
+            "pads": [1, 1, 1, 1],
+            "ceil_mode": 1,
+        },  # the reference's loop
+        {"kernel_shape": [2, 2], "auto_pad": "SAME_UPPER"},  # the reference's own loop
+    ],
+)
+def test_average_pool_matches_reference_evaluator(attrs):
+    """ExactRunner's vectorised AveragePool (a sum of strided views, divided by the window's size or by its taps
+    inside the input) gives the reference evaluator's values, float64 inputs within their last bits (a sum in
+    another order), and keeps the reference's loop for the attributes it does not take."""
+    from onnx.reference import ReferenceEvaluator
+
+    x = np.random.default_rng(6).standard_normal((2, 3, 9, 8))
+    graph = helper.make_graph(
+        [helper.make_node("AveragePool", ["x"], ["y"], **attrs)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.DOUBLE, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    expected = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    runner = ExactRunner(model)
+    got = runner._evaluator.run(None, {"x": x})[0]  # float64 out, before run()'s float32
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=1e-14, atol=1e-15)
+
+
 def test_folded_weight_dequantization_gives_the_same_values_bit_for_bit():
     """ExactRunner dequantizes constant weights once (``fold_constant_dequantize``): a per-channel int8 Conv and a
     per-tensor uint8 MatMul give exactly what the reference evaluator gives dequantizing them on every run."""
