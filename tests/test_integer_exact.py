@@ -496,3 +496,28 @@ def test_a_kernel_output_also_read_unquantized_runs_in_float_for_that_reader(tmp
     steps = np.abs(np.stack([g["y"] for g in got]) - np.stack(want)) / 0.0125
     assert steps.max() <= 1.0 + 1e-3
     assert np.mean(steps > 0.5) < 0.005  # float32 convolution noise near a half step only
+
+
+@pytest.mark.parametrize("scales", [(2, 2, 2), (1, 2, 2)])
+def test_trilinear_upsampling_ties_int8_exact(tmp_path, scales):
+    """A 3-D linear Resize (MONAI SegResNet's decoder) is lowered to float taps (GATHER, MUL by the weights, ADD)
+    between int8 tensors of one scale; at x2 its exact result is a .5 tie on a share of the values (a multiple of
+    1/64 of a step), which DEQUANTIZE / float32 taps / QUANTIZE rounded either way (1 % of SegResNet's upsampled
+    values a step off). On the integer levels and rounded by ROUND (half to even), it equals the exact semantics."""
+    shape = (1, 3, 4, 6, 6)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["a"], pads=[1] * 6),
+        helper.make_node("Relu", ["a"], ["ra"]),
+        helper.make_node("Conv", ["x", "w2", "b2"], ["b"], pads=[1] * 6),
+        helper.make_node("Add", ["ra", "b"], ["s"]),
+        helper.make_node("Resize", ["s", "", "scales"], ["y"], mode="linear"),
+    ]
+    inits = {"w1": _w(4, 3, 3, 3, 3), "b1": _w(4), "w2": _w(4, 3, 3, 3, 3), "b2": _w(4),
+             "scales": np.array([1, 1, *scales], np.float32)}  # fmt: skip
+    _, exact, tflite, result = _deploy_and_compare(_model(nodes, inits, shape), tmp_path, shape=shape)
+    for e, t in zip(exact, tflite, strict=True):
+        np.testing.assert_array_equal(t, e)
+    notes = json.loads((result.bundle("arm-cpu").path / "manifest.json").read_text())["verification"][
+        "converter_notes"
+    ]
+    assert any("linear map(s) of float taps" in n for n in notes), notes

@@ -7,6 +7,7 @@ choose_io_layout               NHWC inputs/outputs only where the edge transpose
 fuse_activations               RELU / RELU6 / RELU_N1_TO_1 into the preceding conv/fc/add/pool
 quantize_kernels               DEQUANTIZE -> op -> QUANTIZE becomes the integer kernel
 exact_bilinear_upsampling      (arm-cpu) int8 bilinear x2 as pad, nearest, depthwise triangle: ties to even
+exact_float_taps               (arm-cpu) float taps between int8 tensors (3-D Resize) on the levels: ties to even
 hybrid_weights                 weight-only models: int8 weights on the hybrid kernels (weight_only.py)
 flatten_into_fully_connected   NCHW flatten before a dense layer -> permuted weights instead
 drop_reshape_before_fully_connected  FULLY_CONNECTED flattens its input itself
@@ -107,6 +108,7 @@ def _pipeline(options: ConvertOptions) -> list[Pass]:
         fusion.fuse_activations,
         quantized.quantize_kernels(options.per_tensor_weights),
         *([integer_resize.exact_bilinear_upsampling] if options.target == "arm-cpu" else []),
+        *([integer_resize.exact_float_taps] if options.target == "arm-cpu" else []),
         weight_only.hybrid_weights(options.weight_only),
         fusion.flatten_into_fully_connected,
         fusion.drop_reshape_before_fully_connected,

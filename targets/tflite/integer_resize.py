@@ -130,3 +130,129 @@ def _upsampling(graph: Graph, op: Op, x: Tensor, y: Tensor, kh: int, kw: int) ->
                      graph.const("size", window.shape, np.int32)], [window], fb.SliceOptionsT(), op.origin),
         Op("DEPTHWISE_CONV_2D", [window, weights, bias], [y], conv_opts, op.origin),
     ]  # fmt: skip
+
+
+# -- linear maps lowered as float taps between int8 tensors ------------------------------------------------
+#: float ops a lowered linear map (``taps.weighted_sum``: GATHER, MUL by constant weights, ADD) is made of
+_TAP_OPS = ("ADD", "MUL", "GATHER")
+
+
+def _taps_tree(
+    graph: Graph, root: Tensor, quant: Quant, producers, consumers
+) -> tuple[list[Op], list[Op]] | None:
+    """(ops, leaf DEQUANTIZEs) of the float linear map that computes ``root`` from int8 tensors of ``quant``
+    (each read by an int8 GATHER and a DEQUANTIZE: ``taps.weighted_sum`` on a quantized tensor), else None.
+    Homogeneous: ADDs of two taps, MULs by constants, GATHERs with constant indices, no fused activation; every
+    tensor inside read only inside (an axis's sum feeds the next axis's taps); so it computes the same map on
+    ``q - zero_point`` as on ``scale * (q - zero_point)``."""
+    ops: dict[int, Op] = {}
+    leaves: dict[int, Op] = {}
+    inner: list[Tensor] = []
+    multiplied = False
+    stack = [root]
+    while stack:
+        t = stack.pop()
+        op = producers.get(id(t))
+        if op is None or graph.is_graph_output(t) or getattr(op.options, "fusedActivationFunction", 0):
+            return None
+        if id(op) in ops or id(op) in leaves:
+            continue
+        if t is not root:
+            inner.append(t)
+        if op.code == "DEQUANTIZE":
+            x = op.inputs[0]
+            gathered = producers.get(id(x))
+            if (
+                x.dtype != np.int8
+                or not quant.same_as(x.quant)
+                or gathered is None
+                or gathered.code != "GATHER"
+            ):
+                return None
+            leaves[id(op)] = op
+            continue
+        if op.code not in _TAP_OPS or len(op.outputs) != 1:
+            return None
+        if op.code == "GATHER":
+            if op.inputs[0].is_const or not op.inputs[1].is_const:
+                return None
+            stack.append(op.inputs[0])
+        elif op.code == "MUL":
+            variable = [i for i in op.inputs if not i.is_const]
+            if len(variable) != 1 or variable[0].dtype != np.float32:
+                return None
+            multiplied = True
+            stack.append(variable[0])
+        else:  # ADD of two taps (a constant addend would not be homogeneous)
+            if any(i.is_const for i in op.inputs):
+                return None
+            stack.extend(op.inputs)
+        ops[id(op)] = op
+    inside = ops.keys() | leaves.keys()
+    if any(id(u) not in inside for t in inner for u in consumers.get(id(t), [])):
+        return None
+    return (list(ops.values()), list(leaves.values())) if multiplied and leaves else None
+
+
+def exact_float_taps(graph: Graph) -> Graph:
+    """A linear map lowered as float taps between int8 tensors of one scale (a trilinear 3-D Resize: GATHER,
+    DEQUANTIZE, MUL by the weights, ADD, QUANTIZE) computed on the integer levels and rounded half to even.
+
+    QuantizeLinear rounds half to even, and at one scale in and out a linear upsampling's exact result is a .5
+    tie on a fixed share of the values (x2 trilinear, weights 1/4 and 3/4 per axis: a multiple of 1/64 of a
+    step). In float32 DEQUANTIZE's ``scale * (q - zp)``, the weighted sum and QUANTIZE's division by the scale
+    land those ties on either side, and QUANTIZE rounds half away from zero: MONAI SegResNet's decoder had 1 % of
+    its upsampled values a step off its QDQ model's (int8 .tflite vs QDQ cosine 0.9971). Here each DEQUANTIZE
+    becomes CAST + SUB of the zero point (the levels ``q - zp``, exact), the taps stay as they are (products of
+    integers and quarters are exact in float32), and QUANTIZE becomes ROUND (LiteRT's is half to even,
+    ``reference_ops::RoundToNearest``) + ADD of the zero point + a clamp to [-128, 127] + CAST.
+    """
+    producers, consumers = graph.producers(), graph.consumers()
+    rewritten = []
+    for q in [op for op in graph.ops if op.code == "QUANTIZE"]:
+        f, y = q.inputs[0], q.outputs[0]
+        if f.dtype != np.float32 or y.dtype != np.int8 or y.quant is None or not y.quant.per_tensor:
+            continue
+        tree = _taps_tree(graph, f, y.quant, producers, consumers)
+        if tree is None:
+            continue
+        zp = float(y.quant.zero_point[0])
+        for d in tree[1]:
+            x, t = d.inputs[0], d.outputs[0]
+            if zp:
+                levels = graph.tensor(f"{t.name}/levels", t.shape, np.float32)
+                at = graph.ops.index(d)
+                graph.ops[at : at + 1] = [
+                    Op("CAST", [x], [levels], None, d.origin),
+                    Op(
+                        "SUB",
+                        [levels, graph.const("zero_point", np.float32(zp))],
+                        [t],
+                        fb.SubOptionsT(),
+                        d.origin,
+                    ),
+                ]
+            else:
+                d.code, d.options = "CAST", None
+        rounded = graph.tensor(f"{y.name}/round", f.shape, np.float32)
+        shifted = graph.tensor(f"{y.name}/shifted", f.shape, np.float32)
+        low = graph.tensor(f"{y.name}/low", f.shape, np.float32)
+        clamped = graph.tensor(f"{y.name}/clamped", f.shape, np.float32)
+        at = graph.ops.index(q)
+        graph.ops[at : at + 1] = [
+            Op("ROUND", [f], [rounded], None, q.origin),
+            Op("ADD", [rounded, graph.const("zero_point", np.float32(zp))], [shifted], fb.AddOptionsT(), q.origin),
+            Op("MAXIMUM", [shifted, graph.const("qmin", np.float32(-128))], [low], fb.MaximumMinimumOptionsT(),
+               q.origin),
+            Op("MINIMUM", [low, graph.const("qmax", np.float32(127))], [clamped], fb.MaximumMinimumOptionsT(),
+               q.origin),
+            Op("CAST", [clamped], [y], None, q.origin),
+        ]  # fmt: skip
+        rewritten.append(tree[0][0].origin)
+    if rewritten:
+        graph.notes.append(
+            f"{len(rewritten)} linear map(s) of float taps between int8 tensors ({', '.join(rewritten[:3])}"
+            f"{', ...' if len(rewritten) > 3 else ''}) computed on the int8 levels and rounded half to even (ROUND), "
+            "as QuantizeLinear"
+        )
+    return graph
