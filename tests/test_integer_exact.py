@@ -521,3 +521,20 @@ def test_trilinear_upsampling_ties_int8_exact(tmp_path, scales):
         "converter_notes"
     ]
     assert any("linear map(s) of float taps" in n for n in notes), notes
+
+
+def test_average_pool_3d_ties_int8_exact(tmp_path):
+    """A 3-D AveragePool (MONAI DenseNet121's transitions, 2 x 2 x 2) is lowered to the same float taps (weights
+    1/2 per axis): the mean of 8 levels is a .5 tie whenever their sum is 4 mod 8, which DEQUANTIZE / float32 /
+    QUANTIZE rounded either way (DenseNet121's int8 .tflite vs QDQ cosine 0.9687); on the levels with ROUND it
+    equals the exact semantics."""
+    shape = (1, 3, 4, 6, 6)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["a"], pads=[1] * 6),
+        helper.make_node("Relu", ["a"], ["ra"]),
+        helper.make_node("AveragePool", ["ra"], ["y"], kernel_shape=[2, 2, 2], strides=[2, 2, 2]),
+    ]
+    inits = {"w1": _w(4, 3, 3, 3, 3), "b1": _w(4)}
+    _, exact, tflite, _ = _deploy_and_compare(_model(nodes, inits, shape), tmp_path, shape=shape)
+    for e, t in zip(exact, tflite, strict=True):
+        np.testing.assert_array_equal(t, e)
