@@ -21,6 +21,7 @@ DEPTHWISE_CONV_2D: all exact copies but the last.
 from __future__ import annotations
 
 import numpy as np
+from edgekit.targets.tflite import exact_matmul
 from edgekit.targets.tflite.graph import Graph, Op, Quant, Tensor
 from edgekit.targets.tflite.schema import fb
 
@@ -218,38 +219,16 @@ def exact_float_taps(graph: Graph) -> Graph:
         tree = _taps_tree(graph, f, y.quant, producers, consumers)
         if tree is None:
             continue
-        zp = float(y.quant.zero_point[0])
+        added: list[Op] = []
         for d in tree[1]:
-            x, t = d.inputs[0], d.outputs[0]
-            if zp:
-                levels = graph.tensor(f"{t.name}/levels", t.shape, np.float32)
-                at = graph.ops.index(d)
-                graph.ops[at : at + 1] = [
-                    Op("CAST", [x], [levels], None, d.origin),
-                    Op(
-                        "SUB",
-                        [levels, graph.const("zero_point", np.float32(zp))],
-                        [t],
-                        fb.SubOptionsT(),
-                        d.origin,
-                    ),
-                ]
-            else:
-                d.code, d.options = "CAST", None
-        rounded = graph.tensor(f"{y.name}/round", f.shape, np.float32)
-        shifted = graph.tensor(f"{y.name}/shifted", f.shape, np.float32)
-        low = graph.tensor(f"{y.name}/low", f.shape, np.float32)
-        clamped = graph.tensor(f"{y.name}/clamped", f.shape, np.float32)
+            ops, _ = exact_matmul.levels(graph, d.inputs[0], d.origin, out=d.outputs[0])
+            at = graph.ops.index(d)
+            graph.ops[at : at + 1] = ops
+            added += ops
+        requantized = exact_matmul.requantize(graph, f, y, q.origin)
         at = graph.ops.index(q)
-        graph.ops[at : at + 1] = [
-            Op("ROUND", [f], [rounded], None, q.origin),
-            Op("ADD", [rounded, graph.const("zero_point", np.float32(zp))], [shifted], fb.AddOptionsT(), q.origin),
-            Op("MAXIMUM", [shifted, graph.const("qmin", np.float32(-128))], [low], fb.MaximumMinimumOptionsT(),
-               q.origin),
-            Op("MINIMUM", [low, graph.const("qmax", np.float32(127))], [clamped], fb.MaximumMinimumOptionsT(),
-               q.origin),
-            Op("CAST", [clamped], [y], None, q.origin),
-        ]  # fmt: skip
+        graph.ops[at : at + 1] = requantized
+        graph.integer_arithmetic.update(id(o) for o in [*added, *tree[0], *requantized])
         rewritten.append(tree[0][0].origin)
     if rewritten:
         graph.notes.append(
