@@ -1,4 +1,5 @@
-"""An int8 half-pixel bilinear upsampling by 2 as ops that round like QuantizeLinear.
+"""An int8 half-pixel bilinear upsampling by 2 as ops that round like QuantizeLinear; and (``exact_float_taps``)
+the 3-D Resize / AveragePool taps between int8 tensors computed on the levels, rounded half to even.
 
 QuantizeLinear rounds half to even. A bilinear upsampling by an integer factor ``k`` with half-pixel centres
 weighs its two source values by odd multiples of ``1 / 2k``, so at one scale in and out its exact result is a
