@@ -208,7 +208,9 @@ def exact_local(qdq: Path, tflite: Path, data: Path, samples: int, builtin: bool
         got = runtime.get(name)
         if got is None or got.size != q.size:
             return q
-        nhwc = (q.shape[0], q.shape[2], q.shape[3], q.shape[1]) if q.ndim == 4 else None
+        # channels last (NHWC, or NDHWC for 3-D convolutions' tensors)
+        nhwc = (q.shape[0], *q.shape[2:], q.shape[1]) if q.ndim in (4, 5) else None
+        last = (0, q.ndim - 1, *range(1, q.ndim - 1))
         if got.shape not in (q.shape, nhwc):
             # the converter moved a Transpose across this op (a scalar Mul on attention keys): the tensor of that
             # name is in another layout; the DEQUANTIZE's int8 input beside it has the ONNX one, else skip it
@@ -218,10 +220,10 @@ def exact_local(qdq: Path, tflite: Path, data: Path, samples: int, builtin: bool
         if q.dtype == np.uint8 and got.dtype == np.int8:
             got = (got.astype(np.int16) + 128).astype(np.uint8)  # a uint8 model's levels run shifted to int8
         if got.shape == nhwc != q.shape:
-            got = got.transpose(0, 3, 1, 2)
+            got = got.transpose(last)
         elif got.shape == nhwc:
             # C == H == W: the shapes cannot tell the layouts apart; the one closer to the exact values is it
-            as_is, moved = got.astype(q.dtype), got.transpose(0, 3, 1, 2).astype(q.dtype)
+            as_is, moved = got.astype(q.dtype), got.transpose(last).astype(q.dtype)
             got = min((moved, as_is), key=lambda g: int((g != q).sum()))
         got = got.reshape(q.shape).astype(q.dtype)
         diff = np.abs(got.astype(np.int32) - q.astype(np.int32))

@@ -496,3 +496,67 @@ def test_a_kernel_output_also_read_unquantized_runs_in_float_for_that_reader(tmp
     steps = np.abs(np.stack([g["y"] for g in got]) - np.stack(want)) / 0.0125
     assert steps.max() <= 1.0 + 1e-3
     assert np.mean(steps > 0.5) < 0.005  # float32 convolution noise near a half step only
+
+
+@pytest.mark.parametrize("scales", [(2, 2, 2), (1, 2, 2)])
+def test_trilinear_upsampling_ties_int8_exact(tmp_path, scales):
+    """A 3-D linear Resize (MONAI SegResNet's decoder) is lowered to float taps (GATHER, MUL by the weights, ADD)
+    between int8 tensors of one scale; at x2 its exact result is a .5 tie on a share of the values (a multiple of
+    1/64 of a step), which DEQUANTIZE / float32 taps / QUANTIZE rounded either way (1 % of SegResNet's upsampled
+    values a step off). On the integer levels and rounded by ROUND (half to even), it equals the exact semantics."""
+    shape = (1, 3, 4, 6, 6)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["a"], pads=[1] * 6),
+        helper.make_node("Relu", ["a"], ["ra"]),
+        helper.make_node("Conv", ["x", "w2", "b2"], ["b"], pads=[1] * 6),
+        helper.make_node("Add", ["ra", "b"], ["s"]),
+        helper.make_node("Resize", ["s", "", "scales"], ["y"], mode="linear"),
+    ]
+    inits = {"w1": _w(4, 3, 3, 3, 3), "b1": _w(4), "w2": _w(4, 3, 3, 3, 3), "b2": _w(4),
+             "scales": np.array([1, 1, *scales], np.float32)}  # fmt: skip
+    _, exact, tflite, result = _deploy_and_compare(_model(nodes, inits, shape), tmp_path, shape=shape)
+    for e, t in zip(exact, tflite, strict=True):
+        np.testing.assert_array_equal(t, e)
+    notes = json.loads((result.bundle("arm-cpu").path / "manifest.json").read_text())["verification"][
+        "converter_notes"
+    ]
+    assert any("linear map(s) of float taps" in n for n in notes), notes
+
+
+def test_average_pool_3d_ties_int8_exact(tmp_path):
+    """A 3-D AveragePool (MONAI DenseNet121's transitions, 2 x 2 x 2) is lowered to the same float taps (weights
+    1/2 per axis): the mean of 8 levels is a .5 tie whenever their sum is 4 mod 8, which DEQUANTIZE / float32 /
+    QUANTIZE rounded either way (DenseNet121's int8 .tflite vs QDQ cosine 0.9687); on the levels with ROUND it
+    equals the exact semantics."""
+    shape = (1, 3, 4, 6, 6)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["a"], pads=[1] * 6),
+        helper.make_node("Relu", ["a"], ["ra"]),
+        helper.make_node("AveragePool", ["ra"], ["y"], kernel_shape=[2, 2, 2], strides=[2, 2, 2]),
+    ]
+    inits = {"w1": _w(4, 3, 3, 3, 3), "b1": _w(4)}
+    _, exact, tflite, _ = _deploy_and_compare(_model(nodes, inits, shape), tmp_path, shape=shape)
+    for e, t in zip(exact, tflite, strict=True):
+        np.testing.assert_array_equal(t, e)
+
+
+def test_attention_batch_matmul_int8_exact(tmp_path):
+    """q k^T of two run-time int8 tensors: LiteRT's int8 BATCH_MATMUL requantizes by a rounding high multiply and a
+    rounding shift (two roundings: a value within 0.5 * 2^-shift of a half step goes either way; MONAI UNETR's
+    attention, 0.5 % of the scores a step off). On the int8 levels in float32 (exact sums) with ROUND, the .tflite
+    equals the exact semantics."""
+    shape = (1, 2, 16, 24)
+    nodes = [
+        helper.make_node("MatMul", ["x", "wq"], ["q"]),
+        helper.make_node("MatMul", ["x", "wk"], ["k"]),
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["y"]),
+    ]
+    inits = {"wq": _w(24, 24), "wk": _w(24, 24)}
+    _, exact, tflite, result = _deploy_and_compare(_model(nodes, inits, shape), tmp_path, shape=shape)
+    for e, t in zip(exact, tflite, strict=True):
+        np.testing.assert_array_equal(t, e)
+    notes = json.loads((result.bundle("arm-cpu").path / "manifest.json").read_text())["verification"][
+        "converter_notes"
+    ]
+    assert any("BATCH_MATMUL(s)" in n for n in notes), notes

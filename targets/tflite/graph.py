@@ -107,6 +107,9 @@ class Graph:
     #: ids of the float ops that quantize a float input as QuantizeLinear does (``quantized.exact_input_quantize``):
     #: part of the input's quantization, not layers left float.
     input_quantization: set[int] = field(default_factory=set)
+    #: ids of the float ops that compute an integer kernel on the int8 levels exactly and round as QuantizeLinear
+    #: does (``exact_matmul``, ``integer_resize.exact_float_taps``): integer arithmetic, not layers left float.
+    integer_arithmetic: set[int] = field(default_factory=set)
     _names: set[str] = field(default_factory=set)
     _counter: Iterator[int] = field(default_factory=itertools.count)
 

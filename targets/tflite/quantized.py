@@ -664,7 +664,10 @@ def float_ops(graph: Graph) -> list[str]:
         return []
     result = []
     for op in graph.ops:
-        if op.code in ("QUANTIZE", "DEQUANTIZE") or id(op) in graph.input_quantization:
+        if (
+            op.code in ("QUANTIZE", "DEQUANTIZE")
+            or id(op) in graph.input_quantization | graph.integer_arithmetic
+        ):
             continue
         if any(_is_float(t) and not t.is_const for t in [*op.inputs, *op.outputs]):
             result.append(f"{op.code} ({op.origin})")
