@@ -117,8 +117,12 @@ def quantize(
     if dtype not in _INTEGER_TYPES:
         raise ModelError(f"QuantizeLinear to {dtype}: no exact float64 semantics here")
     lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
-    z = 0.0 if zero_point is None else _broadcast_axis(np.asarray(zero_point, np.float64), x.ndim, axis)
-    return np.clip(np.round(steps(x, scale, axis, float32)) + z, lo, hi).astype(dtype)
+    y = np.asarray(steps(x, scale, axis, float32))  # a new array: rounded, shifted and clipped in place
+    np.round(y, out=y)
+    if zero_point is not None:
+        y += _broadcast_axis(np.asarray(zero_point, np.float64), x.ndim, axis)
+    np.clip(y, lo, hi, out=y)
+    return y.astype(dtype)
 
 
 def steps(x: np.ndarray, scale: np.ndarray, axis: int = 1, float32: bool = False) -> np.ndarray:
@@ -126,7 +130,7 @@ def steps(x: np.ndarray, scale: np.ndarray, axis: int = 1, float32: bool = False
     s = _broadcast_axis(np.asarray(scale, np.float64), np.ndim(x), axis)
     if float32:
         return (np.asarray(x, np.float32) / s.astype(np.float32)).astype(np.float64)
-    return np.asarray(x, np.float64) / s
+    return np.divide(np.asarray(x, np.float64), s)  # always a new array (quantize writes into it)
 
 
 #: The most memory a convolution's stacked input windows (its columns) take at a time.
