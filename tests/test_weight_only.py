@@ -806,3 +806,41 @@ def test_gptq_factor_is_the_upper_cholesky_of_the_inverse(size):
     np.testing.assert_allclose(
         got.T @ got, np.linalg.inv(h), rtol=0, atol=1e-9 * np.abs(np.linalg.inv(h)).max()
     )
+
+
+def test_w8_hybrid_kernel_keeps_a_float16_valued_bias_float32(tmp_path):
+    """arm-cpu w8 stores float16-valued constants as FLOAT16 + DEQUANTIZE, but not a hybrid kernel's bias: XNNPACK
+    delegates a hybrid FULLY_CONNECTED only with a static float32 bias, and LiteRT's prepare failed on a bias read
+    through DEQUANTIZE (BERT-base's zero FFN biases: "failed to delegate FULLY_CONNECTED"). The bundle runs, its
+    bias is float32 and its output is onnxruntime's on the w8 model."""
+    import edgekit
+    from ai_edge_litert.interpreter import Interpreter
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(9)
+    w = rng.normal(0.0, 0.1, (64, 1024)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 1024])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.zeros(1024, np.float32), "b")],
+    )
+    path = tmp_path / "fc.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    edgekit.deploy(path, "arm-cpu", output=tmp_path / "out", precision="w8")
+    interpreter = Interpreter(model_path=str(next((tmp_path / "out").glob("arm-cpu/*.tflite"))))
+    interpreter.allocate_tensors()
+    details = interpreter.get_tensor_details()
+    assert not any(d["dtype"] == np.float16 for d in details)
+    assert any(d["dtype"] == np.int8 and tuple(d["shape"]) == (1024, 64) for d in details)
+    x = rng.normal(0.0, 1.0, (1, 16, 64)).astype(np.float32)
+    interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
+    interpreter.invoke()
+    got = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+    w8 = quantize_model(path, options=QuantizeOptions(precision="w8")).model
+    expected = ort.InferenceSession(w8.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
+    # hybrid kernels quantize the input to int8 on the fly: within that rounding of the float model
+    assert np.abs(got - expected).max() <= 0.02 * np.abs(expected).max()

@@ -44,6 +44,16 @@ def _half_weights(graph: Graph, exact_only: bool) -> Graph:
     converted: dict[int, Tensor] = {}
     kept = 0
     outputs = {id(t) for t in graph.outputs}
+    # a hybrid kernel (int8 weights, float activations: FULLY_CONNECTED, CONV_2D, ...) takes a static float32 bias
+    # only: XNNPACK refuses one read through DEQUANTIZE and LiteRT's prepare then fails (BERT-base's w8 bundle,
+    # whose seeded FFN biases are zeros: float16 values)
+    hybrid = {
+        id(t)
+        for op in graph.ops
+        if any(w is not None and w.is_const and w.dtype == np.int8 for w in op.inputs)
+        for t in op.inputs
+        if t is not None
+    }
     ops: list[Op] = []
     for op in graph.ops:
         for t in op.inputs:
@@ -55,7 +65,7 @@ def _half_weights(graph: Graph, exact_only: bool) -> Graph:
                 or id(t) in outputs
                 or id(t) in converted
                 or t.data.size < FP16_MIN_ELEMENTS
-                or (exact_only and not stores_float16(t.data))
+                or (exact_only and (id(t) in hybrid or not stores_float16(t.data)))
             ):
                 continue
             if t.data.size and float(np.max(np.abs(t.data))) > FP16_MAX:
