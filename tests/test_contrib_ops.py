@@ -475,3 +475,27 @@ def test_group_query_attention_step_deploys(tmp_path: Path, capsys, target: str,
     assert "GroupQueryAttention" in text and "Traceback" not in text
     verification = read_bundle(tmp_path / "out" / target).manifest.verification
     assert verification["passed"], verification
+
+
+@pytest.mark.parametrize(
+    ("target", "precision", "said"),
+    [("intel-vpu", "fp16", "OpenVINO cannot read back the IR it wrote"),
+     ("arm-cpu", "int8", "OpenVINO failed while running the model")],
+)  # fmt: skip
+def test_openvinos_own_group_query_attention_fails_in_one_line(
+    tmp_path: Path, capsys, monkeypatch, target: str, precision: str, said: str
+) -> None:
+    """Left to OpenVINO (as before the expansion), its ONNX frontend makes an op of its own of GroupQueryAttention:
+    its IR cannot be read back, and the CPU plugin's ScatterUpdate check fails on the step (calibration). Both
+    were "internal error: RuntimeError: Exception from src/inference/..." (exit 3); now one typed line."""
+    monkeypatch.delitem(contrib._EXPANSIONS, "GroupQueryAttention")
+    model, calib = tmp_path / "genai.onnx", tmp_path / "calib.npz"
+    onnx.save(genai_decoder(6, 1), model)
+    np.savez(calib, **genai_rows(4, 6, 1, seed=9))
+    code, text = cli_text(
+        capsys, "deploy", str(model), "-t", target, "--precision", precision, "--calib", str(calib),
+        "-o", str(tmp_path / "out"),
+    )  # fmt: skip
+    errors = [line for line in text.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and said in errors[0], text
+    assert not (tmp_path / "out" / target).exists()
