@@ -498,7 +498,8 @@ def build_merged(out: Path) -> dict | None:
     return e
 
 
-GENAI = {"k_llama_genai": "llama", "k_qwen2_genai": "qwen2"}
+#: name -> (architecture, the builder's precision)
+GENAI = {"k_llama_genai": ("llama", "fp32"), "k_qwen2_genai": ("qwen2", "fp32"), "k_qwen2_genai_int4": ("qwen2", "int4")}
 
 
 def build_genai(out: Path, name: str) -> dict:
@@ -514,7 +515,7 @@ def build_genai(out: Path, name: str) -> dict:
     import onnx
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    arch = GENAI[name]
+    arch, precision = GENAI[name]
     with tempfile.TemporaryDirectory() as tmp:
         hf_dir, onnx_dir = Path(tmp) / "hf", Path(tmp) / "onnx"
         m = causal_lm(arch)()
@@ -524,7 +525,7 @@ def build_genai(out: Path, name: str) -> dict:
         tk.pre_tokenizer = pre_tokenizers.Whitespace()
         t.PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="t0", bos_token="t1", eos_token="t2").save_pretrained(hf_dir)  # fmt: skip
         cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-m", arch, "-i", str(hf_dir), "-o",
-               str(onnx_dir), "-p", "fp32", "-e", "cpu", "-c", str(Path(tmp) / "cache")]  # fmt: skip
+               str(onnx_dir), "-p", precision, "-e", "cpu", "-c", str(Path(tmp) / "cache")]  # fmt: skip
         subprocess.run(cmd, check=True, capture_output=True)
         proto = onnx.load(str(onnx_dir / "model.onnx"))
         onnx.save(proto, str(out / f"{name}.onnx"))
@@ -537,7 +538,7 @@ def build_genai(out: Path, name: str) -> dict:
     for i in inputs:
         if i["name"].startswith("past"):
             i["shape"] = [1, *i["shape"]]
-    return {"name": name, "file": f"{name}.onnx", "family": f"{arch}, onnxruntime-genai model builder (GroupQueryAttention)",
+    return {"name": name, "file": f"{name}.onnx", "family": f"{arch}, onnxruntime-genai model builder ({precision}, GroupQueryAttention)",
             "kind": "sequence", "opset": next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")),
             "inputs": inputs, "outputs": [o.name for o in proto.graph.output], "data": arrays(name), "size": "reduced",
             "params": int(sum(q.numel() for q in m.parameters())), "ops": sorted({n.op_type for n in proto.graph.node}),
