@@ -378,15 +378,15 @@ def s2s_probe(arch: str, family: str) -> Probe:
                                "encoder_hidden_states": {0: "batch_size", 1: "encoder_sequence_length"}})  # fmt: skip
 
 
-def s2s_past_probe(arch: str, family: str) -> Probe:
-    name = f"k_{arch}_decoder_past"
+def s2s_past_probe(arch: str, family: str, **kw) -> Probe:
+    name = f"k_{arch}_decoder_past" + ("_dynamo" if kw else "")
     kv = [(n, [1, 4, PAST if "decoder." in n else enc_len(arch), 16], "float32") for n in s2s_past_names()]
     dyn = {n: {0: "batch_size", 2: "past_decoder_sequence_length" if "decoder." in n else "encoder_sequence_length"}
            for n in s2s_past_names()}  # fmt: skip
-    return Probe(name, f"{family} decoder with past (self + cross keys / values)", "sequence", 17,
+    return Probe(name, f"{family} decoder with past (self + cross keys / values)", "sequence", 18 if kw else 17,
                  lambda: Seq2SeqDecoderPast(arch), [("input_ids", [1, 1], "int64"), *kv],
                  ["logits", *s2s_present_names()], arrays(name), arrays=s2s_past_arrays(arch),
-                 dynamic_axes={"input_ids": {0: "batch_size"}, **dyn})  # fmt: skip
+                 dynamic_axes=None if kw else {"input_ids": {0: "batch_size"}, **dyn}, **kw)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------ merged
@@ -474,6 +474,10 @@ def probes() -> list[Probe]:
             name="k_qwen2_past_dynamo",
             export_kwargs={"dynamo": True, "external_data": False},
         ),
+        s2s_past_probe(
+            "whisper", "Whisper, dynamo=True", export_kwargs={"dynamo": True, "external_data": False}
+        ),
+        s2s_past_probe("t5", "T5, dynamo=True", export_kwargs={"dynamo": True, "external_data": False}),
     ]
 
 
@@ -499,7 +503,11 @@ def build_merged(out: Path) -> dict | None:
 
 
 #: name -> (architecture, the builder's precision)
-GENAI = {"k_llama_genai": ("llama", "fp32"), "k_qwen2_genai": ("qwen2", "fp32"), "k_qwen2_genai_int4": ("qwen2", "int4")}
+GENAI = {
+    "k_llama_genai": ("llama", "fp32"),
+    "k_qwen2_genai": ("qwen2", "fp32"),
+    "k_qwen2_genai_int4": ("qwen2", "int4"),
+}
 
 
 def build_genai(out: Path, name: str) -> dict:
