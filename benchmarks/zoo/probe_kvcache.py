@@ -3,7 +3,7 @@
 
 optimum-onnx 0.1.0 pins transformers < 4.58, so the graphs are written here the way its model patchers write
 them, with transformers 5.24's own modeling code (small seeded configs, no download; norm affine parameters given
-spread), ``torch.onnx.export(dynamo=False)`` at opset 17 (14 for the merged form's branches):
+spread), ``torch.onnx.export(dynamo=False)`` at opset 17:
 
 - decoder-only, optimum's ``decoder_with_past`` (``input_ids`` [B, 1], ``attention_mask`` [B, past + 1],
   ``position_ids`` [B, 1], ``past_key_values.N.key / value`` [B, kv_heads, past, head_dim] in; ``logits`` [B, 1, V]
@@ -12,9 +12,9 @@ spread), ``torch.onnx.export(dynamo=False)`` at opset 17 (14 for the merged form
   qkv / gate-up), Gemma (GeGLU, scaled embeddings, tied); the no-past prefill form at 8 tokens (GPT-2, Llama);
   the merged form (an ``If`` on ``use_cache_branch`` choosing between the two graphs, as optimum's
   ``merge_decoders`` writes it); variants: SmolLM's 49152-token vocabulary (tied), Llama with left-padded prompts
-  (batched generation: mask zeros in the past), Llama / Qwen2 by ``dynamo=True`` at 18; onnxruntime-genai 0.18's
-  model builder on the same seeded Llama / Qwen2 (com.microsoft GroupQueryAttention; Phi-3's small config does
-  not build there);
+  (batched generation: mask zeros in the past), Llama / Qwen2 (and the Whisper / T5 steps) by ``dynamo=True`` at
+  18; onnxruntime-genai 0.18's model builder on the same seeded Llama / Qwen2 (com.microsoft GroupQueryAttention;
+  Qwen2 also at ``-p int4``: MatMulNBits; Phi-3's small config does not build there);
 - seq2seq decoders: Whisper (tiny config) with cross-attention over ``encoder_hidden_states`` without past and
   with past (self and cross keys / values in, self ``present`` out), T5 (relative position bias), BART and Marian
   with past.
