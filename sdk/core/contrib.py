@@ -455,17 +455,21 @@ def _width(w: _Writer, name: str) -> int | None:
 
 
 def _rotate(w: _Writer, x: str, cos: str, sin: str, half: int, head: int) -> str:
-    """Non-interleaved rotary embedding of the first ``2 half`` dims of ``x`` [B, N, S, D] (the rest as is):
-    x1 cos - x2 sin, x2 cos + x1 sin (onnxruntime's ``rotary_interleaved=0``)."""
+    """Non-interleaved rotary embedding of the first ``2 half`` dims of ``x`` [B, N, S, D] (the rest as is),
+    written as the Hugging Face exports write it: ``x * cat(cos, cos) + cat(-x2, x1) * cat(sin, sin)``
+    (onnxruntime's ``rotary_interleaved=0``). OpenVINO's CPU plugin fuses that form; the two-product form
+    (x1 cos - x2 sin, x2 cos + x1 sin) gave non-deterministic values there on round 20k's genai builds."""
 
     def part(lo: int, hi: int) -> str:
         return w.op("Slice", [x, w.const("lo", np.array([lo], np.int64)), w.const("hi", np.array([hi], np.int64)),
                               w.const("axis", np.array([3], np.int64))])  # fmt: skip
 
+    rotated = part(0, 2 * half) if 2 * half < head else x
     x1, x2 = part(0, half), part(half, 2 * half)
-    r1 = w.op("Sub", [w.op("Mul", [x1, cos]), w.op("Mul", [x2, sin])])
-    r2 = w.op("Add", [w.op("Mul", [x2, cos]), w.op("Mul", [x1, sin])])
-    return w.op("Concat", [r1, r2, *([part(2 * half, head)] if 2 * half < head else [])], axis=3)
+    cos_full, sin_full = w.op("Concat", [cos, cos], axis=3), w.op("Concat", [sin, sin], axis=3)
+    turned = w.op("Concat", [w.op("Neg", [x2]), x1], axis=3)
+    out = w.op("Add", [w.op("Mul", [rotated, cos_full]), w.op("Mul", [turned, sin_full])])
+    return w.op("Concat", [out, part(2 * half, head)], axis=3) if 2 * half < head else out
 
 
 def _group_query_attention(w: _Writer, node: onnx.NodeProto) -> None:
