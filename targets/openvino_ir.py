@@ -605,9 +605,15 @@ def _convert(proto: onnx.ModelProto, folder: Path, compress: bool) -> _Converted
         raise TargetError(f"intel-vpu: OpenVINO cannot convert the model: {_first_line(exc)}") from None
     xml = folder / "model.xml"
     ov.save_model(ov_model, str(xml), compress_to_fp16=compress)
-    return _Converted(
-        source=path, form=form, xml=xml, bin=xml.with_suffix(".bin"), ov_model=ov.Core().read_model(str(xml))
-    )
+    try:
+        written = ov.Core().read_model(str(xml))
+    except (
+        Exception
+    ) as exc:  # an op of OpenVINO's own that its IR cannot hold (its com.microsoft GroupQueryAttention)
+        raise TargetError(
+            f"intel-vpu: OpenVINO cannot read back the IR it wrote: {_first_line(exc)}"
+        ) from None
+    return _Converted(source=path, form=form, xml=xml, bin=xml.with_suffix(".bin"), ov_model=written)
 
 
 def _float16_weights(ov_model: Any) -> Any:

@@ -124,6 +124,37 @@ def test_an_if_on_a_run_time_value_is_still_declined(tmp_path, capsys):
     assert "its condition is computed from the value of input(s) 'x'" in err, err
 
 
+def test_an_optimum_merged_decoder_is_declined_with_what_to_deploy(tmp_path, capsys):
+    """optimum's merged decoder (``decoder_model_merged.onnx``): an If on the boolean input ``use_cache_branch``
+    between the with-past step (one new token: [1, 1, 4] out) and the no-past prompt graph (every token: [1, 2, 4]
+    out). Round 20k: the line named the input but said to unroll a loop; it now says which files to deploy."""
+    info = [helper.make_tensor_value_info("logits", FLOAT, None)]
+    step = helper.make_graph([helper.make_node("Add", ["past", "new"], ["logits"])], "with_past", [], info)
+    prompt = helper.make_graph(
+        [helper.make_node("Concat", ["past", "new"], ["logits"], axis=1)], "no_past", [], info
+    )
+    node = helper.make_node("If", ["use_cache_branch"], ["logits"], name="optimum::if",
+                            then_branch=step, else_branch=prompt)  # fmt: skip
+    graph = helper.make_graph(
+        [node], "merged",
+        [helper.make_tensor_value_info("past", FLOAT, [1, 1, 4]), helper.make_tensor_value_info("new", FLOAT, [1, 1, 4]),
+         helper.make_tensor_value_info("use_cache_branch", TensorProto.BOOL, [1])],
+        [helper.make_tensor_value_info("logits", FLOAT, None)],
+    )  # fmt: skip
+    path = tmp_path / "decoder_model_merged.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    try:
+        run_app(app, ["deploy", str(path), "-t", "arm-cpu", "-o", str(tmp_path / "out")])
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and lines[-1].startswith("error: If node 'optimum::if': control flow"), lines
+    assert "its condition is the input 'use_cache_branch'" in lines[-1], lines
+    assert "decoder_with_past_model.onnx" in lines[-1], lines
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.tflite"))
+
+
 def _verified_head() -> onnx.ModelProto:
     """openWakeWord's "hey jarvis" head: x [1, 16, 8] -> MLP -> p1 [1, 1]; If p1 >= 0.5 (then: a verifier MLP on
     the same x, its score; else: p1)."""

@@ -438,6 +438,116 @@ def _onnx_col2im(w: _Writer, node: onnx.NodeProto) -> None:
     )
 
 
+def _width(w: _Writer, name: str) -> int | None:
+    """The last dim of ``name``: declared, or the output width of the constant-weight MatMul it comes from
+    (through a bias Add): onnxruntime-genai's packed QKV projection."""
+    last = _last_dim(w.typed, name)
+    if last:
+        return last
+    producer = next((n for n in w.graph.node if name in n.output), None)
+    if producer is None:
+        return None
+    if producer.op_type == "MatMul" and (weight := w.array(producer.input[1])) is not None:
+        return int(weight.shape[-1])
+    if producer.op_type == "Add":
+        return next((wd for i in producer.input if w.array(i) is None and (wd := _width(w, i))), None)
+    return None
+
+
+def _rotate(w: _Writer, x: str, cos: str, sin: str, half: int, head: int) -> str:
+    """Non-interleaved rotary embedding of the first ``2 half`` dims of ``x`` [B, N, S, D] (the rest as is),
+    written as the Hugging Face exports write it: ``x * cat(cos, cos) + cat(-x2, x1) * cat(sin, sin)``
+    (onnxruntime's ``rotary_interleaved=0``). OpenVINO's CPU plugin fuses that form; the two-product form
+    (x1 cos - x2 sin, x2 cos + x1 sin) gave non-deterministic values there on round 20k's genai builds."""
+
+    def part(lo: int, hi: int) -> str:
+        return w.op("Slice", [x, w.const("lo", np.array([lo], np.int64)), w.const("hi", np.array([hi], np.int64)),
+                              w.const("axis", np.array([3], np.int64))])  # fmt: skip
+
+    rotated = part(0, 2 * half) if 2 * half < head else x
+    x1, x2 = part(0, half), part(half, 2 * half)
+    cos_full, sin_full = w.op("Concat", [cos, cos], axis=3), w.op("Concat", [sin, sin], axis=3)
+    turned = w.op("Concat", [w.op("Neg", [x2]), x1], axis=3)
+    out = w.op("Add", [w.op("Mul", [rotated, cos_full]), w.op("Mul", [turned, sin_full])])
+    return w.op("Concat", [out, part(2 * half, head)], axis=3) if 2 * half < head else out
+
+
+def _group_query_attention(w: _Writer, node: onnx.NodeProto) -> None:
+    """onnxruntime's GroupQueryAttention as onnxruntime-genai's model builder writes a decoder (Llama, Qwen2,
+    Phi-3, ...): a packed QKV input (or Q, K, V), rotary from ``cos_cache`` / ``sin_cache`` at positions
+    ``seqlens_k + 1 - S + i`` (the valid keys so far), the past keys / values concatenated with the new ones
+    (``present_key`` / ``present_value``, no shared buffer), the KV heads repeated over their query groups, a
+    causal mask (key j visible to query i when ``j <= seqlens_k + 1 - S + i``: left-aligned rows, as onnxruntime
+    reads them), Softmax, times V. Interleaved rotary, a local window, softcap, smooth softmax and the optional
+    position ids / attention bias / head sink inputs are declined in one line naming the one."""
+    a = _attrs(node)
+    name = f"GroupQueryAttention node {node.name!r}"
+    extra = [k for k in ("rotary_interleaved", "softcap", "smooth_softmax", "qk_output") if a.get(k)]
+    if a.get("local_window_size", -1) not in (-1, 0):
+        extra.append("local_window_size")
+    extra += [f"input {i}" for i in range(9, len(node.input)) if node.input[i]]
+    if extra or len(node.input) < 7 or not node.input[3] or not node.input[4]:
+        raise ModelError(f"{name}: {', '.join(extra) or 'no past key / value input'} is not expanded")
+    if w.opset < 13:
+        raise ModelError(f"{name}: expanded at opset 13 or later, the model has {w.opset}")
+    heads, kv_heads = int(a["num_heads"]), int(a["kv_num_heads"])
+    packed = not _opt(node, 1)
+    width = _width(w, node.input[0])
+    if not width:
+        raise ModelError(f"{name}: the width of its query input is not known (give the model static shapes)")
+    head = width // (heads + 2 * kv_heads) if packed else width // heads
+    sizes = [heads * head, kv_heads * head, kv_heads * head]
+
+    def heads_of(x: str, n: int) -> str:  # [B, S, n * D] -> [B, n, S, D]
+        shaped = w.op("Reshape", [x, w.const("heads_shape", np.array([0, 0, n, head], np.int64))])
+        return w.op("Transpose", [shaped], perm=[0, 2, 1, 3])
+
+    if packed:
+        bounds = np.cumsum([0, *sizes])
+        qkv = [w.op("Slice", [node.input[0], w.const("lo", bounds[k : k + 1]), w.const("hi", bounds[k + 1 : k + 2]),
+                              w.const("axis", np.array([2], np.int64))]) for k in range(3)]  # fmt: skip
+    else:
+        qkv = list(node.input[:3])
+    q, k, v = heads_of(qkv[0], heads), heads_of(qkv[1], kv_heads), heads_of(qkv[2], kv_heads)
+    one = w.const("one", np.array(1, np.int64))
+    valid = w.op("Add", [w.op("Cast", [node.input[5]], to=onnx.TensorProto.INT64), one])  # [B] keys so far
+    query_len = w.op("Gather", [w.op("Shape", [node.input[0]]), one], axis=0)
+    steps = w.op("Range", [w.const("zero", np.array(0, np.int64)), query_len, one])
+    start = w.op("Sub", [w.op("Unsqueeze", [valid, w.const("axis", np.array([1], np.int64))]), query_len])
+    positions = w.op("Add", [start, steps])  # [B, S]
+    if a.get("do_rotary"):
+        cos_cache, sin_cache = node.input[7], node.input[8]
+        half = (w.array(cos_cache).shape[-1]) if w.array(cos_cache) is not None else head // 2
+        axis1 = w.const("axis", np.array([1], np.int64))
+        cos = w.op("Unsqueeze", [w.op("Gather", [cos_cache, positions], axis=0), axis1])  # [B, 1, S, half]
+        sin = w.op("Unsqueeze", [w.op("Gather", [sin_cache, positions], axis=0), axis1])
+        q, k = _rotate(w, q, cos, sin, half, head), _rotate(w, k, cos, sin, half, head)
+    outputs = list(node.output) + [""] * (3 - len(node.output))
+    present_k = w.op("Concat", [node.input[3], k], outputs[1] or None, axis=2)
+    present_v = w.op("Concat", [node.input[4], v], outputs[2] or None, axis=2)
+    groups = heads // kv_heads
+
+    def repeat(x: str) -> str:  # [B, KvH, T, D] -> [B, H, T, D], each KV head once per query of its group
+        if groups == 1:
+            return x
+        five = w.op("Unsqueeze", [x, w.const("axis", np.array([2], np.int64))])
+        tiled = w.op("Expand", [five, w.const("groups", np.array([1, 1, groups, 1, 1], np.int64))])
+        return w.op("Reshape", [tiled, w.const("shape", np.array([0, heads, -1, head], np.int64))])
+
+    kt = w.op("Transpose", [repeat(present_k)], perm=[0, 1, 3, 2])
+    scale = a.get("scale") or 1.0 / np.sqrt(head)
+    scores = w.op("Mul", [w.op("MatMul", [q, kt]), w.const("scale", np.array(scale, np.float32))])
+    total = w.op("Gather", [w.op("Shape", [present_k]), w.const("two", np.array(2, np.int64))], axis=0)
+    keys = w.op("Range", [w.const("zero", np.array(0, np.int64)), total, one])  # [T]
+    last = w.op("Unsqueeze", [positions, w.const("axes", np.array([1, 3], np.int64))])  # [B, 1, S, 1]
+    visible = w.op("LessOrEqual", [keys, last])
+    bias = w.op("Where", [visible, w.const("zero", np.array(0.0, np.float32)),
+                          w.const("fill", np.array(MASK_FILTER, np.float32))])  # fmt: skip
+    probs = w.op("Softmax", [w.op("Add", [scores, bias])], axis=-1)
+    ctx = w.op("Transpose", [w.op("MatMul", [probs, repeat(present_v)])], perm=[0, 2, 1, 3])
+    w.op("Reshape", [ctx, w.const("merge_shape", np.array([0, 0, heads * head], np.int64))], outputs[0])
+
+
 #: Standard ONNX ops (default domain) written out the same way: newer function ops the targets convert as
 #: their parts.
 _ONNX_EXPANSIONS: dict[str, Callable[[_Writer, onnx.NodeProto], None]] = {
@@ -456,6 +566,7 @@ _EXPANSIONS: dict[str, Callable[[_Writer, onnx.NodeProto], None]] = {
     "QuickGelu": _quick_gelu,
     "EmbedLayerNormalization": _embed_layer_norm,
     "Attention": _attention,
+    "GroupQueryAttention": _group_query_attention,
     "LayerNormalization": _layer_norm,
 }
 

@@ -21,6 +21,7 @@ import os
 import tempfile
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -46,6 +47,20 @@ if TYPE_CHECKING:  # onnx_ir is slow to import: TFLite verification's child proc
     import onnx_ir as ir
 
 T = TypeVar("T")
+
+
+@contextmanager
+def _run_errors() -> Iterator[None]:
+    """An OpenVINO kernel's failure at run time (its CPU plugin's check on a node it made from the graph: e.g.
+    the ScatterUpdate of its own GroupQueryAttention decomposition) as one line naming the node and the check."""
+    try:
+        yield
+    except RuntimeError as exc:
+        from edgekit.core.isolated import first_message
+
+        first = first_message(str(exc)) or "unknown error"
+        raise ModelError(f"OpenVINO failed while running the model: {first}") from None
+
 
 #: OpenVINO's CPU plugin runs bf16 on capable CPUs unless told otherwise (results drift by ~1e-3). It also pins
 #: its threads to cores by default, each process alike: two processes (the accuracy search's pool workers, a
@@ -394,7 +409,8 @@ class HostRunner:
             pending.append((request, item[0]))
         while pending:
             request, key = pending.popleft()
-            request.wait()
+            with _run_errors():
+                request.wait()
             yield key, self._read_outputs(request, copy=False)
             item = next(it, None)
             if item is not None:
@@ -406,5 +422,6 @@ class HostRunner:
         the next call."""
         if self._ort is not None:
             return self._ort.run(self._check(feeds))
-        self._request.infer(self._check(feeds))
+        with _run_errors():
+            self._request.infer(self._check(feeds))
         return self._read_outputs(self._request, copy)

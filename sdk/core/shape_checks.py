@@ -241,6 +241,14 @@ def _nms_hint(graph: ir.Graph) -> str:
     )
 
 
+#: boolean graph inputs that choose a branch of an exporter's merged graph, and what to deploy instead
+MERGED_DECODER_FLAGS = {
+    "use_cache_branch": "optimum's merged decoder chooses between its no-past and with-past graphs at run time; "
+    "deploy the decoder_model.onnx / decoder_with_past_model.onnx that `optimum-cli export onnx "
+    "--no-post-process` writes, one graph per step kind",
+}
+
+
 class DeclineControlFlowPass(ir.passes.InPlacePass):
     """Control flow left after constant folding is declined with the op named, for every target alike."""
 
@@ -253,11 +261,20 @@ class DeclineControlFlowPass(ir.passes.InPlacePass):
                     "by any target"
                     + (
                         nms
+                        or _merged_flag(node)
                         or "; export the model with the loop unrolled or the branch chosen"
                         + _condition_inputs(node)
                     )
                 )
         return ir.passes.PassResult(model, False)
+
+
+def _merged_flag(node: ir.Node) -> str:
+    """For an If whose condition is one of :data:`MERGED_DECODER_FLAGS`: what to deploy instead."""
+    cond = node.inputs[0] if node.op_type == "If" and node.inputs else None
+    if cond is None or not cond.is_graph_input() or cond.name not in MERGED_DECODER_FLAGS:
+        return ""
+    return f"; its condition is the input {cond.name!r}: {MERGED_DECODER_FLAGS[cond.name]}"
 
 
 def _condition_inputs(node: ir.Node) -> str:
