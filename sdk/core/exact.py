@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -326,14 +326,21 @@ def max_pool(
     widths = [(0, 0), (0, 0)] + [(pads[i], ends[i]) for i in range(nd)]
     xp = np.pad(x, widths, constant_values=-np.inf) if any(w for pair in widths for w in pair) else x
     y = None
-    for tap in itertools.product(*(range(k) for k in kernel_shape)):
-        window = tuple(
-            slice(tap[i] * dilations[i], tap[i] * dilations[i] + strides[i] * (out[i] - 1) + 1, strides[i])
-            for i in range(nd)
-        )
+    for window in _tap_windows(kernel_shape, dilations, strides, out):
         patch = xp[(slice(None), slice(None), *window)]
         y = patch.copy() if y is None else np.maximum(y, patch)
     return y
+
+
+def _tap_windows(
+    kernel_shape: Sequence[int], dilations: Sequence[int], strides: Sequence[int], out: Sequence[int]
+) -> Iterator[tuple[slice, ...]]:
+    """Per kernel tap, the strided window of the (padded) spatial axes that tap reads for every output point."""
+    for tap in itertools.product(*(range(k) for k in kernel_shape)):
+        yield tuple(
+            slice(t * d, t * d + s * (o - 1) + 1, s)
+            for t, d, s, o in zip(tap, dilations, strides, out, strict=True)
+        )
 
 
 def average_pool(
@@ -359,13 +366,7 @@ def average_pool(
 
     def tap_sum(a: np.ndarray) -> np.ndarray:  # a: [..., *spatial] padded
         total = None
-        for tap in itertools.product(*(range(k) for k in kernel_shape)):
-            window = tuple(
-                slice(
-                    tap[i] * dilations[i], tap[i] * dilations[i] + strides[i] * (out[i] - 1) + 1, strides[i]
-                )
-                for i in range(nd)
-            )
+        for window in _tap_windows(kernel_shape, dilations, strides, out):
             patch = a[(Ellipsis, *window)]
             total = patch.astype(np.float64) if total is None else total + patch
         return total
