@@ -528,3 +528,34 @@ def test_the_source_selection_runs_where_the_reference_evaluator_cannot():
         want = session.run(None, f)[0]
         assert g["flat"].shape == want.shape
         np.testing.assert_array_equal(g["flat"], want)
+
+
+def test_the_tail_is_judged_against_its_float64_run_where_float32_is_off():
+    """A tail output beyond fp32's bar of the source's float32 tail (both fed the artifact's values) is judged
+    against the same tail in float64 sample by sample (``_judge_tail``), as fp32 judges a body: within the bar of
+    float64, or, on a sample where the source's float32 tail is itself beyond the bar (a mask head amplifying
+    rounding), within 16x its distance while another sample keeps the bar. Farther, or off on the well-conditioned
+    sample, or without a float64 run row for row: refused."""
+    from edgekit.targets.selection_tail import SelectionTail, _judge_tail
+
+    tail = SelectionTail(nodes=(), frontier=(), outputs=("masks",), selection="NonMaxSuppression node 'nms'")
+    rng = np.random.default_rng(3)
+    exact = [rng.uniform(0, 1, (5, 28)), rng.uniform(0, 1, (3, 28))]  # two samples, their own row counts
+    source = [{"masks": (exact[0] + 3e-4 * rng.uniform(-1, 1, (5, 28))).astype(np.float32)},  # ill-conditioned
+              {"masks": (exact[1] + 1e-6).astype(np.float32)}]  # fmt: skip
+
+    def judged(off_ill: float, off_well: float, wide=exact) -> list[str]:
+        got = [
+            {"masks": (exact[0] + off_ill).astype(np.float32)},
+            {"masks": (exact[1] + off_well).astype(np.float32)},
+        ]
+        return _judge_tail(tail, source, got, lambda: None if wide is None else [{"masks": w} for w in wide])[
+            1
+        ]
+
+    assert judged(-2e-4, 2e-6) == []  # 4e-4 of the range off the float32 tail, nearer float64 than it
+    assert judged(2e-3, 2e-6) == []  # within 16x float32's own distance where float32 is off
+    assert judged(1e-2, 2e-6)  # beyond 16x it
+    assert judged(-2e-4, 5e-4)  # off on the sample where float32 keeps the bar
+    assert judged(-2e-4, 2e-6, wide=None)  # no float64 tail: the float32 judgement
+    assert judged(-2e-4, 2e-6, wide=[exact[0][:4], exact[1]])  # float64 kept other rows
