@@ -53,7 +53,13 @@ from edgekit.targets.openvino_checks import (
     selection_output_problems,
 )
 from edgekit.targets.runtime_versions import openvino_requirements
-from edgekit.targets.selection_tail import SelectionTail, onnx_tail_run, selection_tail, verify_with_tail
+from edgekit.targets.selection_tail import (
+    SelectionTail,
+    onnx_tail_run,
+    onnx_tail_run_float64,
+    selection_tail,
+    verify_with_tail,
+)
 from edgekit.targets.yardstick import (
     compare_outputs,
     output_kinds,
@@ -569,6 +575,7 @@ def _verify(
             "intel-vpu",
             "the IR",
             fp16_weights if stick.precision == "fp16" else None,
+            onnx_tail_run_float64,
         ),
     }
     if quantized:
@@ -632,6 +639,7 @@ def _verify_with_tail(
             "intel-vpu",
             "the IR",
             fp16_weights if stick.precision == "fp16" else None,
+            onnx_tail_run_float64,
         ),
     }
 

@@ -30,6 +30,7 @@ from edgekit.core.protoutil import node_reads
 from edgekit.core.shape_checks import is_data_dependent
 from edgekit.targets.yardstick import (
     YARDSTICKS,
+    IllConditionedSamples,
     OutputKind,
     Yardstick,
     compare_outputs,
@@ -176,16 +177,18 @@ def onnx_tail_run(
     sub: onnx.ModelProto, feeds: Sequence[Mapping[str, np.ndarray]]
 ) -> list[dict[str, np.ndarray]]:
     """The tail model ``sub`` (:func:`tail_model`) on ``feeds`` by ONNX's semantics: every artifact's selection is
-    held to them. The onnx reference evaluator, in the feeds' float32 (its NonMaxSuppression vectorised:
-    :mod:`edgekit.core.reference_nms`); where it fails (its Flatten of an empty
-    array: RetinaNet's level without a candidate), OpenVINO with the IoU bar read as ONNX reads it
-    (:mod:`edgekit.core.ov_nms`: OpenVINO's own NonMaxSuppression suppresses a box exactly at the bar)."""
-    from edgekit.core import reference_nms
+    held to them. The onnx reference evaluator, in the feeds' float32, with the kernels :mod:`edgekit.core.exact`
+    vectorises (:func:`~edgekit.core.exact.kernel_ops`: NonMaxSuppression, Conv, ConvTranspose, the pools,
+    RoiAlign...; the evaluator's own loop in Python per output point took most of a two-stage detector's deploy);
+    where it fails (its Flatten of an empty array: RetinaNet's level without a candidate), OpenVINO with the IoU
+    bar read as ONNX reads it (:mod:`edgekit.core.ov_nms`: OpenVINO's own NonMaxSuppression suppresses a box
+    exactly at the bar)."""
+    from edgekit.core.exact import kernel_ops
     from onnx.reference import ReferenceEvaluator
 
     names = [o.name for o in sub.graph.output]
     try:
-        evaluator = ReferenceEvaluator(sub, new_ops=[reference_nms.reference_op()])
+        evaluator = ReferenceEvaluator(sub, new_ops=kernel_ops())
         return [dict(zip(names, evaluator.run(names, dict(f)), strict=True)) for f in feeds]
     except Exception:  # noqa: BLE001 - the reference evaluator's gaps raise many types
         from edgekit.core.ov_nms import nms_bar_as_onnx
@@ -195,10 +198,83 @@ def onnx_tail_run(
         return [{n: np.asarray(r[n]) for n in names} for r in (host.run(dict(f)) for f in feeds)]
 
 
+def onnx_tail_run_float64(
+    sub: onnx.ModelProto, feeds: Sequence[Mapping[str, np.ndarray]]
+) -> list[dict[str, np.ndarray]] | None:
+    """The tail model ``sub`` on ``feeds`` in float64 (the tail's float tensors, its control flow's too, and the
+    feeds widened; :func:`onnx_tail_run`'s kernels): what the exact model computes from those values, without
+    float32 rounding. None where the reference evaluator cannot run it."""
+    from edgekit.core.exact import float64_model, kernel_ops
+    from onnx.reference import ReferenceEvaluator
+
+    names = [o.name for o in sub.graph.output]
+    wide = [{n: a.astype(np.float64) if a.dtype.kind == "f" else a for n, a in f.items()} for f in feeds]
+    try:
+        evaluator = ReferenceEvaluator(float64_model(sub, control_flow=True), new_ops=kernel_ops())
+        return [dict(zip(names, evaluator.run(names, f), strict=True)) for f in wide]
+    except Exception:  # noqa: BLE001 - the reference evaluator's gaps raise many types
+        return None
+
+
 def _flat(results: Sequence[Mapping[str, np.ndarray]], names: Sequence[str]) -> list[dict[str, np.ndarray]]:
     """Each output of every sample flattened and the samples joined: one "sample" per output, whatever shape
     each sample's selection had."""
     return [{n: np.concatenate([np.ravel(r[n]).astype(np.float64) for r in results]) for n in names}]
+
+
+def _padded(results: Sequence[Mapping[str, np.ndarray]], names: Sequence[str]) -> list[dict[str, np.ndarray]]:
+    """Each output of every sample flattened and padded with its own last value to the longest sample's size: one
+    row per sample (:func:`~edgekit.targets.yardstick.judge_outputs` stacks them), each row's errors unchanged."""
+    flat = [{n: np.ravel(r[n]).astype(np.float64) for n in names} for r in results]
+    longest = {n: max(f[n].size for f in flat) for n in names}
+    return [
+        {
+            n: np.pad(f[n], (0, longest[n] - f[n].size), mode="edge") if f[n].size else np.zeros(longest[n])
+            for n in names
+        }
+        for f in flat
+    ]
+
+
+def _judge_tail(
+    tail: SelectionTail,
+    expected: Sequence[Mapping[str, np.ndarray]],
+    got: Sequence[Mapping[str, np.ndarray]],
+    exact: Callable[[], list[dict[str, np.ndarray]] | None],
+) -> tuple[dict[str, Any], list[str]]:
+    """The tail's outputs judged: ``got`` (the artifact's) against ``expected`` (the source's tail run in float32
+    on the artifact's own frontier values), at fp32's bar over the samples joined. An output beyond it is judged
+    as fp32 judges a body (:func:`~edgekit.targets.yardstick.judge_outputs`' float64 fallback) against ``exact()``,
+    the same tail on the same values in float64, sample by sample: within the bar of float64, or, on a sample where
+    the source's float32 tail is itself beyond the bar off float64 (a head that amplifies rounding), within
+    ``FLOAT32_FLOOR_FACTOR`` times its distance while another sample keeps the bar. The float64 tail runs on the
+    frontier values of the artifact, not of a float64 body: a selection is discontinuous, so the exact body's
+    values may keep other boxes, in another order, and no row could be compared. Returns the figures and one line
+    per failed output."""
+    # Both tails run in float32 on the same values: one rounding apart at most, so they are held to fp32's bar.
+    flat_expected, flat_got = _flat(expected, tail.outputs), _flat(got, tail.outputs)
+    kinds = {n: OutputKind(why=f"computed by the selection ({tail.selection})") for n in tail.outputs}
+    figures = compare_outputs(flat_expected, flat_got, kinds)
+
+    def float64() -> list[dict[str, np.ndarray]]:
+        wide = exact()
+        if wide is None or any(
+            np.shape(w[n]) != np.shape(g[n]) for w, g in zip(wide, got, strict=True) for n in tail.outputs
+        ):
+            raise _NoExactTail
+        return _padded(wide, tail.outputs)
+
+    per_sample_expected, per_sample_got = _padded(expected, tail.outputs), _padded(got, tail.outputs)
+    try:
+        failures = judge_outputs(figures, TAIL_YARDSTICK, per_sample_expected, per_sample_got, float64)
+    except _NoExactTail:  # no float64 tail, or it keeps other rows: the float32 judgement alone
+        figures = compare_outputs(flat_expected, flat_got, kinds)
+        failures = judge_outputs(figures, TAIL_YARDSTICK, flat_expected, flat_got)
+    return figures, failures
+
+
+class _NoExactTail(Exception):
+    """The tail has no float64 reference row for row (see :func:`_judge_tail`)."""
 
 
 def verify_with_tail(
@@ -213,11 +289,17 @@ def verify_with_tail(
     target: str,
     artifact: str,
     noise: Callable[[Sequence[str]], list[dict[str, np.ndarray]]] | None = None,
+    exact_tail_run: Callable[
+        [onnx.ModelProto, Sequence[Mapping[str, np.ndarray]]], list[dict[str, np.ndarray]] | None
+    ]
+    | None = None,
 ) -> dict[str, Any]:
     """Judge ``artifact_run``'s outputs in two parts (module docstring). ``reference`` / ``artifact_run`` run the
     source / the artifact on ``samples`` with the given tensors as extra outputs; ``tail_run`` runs a tail model
     on feeds; ``noise``: the yardstick's other reference (:func:`edgekit.targets.yardstick.judge_outputs`) with
-    the given extra outputs, for the body. A TargetError names what failed; else the figures."""
+    the given extra outputs, for the body; ``exact_tail_run`` (:func:`onnx_tail_run_float64`): the tail's float64
+    reference on the same feeds, for an output beyond the bar of ``tail_run``'s float32 (:func:`_judge_tail`).
+    A TargetError names what failed; else the figures."""
     names = list(tail.frontier)
     ref = reference(names)
     got = artifact_run(names)
@@ -286,19 +368,23 @@ def verify_with_tail(
                     f"{list(np.shape(g[name]))} where the source's selection ({tail.selection}) on the same "
                     f"scores gives {list(np.shape(e[name]))}"
                 )
-    # Both tails run in float32 on the same values: one rounding apart at most, so they are held to fp32's bar.
-    flat_expected, flat_got = _flat(expected, tail.outputs), _flat(got, tail.outputs)
-    tail_figures = compare_outputs(
-        flat_expected,
-        flat_got,
-        {n: OutputKind(why=f"computed by the selection ({tail.selection})") for n in tail.outputs},
+    tail_figures, failures = _judge_tail(
+        tail, expected, got, lambda: exact_tail_run(sub, feeds) if exact_tail_run is not None else None
     )
-    failures = judge_outputs(tail_figures, TAIL_YARDSTICK, flat_expected, flat_got)
     if failures:
-        raise TargetError(
+        line = (
             f"{target}: verification failed: the selection by {tail.selection} in {artifact} differs from the "
-            f"source's selection run on the same values, over {len(samples)} sample(s): {'; '.join(failures)}"
+            f"source's selection run on the same values, over {len(samples)} sample(s)"
         )
+        failed = [e for e in tail_figures["outputs"].values() if not e["passed"]]
+        if any(e.get("float64_reference", {}).get("ill_conditioned_samples") for e in failed):
+            # as verify_outputs rules for a body: the samples, not the conversion, are what float32 cannot judge
+            # (a deploy without data retries gentler seeded samples)
+            raise IllConditionedSamples(
+                f"{line}, on some of which the source's own float32 tail is near or beyond the bar off float64 "
+                f"(the samples drive the network where float32 rounding is amplified): {'; '.join(failures)}"
+            )
+        raise TargetError(f"{line}: {'; '.join(failures)}")
     same = {
         n: sum(
             np.shape(r[n]) == np.shape(g[n]) and np.allclose(r[n], g[n])

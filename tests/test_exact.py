@@ -508,3 +508,89 @@ def test_global_max_pool_keeps_the_channels_as_onnxruntime(shape):
     model = _model([helper.make_node("GlobalMaxPool", ["x"], ["y"])], {"x": x.shape}, {})
     got = ExactRunner(model).run({"x": x})["y"]
     np.testing.assert_array_equal(got, _ort(model, {"x": x}))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("sampling_ratio", [0, 2])
+@pytest.mark.parametrize("rule", ["half_pixel", "output_half_pixel"])
+def test_roi_align_equals_the_reference_evaluator_bit_for_bit(dtype, mode, sampling_ratio, rule):
+    """``exact.roi_align`` (the boxes, bins and channels elementwise) gives the onnx reference evaluator's RoiAlign-16
+    values bit for bit in float32 and float64: the same operations in the same order, per box's sampling grid
+    (``sampling_ratio`` 0: each box's own), on boxes inside, across and outside the map, reversed, and under one
+    cell (output_half_pixel makes those one cell, in Python doubles)."""
+    from edgekit.core.exact import roi_align
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 3, 12, 10)).astype(dtype)
+    x1, y1 = rng.uniform(-20, 150, 14), rng.uniform(-20, 150, 14)
+    w, h = rng.uniform(0, 80, 14), rng.uniform(0, 80, 14)
+    w[:3], h[2:5] = rng.uniform(0, 10, 3), rng.uniform(0, 10, 3)  # under a cell at scale 1/16
+    rois = np.stack([x1, y1, x1 + w, y1 + h], 1).astype(dtype)
+    rois[5] = rois[5, [2, 3, 0, 1]]
+    batch = rng.integers(0, 2, 14)
+    attrs = {"mode": mode, "output_height": 4, "output_width": 3, "sampling_ratio": sampling_ratio}
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    node = helper.make_node(
+        "RoiAlign",
+        ["x", "rois", "b"],
+        ["y"],
+        spatial_scale=0.0625,
+        coordinate_transformation_mode=rule,
+        **attrs,
+    )
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("x", elem, None),
+            helper.make_tensor_value_info("rois", elem, None),
+            helper.make_tensor_value_info("b", TensorProto.INT64, None),
+        ],
+        [helper.make_tensor_value_info("y", elem, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)])
+    expected = ReferenceEvaluator(model).run(None, {"x": x, "rois": rois, "b": batch})[0]
+    got = roi_align(x, rois, batch, spatial_scale=0.0625, half_pixel=rule == "half_pixel", **attrs)
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_roi_align_10_is_output_half_pixel_as_onnxruntime():
+    """RoiAlign at opsets 10-15 has no coordinate_transformation_mode: its rule is output_half_pixel (onnxruntime's,
+    torchvision's ``aligned=False``). onnx's reference evaluator reads it with opset 16's half_pixel default (half a
+    cell off); ExactRunner and the selection tail's run follow the opset."""
+    from edgekit.core.exact import kernel_ops
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(8)
+    feeds = {
+        "x": rng.standard_normal((1, 3, 12, 10)).astype(np.float32),
+        "rois": np.array([[10, 20, 90, 100], [0, 0, 30, 40], [100, 5, 180, 60]], np.float32),
+        "b": np.zeros(3, np.int64),
+    }
+    node = helper.make_node(
+        "RoiAlign",
+        ["x", "rois", "b"],
+        ["y"],
+        output_height=4,
+        output_width=3,
+        sampling_ratio=2,
+        spatial_scale=0.0625,
+    )
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("rois", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("b", TensorProto.INT64, None),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    want = _ort(model, feeds)
+    got = ReferenceEvaluator(model, new_ops=kernel_ops()).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(ExactRunner(model).run(feeds)["y"], want, rtol=0, atol=1e-6)

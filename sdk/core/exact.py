@@ -35,18 +35,29 @@ def _widen_tensor(t: onnx.TensorProto) -> onnx.TensorProto:
     return numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64), t.name)
 
 
-def float64_model(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of ``proto`` whose float tensors are float64 (see the module docstring); graph-level only:
-    control-flow subgraphs are refused (they are declined before quantization anyway)."""
+def float64_model(proto: onnx.ModelProto, control_flow: bool = False) -> onnx.ModelProto:
+    """A copy of ``proto`` whose float tensors are float64 (see the module docstring). Control-flow subgraphs
+    are refused (a QDQ model's are declined before quantization anyway) unless ``control_flow``: then they are
+    widened alike (a detector's tail: torchvision's batched NMS in an ``If``)."""
     model = onnx.ModelProto()
     model.CopyFrom(proto)
-    graph = model.graph
+    _widen_graph(model.graph, control_flow)
+    return model
+
+
+def _widen_graph(graph: onnx.GraphProto, control_flow: bool) -> None:
     for node in graph.node:
+        if node.op_type == "ConstantOfShape" and not any(a.name == "value" for a in node.attribute):
+            # its default is a float32 zero (MultiScaleRoIAlign's canvas the levels are scattered into)
+            node.attribute.append(onnx.helper.make_attribute("value", numpy_helper.from_array(np.zeros(1))))
         for attr in node.attribute:
             if attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
-                raise ModelError(
-                    f"{node.op_type} {node.name!r}: control flow has no exact QDQ semantics here"
-                )
+                if not control_flow:
+                    raise ModelError(
+                        f"{node.op_type} {node.name!r}: control flow has no exact QDQ semantics here"
+                    )
+                for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
+                    _widen_graph(sub, control_flow)
             if attr.type == onnx.AttributeProto.TENSOR and attr.t.data_type in _FLOATS:
                 attr.t.CopyFrom(_widen_tensor(attr.t))
             if node.op_type == "Cast" and attr.name == "to" and attr.i in _FLOATS:
@@ -58,7 +69,6 @@ def float64_model(proto: onnx.ModelProto) -> onnx.ModelProto:
         if value.type.tensor_type.elem_type in _FLOATS:
             value.type.tensor_type.elem_type = TensorProto.DOUBLE
     del graph.value_info[:]
-    return model
 
 
 def fold_constant_dequantize(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -413,8 +423,135 @@ def grid_sample(
     return np.moveaxis(out, -1, 1)
 
 
+def roi_align(
+    x: np.ndarray,
+    rois: np.ndarray,
+    batch_indices: np.ndarray,
+    *,
+    mode: str = "avg",
+    output_height: int = 1,
+    output_width: int = 1,
+    sampling_ratio: int = 0,
+    spatial_scale: float = 1.0,
+    half_pixel: bool = True,
+) -> np.ndarray:
+    """ONNX RoiAlign computed as the reference evaluator computes it, in the dtype of ``x`` and ``rois`` and in the
+    same order of operations (its float32 values bit for bit), elementwise over the boxes, bins and channels
+    instead of its Python loop over every box, channel and bin (most of a Mask R-CNN tail's check: its mask head's
+    [K, 256, 14, 14] RoiAlign). ``half_pixel``: opset 16's default coordinate rule, else ``output_half_pixel``
+    (opset 10's, torchvision's ``aligned=False``). Boxes with the same sampling grid (``sampling_ratio``, else
+    ceil of each box's bin size) are computed together."""
+    n_rois, (_, channels, height, width) = len(rois), x.shape
+    out = np.empty((n_rois, channels, output_height, output_width), dtype=x.dtype)
+    if n_rois == 0:
+        return out
+    offset = 0.5 if half_pixel else 0.0
+    # the reference's arithmetic, elementwise over the boxes: numpy scalars of rois' dtype and Python numbers
+    start_w = rois[:, 0] * spatial_scale - offset
+    start_h = rois[:, 1] * spatial_scale - offset
+    end_w = rois[:, 2] * spatial_scale - offset
+    end_h = rois[:, 3] * spatial_scale - offset
+    roi_w, roi_h = end_w - start_w, end_h - start_h
+    # opset 10's rule makes a box under one cell one cell: the reference's max(size, 1.0) is then Python's 1.0,
+    # and the bin size and its products are doubles, rounded to the boxes' dtype where they meet them
+    small_w = (roi_w < 1.0) if not half_pixel else np.zeros(n_rois, bool)
+    small_h = (roi_h < 1.0) if not half_pixel else np.zeros(n_rois, bool)
+    if not half_pixel:
+        roi_w, roi_h = np.maximum(roi_w, 1.0), np.maximum(roi_h, 1.0)
+    bin_h, bin_w = roi_h / output_height, roi_w / output_width
+    if sampling_ratio > 0:
+        grid_h = np.full(n_rois, int(sampling_ratio))
+        grid_w = grid_h
+    else:
+        grid_h = np.ceil(roi_h / output_height).astype(np.int64)
+        grid_w = np.ceil(roi_w / output_width).astype(np.int64)
+    for gh, gw in sorted(set(zip(grid_h.tolist(), grid_w.tolist(), strict=True))):
+        rows = np.nonzero((grid_h == gh) & (grid_w == gw))[0]
+        count = max(gh * gw, 1)
+        acc = None
+        for iy in range(gh):
+            # yy = start_h + ph * bin_h + (iy + 0.5) * bin_h / gh, in that order  [k, ph]
+            yy = _positions(start_h[rows], bin_h[rows], small_h[rows], output_height, iy, gh)
+            for ix in range(gw):
+                xx = _positions(start_w[rows], bin_w[rows], small_w[rows], output_width, ix, gw)
+                term = _bilinear(x, batch_indices[rows], yy, xx, height, width, mode)
+                if acc is None:
+                    acc = term
+                elif mode == "avg":
+                    acc = acc + term
+                else:
+                    acc = np.maximum(acc, term)
+        if acc is None:  # a grid of 0 samples: the reference's output_val stays 0
+            acc = np.zeros((len(rows), channels, output_height, output_width), dtype=x.dtype)
+        elif mode == "avg":
+            acc = acc / count
+        out[rows] = acc
+    return out
+
+
+def _positions(start, bins, small, pooled, i, grid):
+    """``start + p * bin + (i + 0.5) * bin / grid`` for every bin ``p`` of each box ([k, pooled]), in the reference's
+    order and types."""
+    p = np.arange(pooled).astype(bins.dtype)[None, :]
+    along = p * bins[:, None]
+    within = (i + 0.5) * bins[:, None] / grid
+    if small.any():
+        bin64 = 1.0 / pooled
+        along = np.where(small[:, None], (np.arange(pooled) * bin64).astype(bins.dtype)[None, :], along)
+        within = np.where(small[:, None], np.asarray((i + 0.5) * bin64 / grid, bins.dtype), within)
+    return start[:, None] + along + within
+
+
+def _bilinear(x, batch, yy, xx, height, width, mode):
+    """One sample point per bin: [k, C, ph, pw]."""
+    k, ph_n = yy.shape
+    pw_n = xx.shape[1]
+    y = np.broadcast_to(yy[:, :, None], (k, ph_n, pw_n))
+    xg = np.broadcast_to(xx[:, None, :], (k, ph_n, pw_n))
+    outside = (y < -1.0) | (y > height) | (xg < -1.0) | (xg > width)
+    y = np.where(y < 0, np.zeros_like(y), y)  # max(y, 0)
+    xg = np.where(xg < 0, np.zeros_like(xg), xg)
+    y_low = y.astype(np.int64)
+    x_low = xg.astype(np.int64)
+    y_top = y_low >= height - 1
+    x_top = x_low >= width - 1
+    y_low = np.where(y_top, height - 1, y_low)
+    x_low = np.where(x_top, width - 1, x_low)
+    y_high = np.where(y_top, height - 1, y_low + 1)
+    x_high = np.where(x_top, width - 1, x_low + 1)
+    y = np.where(y_top, y_low.astype(y.dtype), y)
+    xg = np.where(x_top, x_low.astype(xg.dtype), xg)
+    ly = y - y_low.astype(y.dtype)
+    lx = xg - x_low.astype(xg.dtype)
+    hy, hx = 1.0 - ly, 1.0 - lx
+    weights = [hy * hx, hy * lx, ly * hx, ly * lx]
+    zero = np.zeros((), dtype=y.dtype)
+    weights = [np.where(outside, zero, w) for w in weights]
+    positions = [(y_low, x_low), (y_low, x_high), (y_high, x_low), (y_high, x_high)]
+    b = batch.astype(np.int64).reshape(k, 1, 1)
+    terms = []
+    for (yi, xi), w in zip(positions, weights, strict=True):
+        yi = np.where(outside, 0, yi)
+        xi = np.where(outside, 0, xi)
+        v = x[b, :, yi, xi]  # [k, ph, pw, C]
+        terms.append(np.moveaxis(w[..., None].astype(x.dtype) * v, -1, 1))
+    if mode == "avg":
+        return terms[0] + terms[1] + terms[2] + terms[3]
+    return np.maximum(np.maximum(np.maximum(terms[0], terms[1]), terms[2]), terms[3])
+
+
 #: GridSample-16's mode names -> GridSample-20's (the reference evaluator's).
 _GRID_SAMPLE_MODES = {"bilinear": "linear", "bicubic": "cubic"}
+
+
+def _attrs(op, names: Sequence[str]) -> dict:
+    """The attributes ``names`` an op has (given, or defaulted by the reference's schema), strings decoded."""
+    found = {}
+    for name in names:
+        value = getattr(op, name, None)
+        if value is not None:
+            found[name] = value.decode() if isinstance(value, bytes) else value
+    return found
 
 
 def _ops(
@@ -423,21 +560,14 @@ def _ops(
     observe: Observer | None = None,
     float32_inputs: frozenset[str] = frozenset(),
 ):
-    """The reference evaluator's op classes this module replaces (imported lazily: onnx.reference is slow).
+    """The reference evaluator's op classes this module replaces (imported lazily: onnx.reference is slow):
+    the (de)quantization in float64 and :func:`kernel_ops`.
     ``jitter``: QuantizeLinear first scales each value by ``1 + jitter * u``, ``u`` uniform in [-1, 1] (seeded).
     ``observe``: see :class:`ExactRunner`. ``float32_inputs``: the graph's float32 inputs, which a
     QuantizeLinear divides in float32 (their values are float32; onnxruntime and LiteRT divide so)."""
     from onnx.reference.op_run import OpRun
 
     rng = np.random.default_rng(seed)
-
-    def attrs(op: OpRun, names: Sequence[str]) -> dict:
-        found = {}
-        for name in names:
-            value = getattr(op, name, None)
-            if value is not None:
-                found[name] = value.decode() if isinstance(value, bytes) else value
-        return found
 
     def _axis(op: OpRun) -> int:
         axis = getattr(op, "axis", None)
@@ -460,6 +590,18 @@ def _ops(
             if observe is not None:
                 q = observe(self.onnx_node.output[0], q, steps(x, y_scale, _axis(self), at_input))
             return (q,)
+
+    return [DequantizeLinear, QuantizeLinear, *kernel_ops()]
+
+
+def kernel_ops() -> list:
+    """The reference evaluator's kernels this module replaces by vectorised ones with the same ONNX semantics, in
+    the dtype of their inputs (float64 here, float32 in :func:`edgekit.targets.selection_tail.onnx_tail_run`):
+    the evaluator's own loop in Python over every output point (Conv, pools, GridSample, RoiAlign, NMS), or its
+    bugs (GatherElements, BatchNormalization, LRN, GlobalMaxPool, RoiAlign-10, GridSample-16's mode names)."""
+    from onnx.reference.op_run import OpRun
+
+    attrs = _attrs
 
     class Conv(OpRun):
         def _run(self, X, W, B=None, **_):
@@ -545,6 +687,20 @@ def _ops(
                 )
             return (grid_sample(X, grid, mode, padding_mode, int(align_corners)),)
 
+    class RoiAlign(OpRun):
+        # onnx's (1.23) reads RoiAlign-10 (no coordinate_transformation_mode: its rule is output_half_pixel,
+        # torchvision's aligned=False) with opset 16's half_pixel default, half a cell off, and loops per box,
+        # channel and bin in Python
+        def _run(self, X, rois, batch_indices, **_):
+            given = {a.name for a in self.onnx_node.attribute}
+            a = attrs(self, ("mode", "output_height", "output_width", "sampling_ratio", "spatial_scale"))
+            rule = attrs(self, ("coordinate_transformation_mode",)).get("coordinate_transformation_mode")
+            opset = self.run_params.get("opsets", {}).get("", 16)
+            if "coordinate_transformation_mode" not in given:
+                rule = "half_pixel" if opset >= 16 else "output_half_pixel"
+            a["mode"] = str(a.get("mode", "avg")).lower()
+            return (roi_align(X, rois, batch_indices, half_pixel=rule == "half_pixel", **a),)
+
     class Erf(OpRun):  # the reference evaluator's rounds every value to float32 (np.vectorize, otypes "f")
         def _run(self, x):
             return (erf(x),)
@@ -559,8 +715,6 @@ def _ops(
 
     return [
         reference_op(),  # NonMaxSuppression: onnx's selections, vectorised
-        DequantizeLinear,
-        QuantizeLinear,
         Conv,
         ConvTranspose,
         MaxPool,
@@ -569,6 +723,7 @@ def _ops(
         BatchNormalization,
         LRN,
         GridSample,
+        RoiAlign,
         Erf,
         GlobalMaxPool,
     ]

@@ -39,6 +39,7 @@ from edgekit.targets.selection_tail import (
     SelectionTail,
     body_model,
     onnx_tail_run,
+    onnx_tail_run_float64,
     selection_tail,
     verify_with_tail,
 )
@@ -379,6 +380,7 @@ def _verify_with_tail(
         target,
         "the .tflite",
         noise,
+        onnx_tail_run_float64,
     )
     return {"reference": REFERENCES[used], "runtime": "LiteRT interpreter (ai-edge-litert)", **figures}
 

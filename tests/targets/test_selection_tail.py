@@ -286,7 +286,7 @@ def _ort_runs(model: onnx.ModelProto, samples, extra=()):
     return [dict(zip(names, session.run(None, s), strict=True)) for s in samples]
 
 
-def _verify(proto, artifact_run, stick=YARDSTICKS["fp16"]):
+def _verify(proto, artifact_run, stick=YARDSTICKS["fp16"], exact_tail_run=None):
     tail = selection_tail(proto)
     samples = [{"x": x} for x in _samples(4, 4)]
 
@@ -306,6 +306,7 @@ def _verify(proto, artifact_run, stick=YARDSTICKS["fp16"]):
         {},
         "test",
         "the artifact",
+        exact_tail_run=exact_tail_run,
     )
 
 
@@ -528,3 +529,82 @@ def test_the_source_selection_runs_where_the_reference_evaluator_cannot():
         want = session.run(None, f)[0]
         assert g["flat"].shape == want.shape
         np.testing.assert_array_equal(g["flat"], want)
+
+
+def test_the_tail_is_judged_against_its_float64_run_where_float32_is_off():
+    """A tail output beyond fp32's bar of the source's float32 tail (both fed the artifact's values) is judged
+    against the same tail in float64 sample by sample (``_judge_tail``), as fp32 judges a body: within the bar of
+    float64, or, on a sample where the source's float32 tail is itself beyond the bar (a mask head amplifying
+    rounding), within 16x its distance while another sample keeps the bar. Farther, or off on the well-conditioned
+    sample, or without a float64 run row for row: refused."""
+    from edgekit.targets.selection_tail import SelectionTail, _judge_tail
+
+    tail = SelectionTail(nodes=(), frontier=(), outputs=("masks",), selection="NonMaxSuppression node 'nms'")
+    rng = np.random.default_rng(3)
+    exact = [rng.uniform(0, 1, (5, 28)), rng.uniform(0, 1, (3, 28))]  # two samples, their own row counts
+    source = [{"masks": (exact[0] + 3e-4 * rng.uniform(-1, 1, (5, 28))).astype(np.float32)},  # ill-conditioned
+              {"masks": (exact[1] + 1e-6).astype(np.float32)}]  # fmt: skip
+
+    def judged(off_ill: float, off_well: float, wide=exact) -> list[str]:
+        got = [
+            {"masks": (exact[0] + off_ill).astype(np.float32)},
+            {"masks": (exact[1] + off_well).astype(np.float32)},
+        ]
+        return _judge_tail(tail, source, got, lambda: None if wide is None else [{"masks": w} for w in wide])[
+            1
+        ]
+
+    assert judged(-2e-4, 2e-6) == []  # 4e-4 of the range off the float32 tail, nearer float64 than it
+    assert judged(2e-3, 2e-6) == []  # within 16x float32's own distance where float32 is off
+    assert judged(1e-2, 2e-6)  # beyond 16x it
+    assert judged(-2e-4, 5e-4)  # off on the sample where float32 keeps the bar
+    assert judged(-2e-4, 2e-6, wide=None)  # no float64 tail: the float32 judgement
+    assert judged(-2e-4, 2e-6, wide=[exact[0][:4], exact[1]])  # float64 kept other rows
+
+
+def test_a_tail_off_where_float32_itself_is_off_asks_for_gentler_samples():
+    """``verify_with_tail``: a tail output beyond the bar of the source's float32 tail and of its float64 run, on
+    samples where that float32 tail is itself beyond the bar off float64, is refused as IllConditionedSamples (a
+    deploy without data then retries gentler seeded samples, as for a body); with one sample on which float32
+    keeps the bar, within 16x float32's own distance elsewhere, it passes."""
+    from edgekit.targets.yardstick import IllConditionedSamples
+
+    proto = onnx.shape_inference.infer_shapes(_detector())
+    tail = selection_tail(proto)
+    samples = [{"x": x} for x in _samples(4, 4)]
+    scale = float(np.ptp(np.concatenate([r["detections"].ravel() for r in _ort_runs(proto, samples)])))
+
+    def shifted(runs, by):  # detections moved by a fraction of their range on the samples of ``by``
+        for k, r in enumerate(runs):
+            r["detections"] = r["detections"] + np.float32(by.get(k, 0.0) * scale)
+        return runs
+
+    def case(exact_by, artifact_by):
+        def exact(model, feeds):
+            session = ort.InferenceSession(model.SerializeToString())
+            names = [o.name for o in session.get_outputs()]
+            runs = [dict(zip(names, session.run(None, f), strict=True)) for f in feeds]
+            return [
+                {n: v.astype(np.float64) if v.dtype.kind == "f" else v for n, v in r.items()}
+                for r in shifted(runs, exact_by)
+            ]
+
+        return _verify(
+            proto,
+            lambda s, extra: shifted(_ort_runs(proto, s, extra), artifact_by),
+            YARDSTICKS["fp32"],
+            exact,
+        )
+
+    assert "detections" in tail.outputs
+    every = dict.fromkeys(range(4), -3e-4)
+    with pytest.raises(
+        IllConditionedSamples, match="differs from the source's selection run on the same values"
+    ):
+        case(every, dict.fromkeys(range(4), 1e-3))
+    case({0: -3e-4}, {0: 1e-3})  # 1.3e-3 off float64 where float32 is 3e-4 off; the others exact
+    with pytest.raises(IllConditionedSamples):
+        case({0: -3e-4}, {0: 1e-3, 1: 5e-4})  # and off on a sample float32 keeps the bar: refused here too
+    with pytest.raises(TargetError, match="differs from the source's selection") as refused:
+        case({}, {1: 5e-4})  # float32 keeps the bar everywhere: a wrong tail, not the samples
+    assert refused.type is TargetError
