@@ -233,8 +233,16 @@ def _rebuild(module: str, qualname: str, message: str, fallback: type[EdgekitErr
     return exc
 
 
+#: True in a child :func:`call` runs a job in: an error raised there is reported by the parent with what the
+#: child was doing (its :func:`stage`), so code that would turn a native error into a typed one lets it go.
+IN_CHILD = False
+
+
 def _run_job(job: Path) -> None:
     """In the child: run the pickled call of ``job``, write its outcome, and exit without teardown."""
+    import edgekit.core.isolated as this  # the helper runs this file as __main__: set the importable module's flag
+
+    this.IN_CHILD = True
     fd = os.open(job / _LOG, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(fd, 1)  # native libraries' stdout and stderr: into the log, never the helper's reply pipe
     os.dup2(fd, 2)

@@ -56,9 +56,11 @@ def _run_errors() -> Iterator[None]:
     try:
         yield
     except RuntimeError as exc:
-        from edgekit.core.isolated import first_message
+        from edgekit.core import isolated
 
-        first = first_message(str(exc)) or "unknown error"
+        if isolated.IN_CHILD:  # the parent names the step: "... while running the source model on the host"
+            raise
+        first = isolated.first_message(str(exc)) or "unknown error"
         raise ModelError(f"OpenVINO failed while running the model: {first}") from None
 
 
