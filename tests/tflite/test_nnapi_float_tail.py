@@ -271,7 +271,7 @@ def test_shared_ppocr_det_deploys_to_nnapi(tmp_path, capsys) -> None:
     args = [
         str(SHARED / "models" / "ch_PP-OCRv4_det_infer.onnx"), "-t", "nnapi", "--input-shape", "x=1,3,320,320",
         "--calib", str(SHARED / "data" / "imagenet-sample-200"), "--color", "BGR", "--scale", "0.00392157",
-        "--mean", "0.485,0.456,0.406", "--std", "0.229,0.224,0.225", "--calib-samples", "20", "-q",
+        "--mean", "0.485,0.456,0.406", "--std", "0.229,0.224,0.225", "--calib-samples", "8", "-q",
     ]  # fmt: skip
     code, out, err = _deploy(capsys, *args, "-o", str(tmp_path / "a"))
     assert code == 0, err
