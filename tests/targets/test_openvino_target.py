@@ -718,6 +718,33 @@ def test_weight_only_ir_keeps_a_transposed_1x1_conv_float(tmp_path: Path, precis
     np.testing.assert_allclose(got, want, atol=1e-4 * float(np.ptp(want)))
 
 
+@pytest.mark.parametrize("precision", ["w8", "w4"])
+def test_weight_only_ir_is_the_one_convert_model_writes(tmp_path: Path, precision: str) -> None:
+    """The weight-only IR is ``Core.read_model`` plus ``ovc``'s own offline transformations
+    (``openvino_ir.ovc_transformations``), not ``convert_model``, which sends a usage event over the network:
+    the same ``.bin`` bytes and the same XML as ``convert_model``'s but for generated names and its
+    conversion-parameters record."""
+    import re
+
+    import openvino as ov
+    from edgekit.quantize.weight_only import as_weight_only
+    from edgekit.targets.openvino_ir import ovc_transformations
+
+    path = tmp_path / "weight_only.onnx"
+    onnx.save(ir.to_proto(as_weight_only(prepared(dfl_head()), precision)), path)
+    ov.save_model(ov.convert_model(str(path)), str(tmp_path / "ovc.xml"), compress_to_fp16=False)
+    ours = ovc_transformations(ov.Core().read_model(str(path)))
+    ov.save_model(ours, str(tmp_path / "ours.xml"), compress_to_fp16=False)
+    assert (tmp_path / "ovc.bin").read_bytes() == (tmp_path / "ours.bin").read_bytes()
+
+    def layers(name: str) -> str:
+        text = (tmp_path / name).read_text()
+        return re.sub(r'_[0-9]+"', '_N"', text[: text.rindex("<rt_info>")])
+
+    assert layers("ovc.xml") == layers("ours.xml")
+    assert "Convert" in layers("ours.xml")  # the compressed weights' decompression
+
+
 def requantized_concat(with_slice: bool = True, same_params: bool = True) -> onnx.ModelProto:
     """Two QDQ Conv + LeakyRelu layers (uint8, different scales) -> Concat -> Q -> DQ -> [whole-tensor Slice] ->
     Q -> DQ -> Conv, as onnxruntime's quantize_static writes NanoDet-Plus' GhostPAN (``cat([x1, x2])[:, :oup]``):
