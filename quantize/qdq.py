@@ -69,6 +69,25 @@ _GPTQ_ROWS: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
 _GPTQ_KEPT = 1024
 
 
+#: The smallest normal float16 (2**-14): scales at or above it keep float16's 11-bit precision.
+FLOAT16_TINY = float(np.finfo(np.float16).tiny)
+FLOAT16_MAX = float(np.finfo(np.float16).max)
+
+
+def float16_scales(scales: np.ndarray) -> np.ndarray:
+    """Weight-only scales rounded up to float16 values (kept float32), when every one is a normal float16 number
+    (else as given): a file can store them in half the bytes, every runtime reads the same numbers, and rounding
+    up keeps ``absmax / scale`` within the integer range. The weights are quantized with these scales; each moves
+    by at most 2**-11 of itself (NNCF's compressed OpenVINO weights store float16 scales too)."""
+    s = np.asarray(scales, np.float32)
+    if s.size == 0 or not bool(np.all((s >= FLOAT16_TINY) & (s <= FLOAT16_MAX))):
+        return s
+    half = np.atleast_1d(s.astype(np.float16))
+    below = half.astype(np.float32) < np.atleast_1d(s)
+    half[below] = np.nextafter(half[below], np.float16(np.inf))
+    return half.astype(np.float32).reshape(s.shape)
+
+
 def weight_scales(weight: np.ndarray, axis: int | None) -> np.ndarray:
     """Symmetric int8 scales (absmax / 127, 1 for an all-zero channel) per channel along ``axis``, float32;
     ``axis=None``: one scale for the whole tensor (a 0-d array)."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 from edgekit.core.irutil import IrWriter, NameScope, attr
-from edgekit.quantize import gptq
+from edgekit.quantize import gptq, qdq
 
 #: Most input-channel groups a layer is split into.
 MAX_GROUPS = 8
@@ -65,7 +65,7 @@ def plan(node: ir.Node, weight: np.ndarray, hessian: np.ndarray, bar_db: float) 
             continue
         width = channels // groups * taps
         absmax = np.abs(rows.reshape(rows.shape[0], groups, width)).max(axis=2)
-        scales = np.where(absmax > 0, absmax / 127.0, 1.0).astype(np.float32)
+        scales = qdq.float16_scales(np.where(absmax > 0, absmax / 127.0, 1.0).astype(np.float32))
         q = gptq.gptq_round(rows, hessian, np.repeat(scales.astype(np.float64), width, axis=1), -127, 127)
         noise = gptq.output_error(rows, q * np.repeat(scales.astype(np.float64), width, axis=1), hessian)
         sqnr = gptq.sqnr_db(signal, noise)

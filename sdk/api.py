@@ -23,7 +23,7 @@ from edgekit.quantize.evaluation import evaluate, evaluate_outputs
 from edgekit.quantize.options import QuantizeOptions
 from edgekit.quantize.pipeline import Quantized, quantize
 from edgekit.quantize.recipes import get_recipe, resolve_layer_names
-from edgekit.quantize.weight_only import WeightOnly, quantize_weight_only
+from edgekit.quantize.weight_only import WeightOnly, float16_scale_file, quantize_weight_only
 
 #: How many layers the report lists as the worst.
 WORST_LAYERS = 10
@@ -291,7 +291,9 @@ def _weight_only_model(
             **comparison,
             "data": eval_set.describe() if isinstance(eval_set, Dataset) else {"kind": "iterable"},
         }
-    return QuantizeResult(proto, report, result, _finish(report, proto, output, report_path, timings))
+    # the file stores the scales that are float16 values as float16 (the same numbers)
+    written = _finish(report, float16_scale_file(proto), output, report_path, timings)
+    return QuantizeResult(proto, report, result, written)
 
 
 def _runs_on(precision: str, activations: str = "uint8", int16: bool = False) -> dict:

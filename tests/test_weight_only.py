@@ -65,11 +65,29 @@ def _round_rows(x: np.ndarray) -> np.ndarray:
     return q
 
 
+def _half_up(scale: np.ndarray) -> np.ndarray:
+    """The smallest float16 values at or above ``scale`` (float64), from the binade's float16 step (2**-10 of its
+    power of two), when every scale is a normal float16 number; else ``scale`` rounded to float32."""
+    s = np.asarray(scale, np.float64)
+    if not np.all((s >= 2.0**-14) & (s <= 65504.0)):
+        return s.astype(np.float32).astype(np.float64)
+    step = np.exp2(np.floor(np.log2(s)) - 10)
+    return np.ceil(s / step) * step
+
+
+def test_numpy_half_up_is_the_float16_above():
+    s = np.float32([2.0**-14, 0.1, 1 / 127, 3.0, 1000.1, 65504.0])
+    up = _half_up(s)
+    assert np.all(up >= s) and np.array_equal(up.astype(np.float16).astype(np.float64), up)
+    assert np.all(np.nextafter(up.astype(np.float16), np.float16(0)).astype(np.float64) < s)
+
+
 def _numpy_int8(w: np.ndarray, axis: int, kernels: bool = False) -> np.ndarray:
-    """The w8 recipe in numpy: symmetric int8 per channel, scale = absmax / 127 (float32), each row's (each
-    convolution kernel's) rounding errors summing to within half a step."""
+    """The w8 recipe in numpy: symmetric int8 per channel, scale = absmax / 127 (in float32) rounded up to a
+    float16 value (the file stores float16 scales), each row's (each convolution kernel's) rounding errors summing
+    to within half a step."""
     moved = np.moveaxis(w.astype(np.float64), axis, 0)
-    scale = (np.abs(moved).reshape(moved.shape[0], -1).max(1) / 127).astype(np.float32).astype(np.float64)
+    scale = _half_up((np.abs(moved).reshape(moved.shape[0], -1).max(1) / 127).astype(np.float32))
     x = moved / scale.reshape((-1,) + (1,) * (moved.ndim - 1))
     groups = x.reshape(moved.shape[0] * moved.shape[1], -1) if kernels else x.reshape(moved.shape[0], -1)
     q = _round_rows(groups).reshape(moved.shape)
@@ -81,7 +99,7 @@ def _numpy_int8_table(w: np.ndarray) -> tuple[np.ndarray, bool]:
     """The w8 recipe's embedding table in numpy: (dequantized table, one scale?). One scale (absmax / 127 of the
     table) when the table's SQNR with it is at most 6.02 dB (one bit) below its SQNR with one scale per row."""
     per_row = _numpy_int8(w, 0).astype(np.float64)
-    scale = np.float64(np.float32(np.abs(w).max() / 127))
+    scale = np.float64(_half_up(np.float32(np.abs(w).max() / 127)))
     one = _round_rows(w.astype(np.float64) / scale) * scale
 
     def sqnr(d: np.ndarray) -> float:
@@ -146,6 +164,33 @@ def test_w8_encoder_weights_are_the_recipe_and_runtimes_agree():
         reference = _ort(onnx.load(ENCODER), sample)[0]
         assert np.abs(got - ref).max() <= 1e-4 * np.abs(ref).max() + 1e-5
         assert _cosine(got, reference) >= 0.999
+
+
+@pytest.mark.parametrize("precision", ["w8", "w4"])
+def test_the_written_file_stores_float16_scales_and_computes_the_same(precision, tmp_path):
+    """The file keeps each weight's scales (float16 values) as float16 read through a Cast: smaller than the model
+    with float32 scales, the same outputs on onnxruntime and the reference evaluator, and read back as the
+    float32 model it computes (no "float16 model" note)."""
+    from edgekit.core.model import float16_to_float32
+
+    out = tmp_path / f"{precision}.onnx"
+    result = quantize_model(ENCODER, options=QuantizeOptions(precision=precision), output=out)
+    written = onnx.load(out)
+    inits = {t.name: t for t in written.graph.initializer}
+    producers = {o: n for n in written.graph.node for o in n.output}
+    dqs = [n for n in written.graph.node if n.op_type == "DequantizeLinear"]
+    assert dqs and all(producers[n.input[1]].op_type == "Cast" for n in dqs)
+    assert all(inits[producers[n.input[1]].input[0]].data_type == onnx.TensorProto.FLOAT16 for n in dqs)
+    scales = sum(numpy_helper.to_array(inits[producers[n.input[1]].input[0]]).size for n in dqs)
+    assert out.stat().st_size <= len(result.model.SerializeToString()) - 2 * scales + 100 * len(dqs)
+    for sample in default_verify_samples(load_model(ENCODER), 2):
+        np.testing.assert_array_equal(_ort(written, sample)[0], _ort(result.model, sample)[0])
+        np.testing.assert_array_equal(
+            ReferenceEvaluator(written).run(None, sample)[0],
+            ReferenceEvaluator(result.model).run(None, sample)[0],
+        )
+    assert float16_to_float32(written) == []
+    assert not any(t.data_type == onnx.TensorProto.FLOAT16 for t in written.graph.initializer)
 
 
 @pytest.mark.parametrize("block", [32, 64])
@@ -608,8 +653,7 @@ def test_w8_calibration_rounds_dense_weights_by_their_input_hessian(cnn_path):
     data_free = _weight_only(cnn_path, "w8")
     fp32 = {t.name: numpy_helper.to_array(t) for t in tiny_cnn().graph.initializer}
     w1 = fp32["w1"].reshape(8, -1).astype(np.float64)
-    scale = np.abs(w1).max(1).astype(np.float64) / 127
-    scale = scale.astype(np.float32).astype(np.float64)
+    scale = _half_up((np.abs(w1).max(1).astype(np.float64) / 127).astype(np.float32))
     patches = np.concatenate(
         [_patches_by_loops(x.astype(np.float64), (3, 3), [1] * 4, [1, 1]) for x in calib]
     )

@@ -331,6 +331,20 @@ def _to_float32(proto: onnx.ModelProto, types: tuple[int, ...]) -> tuple[int, se
     return walk(proto.graph), found
 
 
+def _read_as_float(proto: onnx.ModelProto, names: set[str]) -> bool:
+    """Whether every reader of the initializers ``names`` is a Cast to float32: values stored in half the bytes
+    (a weight-only model's float16 scales and weights), the model computing in float32 as written."""
+    readers = [n for n in proto.graph.node if names.intersection(n.input)]
+    for node in proto.graph.node:
+        for sub in subgraphs(node):
+            if names.intersection(i for n in sub.node for i in n.input):
+                return False
+    return all(
+        n.op_type == "Cast" and any(a.name == "to" and a.i == onnx.TensorProto.FLOAT for a in n.attribute)
+        for n in readers
+    )
+
+
 def float16_to_float32(proto: onnx.ModelProto) -> list[str]:
     """A float16 model (onnxconverter-common's ``convert_float_to_float16``: float16 weights and compute, float16
     or float32 inputs/outputs) as the float32 model it was made from, in place (:func:`_to_float32`, sub-graphs
@@ -341,9 +355,10 @@ def float16_to_float32(proto: onnx.ModelProto) -> list[str]:
     Returns the note to show (empty when the model has no float16 / bfloat16)."""
     halves = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
     inputs = [v.name for v in proto.graph.input if v.type.tensor_type.elem_type in halves]
+    stored = {t.name for t in proto.graph.initializer if t.data_type in halves}
     changed, found = _to_float32(proto, halves)
-    if not changed:
-        return []
+    if not changed or (changed == len(stored) and _read_as_float(proto, stored)):
+        return []  # (no note for float16 storage alone: edgekit's weight-only files compute in float32 as written)
     kind = " / ".join(n for t, n in ((halves[0], "float16"), (halves[1], "bfloat16")) if t in found)
     note = f"{kind} model: computed in float32 (its {kind} weights widened exactly)"
     return [note + (f"; input(s) {', '.join(inputs)} are float32" if inputs else "")]
