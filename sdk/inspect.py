@@ -152,7 +152,7 @@ def _target_report(name: str, model: Any, original_ops: Sequence[str]) -> Target
 
     target = get_target(name)
     try:
-        problems = target.check(model)
+        problems = target.support_problems(model)
     except EdgekitError as exc:
         return TargetReport(name, False, (), (str(exc),))
     # problems name a node's bare op type: show them under the op's qualified name, as the inventory does

@@ -99,6 +99,11 @@ class Target(ABC):
     def check(self, model: ir.Model) -> list[Problem]:
         """Every problem that stops (``error``) or degrades (``warning``) packaging of ``model``."""
 
+    def support_problems(self, model: ir.Model) -> list[Problem]:
+        """:meth:`check`, and what only a costlier question to the runtime finds (``edgekit inspect``'s table):
+        a target may leave those to :meth:`package`, which names them when the runtime fails."""
+        return self.check(model)
+
     @abstractmethod
     def package(self, model: ir.Model, out_dir: Path, options: PackageOptions) -> Path:
         """Convert, verify on the host, write the bundle atomically; returns the bundle path."""

@@ -68,8 +68,10 @@ def _activation_dtype_problems(form: onnx.ModelProto) -> list[Problem]:
     return []
 
 
-def _openvino_problems(model: ir.Model, path: Path) -> list[Problem]:
-    """Ops OpenVINO's ONNX frontend cannot convert, ops the CPU plugin cannot run, dynamic outputs.
+def _openvino_problems(model: ir.Model, path: Path, query: bool = True) -> list[Problem]:
+    """Ops OpenVINO's ONNX frontend cannot convert, dynamic outputs and, with ``query``, ops the CPU plugin cannot
+    run (``query_model``: its transformations, about what compiling costs; ``edgekit inspect`` asks it,
+    packaging compiles instead, :meth:`edgekit.targets.openvino_ir.IntelVpuTarget.check`).
 
     In a child process (:mod:`edgekit.core.isolated`): ``query_model`` runs the CPU plugin's transformations, which
     can crash on a model (a SIGSEGV on RetinaFace's QDQ SSH modules, before
@@ -79,8 +81,11 @@ def _openvino_problems(model: ir.Model, path: Path) -> list[Problem]:
         _frontend_problems,
         str(path),
         _onnx_node_names(model),
+        query,
         what="intel-vpu: OpenVINO",
-        doing="checking which ops its CPU plugin runs (query_model)",
+        doing="checking which ops its CPU plugin runs (query_model)"
+        if query
+        else "checking which ops its ONNX frontend converts",
     )
     selection = next((n for n in model.graph if is_data_dependent(n)), None)
     if selection is None:
@@ -125,7 +130,7 @@ def selection_output_problems(model: ir.Model) -> list[Problem]:
     ]
 
 
-def _frontend_problems(path: str, names: Mapping[str, str]) -> list[Problem]:
+def _frontend_problems(path: str, names: Mapping[str, str], query: bool = True) -> list[Problem]:
     """(Run in a child.) :func:`_openvino_problems` of the ONNX file ``path``; ``names``: friendly -> node names."""
     frontend = _ov().frontend.FrontEndManager().load_by_framework("onnx")
     try:
@@ -147,8 +152,8 @@ def _frontend_problems(path: str, names: Mapping[str, str]) -> list[Problem]:
         )
     if problems:
         return problems
-    supported = _ov().Core().query_model(partial, "CPU")
-    for op in partial.get_ordered_ops():
+    supported = _ov().Core().query_model(partial, "CPU") if query else None
+    for op in partial.get_ordered_ops() if query else ():
         if op.get_friendly_name() not in supported and op.get_type_name() not in ("Parameter", "Result"):
             node = names.get(op.get_friendly_name(), op.get_friendly_name())
             message = "the OpenVINO CPU plugin cannot execute it (query_model)"

@@ -62,7 +62,7 @@ def package_intel_vpu(model: bytes, out_dir: str) -> str:
 
 
 def intel_vpu_check_as_written(model: bytes) -> str:
-    """The intel-vpu target's check of a serialized ONNX model handed to OpenVINO as written (without
+    """The intel-vpu target's check with ``query_model`` of a serialized ONNX model handed to OpenVINO as written (without
     ``for_openvino``'s rewrites): the typed error's message, or what the check returned."""
     import onnx
     from edgekit.core.errors import EdgekitError
@@ -72,6 +72,7 @@ def intel_vpu_check_as_written(model: bytes) -> str:
 
     openvino_ir.for_openvino = lambda proto: proto
     try:
-        return f"no error: {get_target('intel-vpu').check(load_proto(onnx.load_from_string(model)))}"
+        target = get_target("intel-vpu")
+        return f"no error: {target.support_problems(load_proto(onnx.load_from_string(model)))}"
     except EdgekitError as exc:
         return str(exc)

@@ -164,12 +164,18 @@ def test_a_target_asks_openvino_about_a_model_once(
     tmp_path: Path, float_model: onnx.ModelProto, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A deploy checks its model (the warnings), then ``package`` checks it again: the child process running
-    OpenVINO's frontend and ``query_model`` (about what compiling costs) runs once per model form."""
+    OpenVINO's frontend runs once per model form, and without ``query_model`` (about what compiling costs),
+    which ``support_problems`` (``edgekit inspect``) asks."""
     asked: list[str] = []
+    queried: list[bool] = []
     real = openvino_ir._openvino_problems
-    monkeypatch.setattr(
-        openvino_ir, "_openvino_problems", lambda m, path: asked.append(path) or real(m, path)
-    )
+
+    def spy(m, path, query=True):
+        asked.append(path)
+        queried.append(query)
+        return real(m, path, query)
+
+    monkeypatch.setattr(openvino_ir, "_openvino_problems", spy)
     target = get_target("intel-vpu")
     unsupported = prepared(with_unsupported_op(float_model))
     first = target.check(unsupported)
@@ -177,7 +183,8 @@ def test_a_target_asks_openvino_about_a_model_once(
     model = prepared(float_model)
     assert target.check(model) == [] and len(asked) == 2  # another model is asked about
     target.package(model, tmp_path / "b", PackageOptions())
-    assert len(asked) == 2
+    assert len(asked) == 2 and queried == [False, False]
+    assert target.support_problems(model) == [] and queried == [False, False, True]
 
 
 def test_unsupported_model_fails_packaging_and_leaves_nothing(
