@@ -560,3 +560,23 @@ def test_attention_batch_matmul_int8_exact(tmp_path):
         "converter_notes"
     ]
     assert any("BATCH_MATMUL(s)" in n for n in notes), notes
+
+
+@pytest.mark.parametrize("factors", [(4, 4), (1, 16)])
+def test_power_of_two_bilinear_upsampling_ties_int8_exact(tmp_path, factors):
+    """DeepLabV3's and PP-LiteSeg's logits upsampled x16 / x8 to the input size: a half-pixel bilinear x k lands on
+    .5 ties (weights odd multiples of 1 / 2k), which TFLite's int8 RESIZE_BILINEAR rounds up. Resized on the levels
+    in float32 (exact for a power of two) and rounded by ROUND (half to even), the .tflite equals the exact
+    semantics."""
+    scales = np.array([1, 1, *factors], np.float32)
+    model = _two_convs_then(
+        [helper.make_node("Resize", ["s", "", "scales"], ["y"], mode="linear")], {"scales": scales}
+    )
+    _, exact, tflite, result = _deploy_and_compare(model, tmp_path, samples=4)
+    for e, t in zip(exact, tflite, strict=True):
+        np.testing.assert_array_equal(t, e)
+    counts = json.loads((result.bundle("arm-cpu").path / "manifest.json").read_text())["verification"][
+        "op_counts"
+    ]
+    # one ROUND quantizes the float input (quantized.exact_input_quantize), the other rounds the resize
+    assert counts["ROUND"] == 2 and counts["RESIZE_BILINEAR"] == 1
