@@ -560,3 +560,45 @@ def test_attention_batch_matmul_int8_exact(tmp_path):
         "converter_notes"
     ]
     assert any("BATCH_MATMUL(s)" in n for n in notes), notes
+
+
+@pytest.mark.parametrize("factors", [(4, 4), (1, 16)])
+def test_power_of_two_bilinear_upsampling_ties_int8_exact(tmp_path, factors):
+    """DeepLabV3's and PP-LiteSeg's logits upsampled x16 / x8 to the input size: a half-pixel bilinear x k lands on
+    .5 ties (weights odd multiples of 1 / 2k), which TFLite's int8 RESIZE_BILINEAR rounds up. Resized on the levels
+    in float32 (exact for a power of two) and rounded by ROUND (half to even), the .tflite equals the exact
+    semantics."""
+    scales = np.array([1, 1, *factors], np.float32)
+    model = _two_convs_then(
+        [helper.make_node("Resize", ["s", "", "scales"], ["y"], mode="linear")], {"scales": scales}
+    )
+    _, exact, tflite, result = _deploy_and_compare(model, tmp_path, samples=4)
+    for e, t in zip(exact, tflite, strict=True):
+        np.testing.assert_array_equal(t, e)
+    counts = json.loads((result.bundle("arm-cpu").path / "manifest.json").read_text())["verification"][
+        "op_counts"
+    ]
+    # one ROUND quantizes the float input (quantized.exact_input_quantize), the other rounds the resize
+    assert counts["ROUND"] == 2 and counts["RESIZE_BILINEAR"] == 1
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        # STDC's (PP-LiteSeg): pads excluded, the first row and column average 6 or 4 values
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+        {"kernel_shape": [2, 2], "pads": [1, 1, 0, 0]},  # the first row and column average 1 or 2 values
+    ],
+)
+def test_averagepool_excluding_pads_ties_int8_exact(tmp_path, attrs):
+    """A window that averages fewer values at the border (6 or 4 of a 3 x 3) is a .5 tie of int8 steps when its
+    sum is 3 mod 6 (2 mod 4): as a float pool, a MUL by the window counts and QUANTIZE (ties away from zero) the
+    .tflite was a step off there; as the window sums of the levels divided by the counts and ROUND, it is exact."""
+    model = _two_convs_then([helper.make_node("AveragePool", ["s"], ["y"], **attrs)], {})
+    _, exact, tflite, result = _deploy_and_compare(model, tmp_path)
+    for e, t in zip(exact, tflite, strict=True):
+        np.testing.assert_array_equal(t, e)
+    counts = json.loads((result.bundle("arm-cpu").path / "manifest.json").read_text())["verification"][
+        "op_counts"
+    ]
+    assert "AVERAGE_POOL_2D" not in counts and counts["DEPTHWISE_CONV_2D"] == 1

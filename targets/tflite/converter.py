@@ -7,6 +7,8 @@ choose_io_layout               NHWC inputs/outputs only where the edge transpose
 fuse_activations               RELU / RELU6 / RELU_N1_TO_1 into the preceding conv/fc/add/pool
 quantize_kernels               DEQUANTIZE -> op -> QUANTIZE becomes the integer kernel
 exact_bilinear_upsampling      (arm-cpu) int8 bilinear x2 as pad, nearest, depthwise triangle: ties to even
+exact_levels_resize            (arm-cpu) int8 bilinear x4, x8, x16 ... on the levels in float32: ties to even
+exact_average_pool             (arm-cpu) int8 AveragePool with excluded pads as sums of the levels / counts: ties to even
 exact_float_taps               (arm-cpu) float taps between int8 tensors (3-D Resize) on the levels: ties to even
 exact_batch_matmul             (arm-cpu) int8 BATCH_MATMUL of run-time tensors on the levels: one rounding, ties to even
 hybrid_weights                 weight-only models: int8 weights on the hybrid kernels (weight_only.py)
@@ -35,6 +37,7 @@ from edgekit.core.litert_run import TensorInfo  # noqa: F401 - defined there to 
 from edgekit.core.model import forget_nonpositive_dims, infer_shapes_through_functions
 from edgekit.targets.tflite import (
     exact_matmul,
+    exact_pool,
     fp16,
     fusion,
     integer_resize,
@@ -110,6 +113,8 @@ def _pipeline(options: ConvertOptions) -> list[Pass]:
         fusion.fuse_activations,
         quantized.quantize_kernels(options.per_tensor_weights),
         *([integer_resize.exact_bilinear_upsampling] if options.target == "arm-cpu" else []),
+        *([integer_resize.exact_levels_resize] if options.target == "arm-cpu" else []),
+        *([exact_pool.exact_average_pool] if options.target == "arm-cpu" else []),
         *([integer_resize.exact_float_taps] if options.target == "arm-cpu" else []),
         *([exact_matmul.exact_batch_matmul] if options.target == "arm-cpu" else []),
         weight_only.hybrid_weights(options.weight_only),
