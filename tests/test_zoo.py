@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import onnx
@@ -206,6 +207,32 @@ def test_a_forked_cli_run_is_the_console_scripts_run(tmp_path):
         )
         assert forked == (code, output, timed_out), argv
     assert [forked[0], zoo_cases.classify(forked[0], forked[1])[0]] == [2, "typed"]
+
+
+def test_a_measured_run_reports_the_commands_own_peak_and_cpu(tmp_path):
+    """A case's peak RSS is its command's, not the zoo process's (round 21s: a command started straight from a
+    600-800 MB zoo process read that as its own ``ru_maxrss``, vfork + exec keeping the high-water mark); its
+    CPU seconds are counted; a timed-out command is killed, not left running."""
+    import sys
+
+    import numpy as np
+
+    held = np.ones(30_000_000)  # 240 MB resident in this process
+    child = "import numpy as np, time; a = np.ones(12_000_000); t = time.process_time()\nwhile time.process_time() - t < 0.3: pass"
+    code, _, timed_out, peak_mb, cpu = zoo_cases._run_measured(
+        [sys.executable, "-c", child], dict(os.environ), 120, tmp_path / "m.log"
+    )
+    assert held.sum() > 0 and (code, timed_out) == (0, False)
+    assert 96 <= peak_mb < 250, peak_mb  # its own 96 MB array and an interpreter, not this process's 240 MB
+    assert cpu >= 0.3
+    marker = tmp_path / "still-running"
+    sleeper = f"import time; time.sleep(1.5); open({str(marker)!r}, 'w').close()"
+    code, _, timed_out, _, _ = zoo_cases._run_measured(
+        [sys.executable, "-c", sleeper], dict(os.environ), 0.5, tmp_path / "t.log"
+    )
+    assert (code, timed_out) == (None, True)
+    time.sleep(2)
+    assert not marker.exists()
 
 
 def test_a_dynamically_quantized_source_is_judged_as_edgekit_loads_it(tmp_path):

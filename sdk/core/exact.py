@@ -760,6 +760,7 @@ class ExactRunner:
         seed: int = 0,
         observe: Observer | None = None,
     ):
+        from edgekit.core.evaluator_run import release_plan
         from edgekit.core.protoutil import with_outputs
         from onnx.reference import ReferenceEvaluator
 
@@ -774,13 +775,16 @@ class ExactRunner:
             new_ops=_ops(jitter, seed, observe, float32_inputs),
         )
         self.output_names = [o.name for o in proto.graph.output]
+        self._release = release_plan(self._evaluator, self.output_names)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         wide = {
             name: np.asarray(a, np.float64) if name in self._float_inputs else np.asarray(a)
             for name, a in feeds.items()
         }
-        results = self._evaluator.run(None, wide)
+        from edgekit.core.evaluator_run import run_releasing
+
+        results = run_releasing(self._evaluator, self._release, self.output_names, wide)
         return {
             name: r.astype(np.float32) if r.dtype == np.float64 else r
             for name, r in zip(self.output_names, results, strict=True)

@@ -21,6 +21,7 @@ with the QDQ model of the same scheme (``edgekit quantize --activations int8``) 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import multiprocessing
 import os
@@ -182,29 +183,64 @@ def run_case(model: Model, case: str, work: Path, timeout: float, launch: str = 
     )
 
 
+#: Runs ``argv[2:]`` in a process forked from this small interpreter (``python -S``: no site imports) and writes its
+#: pid, then its exit code, peak RSS (KB) and CPU seconds (``wait4``: it and every descendant it waited for) to
+#: ``argv[1]``. A command started straight from the zoo's process (vfork + exec) inherits that process's peak RSS
+#: as its own ``ru_maxrss`` (Linux keeps the old memory map's high-water mark across exec): every case read at
+#: least the zoo process's 600-800 MB. Forked from here, the command's peak starts at this interpreter's few MB.
+_MEASURED_LAUNCHER = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execvp(sys.argv[2], sys.argv[2:])
+    finally:
+        os._exit(127)
+with open(sys.argv[1], "w") as f:
+    f.write("%d\\n" % pid)
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "a") as f:
+    f.write("%d %d %r\\n" % (os.waitstatus_to_exitcode(status), usage.ru_maxrss, usage.ru_utime + usage.ru_stime))
+"""
+
+
 def _run_measured(
     cmd: Sequence[str], env: Mapping[str, str], timeout: float, log: Path
 ) -> tuple[int | None, str, bool, float | None, float | None]:
     """Run ``cmd`` with its output (stdout + stderr) into ``log``; ``(returncode or None when it timed out,
-    output, timed_out, peak RSS in MB)``. The peak is ``wait4``'s ``ru_maxrss``: the largest resident set of the
-    command or of any descendant it waited for."""
+    output, timed_out, peak RSS in MB, CPU seconds)``. The peak is ``wait4``'s ``ru_maxrss`` of the command run
+    from :data:`_MEASURED_LAUNCHER`: the largest resident set of the command or of any descendant it waited for."""
+    usage_file = log.with_name(log.name + ".rusage")
+    usage_file.unlink(missing_ok=True)
+    launcher = (
+        [sys.executable, "-S", "-c", _MEASURED_LAUNCHER, str(usage_file)] if hasattr(os, "fork") else []
+    )
     with open(log, "w+b") as sink:
-        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [*launcher, *cmd], stdout=sink, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL
+        )
         timed_out = False
         try:
-            if hasattr(os, "wait4"):
-                _wait4_within(proc, timeout)
-            else:  # no rusage of one child here (Windows): no peak
-                proc.wait(timeout=timeout)
+            proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
+            lines = usage_file.read_text().split() if usage_file.exists() else []
+            if lines:  # the command itself, then the launcher
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(lines[0]), signal.SIGKILL)
             proc.kill()
             proc.wait()
-        peak_mb = getattr(proc, "_edgekit_peak_mb", None)
-        cpu = getattr(proc, "_edgekit_cpu_s", None)
         sink.seek(0)
         output = sink.read().decode(errors="replace")
-    return (None if timed_out else proc.returncode), output, timed_out, peak_mb, cpu
+    peak_mb = cpu = None
+    returncode = proc.returncode
+    fields = usage_file.read_text().split() if launcher and usage_file.exists() else []
+    if len(fields) == 4:
+        returncode = int(fields[1])
+        peak_mb = round(int(fields[2]) / 1024, 1)  # KB on Linux
+        cpu = round(float(fields[3]), 2)
+    usage_file.unlink(missing_ok=True)
+    return (None if timed_out else returncode), output, timed_out, peak_mb, cpu
 
 
 #: What the suite's CLI runs fork from, imported once: the modules a deploy or quantize imports when it runs. Not
@@ -263,21 +299,6 @@ def _run_forked(
         proc.join()
     output = log.read_bytes().decode(errors="replace") if log.exists() else ""
     return (None if timed_out else proc.exitcode), output, timed_out
-
-
-def _wait4_within(proc: subprocess.Popen, timeout: float) -> None:
-    """Reap ``proc`` with ``os.wait4`` (its rusage: peak RSS), polling so that ``timeout`` still applies."""
-    deadline = time.monotonic() + timeout
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            proc._edgekit_peak_mb = round(usage.ru_maxrss / 1024, 1)  # type: ignore[attr-defined]  # KB on Linux
-            proc._edgekit_cpu_s = round(usage.ru_utime + usage.ru_stime, 2)  # type: ignore[attr-defined]
-            return
-        if time.monotonic() > deadline:
-            raise subprocess.TimeoutExpired(proc.args, timeout)
-        time.sleep(0.05)
 
 
 def run_all(
