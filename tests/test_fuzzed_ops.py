@@ -1,0 +1,109 @@
+"""Single-op graphs that probe round 21z's converter fuzzing (``benchmarks/zoo/probe_fuzz.py``) found refused or
+wrong, built here with ``onnx.helper``: each deploys and its artifact agrees with onnxruntime on fresh inputs
+(LiteRT for the arm-cpu .tflite, OpenVINO for the intel-vpu IR)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from edgekit.deployment import deploy
+from onnx import TensorProto, helper, numpy_helper
+
+F = TensorProto.FLOAT
+
+
+def _model(nodes, inputs, outputs, inits, opset: int) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes,
+        "fuzzed",
+        [helper.make_tensor_value_info(n, F, s) for n, s in inputs],
+        [helper.make_tensor_value_info(n, F, s) for n, s in outputs],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10 if opset >= 21 else 8
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _run_artifact(target: str, folder: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    if target == "arm-cpu":
+        from ai_edge_litert.interpreter import Interpreter
+
+        (path,) = folder.rglob("*.tflite")
+        it = Interpreter(model_path=str(path))
+        it.allocate_tensors()
+        for d, x in zip(it.get_input_details(), feeds.values(), strict=True):
+            it.set_tensor(d["index"], x.reshape(d["shape"]))
+        it.invoke()
+        return [it.get_tensor(d["index"]) for d in it.get_output_details()]
+    import openvino as ov
+
+    (xml,) = folder.rglob("*.xml")
+    compiled = ov.Core().compile_model(str(xml), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    result = compiled(list(feeds.values()))
+    return [result[o] for o in compiled.outputs]
+
+
+def _deploy_and_compare(model: onnx.ModelProto, target: str, tmp_path: Path, tolerance: float) -> None:
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    result = deploy(path, target, output=tmp_path / "out")
+    assert result.ok, result
+    rng = np.random.default_rng(21)
+    feeds = {
+        i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+        for i in model.graph.input
+    }
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = _run_artifact(target, tmp_path / "out", feeds)
+    for w, g in zip(want, got, strict=True):
+        assert g.shape == w.shape
+        span = float(np.ptp(w)) or 1.0
+        assert float(np.abs(g - w).max()) <= tolerance * span
+
+
+@pytest.mark.parametrize("target", ["arm-cpu", "intel-vpu"])
+@pytest.mark.parametrize("shape, groups", [([2, 2, 6], 2), ([1, 6, 3, 4], 3)])
+def test_group_normalization_21_as_the_graph_output(shape, groups, target, tmp_path):
+    """A GroupNormalization-21 whose output is the graph's: onnx's shape inference gives it no shape (an ONNX
+    function), and its output's annotation was cleared as stale: refused as 'no static shape' on arm-cpu."""
+    c = shape[1]
+    rng = np.random.default_rng(0)
+    model = _model(
+        [helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=groups, epsilon=1e-5)],
+        [("x", shape)],
+        [("y", shape)],
+        {"s": rng.uniform(0.5, 1.5, c).astype(np.float32), "b": rng.standard_normal(c).astype(np.float32)},
+        21,
+    )
+    _deploy_and_compare(model, target, tmp_path, 1e-4 if target == "arm-cpu" else 1e-2)
+
+
+@pytest.mark.parametrize("target", ["arm-cpu", "intel-vpu"])
+@pytest.mark.parametrize(
+    "data, indices, axis",
+    [
+        ([5, 2, 1], [1, 2, 2], -1),  # smaller on axis 0, larger on the gathered axis
+        ([3, 3, 5, 5, 1], [1, 5, 3, 5, 1], 1),
+        ([4, 6], [2, 3], 0),
+    ],
+)
+def test_gather_elements_with_indices_smaller_than_the_data(data, indices, axis, target, tmp_path):
+    """ONNX (and torch.gather) let the indices be smaller than the data off the gathered axis; OpenVINO's front end
+    refused the model ('OpenVINO cannot compile the model: Conversion is failed for: GatherElements-13'), on the
+    host (the arm-cpu verification) and for intel-vpu."""
+    rng = np.random.default_rng(1)
+    n = data[axis]
+    model = _model(
+        [helper.make_node("GatherElements", ["x", "i"], ["y"], axis=axis)],
+        [("x", data)],
+        [("y", indices)],
+        {"i": rng.integers(-n, n, indices).astype(np.int64)},
+        13,
+    )
+    _deploy_and_compare(model, target, tmp_path, 1e-5 if target == "arm-cpu" else 1e-2)
