@@ -4,6 +4,7 @@ wrong, built here with ``onnx.helper``: each deploys and its artifact agrees wit
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -35,12 +36,17 @@ def _run_artifact(target: str, folder: Path, feeds: dict[str, np.ndarray]) -> li
         from ai_edge_litert.interpreter import Interpreter
 
         (path,) = folder.rglob("*.tflite")
+        manifest = json.loads((path.parent / "manifest.json").read_text())
+        nhwc = [io.get("layout") == "NHWC" for io in (*manifest["inputs"], *manifest["outputs"])]
         it = Interpreter(model_path=str(path))
         it.allocate_tensors()
-        for d, x in zip(it.get_input_details(), feeds.values(), strict=True):
-            it.set_tensor(d["index"], x.reshape(d["shape"]))
+        for d, x, last in zip(it.get_input_details(), feeds.values(), nhwc, strict=False):
+            it.set_tensor(d["index"], np.ascontiguousarray(np.moveaxis(x, 1, -1) if last else x))
         it.invoke()
-        return [it.get_tensor(d["index"]) for d in it.get_output_details()]
+        outs = [it.get_tensor(d["index"]) for d in it.get_output_details()]
+        return [
+            np.moveaxis(y, -1, 1) if last else y for y, last in zip(outs, nhwc[len(feeds) :], strict=True)
+        ]
     import openvino as ov
 
     (xml,) = folder.rglob("*.xml")
@@ -107,3 +113,56 @@ def test_gather_elements_with_indices_smaller_than_the_data(data, indices, axis,
         13,
     )
     _deploy_and_compare(model, target, tmp_path, 1e-5 if target == "arm-cpu" else 1e-2)
+
+
+@pytest.mark.parametrize(
+    "mode, shape, pads",
+    [
+        ("constant", [3, 5], [-1, 2, 1, -2]),
+        ("reflect", [1, 4, 6], [0, -1, 2, 0, 1, -3]),
+        ("edge", [2, 3, 4, 5], [0, 0, -2, 1, 0, 0, 3, -1]),
+    ],
+)
+def test_pad_with_negative_pads_crops_first(mode, shape, pads, tmp_path):
+    """Negative pads crop (ONNX Pad-11+, onnxruntime crops first and pads what is left): the arm-cpu converter
+    refused them ('negative pads (cropping) are not supported'); it now SLICEs, then pads."""
+    out = [d + pads[i] + pads[i + len(shape)] for i, d in enumerate(shape)]
+    model = _model(
+        [helper.make_node("Pad", ["x", "p"], ["y"], mode=mode)],
+        [("x", shape)],
+        [("y", out)],
+        {"p": np.asarray(pads, np.int64)},
+        13,
+    )
+    _deploy_and_compare(model, "arm-cpu", tmp_path, 1e-6)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "edge"])
+def test_pad_with_negative_pads_stays_int8(mode, tmp_path):
+    """The crop before the pad (a SLICE between the DEQUANTIZE and the pad) sinks the DEQUANTIZE like the pad
+    kernels do (``quantize.rules``: SLICE ``sink_dequantize``): the whole Pad runs int8, not left in float."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    model = _model(
+        [helper.make_node("Pad", ["x", "p"], ["y"], mode=mode)],
+        [("x", [1, 3, 6])],
+        [("y", [1, 3, 7])],
+        {"p": np.asarray([0, 0, -1, 0, 0, 2], np.int64)},
+        13,
+    )
+    onnx.save(model, tmp_path / "model.onnx")
+    np.savez(
+        tmp_path / "calib.npz", x=np.random.default_rng(0).standard_normal((8, 1, 3, 6)).astype(np.float32)
+    )
+    result = deploy(
+        tmp_path / "model.onnx",
+        "arm-cpu",
+        output=tmp_path / "out",
+        precision="int8",
+        calib=tmp_path / "calib.npz",
+    )
+    assert result.ok, result
+    (path,) = (tmp_path / "out").rglob("*.tflite")
+    tensors = {t["name"]: t["dtype"] for t in Interpreter(model_path=str(path)).get_tensor_details()}
+    cropped = [name for name in tensors if name.endswith("pad_cropped")]
+    assert cropped and all(tensors[name] == np.int8 for name in cropped), tensors

@@ -51,11 +51,6 @@ def test_op_of_another_domain_is_unsupported() -> None:
     ("node", "inits", "message"),
     [
         (
-            helper.make_node("Pad", ["x", "p"], ["y"], mode="edge", name="pad"),
-            {"p": np.array([0, 0, 1, -1, 0, 0, 1, 1], np.int64)},
-            "negative pads",
-        ),
-        (
             helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2], name="mp"),
             {},
             "Indices output",
@@ -66,7 +61,7 @@ def test_op_of_another_domain_is_unsupported() -> None:
             "antialias",
         ),
     ],
-    ids=["pad_negative", "maxpool_indices", "resize_nearest_antialias"],
+    ids=["maxpool_indices", "resize_nearest_antialias"],
 )
 def test_unsupported_attribute_is_a_one_line_target_error(node, inits, message) -> None:
     model = make_model([node], {"x": (1, 4, 4, 4)}, ["y"], inits)
