@@ -166,3 +166,30 @@ def test_pad_with_negative_pads_stays_int8(mode, tmp_path):
     tensors = {t["name"]: t["dtype"] for t in Interpreter(model_path=str(path)).get_tensor_details()}
     cropped = [name for name in tensors if name.endswith("pad_cropped")]
     assert cropped and all(tensors[name] == np.int8 for name in cropped), tensors
+
+
+@pytest.mark.parametrize("target", ["arm-cpu", "intel-vpu"])
+@pytest.mark.parametrize(
+    "mode, size_in, size_out", [("cubic", [2, 1, 7, 7], [2, 1, 14, 21]), ("linear", [1, 2, 5, 4], [1, 2, 3, 9]),
+                                ("nearest", [1, 1, 4, 6], [1, 1, 10, 3])]
+)  # fmt: skip
+def test_resize_half_pixel_symmetric(mode, size_in, size_out, target, tmp_path):
+    """Resize-19's ``half_pixel_symmetric``: OpenVINO's front end refuses it ('OpenVINO cannot compile the model:
+    Conversion is failed for: Resize-21'), on the host (the arm-cpu verification) and for intel-vpu; it runs as
+    two MatMuls by the Resize's own matrices there (``qdq_forms.antialias_resizes_as_matmuls``)."""
+    model = _model(
+        [
+            helper.make_node(
+                "Resize",
+                ["x", "", "", "s"],
+                ["y"],
+                mode=mode,
+                coordinate_transformation_mode="half_pixel_symmetric",
+            )
+        ],
+        [("x", size_in)],
+        [("y", size_out)],
+        {"s": np.asarray(size_out, np.int64)},
+        19,
+    )
+    _deploy_and_compare(model, target, tmp_path, 1e-5 if target == "arm-cpu" else 1e-2)

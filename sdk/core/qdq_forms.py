@@ -392,15 +392,19 @@ def antialias_resizes_as_matmuls(proto: onnx.ModelProto) -> onnx.ModelProto:
     OpenVINO 2026.4's Interpolate with ``antialias`` is far from ONNX's definition (a 2x bilinear downscale:
     0.43 of the output range from onnxruntime and the onnx reference evaluator, which agree to 6e-8): the host
     reference and the intel-vpu IR were both that wrong, so the FP16 IR still "passed" its verification
-    (tests/test_runtime.py). ``proto`` itself when it has none (or one whose shapes are not static).
+    (tests/test_runtime.py). Likewise any 4-D Resize with ``coordinate_transformation_mode`` ``half_pixel_symmetric``
+    (opset 19), which OpenVINO's front end refuses ("this type of coordinate transformation mode is not
+    supported"; round 21z). ``proto`` itself when it has none (or one whose shapes are not static).
     """
     found = [
         n
         for n in proto.graph.node
         if n.op_type == "Resize"
         and n.domain in ("", "ai.onnx")
-        and _attr(n, "antialias", 0)
-        and _attr(n, "mode", b"nearest") != b"nearest"
+        and (
+            (_attr(n, "antialias", 0) and _attr(n, "mode", b"nearest") != b"nearest")
+            or _attr(n, "coordinate_transformation_mode", b"half_pixel") == b"half_pixel_symmetric"
+        )
         and _attr(n, "axes", None) is None
         and _attr(n, "coordinate_transformation_mode", b"half_pixel") != b"tf_crop_and_resize"
     ]
