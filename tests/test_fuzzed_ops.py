@@ -193,3 +193,26 @@ def test_resize_half_pixel_symmetric(mode, size_in, size_out, target, tmp_path):
         19,
     )
     _deploy_and_compare(model, target, tmp_path, 1e-5 if target == "arm-cpu" else 1e-2)
+
+
+@pytest.mark.parametrize(
+    "equation, shapes, out",
+    [
+        ("bn,anm,bm->ba", [[2, 3], [4, 3, 5], [2, 5]], [2, 4]),  # torch.nn.Bilinear's form
+        ("ij,jk,kl->il", [[2, 3], [3, 4], [4, 5]], [2, 5]),
+        ("bij,bjk,bkl,blm->bim", [[2, 3, 4], [2, 4, 2], [2, 2, 3], [2, 3, 5]], [2, 3, 5]),
+        ("i,i,i->", [[6], [6], [6]], []),
+    ],
+)
+def test_einsum_with_three_or_more_operands(equation, shapes, out, tmp_path):
+    """The arm-cpu converter refused Einsum with more than two operands ('Einsum with 3 operands is not supported
+    (1 or 2)'); it now contracts them two at a time."""
+    names = [f"x{i}" for i in range(len(shapes))]
+    model = _model(
+        [helper.make_node("Einsum", names, ["y"], equation=equation)],
+        list(zip(names, shapes, strict=True)),
+        [("y", out)],
+        {},
+        12,
+    )
+    _deploy_and_compare(model, "arm-cpu", tmp_path, 1e-5)
