@@ -213,8 +213,16 @@ TFLITE_KERNELS: dict[str, Kernel] = {
         int16=_ZP0,
     ),
     "GATHER": Kernel("gather.cc", same_scale=True, sink_dequantize=True, checks=_SAME_ASSUMED, int16=_ZP0),
-    # hoist_quantize: the crop after a TRANSPOSE_CONV with pads (ONNX ConvTranspose's pads / output_padding)
-    "SLICE": Kernel("slice.cc", same_scale=True, hoist_quantize=True, checks=_SAME_ASSUMED, int16=_ZP0),
+    # hoist_quantize: the crop after a TRANSPOSE_CONV with pads (ONNX ConvTranspose's pads / output_padding);
+    # sink_dequantize: the crop before a PAD / MIRROR_PAD / GATHER (ONNX Pad's negative pads)
+    "SLICE": Kernel(
+        "slice.cc",
+        same_scale=True,
+        sink_dequantize=True,
+        hoist_quantize=True,
+        checks=_SAME_ASSUMED,
+        int16=_ZP0,
+    ),
     "STRIDED_SLICE": Kernel("strided_slice.cc", same_scale=True, checks=_SAME_ASSUMED, int16=_ZP0),
     "SPLIT": Kernel("split.cc", same_scale=True, checks=_SAME_ASSUMED),
     "SPLIT_V": Kernel("split_v.cc", same_scale=True, checks=_SAME_ASSUMED, int16=_ZP0),

@@ -515,7 +515,8 @@ SHAPE_OF_FIRST_INPUT = frozenset({"GroupNormalization"})
 def infer_shapes_through_functions(proto: onnx.ModelProto) -> onnx.ModelProto:
     """Shape inference past the :data:`SHAPE_OF_FIRST_INPUT` ops: each one's output gets its input's type, and
     inference runs again from there (the dynamo exporter writes GroupNorm as GroupNormalization-21, and every
-    value after it was left without a shape)."""
+    value after it was left without a shape). A graph output takes it in its own annotation (round 21z: a
+    GroupNormalization whose output is the graph's was refused as "no static shape")."""
     for _ in range(sum(n.op_type in SHAPE_OF_FIRST_INPUT for n in proto.graph.node)):
         g = proto.graph
         typed = {
@@ -531,7 +532,13 @@ def infer_shapes_through_functions(proto: onnx.ModelProto) -> onnx.ModelProto:
         ]
         if not added:
             break
+        outputs = {o.name: o for o in g.output}
         for name, source in added:
+            if (
+                name in outputs
+            ):  # a graph output: the graph reader takes its type from the output's annotation
+                outputs[name].type.CopyFrom(source.type)
+                continue
             value = g.value_info.add()
             value.CopyFrom(source)
             value.name = name

@@ -339,17 +339,20 @@ def float16_rounded(proto: onnx.ModelProto, min_elements: int = 0) -> onnx.Model
 
 def for_openvino(proto: onnx.ModelProto) -> onnx.ModelProto:
     """``proto`` as edgekit hands models to OpenVINO: :func:`~edgekit.core.unsigned.unsigned_activations`,
-    :func:`pad_before_dequantize`, :func:`drop_concat_identity_qdq`, :func:`sliced_gather_elements_apart`,
+    :func:`pad_before_dequantize`, :func:`drop_concat_identity_qdq`,
+    :func:`~edgekit.core.ov_gather.gather_elements_data_cropped`, :func:`sliced_gather_elements_apart`,
     :func:`scalar_gathers_squeezed`, :func:`antialias_resizes_as_matmuls`,
     :func:`~edgekit.core.ov_conv1d.grouped_conv1d_as_2d` and
     :func:`~edgekit.core.ov_matmul.constant_first_matmuls_swapped` (the same values, around eight OpenVINO 2026.4
     problems), and :func:`~edgekit.core.ov_nms.nms_bar_as_onnx` (ONNX's IoU bar)."""
     from edgekit.core.ov_conv1d import grouped_conv1d_as_2d
+    from edgekit.core.ov_gather import gather_elements_data_cropped
     from edgekit.core.ov_matmul import constant_first_matmuls_swapped
     from edgekit.core.ov_nms import nms_bar_as_onnx
 
     proto = grouped_conv1d_as_2d(pad_before_dequantize(unsigned_activations(nms_bar_as_onnx(proto))))
-    proto = scalar_gathers_squeezed(sliced_gather_elements_apart(drop_concat_identity_qdq(proto)))
+    proto = gather_elements_data_cropped(drop_concat_identity_qdq(proto))
+    proto = scalar_gathers_squeezed(sliced_gather_elements_apart(proto))
     return antialias_resizes_as_matmuls(constant_first_matmuls_swapped(proto))  # its H-axis MatMuls run right
 
 
@@ -389,15 +392,19 @@ def antialias_resizes_as_matmuls(proto: onnx.ModelProto) -> onnx.ModelProto:
     OpenVINO 2026.4's Interpolate with ``antialias`` is far from ONNX's definition (a 2x bilinear downscale:
     0.43 of the output range from onnxruntime and the onnx reference evaluator, which agree to 6e-8): the host
     reference and the intel-vpu IR were both that wrong, so the FP16 IR still "passed" its verification
-    (tests/test_runtime.py). ``proto`` itself when it has none (or one whose shapes are not static).
+    (tests/test_runtime.py). Likewise any 4-D Resize with ``coordinate_transformation_mode`` ``half_pixel_symmetric``
+    (opset 19), which OpenVINO's front end refuses ("this type of coordinate transformation mode is not
+    supported"; round 21z). ``proto`` itself when it has none (or one whose shapes are not static).
     """
     found = [
         n
         for n in proto.graph.node
         if n.op_type == "Resize"
         and n.domain in ("", "ai.onnx")
-        and _attr(n, "antialias", 0)
-        and _attr(n, "mode", b"nearest") != b"nearest"
+        and (
+            (_attr(n, "antialias", 0) and _attr(n, "mode", b"nearest") != b"nearest")
+            or _attr(n, "coordinate_transformation_mode", b"half_pixel") == b"half_pixel_symmetric"
+        )
         and _attr(n, "axes", None) is None
         and _attr(n, "coordinate_transformation_mode", b"half_pixel") != b"tf_crop_and_resize"
     ]

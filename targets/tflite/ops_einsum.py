@@ -5,8 +5,10 @@ operands, not the output), a free one of either operand (that operand and the ou
 operand only): the operands are transposed to [batch, free, contracted] / [batch, contracted, free], merged to
 one free and one contracted dim, multiplied with BATCH_MATMUL and put back in the output's order. This covers
 the attention products of transformer exports ("bhqd,bhkd->bhqk", "bhqk,bhkd->bhqd"), batched and plain
-matrix products, outer products, transposes and sums. Declined, naming the equation: three or more operands, a
-label repeated in one operand (diagonals) and batch labels broadcast from size 1.
+matrix products, outer products, transposes and sums. Three or more operands are contracted two at a time, left
+to right, each partial product keeping the labels a later operand or the output reads (round 21z: torch's
+``einsum("bn,anm,bm->ba")``, a bilinear form, was refused). Declined, naming the equation: a label repeated in one
+operand (diagonals) and batch labels broadcast from size 1.
 """
 
 from __future__ import annotations
@@ -75,10 +77,6 @@ def einsum(ctx: Context, node: ir.Node, *, equation: str) -> None:
     equation = equation.decode() if isinstance(equation, bytes) else equation
     operands = [ctx.tensor(v) for v in node.inputs]
     y = ctx.output(node.outputs[0])
-    if len(operands) > 2:
-        raise ctx.error(
-            f"equation {equation!r}: Einsum with {len(operands)} operands is not supported (1 or 2)"
-        )
     terms, out = _parse(ctx, equation, [t.rank for t in operands])
     sizes: dict[str, int] = {}
     for t, term in zip(operands, terms, strict=True):
@@ -87,6 +85,27 @@ def einsum(ctx: Context, node: ir.Node, *, equation: str) -> None:
                 raise ctx.error(
                     f"equation {equation!r}: label {c!r} has sizes {sizes[c]} and {d} (broadcasting is not supported)"
                 )
+    pending = list(zip(operands, terms, strict=True))
+    while len(pending) > 2:  # three or more operands: the first two contracted first, left to right
+        (a, la), (b, lb) = pending[:2]
+        keep = set(out).union(*(term for _, term in pending[2:]))
+        labels = "".join(dict.fromkeys(c for c in la + lb if c in keep))
+        partial = ctx.tmp("einsum_partial", tuple(sizes[c] for c in labels), y.dtype)
+        _contract(ctx, equation, [a, b], [la, lb], labels, partial, sizes)
+        pending[:2] = [(partial, labels)]
+    _contract(ctx, equation, [t for t, _ in pending], [term for _, term in pending], out, y, sizes)
+
+
+def _contract(
+    ctx: Context,
+    equation: str,
+    operands: list[Tensor],
+    terms: list[str],
+    out: str,
+    y: Tensor,
+    sizes: dict[str, int],
+) -> None:
+    """One or two operands' einsum into ``y`` (labels ``out``)."""
     if len(operands) == 1:
         x, labels = _sum_out(ctx, operands[0], terms[0], set(out))
         if labels == out:

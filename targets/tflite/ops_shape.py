@@ -431,8 +431,13 @@ def _pad(
     paddings = np.zeros((rank, 2), dtype=np.int32)
     for i, a in enumerate(axes_list):
         paddings[a] = (int(pads[i]), int(pads[i + n]))
-    if (paddings < 0).any():
-        raise ctx.error("negative pads (cropping) are not supported")
+    if (paddings < 0).any():  # negative pads crop first, then the rest pads (as onnxruntime does)
+        crop = np.maximum(-paddings, 0)
+        size = [d - int(b) - int(e) for d, (b, e) in zip(x.shape, crop, strict=True)]
+        cropped = ctx.tmp("pad_cropped", size, x.dtype)
+        begin = ctx.graph.const("begin", crop[:, 0].astype(np.int32), np.int32)
+        ctx.op("SLICE", [x, begin, ctx.graph.const("size", size, np.int32)], [cropped], fb.SliceOptionsT())
+        x, paddings = cropped, np.maximum(paddings, 0)
     mode = mode.decode() if isinstance(mode, bytes) else mode
     pad_const = ctx.graph.const("paddings", paddings)
     if mode == "constant":
