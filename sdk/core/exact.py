@@ -601,23 +601,21 @@ def kernel_ops() -> list:
     bugs (GatherElements, BatchNormalization, LRN, GlobalMaxPool, RoiAlign-10, GridSample-16's mode names)."""
     from onnx.reference.op_run import OpRun
 
-    attrs = _attrs
-
     class Conv(OpRun):
         def _run(self, X, W, B=None, **_):
-            a = attrs(self, ("pads", "strides", "dilations", "group", "auto_pad"))
+            a = _attrs(self, ("pads", "strides", "dilations", "group", "auto_pad"))
             return (conv(X, W, B, **a),)
 
     class ConvTranspose(OpRun):
         def _run(self, X, W, B=None, **_):
             names = ("pads", "strides", "dilations", "group", "auto_pad", "output_padding", "output_shape")
-            return (conv_transpose(X, W, B, **attrs(self, names)),)
+            return (conv_transpose(X, W, B, **_attrs(self, names)),)
 
     from onnx.reference.ops.op_max_pool import MaxPool as ReferenceMaxPool
 
     class MaxPool(ReferenceMaxPool):
         def _run(self, x, **kwargs):
-            a = attrs(self, ("kernel_shape", "pads", "strides", "dilations", "auto_pad", "ceil_mode"))
+            a = _attrs(self, ("kernel_shape", "pads", "strides", "dilations", "auto_pad", "ceil_mode"))
             plain = a.pop("auto_pad", "NOTSET") in ("NOTSET", "VALID")
             if not plain or len(self.output) > 1 or not np.issubdtype(x.dtype, np.floating):
                 return super()._run(x, **kwargs)  # indices, SAME auto_pad: the reference's own loop
@@ -627,7 +625,7 @@ def kernel_ops() -> list:
 
     class AveragePool(CommonPool):
         def _run(self, x, **kwargs):
-            a = attrs(self, ("kernel_shape", "pads", "strides", "dilations", "auto_pad", "ceil_mode"))
+            a = _attrs(self, ("kernel_shape", "pads", "strides", "dilations", "auto_pad", "ceil_mode"))
             a["count_include_pad"] = int(getattr(self, "count_include_pad", 0) or 0)
             plain = a.pop("auto_pad", "NOTSET") in ("NOTSET", "VALID") and not a.pop("ceil_mode", 0)
             if not plain or not np.issubdtype(x.dtype, np.floating):  # the reference's own loop
@@ -693,8 +691,8 @@ def kernel_ops() -> list:
         # channel and bin in Python
         def _run(self, X, rois, batch_indices, **_):
             given = {a.name for a in self.onnx_node.attribute}
-            a = attrs(self, ("mode", "output_height", "output_width", "sampling_ratio", "spatial_scale"))
-            rule = attrs(self, ("coordinate_transformation_mode",)).get("coordinate_transformation_mode")
+            a = _attrs(self, ("mode", "output_height", "output_width", "sampling_ratio", "spatial_scale"))
+            rule = _attrs(self, ("coordinate_transformation_mode",)).get("coordinate_transformation_mode")
             opset = self.run_params.get("opsets", {}).get("", 16)
             if "coordinate_transformation_mode" not in given:
                 rule = "half_pixel" if opset >= 16 else "output_half_pixel"

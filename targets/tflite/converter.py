@@ -105,6 +105,17 @@ class ConversionResult:
 Pass = Callable[[Graph], Graph]
 
 
+#: arm-cpu's int8 kernels whose rounding differs from the QDQ model's, rewritten to compute it (in this order;
+#: nnapi keeps the delegate's kernels).
+_ARM_CPU_EXACT: list[Pass] = [
+    integer_resize.exact_bilinear_upsampling,
+    integer_resize.exact_levels_resize,
+    exact_pool.exact_average_pool,
+    integer_resize.exact_float_taps,
+    exact_matmul.exact_batch_matmul,
+]
+
+
 def _pipeline(options: ConvertOptions) -> list[Pass]:
     return [
         layout.fold_constant_transposes,
@@ -112,11 +123,7 @@ def _pipeline(options: ConvertOptions) -> list[Pass]:
         layout.choose_io_layout,
         fusion.fuse_activations,
         quantized.quantize_kernels(options.per_tensor_weights),
-        *([integer_resize.exact_bilinear_upsampling] if options.target == "arm-cpu" else []),
-        *([integer_resize.exact_levels_resize] if options.target == "arm-cpu" else []),
-        *([exact_pool.exact_average_pool] if options.target == "arm-cpu" else []),
-        *([integer_resize.exact_float_taps] if options.target == "arm-cpu" else []),
-        *([exact_matmul.exact_batch_matmul] if options.target == "arm-cpu" else []),
+        *(_ARM_CPU_EXACT if options.target == "arm-cpu" else []),
         weight_only.hybrid_weights(options.weight_only),
         fusion.flatten_into_fully_connected,
         fusion.drop_reshape_before_fully_connected,

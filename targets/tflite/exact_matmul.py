@@ -103,8 +103,14 @@ def _eligible(op: Op) -> bool:
     inner = a.shape[-2] if getattr(op.options, "adjX", False) else a.shape[-1]
     if inner <= 0 or inner > MAX_INNER:
         return False
-    multiplier = float(a.quant.scale[0]) * float(b.quant.scale[0]) / float(y.quant.scale[0])
-    return multiplier < 0.5
+    return _multiplier(a, b, y) < 0.5
+
+
+def _multiplier(a: Tensor, b: Tensor, y: Tensor) -> np.float32:
+    """The kernel's rescale ``sa * sb / sy`` (in float64, rounded once to float32)."""
+    return np.float32(
+        np.float64(a.quant.scale[0]) * np.float64(b.quant.scale[0]) / np.float64(y.quant.scale[0])
+    )
 
 
 def exact_batch_matmul(graph: Graph) -> Graph:
@@ -120,9 +126,7 @@ def exact_batch_matmul(graph: Graph) -> Graph:
         opts = fb.BatchMatMulOptionsT()
         opts.adjX = bool(getattr(op.options, "adjX", False))
         opts.adjY = bool(getattr(op.options, "adjY", False))
-        multiplier = np.float32(
-            np.float64(a.quant.scale[0]) * np.float64(b.quant.scale[0]) / np.float64(y.quant.scale[0])
-        )
+        multiplier = _multiplier(a, b, y)
         scaled = graph.tensor(f"{y.name}/levels_scaled", y.shape, np.float32)
         new = [
             *ops_a,

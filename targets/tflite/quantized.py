@@ -663,11 +663,9 @@ def float_ops(graph: Graph) -> list[str]:
     if not any(t.quant is not None for op in graph.ops for t in op.outputs):
         return []
     result = []
+    integer = graph.input_quantization | graph.integer_arithmetic
     for op in graph.ops:
-        if (
-            op.code in ("QUANTIZE", "DEQUANTIZE")
-            or id(op) in graph.input_quantization | graph.integer_arithmetic
-        ):
+        if op.code in ("QUANTIZE", "DEQUANTIZE") or id(op) in integer:
             continue
         if any(_is_float(t) and not t.is_const for t in [*op.inputs, *op.outputs]):
             result.append(f"{op.code} ({op.origin})")
