@@ -42,18 +42,23 @@ def _triangle(k: int) -> np.ndarray:
     return np.array([*range(1, k + 1), *range(k - 1, 0, -1)], np.int64)
 
 
+def _int8_half_pixel(op: Op) -> bool:
+    """An int8 RESIZE_BILINEAR with half-pixel centres, one per-tensor scale in and out, of the spatial axes of an
+    NHWC tensor: what the exact rewrites of this module take."""
+    x, y = op.inputs[0], op.outputs[0]
+    opts = op.options
+    if x is None or x.dtype != np.int8 or y.dtype != np.int8 or not x.quant or not x.quant.per_tensor:
+        return False
+    if not x.quant.same_as(y.quant) or opts is None or opts.alignCorners or not opts.halfPixelCenters:
+        return False
+    return x.rank == 4 and x.shape[0] == y.shape[0] and x.shape[3] == y.shape[3]
+
+
 def exact_bilinear_upsampling(graph: Graph) -> Graph:
     """Each int8 RESIZE_BILINEAR (half-pixel centres, one scale in and out, factors of ``FACTORS``, not both 1)
     becomes the four ops of the module docstring."""
-    for op in [op for op in graph.ops if op.code == "RESIZE_BILINEAR"]:
+    for op in [op for op in graph.ops if op.code == "RESIZE_BILINEAR" and _int8_half_pixel(op)]:
         x, y = op.inputs[0], op.outputs[0]
-        opts = op.options
-        if x is None or x.dtype != np.int8 or y.dtype != np.int8 or not x.quant or not x.quant.per_tensor:
-            continue
-        if not x.quant.same_as(y.quant) or opts is None or opts.alignCorners or not opts.halfPixelCenters:
-            continue
-        if x.rank != 4 or x.shape[0] != y.shape[0] or x.shape[3] != y.shape[3]:
-            continue
         kh, kw = _factor(x, y, 1), _factor(x, y, 2)
         if kh is None or kw is None or kh == kw == 1:
             continue
@@ -162,14 +167,9 @@ def exact_levels_resize(graph: Graph) -> Graph:
     ``a * (1 - dy) * (1 - dx) + ...`` and XNNPACK's ``t + (b - t) * alpha`` alike), so ROUND sees the exact value.
     A source of 1 x 1 (a pooled branch broadcast: no ties) stays the int8 kernel."""
     rewritten = []
-    for op in [op for op in graph.ops if op.code == "RESIZE_BILINEAR"]:
+    for op in [op for op in graph.ops if op.code == "RESIZE_BILINEAR" and _int8_half_pixel(op)]:
         x, y = op.inputs[0], op.outputs[0]
-        opts = op.options
-        if x is None or x.dtype != np.int8 or y.dtype != np.int8 or not x.quant or not x.quant.per_tensor:
-            continue
-        if not x.quant.same_as(y.quant) or opts is None or opts.alignCorners or not opts.halfPixelCenters:
-            continue
-        if x.rank != 4 or x.shape[0] != y.shape[0] or x.shape[3] != y.shape[3] or x.shape[1:3] == (1, 1):
+        if x.shape[1:3] == (1, 1):
             continue
         kh, kw = _power_of_two_factor(x, y, 1), _power_of_two_factor(x, y, 2)
         if kh is None or kw is None or kh == kw == 1:
