@@ -90,6 +90,11 @@ def quantize_levels(graph: Graph, f: Tensor, y: Tensor, origin: str) -> list[Op]
     ]
 
 
+def listed(names: list[str]) -> str:
+    """The first three of ``names``, then ``...``: a rewrite pass's note."""
+    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+
+
 def _eligible(op: Op) -> bool:
     if len(op.inputs) != 2 or len(op.outputs) != 1:
         return False
@@ -135,13 +140,11 @@ def exact_batch_matmul(graph: Graph) -> Graph:
             Op("MUL", [acc, graph.const("multiplier", multiplier)], [scaled], fb.MulOptionsT(), op.origin),
             *requantize(graph, scaled, y, op.origin),
         ]
-        at = graph.ops.index(op)
-        graph.ops[at : at + 1] = new
-        graph.integer_arithmetic.update(id(o) for o in new)
+        graph.replace_op(op, new, integer=True)
         rewritten.append(op.origin)
     if rewritten:
         graph.notes.append(
-            f"{len(rewritten)} int8 BATCH_MATMUL(s) ({', '.join(rewritten[:3])}{', ...' if len(rewritten) > 3 else ''})"
+            f"{len(rewritten)} int8 BATCH_MATMUL(s) ({listed(rewritten)})"
             " on the int8 levels in float32 (exact sums), rounded half to even (ROUND), as QuantizeLinear: LiteRT's "
             "int8 kernel rounds twice"
         )

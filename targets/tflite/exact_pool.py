@@ -107,14 +107,12 @@ def exact_average_pool(graph: Graph) -> Graph:
         ]
         for old in (dq, pool, mul):
             graph.ops.remove(old)
-        at = graph.ops.index(q)
-        graph.ops[at : at + 1] = new
-        graph.integer_arithmetic.update(id(o) for o in new)
+        graph.replace_op(q, new, integer=True)
         rewritten.append(pool.origin)
     if rewritten:
         graph.notes.append(
-            f"{len(rewritten)} int8 AveragePool(s) with excluded pads ({', '.join(rewritten[:3])}"
-            f"{', ...' if len(rewritten) > 3 else ''}) as window sums of the int8 levels divided by their counts, "
+            f"{len(rewritten)} int8 AveragePool(s) with excluded pads ({exact_matmul.listed(rewritten)}) as window "
+            "sums of the int8 levels divided by their counts, "
             "rounded half to even (ROUND), as QuantizeLinear"
         )
     return graph

@@ -159,6 +159,14 @@ class Graph:
     def is_graph_output(self, tensor: Tensor) -> bool:
         return any(t is tensor for t in self.outputs)
 
+    def replace_op(self, op: Op, new: Sequence[Op], integer: bool = False) -> None:
+        """``op`` replaced, where it stands, by ``new``; ``integer``: ``new`` computes an integer kernel on the
+        int8 levels exactly (:attr:`integer_arithmetic`, not layers left float)."""
+        at = self.ops.index(op)
+        self.ops[at : at + 1] = list(new)
+        if integer:
+            self.integer_arithmetic.update(id(o) for o in new)
+
     def replace_uses(self, old: Tensor, new: Tensor) -> None:
         """Make every consumer (and the graph outputs) read ``new`` instead of ``old``."""
         for op in self.ops:

@@ -62,7 +62,7 @@ def exact_bilinear_upsampling(graph: Graph) -> Graph:
         kh, kw = _factor(x, y, 1), _factor(x, y, 2)
         if kh is None or kw is None or kh == kw == 1:
             continue
-        graph.ops[graph.ops.index(op) : graph.ops.index(op) + 1] = _upsampling(graph, op, x, y, kh, kw)
+        graph.replace_op(op, _upsampling(graph, op, x, y, kh, kw))
         graph.notes.append(
             f"RESIZE_BILINEAR x{kh}/x{kw} ({op.origin}) as edge pad, nearest upsampling and a depthwise triangle "
             "filter: rounds half to even, as QuantizeLinear"
@@ -184,13 +184,11 @@ def exact_levels_resize(graph: Graph) -> Graph:
             Op("RESIZE_BILINEAR", [lv, size], [resized], float_opts, op.origin),
             *exact_matmul.quantize_levels(graph, resized, y, op.origin),
         ]
-        at = graph.ops.index(op)
-        graph.ops[at : at + 1] = new
-        graph.integer_arithmetic.update(id(o) for o in new)
+        graph.replace_op(op, new, integer=True)
         rewritten.append(f"x{kh}/x{kw} ({op.origin})")
     if rewritten:
         graph.notes.append(
-            f"{len(rewritten)} int8 RESIZE_BILINEAR(s) {', '.join(rewritten[:3])}{', ...' if len(rewritten) > 3 else ''}"
+            f"{len(rewritten)} int8 RESIZE_BILINEAR(s) {exact_matmul.listed(rewritten)}"
             " resized on the int8 levels in float32 (exact) and rounded half to even (ROUND), as QuantizeLinear"
         )
     return graph
@@ -282,21 +280,16 @@ def exact_float_taps(graph: Graph) -> Graph:
         tree = _taps_tree(graph, f, y.quant, producers, consumers)
         if tree is None:
             continue
-        added: list[Op] = []
         for d in tree[1]:
-            ops, _ = exact_matmul.levels(graph, d.inputs[0], d.origin, out=d.outputs[0])
-            at = graph.ops.index(d)
-            graph.ops[at : at + 1] = ops
-            added += ops
-        requantized = exact_matmul.requantize(graph, f, y, q.origin)
-        at = graph.ops.index(q)
-        graph.ops[at : at + 1] = requantized
-        graph.integer_arithmetic.update(id(o) for o in [*added, *tree[0], *requantized])
+            levels, _ = exact_matmul.levels(graph, d.inputs[0], d.origin, out=d.outputs[0])
+            graph.replace_op(d, levels, integer=True)
+        graph.replace_op(q, exact_matmul.requantize(graph, f, y, q.origin), integer=True)
+        graph.integer_arithmetic.update(id(o) for o in tree[0])  # the taps themselves, as they are
         rewritten.append(tree[0][0].origin)
     if rewritten:
         graph.notes.append(
-            f"{len(rewritten)} linear map(s) of float taps between int8 tensors ({', '.join(rewritten[:3])}"
-            f"{', ...' if len(rewritten) > 3 else ''}) computed on the int8 levels and rounded half to even (ROUND), "
+            f"{len(rewritten)} linear map(s) of float taps between int8 tensors ({exact_matmul.listed(rewritten)}) "
+            "computed on the int8 levels and rounded half to even (ROUND), "
             "as QuantizeLinear"
         )
     return graph
