@@ -339,21 +339,29 @@ def float16_rounded(proto: onnx.ModelProto, min_elements: int = 0) -> onnx.Model
 
 def for_openvino(proto: onnx.ModelProto) -> onnx.ModelProto:
     """``proto`` as edgekit hands models to OpenVINO: :func:`~edgekit.core.unsigned.unsigned_activations`,
-    :func:`pad_before_dequantize`, :func:`drop_concat_identity_qdq`,
-    :func:`~edgekit.core.ov_gather.gather_elements_data_cropped`, :func:`sliced_gather_elements_apart`,
-    :func:`scalar_gathers_squeezed`, :func:`antialias_resizes_as_matmuls`,
+    :func:`pad_before_dequantize`, :func:`concat_and_gather_forms` (four rewrites the host runner's form makes
+    too), :func:`antialias_resizes_as_matmuls`,
     :func:`~edgekit.core.ov_conv1d.grouped_conv1d_as_2d` and
     :func:`~edgekit.core.ov_matmul.constant_first_matmuls_swapped` (the same values, around eight OpenVINO 2026.4
     problems), and :func:`~edgekit.core.ov_nms.nms_bar_as_onnx` (ONNX's IoU bar)."""
     from edgekit.core.ov_conv1d import grouped_conv1d_as_2d
-    from edgekit.core.ov_gather import gather_elements_data_cropped
     from edgekit.core.ov_matmul import constant_first_matmuls_swapped
     from edgekit.core.ov_nms import nms_bar_as_onnx
 
     proto = grouped_conv1d_as_2d(pad_before_dequantize(unsigned_activations(nms_bar_as_onnx(proto))))
-    proto = gather_elements_data_cropped(drop_concat_identity_qdq(proto))
-    proto = scalar_gathers_squeezed(sliced_gather_elements_apart(proto))
+    proto = concat_and_gather_forms(proto)
     return antialias_resizes_as_matmuls(constant_first_matmuls_swapped(proto))  # its H-axis MatMuls run right
+
+
+def concat_and_gather_forms(proto: onnx.ModelProto, keep: Iterable[str] = ()) -> onnx.ModelProto:
+    """The rewrites of :func:`for_openvino` that the host runner's form
+    (:func:`edgekit.core.runtime.runner_form`) makes too, in their order: :func:`drop_concat_identity_qdq` (the
+    tensors ``keep`` stay), :func:`~edgekit.core.ov_gather.gather_elements_data_cropped`,
+    :func:`sliced_gather_elements_apart`, :func:`scalar_gathers_squeezed`."""
+    from edgekit.core.ov_gather import gather_elements_data_cropped
+
+    proto = gather_elements_data_cropped(drop_concat_identity_qdq(proto, keep=keep))
+    return scalar_gathers_squeezed(sliced_gather_elements_apart(proto))
 
 
 def _resize_matrix(

@@ -29,16 +29,13 @@ import numpy as np
 import onnx
 from edgekit.core.errors import DataError, ModelError
 from edgekit.core.ov_conv1d import grouped_conv1d_as_2d
-from edgekit.core.ov_gather import gather_elements_data_cropped
 from edgekit.core.protoutil import with_outputs
 from edgekit.core.qdq_forms import (
     antialias_resizes_as_matmuls,
-    drop_concat_identity_qdq,
+    concat_and_gather_forms,
     exact_input_quantize,
     fold_constant_dequantize,
     pad_before_dequantize,
-    scalar_gathers_squeezed,
-    sliced_gather_elements_apart,
     tabulate_elementwise,
 )
 from edgekit.core.unsigned import unsigned_activations
@@ -224,8 +221,7 @@ def runner_form(proto: onnx.ModelProto, exact_qdq: bool, keep: Sequence[str] = (
     written out), else as the intel-vpu target converts it; the tensors ``keep`` stay in the graph."""
     proto = unsigned_activations(proto)  # the same values, on the grid OpenVINO runs right
     proto = squeeze_axes_written(proto)
-    proto = gather_elements_data_cropped(drop_concat_identity_qdq(proto, keep=keep))
-    proto = scalar_gathers_squeezed(sliced_gather_elements_apart(proto))
+    proto = concat_and_gather_forms(proto, keep=keep)
     proto = antialias_resizes_as_matmuls(proto)
     if exact_qdq:
         return exact_input_quantize(tabulate_elementwise(fold_constant_dequantize(proto), keep=keep))
