@@ -603,7 +603,6 @@ def _verify(
             "intel-vpu",
             "the IR",
             fp16_weights if stick.precision == "fp16" else None,
-            onnx_tail_run_float64,
         ),
     }
     if quantized:

@@ -832,3 +832,30 @@ def test_a_requantize_to_the_same_parameters_is_dropped_and_the_ir_builds(
     compiled = ov_compile(out)
     got = compiled({"x": x})[compiled.outputs[0]]
     np.testing.assert_allclose(got, ort_run(model, x), atol=0.01 * float(np.ptp(ort_run(model, x))))
+
+
+def test_an_fp32_ir_whose_index_output_misses_its_bar_is_a_typed_refusal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ArgMax output of an fp32 IR that differs from the host's beyond fp32's bar is refused in one typed
+    line. (The verification once handed the selection tail's float64 runner to the index outputs' score hook,
+    which it calls without arguments: a TypeError here.) The IR's indices are shifted by one channel in the
+    in-process run, as a wrong layout would."""
+    h, tp = onnx.helper, onnx.TensorProto
+    graph = h.make_graph(
+        [h.make_node("ArgMax", ["x"], ["idx"], axis=1, keepdims=1)],
+        "argmax",
+        [h.make_tensor_value_info("x", tp.FLOAT, [1, 4, 8, 8])],
+        [h.make_tensor_value_info("idx", tp.INT64, [1, 1, 8, 8])],
+    )
+    model = prepared(h.make_model(graph, opset_imports=[h.make_opsetid("", 13)]))
+    real = openvino_ir.run_compiled
+    monkeypatch.setattr(
+        openvino_ir,
+        "run_compiled",
+        lambda compiled, feeds: {n: (v + 1) % 4 for n, v in real(compiled, feeds).items()},
+    )
+    target = get_target("intel-vpu")
+    with pytest.raises(TargetError, match="verification failed") as failed:
+        target.package(model, tmp_path / "b", PackageOptions(precision="fp32"))
+    assert "idx" in str(failed.value) and not (tmp_path / "b").exists()
