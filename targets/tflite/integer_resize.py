@@ -22,6 +22,8 @@ DEPTHWISE_CONV_2D: all exact copies but the last.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from edgekit.targets.tflite import exact_matmul
 from edgekit.targets.tflite.graph import Graph, Op, Quant, Tensor
@@ -31,11 +33,12 @@ from edgekit.targets.tflite.schema import fb
 FACTORS = (1, 2)
 
 
-def _factor(x: Tensor, y: Tensor, axis: int) -> int | None:
+def _factor(x: Tensor, y: Tensor, axis: int, fits: Callable[[int], bool]) -> int | None:
+    """``y``'s size over ``x``'s along ``axis`` when it is a whole number that ``fits``, else None."""
     if x.shape[axis] <= 0 or y.shape[axis] % x.shape[axis]:
         return None
     k = y.shape[axis] // x.shape[axis]
-    return k if k in FACTORS else None
+    return k if fits(k) else None
 
 
 def _triangle(k: int) -> np.ndarray:
@@ -59,7 +62,7 @@ def exact_bilinear_upsampling(graph: Graph) -> Graph:
     becomes the four ops of the module docstring."""
     for op in [op for op in graph.ops if op.code == "RESIZE_BILINEAR" and _int8_half_pixel(op)]:
         x, y = op.inputs[0], op.outputs[0]
-        kh, kw = _factor(x, y, 1), _factor(x, y, 2)
+        kh, kw = (_factor(x, y, axis, lambda k: k in FACTORS) for axis in (1, 2))
         if kh is None or kw is None or kh == kw == 1:
             continue
         graph.replace_op(op, _upsampling(graph, op, x, y, kh, kw))
@@ -146,11 +149,8 @@ def _upsampling(graph: Graph, op: Op, x: Tensor, y: Tensor, kh: int, kw: int) ->
 MAX_LEVELS_FACTOR = 64
 
 
-def _power_of_two_factor(x: Tensor, y: Tensor, axis: int) -> int | None:
-    if x.shape[axis] <= 0 or y.shape[axis] % x.shape[axis]:
-        return None
-    k = y.shape[axis] // x.shape[axis]
-    return k if k <= MAX_LEVELS_FACTOR and k & (k - 1) == 0 else None
+def _power_of_two(k: int) -> bool:
+    return k <= MAX_LEVELS_FACTOR and k & (k - 1) == 0
 
 
 def exact_levels_resize(graph: Graph) -> Graph:
@@ -171,7 +171,7 @@ def exact_levels_resize(graph: Graph) -> Graph:
         x, y = op.inputs[0], op.outputs[0]
         if x.shape[1:3] == (1, 1):
             continue
-        kh, kw = _power_of_two_factor(x, y, 1), _power_of_two_factor(x, y, 2)
+        kh, kw = _factor(x, y, 1, _power_of_two), _factor(x, y, 2, _power_of_two)
         if kh is None or kw is None or kh == kw == 1:
             continue
         ops, lv = exact_matmul.levels(graph, x, op.origin)
