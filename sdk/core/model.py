@@ -534,9 +534,8 @@ def infer_shapes_through_functions(proto: onnx.ModelProto) -> onnx.ModelProto:
             break
         outputs = {o.name: o for o in g.output}
         for name, source in added:
-            if (
-                name in outputs
-            ):  # a graph output: the graph reader takes its type from the output's annotation
+            # a graph output: the graph reader takes its type from the output's annotation
+            if name in outputs:
                 outputs[name].type.CopyFrom(source.type)
                 continue
             value = g.value_info.add()
